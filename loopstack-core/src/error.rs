@@ -1,0 +1,200 @@
+//! Error types of the core crate.
+
+use crate::RunId;
+
+/// A boxed error, the error type of transitions and the source of many typed errors.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`BoxError`] as its default error, the return type of transition methods.
+///
+/// Both parameters have defaults, so `Result` alone means `Result<(), BoxError>`.
+pub type Result<T = (), E = BoxError> = std::result::Result<T, E>;
+
+/// Why a [`Store`](crate::Store) operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No run with this id exists in the store.
+    #[error("run {0} not found")]
+    RunNotFound(RunId),
+    /// A run with this id already exists.
+    #[error("run {0} already exists")]
+    RunExists(RunId),
+    /// Another writer committed this run first (optimistic concurrency).
+    #[error("run {run_id}: expected to commit step {expected}, but the stored run is at step {found}")]
+    Conflict {
+        /// The run.
+        run_id: RunId,
+        /// The step the writer expected to write.
+        expected: u64,
+        /// The step the store holds.
+        found: u64,
+    },
+    /// The backend failed (connection, query, serialization).
+    #[error("store backend error: {0}")]
+    Backend(#[source] BoxError),
+}
+
+/// Why a run stopped with an error.
+///
+/// Every variant names the workflow and the run; a failed run is recorded in the
+/// [`Store`](crate::Store) with its last committed state, so nothing the run did
+/// before the failure is lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// No transition is enabled at a place that is not `end`, and none waits for a signal.
+    #[error(
+        "workflow `{workflow}` (run {run_id}) is at a dead end in place `{place}`: no transition is enabled{}",
+        fmt_guards(.false_guards)
+    )]
+    DeadEnd {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The place the run is stuck in.
+        place: &'static str,
+        /// The guards that were evaluated and returned `false`.
+        false_guards: Vec<&'static str>,
+    },
+    /// The run took more transitions than its step limit allows.
+    #[error("workflow `{workflow}` (run {run_id}) exceeded its limit of {limit} transitions at place `{place}`")]
+    StepLimit {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The limit that was reached.
+        limit: u64,
+        /// The place the run was in.
+        place: &'static str,
+    },
+    /// A transition method returned an error. The run keeps the state of its last checkpoint.
+    #[error("workflow `{workflow}` (run {run_id}): transition `{transition}` from place `{place}` failed: {source}")]
+    Transition {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The transition method.
+        transition: &'static str,
+        /// The place the transition started from.
+        place: &'static str,
+        /// What the transition returned.
+        #[source]
+        source: BoxError,
+    },
+    /// The run was cancelled; it stopped at the place of its last checkpoint.
+    #[error("workflow `{workflow}` (run {run_id}) was cancelled at place `{place}`")]
+    Cancelled {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The place of the last checkpoint.
+        place: &'static str,
+    },
+    /// A signal named no wait transition enabled at the run's place.
+    #[error(
+        "workflow `{workflow}` (run {run_id}) waits at place `{place}` for one of [{}], not for signal `{signal}`",
+        .expected.join(", ")
+    )]
+    UnknownSignal {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The place the run waits in.
+        place: &'static str,
+        /// The signal that was sent.
+        signal: String,
+        /// The wait transitions that are enabled.
+        expected: Vec<&'static str>,
+    },
+    /// A signal's payload did not deserialize; the run is still waiting.
+    #[error("workflow `{workflow}` (run {run_id}): payload of signal `{signal}` is invalid: {reason}; the run is still waiting")]
+    InvalidSignalPayload {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The signal (wait transition) name.
+        signal: &'static str,
+        /// What was wrong with the payload.
+        reason: String,
+    },
+    /// The run cannot be driven: it already ended, or it is not waiting for a signal.
+    #[error("workflow `{workflow}` (run {run_id}) is {status} and cannot {action}")]
+    InvalidStatus {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The run's status.
+        status: crate::RunStatus,
+        /// What was attempted.
+        action: &'static str,
+    },
+    /// The stored run belongs to another workflow, or names a place this workflow lacks.
+    #[error("run {run_id} cannot be driven by workflow `{workflow}`: {reason}")]
+    Mismatch {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// What does not match.
+        reason: String,
+    },
+    /// The workflow state could not be serialized or deserialized.
+    #[error("workflow `{workflow}` (run {run_id}): state (de)serialization failed: {source}")]
+    State {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn fmt_guards(guards: &[&'static str]) -> String {
+    if guards.is_empty() {
+        String::new()
+    } else {
+        format!(" (guards that were false: {})", guards.join(", "))
+    }
+}
+
+impl RunError {
+    /// The run this error belongs to, when it names one.
+    pub fn run_id(&self) -> Option<RunId> {
+        match self {
+            Self::DeadEnd { run_id, .. }
+            | Self::StepLimit { run_id, .. }
+            | Self::Transition { run_id, .. }
+            | Self::Cancelled { run_id, .. }
+            | Self::UnknownSignal { run_id, .. }
+            | Self::InvalidSignalPayload { run_id, .. }
+            | Self::InvalidStatus { run_id, .. }
+            | Self::Mismatch { run_id, .. }
+            | Self::State { run_id, .. } => Some(*run_id),
+            Self::Store(_) => None,
+        }
+    }
+
+    /// The error a transition returned, when this is a [`RunError::Transition`].
+    ///
+    /// Use it to downcast a typed error of your own (or of the LLM layer):
+    /// `err.transition_source().and_then(|e| e.downcast_ref::<MyError>())`.
+    pub fn transition_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Self::Transition { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}

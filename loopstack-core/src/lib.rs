@@ -1,0 +1,140 @@
+//! The core of [loopstack](https://docs.rs/loopstack): the [`Tool`] and [`Workflow`]
+//! traits, the [`ToolRegistry`], documents and the [`Store`], and the [`Runtime`] that
+//! drives a run from `start` to `end`.
+//!
+//! Users depend on the `loopstack` crate, which re-exports everything here and adds the
+//! `#[tool]` and `#[workflow]` macros. This crate is for code that implements the
+//! traits by hand, such as stores and providers.
+//!
+//! ```
+//! use loopstack_core::*;
+//! use futures::future::BoxFuture;
+//!
+//! /// Counts to three, one transition per number.
+//! struct Counter;
+//!
+//! static DEFINITION: Definition = Definition::new(
+//!     "counter",
+//!     &[START, "counting", END],
+//!     &[
+//!         TransitionDef::new("begin", &[START], "counting"),
+//!         TransitionDef::new("tick", &["counting"], "counting").guard("below_three"),
+//!         TransitionDef::new("finish", &["counting"], END),
+//!     ],
+//! );
+//!
+//! impl Workflow for Counter {
+//!     type State = u32;
+//!     type Input = u32;
+//!     fn definition(&self) -> &'static Definition { &DEFINITION }
+//!     fn init(&self, input: u32) -> u32 { input }
+//!     fn guard(&self, transition: usize, state: &u32) -> bool {
+//!         transition != 1 || *state < 3
+//!     }
+//!     fn transition<'a>(&'a self, t: usize, state: &'a mut u32, _cx: &'a mut RunContext, _: Option<serde_json::Value>)
+//!         -> BoxFuture<'a, Result<(), TransitionError>> {
+//!         Box::pin(async move { if t == 1 { *state += 1 } Ok(()) })
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let report = Runtime::new().start(&Counter, 0).await?;
+//! assert_eq!(report.outcome, RunOutcome::Completed);
+//! assert_eq!(report.state, 3);
+//! assert_eq!(report.steps, 5); // begin, tick x3, finish
+//! # Ok::<(), RunError>(()) }).unwrap();
+//! ```
+
+mod document;
+mod error;
+mod registry;
+mod runtime;
+mod store;
+mod tool;
+mod workflow;
+
+pub use document::{Document, DocumentType, SaveOptions};
+pub use error::{BoxError, Result, RunError, StoreError};
+pub use registry::{RegistryError, ToolRegistry, ToolSpec};
+pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable};
+pub use store::{Checkpoint, MemoryStore, RunId, RunRecord, RunStatus, StepRecord, Store};
+pub use tokio_util::sync::CancellationToken;
+pub use tool::{
+    IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
+    is_valid_tool_name, parse_tool_arguments, tool_input_schema,
+};
+pub use workflow::{Definition, END, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt};
+
+/// What generated code reaches for. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+    pub use futures::future::BoxFuture;
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+    pub use std::boxed::Box;
+    pub use std::option::Option::{self, None, Some};
+    pub use std::result::Result::{self, Err, Ok};
+    pub use std::string::String;
+    pub use tracing;
+
+    pub use crate::*;
+
+    use std::cell::Cell;
+
+    /// Holds a handler's value for the autoref dispatch below.
+    pub struct OutputSlot<T>(Cell<Option<T>>);
+
+    impl<T> OutputSlot<T> {
+        pub fn new(value: T) -> Self {
+            Self(Cell::new(Some(value)))
+        }
+        fn take(&self) -> T {
+            self.0.take().expect("a tool output is converted once")
+        }
+    }
+
+    /// Picked first: types with their own [`IntoToolOutput`] (text, `Json`, `Value`).
+    pub trait ViaIntoToolOutput {
+        fn __loopstack_output(&self) -> ToolOutput;
+    }
+    impl<T: IntoToolOutput> ViaIntoToolOutput for &OutputSlot<T> {
+        fn __loopstack_output(&self) -> ToolOutput {
+            self.take().into_tool_output()
+        }
+    }
+
+    /// Picked otherwise: any `Serialize` type, sent as JSON.
+    pub trait ViaSerialize {
+        fn __loopstack_output(&self) -> ToolOutput;
+    }
+    impl<T: serde::Serialize> ViaSerialize for OutputSlot<T> {
+        fn __loopstack_output(&self) -> ToolOutput {
+            Json(self.take()).into_tool_output()
+        }
+    }
+
+    /// Converts a handler's error into a [`ToolError`].
+    pub fn tool_error<E: Into<ToolError>>(err: E) -> ToolError {
+        err.into()
+    }
+
+    /// Converts a transition method's error.
+    pub fn transition_error<E: Into<BoxError>>(err: E) -> TransitionError {
+        TransitionError::Failed(err.into())
+    }
+
+    /// Deserializes a wait transition's payload.
+    pub fn signal_payload<T: serde::de::DeserializeOwned>(
+        payload: Option<serde_json::Value>,
+    ) -> Result<T, TransitionError> {
+        let payload = payload.unwrap_or(serde_json::Value::Null);
+        serde_path_to_error::deserialize(payload).map_err(|e| TransitionError::InvalidPayload(e.to_string()))
+    }
+
+    /// The JSON Schema of a wait transition's payload.
+    pub fn payload_schema<T: schemars::JsonSchema>() -> serde_json::Value {
+        tool_input_schema::<T>()
+    }
+}

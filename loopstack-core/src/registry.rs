@@ -1,0 +1,210 @@
+//! The tool registry.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput, is_valid_tool_name};
+
+/// What a model is told about a tool, computed once when the tool is registered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// The tool's description.
+    pub description: String,
+    /// The JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// How the tool is run.
+    pub options: ToolOptions,
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two tools share one name.
+    #[error("two tools are named `{name}`: `{existing}` is registered and `{new}` cannot take the same name")]
+    Duplicate {
+        /// The shared name.
+        name: String,
+        /// The Rust type of the tool registered first.
+        existing: &'static str,
+        /// The Rust type of the tool that was refused.
+        new: &'static str,
+    },
+    /// The name does not match `^[a-zA-Z0-9_-]{1,64}$`.
+    #[error("tool name `{0}` is invalid: use 1 to 64 ASCII letters, digits, `_` or `-`")]
+    InvalidName(String),
+    /// The input schema is not a JSON object.
+    #[error("tool `{0}`'s input schema is not a JSON object")]
+    InvalidSchema(String),
+}
+
+#[derive(Clone)]
+struct Entry {
+    spec: Arc<ToolSpec>,
+    tool: Arc<dyn Tool>,
+    type_name: &'static str,
+    known_args: Option<BTreeSet<String>>,
+}
+
+/// The tools a run can call, by name.
+///
+/// Cloning is cheap: clones share the registered tools. Each tool's schema is computed
+/// once, at registration.
+///
+/// ```
+/// # use loopstack_core::{ToolRegistry, Tool, ToolContext, ToolError, ToolOutput};
+/// # struct Clock;
+/// # #[async_trait::async_trait]
+/// # impl Tool for Clock {
+/// #     fn name(&self) -> &str { "clock" }
+/// #     fn description(&self) -> &str { "Tells the time." }
+/// #     fn input_schema(&self) -> serde_json::Value { serde_json::json!({"type": "object", "properties": {}}) }
+/// #     async fn call(&self, _: serde_json::Value, _: &ToolContext) -> Result<ToolOutput, ToolError> { Ok(ToolOutput::text("noon")) }
+/// # }
+/// let mut tools = ToolRegistry::new();
+/// tools.register(Clock)?;
+/// let err = tools.register(Clock).unwrap_err();
+/// assert!(err.to_string().contains("two tools are named `clock`"));
+/// # Ok::<(), loopstack_core::RegistryError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone, Default)]
+struct Inner {
+    order: Vec<Arc<str>>,
+    by_name: HashMap<Arc<str>, Entry>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry").field("tools", &self.inner.order).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool, refusing a second tool with a name already taken.
+    pub fn register<T: Tool>(&mut self, tool: T) -> Result<&mut Self, RegistryError> {
+        self.insert(Arc::new(tool), std::any::type_name::<T>())
+    }
+
+    /// Registers a tool already behind an `Arc`.
+    pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
+        self.insert(tool, "dyn Tool")
+    }
+
+    /// Registers a tool and returns the registry, for chaining.
+    pub fn with<T: Tool>(mut self, tool: T) -> Result<Self, RegistryError> {
+        self.register(tool)?;
+        Ok(self)
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>, type_name: &'static str) -> Result<&mut Self, RegistryError> {
+        let name = tool.name().to_owned();
+        if !is_valid_tool_name(&name) {
+            return Err(RegistryError::InvalidName(name));
+        }
+        if let Some(existing) = self.inner.by_name.get(name.as_str()) {
+            return Err(RegistryError::Duplicate { name, existing: existing.type_name, new: type_name });
+        }
+        let input_schema = tool.input_schema();
+        let Value::Object(obj) = &input_schema else {
+            return Err(RegistryError::InvalidSchema(name));
+        };
+        let known_args = match obj.get("properties") {
+            Some(Value::Object(props)) if obj.get("additionalProperties") != Some(&Value::Bool(true)) => {
+                Some(props.keys().cloned().collect())
+            }
+            _ => None,
+        };
+        let spec = Arc::new(ToolSpec {
+            name: name.clone(),
+            description: tool.description().to_owned(),
+            input_schema,
+            options: tool.options(),
+        });
+        let key: Arc<str> = Arc::from(name.as_str());
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.order.push(key.clone());
+        inner.by_name.insert(key, Entry { spec, tool, type_name, known_args });
+        Ok(self)
+    }
+
+    /// The tool registered under `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.inner.by_name.get(name).map(|e| &e.tool)
+    }
+
+    /// The spec of the tool registered under `name`.
+    pub fn spec(&self, name: &str) -> Option<&Arc<ToolSpec>> {
+        self.inner.by_name.get(name).map(|e| &e.spec)
+    }
+
+    /// The specs of all tools, in registration order.
+    pub fn specs(&self) -> impl Iterator<Item = &Arc<ToolSpec>> + '_ {
+        self.inner.order.iter().map(|n| &self.inner.by_name[n].spec)
+    }
+
+    /// The names of all tools, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.inner.order.iter().map(|n| &**n)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.inner.order.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.inner.order.is_empty()
+    }
+
+    /// Calls a tool by name.
+    ///
+    /// An unknown name is an [`ToolErrorKind::UnknownTool`] error naming the tools that
+    /// exist. Arguments the schema does not list are dropped with a `tracing` warning
+    /// before the tool sees them.
+    pub async fn call(&self, name: &str, mut args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let Some(entry) = self.inner.by_name.get(name) else {
+            return Err(self.unknown_tool(name, None));
+        };
+        if let (Some(known), Value::Object(map)) = (&entry.known_args, &mut args) {
+            if map.keys().any(|k| !known.contains(k)) {
+                map.retain(|k, _| {
+                    let keep = known.contains(k);
+                    if !keep {
+                        tracing::warn!(tool = name, argument = %k, call_id = cx.call_id(), "ignoring unknown tool argument");
+                    }
+                    keep
+                });
+            }
+        }
+        entry.tool.call(args, cx).await
+    }
+
+    /// The error for a call to a tool that is unknown, or (with `offered`) not offered.
+    pub fn unknown_tool(&self, name: &str, offered: Option<&[String]>) -> ToolError {
+        let available: Vec<&str> = match offered {
+            Some(offered) => offered.iter().map(String::as_str).collect(),
+            None => self.names().collect(),
+        };
+        let list = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
+        ToolError::with_kind(
+            ToolErrorKind::UnknownTool,
+            format!("unknown tool `{name}`; the available tools are: {list}"),
+        )
+    }
+}

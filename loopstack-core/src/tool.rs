@@ -1,0 +1,433 @@
+//! Tools: functions a language model can call.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::RunId;
+
+/// A tool a language model can call: a name, a description, a JSON Schema of its
+/// arguments, and a handler that takes the arguments as JSON.
+///
+/// The trait is object safe, so a [`ToolRegistry`](crate::ToolRegistry) holds
+/// `Arc<dyn Tool>`. `#[tool]` writes the impl for you; writing it by hand is equivalent.
+///
+/// ```
+/// use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, tool_input_schema};
+/// use serde_json::Value;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args {
+///     /// Text to echo back.
+///     text: String,
+/// }
+///
+/// struct Echo;
+///
+/// #[async_trait::async_trait]
+/// impl Tool for Echo {
+///     fn name(&self) -> &str { "echo" }
+///     fn description(&self) -> &str { "Echoes its input." }
+///     fn input_schema(&self) -> Value { tool_input_schema::<Args>() }
+///     async fn call(&self, args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+///         let args: Args = loopstack_core::parse_tool_arguments(self.name(), args)?;
+///         Ok(ToolOutput::text(args.text))
+///     }
+/// }
+/// # let out = futures::executor::block_on(Echo.call(serde_json::json!({"text": "hi"}), &ToolContext::new("call_1", "echo")));
+/// # assert_eq!(out.unwrap().to_text(), "hi");
+/// ```
+#[async_trait::async_trait]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a loopstack tool",
+    note = "annotate an async fn or an `impl` block with `#[tool]`, or implement `Tool` by hand"
+)]
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls the tool by; matches `^[a-zA-Z0-9_-]{1,64}$`.
+    fn name(&self) -> &str;
+
+    /// What the tool does, when to use it and what its arguments mean, for the model.
+    fn description(&self) -> &str;
+
+    /// The JSON Schema of the arguments: an inlined `type: object` schema.
+    ///
+    /// A [`ToolRegistry`](crate::ToolRegistry) calls this once, when the tool is
+    /// registered, and keeps the result; it is not called per model request.
+    fn input_schema(&self) -> Value;
+
+    /// How the tool is run: its timeout and whether it may run concurrently.
+    fn options(&self) -> ToolOptions {
+        ToolOptions::default()
+    }
+
+    /// Runs the tool with the arguments the model wrote.
+    ///
+    /// Arguments that do not deserialize are an [`ToolErrorKind::InvalidArguments`]
+    /// error, never a panic: the model sees the reason and can correct itself.
+    async fn call(&self, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// How a tool is run. Build it with [`ToolOptions::new`] and its setters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolOptions {
+    /// How long one call may take; `None` is the caller's default (30 s in the LLM
+    /// layer). `Some(Duration::ZERO)` means 24 hours.
+    pub timeout: Option<Duration>,
+    /// Whether a call may run at the same time as other calls of one batch.
+    /// A tool that is not concurrent runs alone.
+    pub concurrent: bool,
+}
+
+impl Default for ToolOptions {
+    fn default() -> Self {
+        Self { timeout: None, concurrent: true }
+    }
+}
+
+impl ToolOptions {
+    /// The defaults: the caller's timeout, concurrent.
+    pub const fn new() -> Self {
+        Self { timeout: None, concurrent: true }
+    }
+
+    /// Sets the timeout; `Duration::ZERO` means 24 hours.
+    #[must_use]
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets whether the tool may run concurrently with other calls.
+    #[must_use]
+    pub const fn concurrent(mut self, concurrent: bool) -> Self {
+        self.concurrent = concurrent;
+        self
+    }
+
+    /// The effective timeout given the caller's default; zero means 24 hours.
+    pub fn effective_timeout(&self, default: Duration) -> Duration {
+        let t = self.timeout.unwrap_or(default);
+        if t.is_zero() { Duration::from_secs(24 * 60 * 60) } else { t }
+    }
+}
+
+/// What a tool call has access to besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    call_id: String,
+    tool_name: String,
+    index: usize,
+    run_id: Option<RunId>,
+    cancellation: CancellationToken,
+}
+
+impl ToolContext {
+    /// A context for one call; use it to call a tool directly in tests.
+    pub fn new(call_id: impl Into<String>, tool_name: impl Into<String>) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            index: 0,
+            run_id: None,
+            cancellation: CancellationToken::new(),
+        }
+    }
+
+    /// Sets the zero-based index of the call in its batch.
+    #[must_use]
+    pub fn with_index(mut self, index: usize) -> Self {
+        self.index = index;
+        self
+    }
+
+    /// Sets the run the call belongs to.
+    #[must_use]
+    pub fn with_run_id(mut self, run_id: RunId) -> Self {
+        self.run_id = Some(run_id);
+        self
+    }
+
+    /// Sets the token that cancels the call.
+    #[must_use]
+    pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancellation = token;
+        self
+    }
+
+    /// The provider's id of this call.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The tool's name as the model called it.
+    pub fn tool_name(&self) -> &str {
+        &self.tool_name
+    }
+
+    /// The zero-based index of this call among the calls of one model turn.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The run the call belongs to, when it is made from a run.
+    pub fn run_id(&self) -> Option<RunId> {
+        self.run_id
+    }
+
+    /// Cancelled when the run is cancelled; long-running tools may watch it.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancellation
+    }
+}
+
+/// The content of a tool result.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum ToolContent {
+    /// Text, sent to the model as it is.
+    Text(String),
+    /// A structured result, sent to the model as JSON.
+    Json(Value),
+}
+
+/// The result of a tool call, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ToolOutput {
+    /// The content.
+    pub content: ToolContent,
+    /// Whether the call failed; providers mark such results as errors.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { content: ToolContent::Text(text.into()), is_error: false }
+    }
+
+    /// A structured result.
+    pub fn json(value: Value) -> Self {
+        Self { content: ToolContent::Json(value), is_error: false }
+    }
+
+    /// An error result with a message for the model.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { content: ToolContent::Text(message.into()), is_error: true }
+    }
+
+    /// The content as the text sent to a model: text as it is, JSON serialized.
+    pub fn to_text(&self) -> Cow<'_, str> {
+        match &self.content {
+            ToolContent::Text(t) => Cow::Borrowed(t),
+            ToolContent::Json(v) => Cow::Owned(v.to_string()),
+        }
+    }
+
+    /// Consumes the output and returns its text.
+    pub fn into_text(self) -> String {
+        match self.content {
+            ToolContent::Text(t) => t,
+            ToolContent::Json(v) => v.to_string(),
+        }
+    }
+}
+
+impl From<ToolError> for ToolOutput {
+    fn from(err: ToolError) -> Self {
+        Self::error(err.to_string())
+    }
+}
+
+/// Turns what a tool handler returns into a [`ToolOutput`].
+///
+/// Text types become text results, [`Json`] and [`Value`] structured results.
+/// `#[tool]` also accepts any other `Serialize` type and sends it as JSON.
+pub trait IntoToolOutput {
+    /// Converts into the output.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for &str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for Cow<'_, str> {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self.into_owned())
+    }
+}
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::json(self)
+    }
+}
+impl<T: Serialize> IntoToolOutput for Json<T> {
+    fn into_tool_output(self) -> ToolOutput {
+        match serde_json::to_value(&self.0) {
+            Ok(v) => ToolOutput::json(v),
+            Err(e) => ToolOutput::error(format!("the tool's result could not be serialized: {e}")),
+        }
+    }
+}
+
+/// A structured tool result, serialized to JSON for the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Json<T>(pub T);
+
+/// What kind of failure a [`ToolError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// The model's arguments did not match the schema.
+    InvalidArguments,
+    /// The model called a tool that does not exist or was not offered.
+    UnknownTool,
+    /// The handler returned an error.
+    Failed,
+    /// The handler panicked.
+    Panicked,
+    /// The call took longer than its timeout.
+    TimedOut,
+}
+
+/// A failed tool call. Its message is what the model sees.
+///
+/// Like `anyhow::Error`, any `std::error::Error` converts into it with `?`, so a
+/// handler can use `?` on its own errors. For a message of your own, use
+/// [`ToolError::new`].
+pub struct ToolError {
+    kind: ToolErrorKind,
+    message: String,
+}
+
+impl ToolError {
+    /// A handler failure with a message for the model.
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self { kind: ToolErrorKind::Failed, message: message.to_string() }
+    }
+
+    /// An error of a given kind.
+    pub fn with_kind(kind: ToolErrorKind, message: impl fmt::Display) -> Self {
+        Self { kind, message: message.to_string() }
+    }
+
+    /// The model's arguments were not valid.
+    pub fn invalid_arguments(message: impl fmt::Display) -> Self {
+        Self::with_kind(ToolErrorKind::InvalidArguments, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ToolErrorKind {
+        self.kind
+    }
+
+    /// The message the model sees.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolError").field("kind", &self.kind).field("message", &self.message).finish()
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
+    fn from(err: E) -> Self {
+        let mut message = err.to_string();
+        let mut source = err.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Self::new(message)
+    }
+}
+
+/// Deserializes a tool's arguments, turning a mismatch into an
+/// [`ToolErrorKind::InvalidArguments`] error whose text says what was wrong and where.
+pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
+    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}`: {inner}"))
+        } else {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}` at `{path}`: {inner}"))
+        }
+    })
+}
+
+/// The JSON Schema of a tool's arguments, in the shape providers accept: an inlined
+/// `type: object` schema (no `$ref` or `$defs`), without `$schema` and `title`, with
+/// `additionalProperties: false` on every object that lists properties.
+///
+/// `required` lists the fields that are not `Option` (schemars' rule).
+pub fn tool_input_schema<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("title");
+        map.remove("$schema");
+        map.entry("type").or_insert_with(|| Value::String("object".into()));
+        map.entry("properties").or_insert_with(|| Value::Object(Default::default()));
+    }
+    close_objects(&mut value);
+    value
+}
+
+fn close_objects(value: &mut Value) {
+    let Value::Object(map) = value else { return };
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(close_objects);
+        map.insert("additionalProperties".into(), Value::Bool(false));
+        map.entry("required").or_insert_with(|| Value::Array(Vec::new()));
+    }
+    for key in ["items", "additionalProperties", "not", "if", "then", "else"] {
+        if let Some(v) = map.get_mut(key) {
+            close_objects(v);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(items)) = map.get_mut(key) {
+            items.iter_mut().for_each(close_objects);
+        }
+    }
+}
+
+/// Checks a tool name against `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}

@@ -1,0 +1,423 @@
+//! Workflows: state machines whose transitions are async methods.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::BoxError;
+use crate::runtime::RunContext;
+
+/// The initial place of every workflow.
+pub const START: &str = "start";
+/// The terminal place of every workflow.
+pub const END: &str = "end";
+
+/// A state machine driven by a [`Runtime`](crate::Runtime).
+///
+/// `#[workflow]` writes this impl from an `impl` block whose methods carry
+/// `#[transition(..)]` and `#[guard(..)]`; writing it by hand is equivalent. The
+/// generated transition table is [`Workflow::definition`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a loopstack workflow",
+    note = "annotate its `impl` block with `#[workflow]`, or implement `Workflow` by hand"
+)]
+pub trait Workflow: Send + Sync + 'static {
+    /// The run's state: serialized after every transition, so a run can be resumed.
+    type State: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// What a run is started with; [`Workflow::init`] turns it into the first state.
+    type Input: Send + 'static;
+
+    /// The transition table.
+    fn definition(&self) -> &'static Definition;
+
+    /// The state a run starts with.
+    fn init(&self, input: Self::Input) -> Self::State;
+
+    /// Evaluates the guard of transition `transition` (an index into
+    /// [`Definition::transitions`]); a transition without a guard returns `true`.
+    fn guard(&self, transition: usize, state: &Self::State) -> bool;
+
+    /// Runs transition `transition`. `payload` is the signal's payload for a wait
+    /// transition and `None` otherwise.
+    fn transition<'a>(
+        &'a self,
+        transition: usize,
+        state: &'a mut Self::State,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>>;
+}
+
+/// Why a transition method did not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionError {
+    /// The method returned an error.
+    #[error(transparent)]
+    Failed(BoxError),
+    /// A wait transition's payload did not deserialize; nothing ran.
+    #[error("invalid payload: {0}")]
+    InvalidPayload(String),
+}
+
+impl TransitionError {
+    /// Wraps an error a transition method returned.
+    pub fn failed(err: impl Into<BoxError>) -> Self {
+        Self::Failed(err.into())
+    }
+}
+
+/// One row of a transition table.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TransitionDef {
+    /// The method's name, also the name of the signal that fires a wait transition.
+    pub name: &'static str,
+    /// The places it leaves from.
+    pub from: &'static [&'static str],
+    /// The place it reaches.
+    pub to: &'static str,
+    /// The priority; higher is tried first, none counts as 0.
+    pub priority: Option<i32>,
+    /// The guard method's name.
+    pub guard: Option<&'static str>,
+    /// Whether it fires only on a signal.
+    pub wait: bool,
+    /// The JSON Schema of a wait transition's payload.
+    pub payload_schema: Option<fn() -> Value>,
+}
+
+impl PartialEq for TransitionDef {
+    fn eq(&self, other: &Self) -> bool {
+        // The payload schema function is left out: function addresses are not stable.
+        self.name == other.name
+            && self.from == other.from
+            && self.to == other.to
+            && self.priority == other.priority
+            && self.guard == other.guard
+            && self.wait == other.wait
+    }
+}
+
+impl TransitionDef {
+    /// A transition without priority, guard or wait.
+    pub const fn new(name: &'static str, from: &'static [&'static str], to: &'static str) -> Self {
+        Self { name, from, to, priority: None, guard: None, wait: false, payload_schema: None }
+    }
+
+    /// Sets the priority.
+    #[must_use]
+    pub const fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets the guard's name.
+    #[must_use]
+    pub const fn guard(mut self, guard: &'static str) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// Marks it as a wait transition with a payload schema.
+    #[must_use]
+    pub const fn wait(mut self, payload_schema: fn() -> Value) -> Self {
+        self.wait = true;
+        self.payload_schema = Some(payload_schema);
+        self
+    }
+
+    /// Whether it leaves from `place`.
+    pub fn leaves(&self, place: &str) -> bool {
+        self.from.contains(&place)
+    }
+}
+
+/// A workflow's transition table: its places and transitions, in declaration order.
+#[derive(Debug)]
+pub struct Definition {
+    name: &'static str,
+    places: &'static [&'static str],
+    transitions: &'static [TransitionDef],
+    order: OnceLock<Vec<Vec<usize>>>,
+}
+
+/// The routing decision at one place for one state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    /// This transition fires.
+    Fire {
+        /// Its index in [`Definition::transitions`].
+        index: usize,
+        /// The transition.
+        transition: &'static TransitionDef,
+    },
+    /// Nothing fires by itself; these wait transitions (signal names) are enabled.
+    Wait {
+        /// The wait transitions' names.
+        signals: Vec<&'static str>,
+    },
+    /// The place is `end`.
+    End,
+    /// Nothing is enabled and nothing waits: a dead end.
+    DeadEnd {
+        /// The guards that were false.
+        false_guards: Vec<&'static str>,
+    },
+}
+
+impl Route {
+    /// The name of the transition that fires, if one does.
+    pub fn transition_name(&self) -> Option<&'static str> {
+        match self {
+            Self::Fire { transition, .. } => Some(transition.name),
+            _ => None,
+        }
+    }
+}
+
+/// A place name that a workflow does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("workflow `{workflow}` has no place `{place}`; its places are: {}", .places.join(", "))]
+pub struct UnknownPlace {
+    /// The workflow.
+    pub workflow: &'static str,
+    /// The name asked for.
+    pub place: String,
+    /// The places it has.
+    pub places: Vec<&'static str>,
+}
+
+impl Definition {
+    /// A table. `places` lists every place, `start` first and `end` last.
+    pub const fn new(
+        name: &'static str,
+        places: &'static [&'static str],
+        transitions: &'static [TransitionDef],
+    ) -> Self {
+        Self { name, places, transitions, order: OnceLock::new() }
+    }
+
+    /// The workflow's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Every place, as stable snake_case names.
+    pub fn places(&self) -> &'static [&'static str] {
+        self.places
+    }
+
+    /// Every transition, in declaration order.
+    pub fn transitions(&self) -> &'static [TransitionDef] {
+        self.transitions
+    }
+
+    /// The transition with this method name.
+    pub fn transition(&self, name: &str) -> Option<(usize, &'static TransitionDef)> {
+        self.transitions.iter().enumerate().find(|(_, t)| t.name == name)
+    }
+
+    /// The static name of a place, or an error naming the places that exist.
+    pub fn place(&self, place: &str) -> Result<&'static str, UnknownPlace> {
+        self.places.iter().copied().find(|p| *p == place).ok_or_else(|| UnknownPlace {
+            workflow: self.name,
+            place: place.to_owned(),
+            places: self.places.to_vec(),
+        })
+    }
+
+    /// For each place, the indices of the transitions leaving it, in the order they
+    /// are tried: priority (highest first), then declaration order.
+    fn order(&self) -> &[Vec<usize>] {
+        self.order.get_or_init(|| {
+            self.places
+                .iter()
+                .map(|place| {
+                    let mut idx: Vec<usize> = (0..self.transitions.len())
+                        .filter(|&i| self.transitions[i].leaves(place))
+                        .collect();
+                    // A stable sort keeps declaration order among equal priorities.
+                    idx.sort_by_key(|&i| std::cmp::Reverse(self.transitions[i].priority.unwrap_or(0)));
+                    idx
+                })
+                .collect()
+        })
+    }
+
+    /// The transitions leaving `place`, in the order they are tried.
+    pub fn leaving(&self, place: &str) -> Result<impl Iterator<Item = (usize, &'static TransitionDef)> + '_, UnknownPlace> {
+        let p = self.place_index(place)?;
+        let transitions = self.transitions;
+        Ok(self.order()[p].iter().map(move |&i| (i, &transitions[i])))
+    }
+
+    fn place_index(&self, place: &str) -> Result<usize, UnknownPlace> {
+        self.places.iter().position(|p| *p == place).ok_or_else(|| UnknownPlace {
+            workflow: self.name,
+            place: place.to_owned(),
+            places: self.places.to_vec(),
+        })
+    }
+
+    /// Decides what happens at `place`: the first enabled non-wait transition by
+    /// priority then declaration order fires; else enabled wait transitions make the
+    /// run wait; else it is a dead end (or `end`).
+    pub fn route(&self, place: &str, mut guard: impl FnMut(usize) -> bool) -> Result<Route, UnknownPlace> {
+        let p = self.place_index(place)?;
+        if self.places[p] == END {
+            return Ok(Route::End);
+        }
+        let mut false_guards = Vec::new();
+        let mut signals = Vec::new();
+        for &i in &self.order()[p] {
+            let t = &self.transitions[i];
+            if t.wait {
+                if guard(i) {
+                    signals.push(t.name);
+                } else if let Some(g) = t.guard {
+                    false_guards.push(g);
+                }
+                continue;
+            }
+            if guard(i) {
+                return Ok(Route::Fire { index: i, transition: t });
+            }
+            if let Some(g) = t.guard {
+                false_guards.push(g);
+            }
+        }
+        if signals.is_empty() { Ok(Route::DeadEnd { false_guards }) } else { Ok(Route::Wait { signals }) }
+    }
+
+    /// A Mermaid `stateDiagram-v2` of the table: guards, priorities and wait marks as
+    /// labels; `start` and `end` drawn as `[*]`.
+    pub fn mermaid(&self) -> String {
+        let mut out = String::from("stateDiagram-v2\n");
+        for t in self.transitions {
+            for from in t.from {
+                let from = if *from == START { "[*]" } else { from };
+                let to = if t.to == END { "[*]" } else { t.to };
+                let _ = write!(out, "    {from} --> {to}: {}", t.name);
+                if let Some(g) = t.guard {
+                    let _ = write!(out, " [{g}]");
+                }
+                if let Some(p) = t.priority {
+                    let _ = write!(out, " (priority {p})");
+                }
+                if t.wait {
+                    out.push_str(" (wait)");
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Checks a hand-written table the way `#[workflow]` checks one at compile time:
+    /// places exist, `start` has a way out, every place is reachable from `start`
+    /// and can reach `end`, and no unguarded transition shadows a later one.
+    pub fn check(&self) -> Result<(), Vec<String>> {
+        let mut errors = Vec::new();
+        for t in self.transitions {
+            for p in t.from.iter().chain(std::iter::once(&t.to)) {
+                if self.place_index(p).is_err() {
+                    errors.push(format!("transition `{}` names unknown place `{p}`", t.name));
+                }
+            }
+            if t.from.contains(&END) {
+                errors.push(format!("transition `{}` leaves `end`", t.name));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        if !self.transitions.iter().any(|t| t.leaves(START)) {
+            errors.push("no transition leaves `start`".to_owned());
+        }
+        let reach = |from: &'static str, forward: bool| {
+            let mut seen: Vec<&'static str> = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                let p = seen[i];
+                for t in self.transitions {
+                    let next: Vec<&str> = if forward {
+                        if t.leaves(p) { vec![t.to] } else { vec![] }
+                    } else if t.to == p {
+                        t.from.to_vec()
+                    } else {
+                        vec![]
+                    };
+                    for n in next {
+                        if !seen.contains(&n) {
+                            seen.push(n);
+                        }
+                    }
+                }
+                i += 1;
+            }
+            seen
+        };
+        let from_start = reach(START, true);
+        let to_end = reach(END, false);
+        for p in self.places {
+            if !from_start.contains(p) {
+                errors.push(format!("place `{p}` cannot be reached from `start`"));
+            } else if !to_end.contains(p) {
+                errors.push(format!("`end` cannot be reached from place `{p}`"));
+            }
+        }
+        for (p, order) in self.places.iter().zip(self.order()) {
+            let mut shadow: Option<&str> = None;
+            for &i in order {
+                let t = &self.transitions[i];
+                if t.wait {
+                    continue;
+                }
+                if let Some(s) = shadow {
+                    errors.push(format!(
+                        "transition `{}` from `{p}` can never fire: `{s}` has no guard and is tried first",
+                        t.name
+                    ));
+                } else if t.guard.is_none() {
+                    shadow = Some(t.name);
+                }
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+}
+
+/// Helpers on every workflow, for tests and tooling.
+pub trait WorkflowExt: Workflow {
+    /// Decides, without running anything, what happens at `place` for `state`.
+    ///
+    /// ```
+    /// # use loopstack_core::*;
+    /// # fn demo<W: Workflow>(wf: &W, state: &W::State) -> Result<(), UnknownPlace> {
+    /// match wf.route("prompt_executed", state)? {
+    ///     Route::Fire { transition, .. } => println!("{} fires", transition.name),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn route(&self, place: impl AsRef<str>, state: &Self::State) -> Result<Route, UnknownPlace> {
+        self.definition().route(place.as_ref(), |i| self.guard(i, state))
+    }
+
+    /// The name of the transition that fires from `place` for `state`, if one does.
+    fn next_transition(&self, place: impl AsRef<str>, state: &Self::State) -> Result<Option<&'static str>, UnknownPlace> {
+        Ok(self.route(place, state)?.transition_name())
+    }
+
+    /// A Mermaid `stateDiagram-v2` of the workflow.
+    fn mermaid(&self) -> String {
+        self.definition().mermaid()
+    }
+}
+
+impl<W: Workflow + ?Sized> WorkflowExt for W {}

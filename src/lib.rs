@@ -1,0 +1,2 @@
+//! loopstack facade (placeholder)
+pub use loopstack_core::*;
