@@ -1,1 +1,9 @@
-pub use loopstack_core;
+//! The LLM layer of loopstack (docs filled in later).
+
+pub mod error;
+pub mod message;
+pub mod model;
+
+pub use error::LlmError;
+pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
+pub use model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};

@@ -1,0 +1,147 @@
+//! Errors of the LLM layer.
+
+use std::time::Duration;
+
+use loopstack_core::BoxError;
+
+/// Why a model call failed. Every variant names the provider and the model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The API key is missing, wrong, or lacks permission (HTTP 401, 403).
+    #[error("{provider} ({model}): authentication failed (HTTP {status}): {message}")]
+    Authentication {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's message.
+        message: String,
+    },
+    /// The API refused the request (HTTP 400, 404, 413, 422 ...); not retried.
+    #[error("{provider} ({model}): invalid request (HTTP {status}): {message}")]
+    InvalidRequest {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's message.
+        message: String,
+    },
+    /// Too many requests (HTTP 429), after the retries ran out.
+    #[error("{provider} ({model}): rate limited{}: {message}", fmt_retry_after(*.retry_after))]
+    RateLimited {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// What the server asked to wait, if it said.
+        retry_after: Option<Duration>,
+        /// The API's message.
+        message: String,
+    },
+    /// The provider is overloaded (Anthropic's HTTP 529), after the retries ran out.
+    #[error("{provider} ({model}): overloaded: {message}")]
+    Overloaded {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The API's message.
+        message: String,
+    },
+    /// The server failed (HTTP 5xx, 408, 409), after the retries ran out.
+    #[error("{provider} ({model}): server error (HTTP {status}): {message}")]
+    Server {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's message.
+        message: String,
+    },
+    /// No complete answer within the request timeout.
+    #[error("{provider} ({model}): timed out after {after:?}")]
+    Timeout {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The connection failed, after the retries ran out.
+    #[error("{provider} ({model}): connection failed: {source}")]
+    Connection {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// The transport error.
+        #[source]
+        source: BoxError,
+    },
+    /// The response did not have the expected shape.
+    #[error("{provider} ({model}): malformed response: {message}")]
+    MalformedResponse {
+        /// The provider.
+        provider: &'static str,
+        /// The model.
+        model: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The provider is not set up: no API key, no such provider, an invalid URL.
+    #[error("{provider}: configuration error: {message}")]
+    Config {
+        /// The provider.
+        provider: &'static str,
+        /// What is missing or wrong.
+        message: String,
+    },
+    /// A scripted model was asked for more replies than it has, or its function failed.
+    #[error("scripted model ({model}): {message}")]
+    Script {
+        /// The model name in the request.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn fmt_retry_after(d: Option<Duration>) -> String {
+    d.map(|d| format!(" (retry after {d:?})")).unwrap_or_default()
+}
+
+impl LlmError {
+    /// The provider the error came from.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Self::Authentication { provider, .. }
+            | Self::InvalidRequest { provider, .. }
+            | Self::RateLimited { provider, .. }
+            | Self::Overloaded { provider, .. }
+            | Self::Server { provider, .. }
+            | Self::Timeout { provider, .. }
+            | Self::Connection { provider, .. }
+            | Self::MalformedResponse { provider, .. }
+            | Self::Config { provider, .. } => provider,
+            Self::Script { .. } => "scripted",
+        }
+    }
+
+    /// Whether the call may succeed if made again (a timeout is not retried: the
+    /// request may still be running on the server).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited { .. } | Self::Overloaded { .. } | Self::Server { .. } | Self::Connection { .. }
+        )
+    }
+}

@@ -1,0 +1,181 @@
+//! The chat-model trait, its requests, responses and stream events.
+
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use futures::StreamExt as _;
+use loopstack_core::ToolSpec;
+
+use crate::error::LlmError;
+use crate::message::{ContentBlock, Message, StopReason, Usage};
+
+/// What is sent to a model.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ChatRequest {
+    /// The model, such as `claude-sonnet-4-5` or `gpt-4o-mini`.
+    pub model: String,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// The conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools offered in this turn.
+    pub tools: Vec<Arc<ToolSpec>>,
+    /// The most output tokens; providers that require it use their default when `None`.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Sequences that stop generation.
+    pub stop_sequences: Vec<String>,
+}
+
+impl ChatRequest {
+    /// A request for `model` with these messages.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self { model: model.into(), messages, ..Self::default() }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Sets the tools offered.
+    #[must_use]
+    pub fn tools(mut self, tools: Vec<Arc<ToolSpec>>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the output token limit.
+    #[must_use]
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the temperature.
+    #[must_use]
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+}
+
+/// What a model answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ChatResponse {
+    /// The assistant message.
+    pub message: Message,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// Tokens used.
+    pub usage: Usage,
+    /// The model that answered, as the provider reports it.
+    pub model: String,
+    /// The provider's response id, if it gives one.
+    pub id: Option<String>,
+}
+
+impl ChatResponse {
+    /// A response.
+    pub fn new(message: Message, stop_reason: StopReason, usage: Usage, model: impl Into<String>) -> Self {
+        Self { message, stop_reason, usage, model: model.into(), id: None }
+    }
+}
+
+/// One event of a streamed response.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// Text was added to content block `index`.
+    TextDelta {
+        /// The content block's index.
+        index: usize,
+        /// The new text.
+        text: String,
+    },
+    /// A tool call started at content block `index`.
+    ToolUseStart {
+        /// The content block's index.
+        index: usize,
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A piece of a tool call's JSON arguments arrived.
+    ToolInputDelta {
+        /// The content block's index.
+        index: usize,
+        /// The piece of JSON.
+        partial_json: String,
+    },
+    /// The response is complete; this equals what [`ChatModel::chat`] returns.
+    Done(ChatResponse),
+}
+
+/// A chat model: a provider's API, a local server, or the scripted model.
+///
+/// Object safe: hold one as `Arc<dyn ChatModel>`.
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync + 'static {
+    /// The provider's name, such as `anthropic`, `openai` or `scripted`.
+    fn provider(&self) -> &'static str;
+
+    /// Sends the request and returns the whole response.
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
+
+    /// Sends the request and streams the response. The last item is
+    /// [`StreamEvent::Done`] with the same response `chat` returns.
+    ///
+    /// The default calls [`ChatModel::chat`] and replays the result as events.
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+        futures::stream::once(async move { self.chat(request).await })
+            .flat_map(|r| {
+                let events: Vec<Result<StreamEvent, LlmError>> = match r {
+                    Ok(resp) => replay(resp).into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures::stream::iter(events)
+            })
+            .boxed()
+    }
+}
+
+/// The events a streamed version of `response` would have produced.
+pub fn replay(response: ChatResponse) -> Vec<StreamEvent> {
+    let mut events = Vec::new();
+    for (index, block) in response.message.content.iter().enumerate() {
+        match block {
+            ContentBlock::Text { text } => events.push(StreamEvent::TextDelta { index, text: text.clone() }),
+            ContentBlock::ToolUse(t) => {
+                events.push(StreamEvent::ToolUseStart { index, id: t.id.clone(), name: t.name.clone() });
+                let partial_json = match &t.invalid_input {
+                    Some(bad) => bad.raw.clone(),
+                    None => t.input.to_string(),
+                };
+                events.push(StreamEvent::ToolInputDelta { index, partial_json });
+            }
+            _ => {}
+        }
+    }
+    events.push(StreamEvent::Done(response));
+    events
+}
+
+#[async_trait::async_trait]
+impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
+    fn provider(&self) -> &'static str {
+        (**self).provider()
+    }
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        (**self).chat(request).await
+    }
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+        (**self).stream(request)
+    }
+}
