@@ -7,3 +7,10 @@ pub mod model;
 pub use error::LlmError;
 pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
 pub use model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};
+
+#[cfg(feature = "http")]
+mod http;
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+#[cfg(feature = "openai")]
+pub mod openai;
