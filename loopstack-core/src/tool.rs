@@ -39,8 +39,12 @@ use crate::RunId;
 ///         Ok(ToolOutput::text(args.text))
 ///     }
 /// }
-/// # let out = futures::executor::block_on(Echo.call(serde_json::json!({"text": "hi"}), &ToolContext::new("call_1", "echo")));
-/// # assert_eq!(out.unwrap().to_text(), "hi");
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let out = Echo.call(serde_json::json!({"text": "hi"}), &ToolContext::new("call_1", "echo")).await;
+/// assert_eq!(out.unwrap().to_text(), "hi");
+/// let err = Echo.call(serde_json::json!({"text": 7}), &ToolContext::new("call_2", "echo")).await.unwrap_err();
+/// assert_eq!(err.to_string(), "invalid arguments for tool `echo` at `text`: invalid type: integer `7`, expected a string");
+/// # });
 /// ```
 #[async_trait::async_trait]
 #[diagnostic::on_unimplemented(

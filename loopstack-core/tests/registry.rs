@@ -1,0 +1,160 @@
+//! The tool registry with hand-written tools.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loopstack_core::*;
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Args {
+    /// City or location name
+    location: String,
+    /// Unit, `c` or `f`
+    unit: Option<String>,
+    nested: Option<Inner>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Inner {
+    depth: u32,
+}
+
+static SCHEMA_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+struct Weather;
+
+#[async_trait::async_trait]
+impl Tool for Weather {
+    fn name(&self) -> &str {
+        "get_weather"
+    }
+    fn description(&self) -> &str {
+        "Retrieve weather information."
+    }
+    fn input_schema(&self) -> Value {
+        SCHEMA_CALLS.fetch_add(1, Ordering::SeqCst);
+        tool_input_schema::<Args>()
+    }
+    async fn call(&self, args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // Echo what the tool received, to show unknown arguments were dropped.
+        let _: Args = parse_tool_arguments(self.name(), args.clone())?;
+        Ok(ToolOutput::json(args))
+    }
+}
+
+struct Impostor;
+
+#[async_trait::async_trait]
+impl Tool for Impostor {
+    fn name(&self) -> &str {
+        "get_weather"
+    }
+    fn description(&self) -> &str {
+        "Also weather."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("rain"))
+    }
+}
+
+#[test]
+fn the_input_schema_is_inlined_closed_and_lists_required_fields() {
+    let schema = tool_input_schema::<Args>();
+    assert_eq!(
+        schema,
+        json!({
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "City or location name"},
+                "unit": {"type": ["string", "null"], "description": "Unit, `c` or `f`"},
+                "nested": {
+                    "type": ["object", "null"],
+                    "properties": {"depth": {"type": "integer", "format": "uint32", "minimum": 0}},
+                    "required": ["depth"],
+                    "additionalProperties": false
+                }
+            },
+            "required": ["location"],
+            "additionalProperties": false
+        })
+    );
+    assert!(!schema.to_string().contains("$ref") && !schema.to_string().contains("$defs"));
+}
+
+#[tokio::test]
+async fn the_registry_computes_schemas_once_and_refuses_duplicates() {
+    let mut tools = ToolRegistry::new();
+    tools.register(Weather).unwrap();
+    let before = SCHEMA_CALLS.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        assert_eq!(tools.spec("get_weather").unwrap().input_schema["required"], json!(["location"]));
+        let out = tools.call("get_weather", json!({"location": "Berlin"}), &ToolContext::new("c", "get_weather")).await;
+        assert!(out.is_ok());
+    }
+    assert_eq!(SCHEMA_CALLS.load(Ordering::SeqCst), before, "no schema generation per call");
+
+    let err = tools.register(Impostor).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("`get_weather`") && msg.contains("registry::Weather") && msg.contains("registry::Impostor"), "{msg}");
+    assert_eq!(tools.len(), 1);
+}
+
+#[tokio::test]
+async fn unknown_tools_name_the_tools_that_exist() {
+    let tools = ToolRegistry::new().with(Weather).unwrap();
+    let err = tools.call("get_wether", json!({}), &ToolContext::new("c", "get_wether")).await.unwrap_err();
+    assert_eq!(err.kind(), ToolErrorKind::UnknownTool);
+    assert_eq!(err.to_string(), "unknown tool `get_wether`; the available tools are: get_weather");
+}
+
+#[tokio::test]
+async fn unknown_arguments_are_dropped_and_bad_ones_explained() {
+    let tools = ToolRegistry::new().with(Weather).unwrap();
+    let cx = ToolContext::new("c", "get_weather");
+    let out = tools.call("get_weather", json!({"location": "Berlin", "mood": "sunny"}), &cx).await.unwrap();
+    assert_eq!(out.content, ToolContent::Json(json!({"location": "Berlin"})));
+
+    let err = tools.call("get_weather", json!({"unit": "c"}), &cx).await.unwrap_err();
+    assert_eq!(err.kind(), ToolErrorKind::InvalidArguments);
+    assert_eq!(err.to_string(), "invalid arguments for tool `get_weather`: missing field `location`");
+
+    let err = tools.call("get_weather", json!({"location": "x", "nested": {"depth": -1}}), &cx).await.unwrap_err();
+    assert!(err.to_string().contains("at `nested.depth`"), "{err}");
+}
+
+#[test]
+fn invalid_names_are_refused() {
+    struct Bad;
+    #[async_trait::async_trait]
+    impl Tool for Bad {
+        fn name(&self) -> &str {
+            "get weather!"
+        }
+        fn description(&self) -> &str {
+            "x"
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+            unreachable!()
+        }
+    }
+    assert!(matches!(ToolRegistry::new().register(Bad), Err(RegistryError::InvalidName(_))));
+    assert!(is_valid_tool_name("a-b_C9") && !is_valid_tool_name("") && !is_valid_tool_name(&"x".repeat(65)));
+}
+
+#[test]
+fn outputs_keep_text_as_text() {
+    assert_eq!(ToolOutput::text("Mostly sunny").to_text(), "Mostly sunny");
+    assert_eq!(ToolOutput::json(json!({"t": 14})).to_text(), r#"{"t":14}"#);
+    assert_eq!(String::from("x").into_tool_output(), ToolOutput::text("x"));
+    assert_eq!(Json(vec![1, 2]).into_tool_output(), ToolOutput::json(json!([1, 2])));
+    let err: ToolError = "x".parse::<i32>().unwrap_err().into();
+    assert_eq!(ToolOutput::from(err), ToolOutput::error("invalid digit found in string"));
+}

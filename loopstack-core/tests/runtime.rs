@@ -1,0 +1,475 @@
+//! Routing and runtime behaviour, with a hand-written workflow (no macros), so the
+//! core is tested on its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::BoxFuture;
+use loopstack_core::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct State {
+    high: bool,
+    low: bool,
+    wait: bool,
+    spin: bool,
+    fail: bool,
+    log: Vec<String>,
+    approved_by: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Approval {
+    approved_by: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl DocumentType for Note {
+    const TYPE: &'static str = "note";
+    fn default_tags() -> &'static [&'static str] {
+        &["notes"]
+    }
+}
+
+/// Drops to signal that the future holding it was dropped.
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[derive(Default)]
+struct Demo {
+    /// `finish` hangs once while this is set.
+    hang: AtomicBool,
+    started: Notify,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Demo {
+    fn hanging() -> Self {
+        Self { hang: AtomicBool::new(true), ..Self::default() }
+    }
+}
+
+static DEF: Definition = Definition::new(
+    "demo",
+    &[START, "a", "b", "waiting", END],
+    &[
+        TransitionDef::new("begin", &[START], "a"),
+        TransitionDef::new("low_first", &["a"], "b").guard("low"),
+        TransitionDef::new("low_second", &["a"], "b").guard("low"),
+        TransitionDef::new("high", &["a"], "b").priority(10).guard("high"),
+        TransitionDef::new("park", &["a"], "waiting").guard("wait"),
+        TransitionDef::new("approve", &["waiting"], END).wait(|| json!({"type": "object"})),
+        TransitionDef::new("spin", &["b"], "b").priority(1).guard("spin"),
+        TransitionDef::new("finish", &["b"], END),
+    ],
+);
+
+impl Workflow for Demo {
+    type State = State;
+    type Input = State;
+
+    fn definition(&self) -> &'static Definition {
+        &DEF
+    }
+
+    fn init(&self, input: State) -> State {
+        input
+    }
+
+    fn guard(&self, t: usize, s: &State) -> bool {
+        match t {
+            1 | 2 => s.low,
+            3 => s.high,
+            4 => s.wait,
+            6 => s.spin,
+            _ => true,
+        }
+    }
+
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        s: &'a mut State,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            let name = DEF.transitions()[t].name;
+            s.log.push(name.to_owned());
+            cx.save(&Note { text: format!("{name} ran") }).map_err(TransitionError::failed)?;
+            match name {
+                "approve" => {
+                    let a: Approval = serde_json::from_value(payload.unwrap_or(Value::Null))
+                        .map_err(|e| TransitionError::InvalidPayload(e.to_string()))?;
+                    s.approved_by = Some(a.approved_by);
+                }
+                "finish" if s.fail => return Err(TransitionError::failed("the finish line moved")),
+                "finish" if self.hang.swap(false, Ordering::SeqCst) => {
+                    let _flag = DropFlag(self.dropped.clone());
+                    self.started.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+fn state(f: impl FnOnce(&mut State)) -> State {
+    let mut s = State::default();
+    f(&mut s);
+    s
+}
+
+#[test]
+fn definition_checks_out() {
+    assert_eq!(DEF.check(), Ok(()));
+}
+
+#[test]
+fn priority_wins_over_declaration_order() {
+    let s = state(|s| {
+        s.low = true;
+        s.high = true;
+    });
+    assert_eq!(Demo::default().next_transition("a", &s).unwrap(), Some("high"));
+}
+
+#[test]
+fn ties_fire_in_declaration_order() {
+    let s = state(|s| s.low = true);
+    assert_eq!(Demo::default().next_transition("a", &s).unwrap(), Some("low_first"));
+}
+
+#[test]
+fn false_guards_fall_through_to_the_next_transition() {
+    let s = state(|s| s.wait = true);
+    assert_eq!(Demo::default().next_transition("a", &s).unwrap(), Some("park"));
+    // At `b`, `spin` (priority 1) is tried first; its guard is false, so `finish` fires.
+    assert_eq!(Demo::default().next_transition("b", &State::default()).unwrap(), Some("finish"));
+}
+
+#[test]
+fn routing_reports_waits_dead_ends_and_unknown_places() {
+    let wf = Demo::default();
+    assert_eq!(wf.route("waiting", &State::default()).unwrap(), Route::Wait { signals: vec!["approve"] });
+    assert_eq!(
+        wf.route("a", &State::default()).unwrap(),
+        Route::DeadEnd { false_guards: vec!["high", "low", "low", "wait"] }
+    );
+    assert_eq!(wf.route("end", &State::default()).unwrap(), Route::End);
+    let err = wf.route("nowhere", &State::default()).unwrap_err();
+    assert!(err.to_string().contains("has no place `nowhere`"), "{err}");
+}
+
+#[tokio::test]
+async fn a_run_reaches_end_and_commits_every_step() {
+    let rt = Runtime::new();
+    let report = rt.start(&Demo::default(), state(|s| s.high = true)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.log, ["begin", "high", "finish"]);
+    assert_eq!(report.steps, 3);
+
+    let record = rt.store().load_run(report.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    assert_eq!(record.place, "end");
+    let taken: Vec<_> = record.history.iter().map(|h| (h.transition.as_str(), h.from.as_str(), h.to.as_str())).collect();
+    assert_eq!(taken, [("begin", "start", "a"), ("high", "a", "b"), ("finish", "b", "end")]);
+    assert_eq!(serde_json::from_value::<State>(record.state).unwrap(), report.state);
+
+    let docs = rt.store().documents(report.run_id).await.unwrap();
+    let texts: Vec<String> = docs.iter().map(|d| d.read::<Note>().unwrap().text).collect();
+    assert_eq!(texts, ["begin ran", "high ran", "finish ran"]);
+    assert!(docs.iter().all(|d| d.doc_type == "note" && d.has_tag("notes")));
+    assert_eq!(docs.iter().map(|d| d.step).collect::<Vec<_>>(), [1, 2, 3]);
+}
+
+#[tokio::test]
+async fn a_dead_end_fails_naming_workflow_place_and_false_guards() {
+    let rt = Runtime::new();
+    let err = rt.start(&Demo::default(), State::default()).await.unwrap_err();
+    let RunError::DeadEnd { workflow, place, ref false_guards, run_id } = err else { panic!("{err:?}") };
+    assert_eq!((workflow, place), ("demo", "a"));
+    assert_eq!(false_guards, &["high", "low", "low", "wait"]);
+    let msg = err.to_string();
+    assert!(msg.contains("`demo`") && msg.contains("place `a`") && msg.contains("high, low, low, wait"), "{msg}");
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Failed);
+    assert_eq!(record.place, "a", "the failed run keeps its last checkpoint");
+}
+
+#[tokio::test]
+async fn the_step_limit_ends_a_runaway_loop() {
+    let rt = Runtime::new();
+    let err = rt
+        .start(
+            &Demo::default(),
+            state(|s| {
+                s.high = true;
+                s.spin = true;
+            }),
+        )
+        .max_steps(20)
+        .await
+        .unwrap_err();
+    let RunError::StepLimit { limit, place, run_id, .. } = err else { panic!("{err:?}") };
+    assert_eq!((limit, place), (20, "b"));
+    assert_eq!(rt.store().load_run(run_id).await.unwrap().step, 20);
+}
+
+#[tokio::test]
+async fn the_default_step_limit_is_one_thousand() {
+    let rt = Runtime::new();
+    let err = rt
+        .start(
+            &Demo::default(),
+            state(|s| {
+                s.high = true;
+                s.spin = true;
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::StepLimit { limit: 1000, .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_error_in_a_transition_fails_the_run_and_keeps_nothing_of_it() {
+    let rt = Runtime::new();
+    let err = rt
+        .start(
+            &Demo::default(),
+            state(|s| {
+                s.high = true;
+                s.fail = true;
+            }),
+        )
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("`demo`") && msg.contains("`finish`") && msg.contains("place `b`"), "{msg}");
+    assert_eq!(err.transition_source().unwrap().to_string(), "the finish line moved");
+    let run_id = err.run_id().unwrap();
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Failed);
+    assert_eq!(record.place, "b");
+    assert!(record.error.unwrap().contains("the finish line moved"));
+    // The failed transition's document was not committed.
+    let docs = rt.store().documents(run_id).await.unwrap();
+    assert_eq!(docs.len(), 2);
+}
+
+#[tokio::test]
+async fn wait_and_signal_with_a_typed_payload() {
+    let rt = Runtime::new();
+    let wf = Demo::default();
+    let report = rt.start(&wf, state(|s| s.wait = true)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "waiting", signals: vec!["approve"] });
+    let run_id = report.run_id;
+    assert_eq!(rt.store().load_run(run_id).await.unwrap().status, RunStatus::Waiting);
+
+    // An unknown signal is refused and the run keeps waiting.
+    let err = rt.signal(&wf, run_id, "reject", json!({})).await.unwrap_err();
+    assert!(matches!(&err, RunError::UnknownSignal { expected, .. } if expected == &["approve"]), "{err:?}");
+
+    // A payload that does not deserialize is refused and the run keeps waiting.
+    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": 7})).await.unwrap_err();
+    assert!(matches!(&err, RunError::InvalidSignalPayload { signal: "approve", .. }), "{err:?}");
+    assert!(err.to_string().contains("still waiting"));
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Waiting, "waiting", 2));
+    assert_eq!(rt.store().documents(run_id).await.unwrap().len(), 2);
+
+    let report = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.approved_by.as_deref(), Some("ada"));
+    assert_eq!(report.state.log, ["begin", "park", "approve"]);
+
+    // A finished run takes no more signals.
+    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "bob"})).await.unwrap_err();
+    assert!(matches!(err, RunError::InvalidStatus { status: RunStatus::Completed, .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn cancelling_stops_the_run_at_the_next_await_and_drops_its_work() {
+    let rt = Runtime::new();
+    let wf = Demo::hanging();
+    let token = CancellationToken::new();
+    let run_id = RunId::new();
+    let run = rt.start(&wf, state(|s| s.high = true)).run_id(run_id).cancel_on(token.clone());
+    let (result, ()) = tokio::join!(run.into_future(), async {
+        wf.started.notified().await;
+        assert!(!wf.dropped.load(Ordering::SeqCst));
+        token.cancel();
+    });
+    let err = result.unwrap_err();
+    assert!(matches!(err, RunError::Cancelled { place: "b", .. }), "{err:?}");
+    assert!(wf.dropped.load(Ordering::SeqCst), "the transition's future was dropped");
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Cancelled, "b", 2));
+    // A cancelled run is finished.
+    let err = rt.resume(&wf, run_id).await.unwrap_err();
+    assert!(matches!(err, RunError::InvalidStatus { status: RunStatus::Cancelled, .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_crashed_run_resumes_from_its_last_checkpoint() {
+    let rt = Runtime::new();
+    let wf = Demo::hanging();
+    let run_id = RunId::new();
+    // A crash: the driving future is dropped mid-transition, and the run stays
+    // `running` at its last checkpoint.
+    {
+        let run = rt.start(&wf, state(|s| s.high = true)).run_id(run_id).into_future();
+        tokio::select! {
+            _ = run => panic!("the run cannot finish while `finish` hangs"),
+            () = wf.started.notified() => {}
+        }
+    }
+    assert!(wf.dropped.load(Ordering::SeqCst));
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Running, "b", 2));
+
+    // Another runtime over the same store picks the run up where it stopped.
+    let other = Runtime::with_shared_store(rt.store().clone());
+    let report = other.resume(&wf, run_id).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.log, ["begin", "high", "finish"]);
+    let docs = other.store().documents(run_id).await.unwrap();
+    let texts: Vec<String> = docs.iter().map(|d| d.read::<Note>().unwrap().text).collect();
+    assert_eq!(texts, ["begin ran", "high ran", "finish ran"], "no document was lost or doubled");
+}
+
+#[tokio::test]
+async fn a_run_of_another_workflow_is_refused() {
+    struct Other;
+    static ODEF: Definition =
+        Definition::new("other", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+    impl Workflow for Other {
+        type State = State;
+        type Input = State;
+        fn definition(&self) -> &'static Definition {
+            &ODEF
+        }
+        fn init(&self, s: State) -> State {
+            s
+        }
+        fn guard(&self, _: usize, _: &State) -> bool {
+            true
+        }
+        fn transition<'a>(
+            &'a self,
+            _: usize,
+            _: &'a mut State,
+            _: &'a mut RunContext,
+            _: Option<Value>,
+        ) -> BoxFuture<'a, Result<(), TransitionError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+    let rt = Runtime::new();
+    let report = rt.start(&Demo::default(), state(|s| s.wait = true)).await.unwrap();
+    let err = rt.resume(&Other, report.run_id).await.unwrap_err();
+    assert!(matches!(err, RunError::Mismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains("belongs to workflow `demo`"), "{err}");
+}
+
+#[tokio::test]
+async fn keyed_documents_replace_in_place_and_keep_history() {
+    struct Keyed;
+    static KDEF: Definition = Definition::new(
+        "keyed",
+        &[START, "one", END],
+        &[TransitionDef::new("first", &[START], "one"), TransitionDef::new("second", &["one"], END)],
+    );
+    impl Workflow for Keyed {
+        type State = ();
+        type Input = ();
+        fn definition(&self) -> &'static Definition {
+            &KDEF
+        }
+        fn init(&self, (): ()) {}
+        fn guard(&self, _: usize, (): &()) -> bool {
+            true
+        }
+        fn transition<'a>(
+            &'a self,
+            t: usize,
+            _: &'a mut (),
+            cx: &'a mut RunContext,
+            _: Option<Value>,
+        ) -> BoxFuture<'a, Result<(), TransitionError>> {
+            Box::pin(async move {
+                let save = |cx: &mut RunContext, key: &str, text: &str| {
+                    cx.save_with(&Note { text: text.into() }, SaveOptions::new().key(key).tag("t").meta("by", t))
+                        .map(|_| ())
+                        .map_err(TransitionError::failed)
+                };
+                if t == 0 {
+                    save(cx, "plan", "draft")?;
+                    save(cx, "other", "x")?;
+                    save(cx, "plan", "draft 2")?; // replaced within the same transition
+                } else {
+                    assert_eq!(cx.get::<Note>("plan").unwrap().unwrap().text, "draft 2");
+                    save(cx, "plan", "final")?;
+                    assert_eq!(cx.documents_of::<Note>().unwrap().len(), 2);
+                }
+                Ok(())
+            })
+        }
+    }
+    let rt = Runtime::new();
+    let report = rt.start(&Keyed, ()).await.unwrap();
+    let docs = rt.store().documents(report.run_id).await.unwrap();
+    let current: Vec<(Option<&str>, String, u32)> =
+        docs.iter().map(|d| (d.key.as_deref(), d.read::<Note>().unwrap().text, d.version)).collect();
+    assert_eq!(current, [(Some("plan"), "final".into(), 3), (Some("other"), "x".into(), 1)]);
+    assert_eq!(docs[0].metadata["by"], json!(1));
+    assert!(docs[0].has_tag("notes") && docs[0].has_tag("t"));
+    let history = rt.store().document_history(report.run_id, "plan").await.unwrap();
+    let versions: Vec<(u32, String)> = history.iter().map(|d| (d.version, d.read::<Note>().unwrap().text)).collect();
+    assert_eq!(versions, [(1, "draft".into()), (2, "draft 2".into()), (3, "final".into())]);
+}
+
+#[test]
+fn mermaid_draws_the_table() {
+    let m = Demo::default().mermaid();
+    assert!(m.starts_with("stateDiagram-v2\n"));
+    assert!(m.contains("    [*] --> a: begin\n"));
+    assert!(m.contains("    a --> b: high [high] (priority 10)\n"));
+    assert!(m.contains("    waiting --> [*]: approve (wait)\n"));
+    assert!(m.contains("    b --> b: spin [spin] (priority 1)\n"));
+}
+
+#[test]
+fn check_reports_shadowing_and_unreachable_places() {
+    static BAD: Definition = Definition::new(
+        "bad",
+        &[START, "a", "island", "trap", END],
+        &[
+            TransitionDef::new("go", &[START], "a"),
+            TransitionDef::new("always", &["a"], END),
+            TransitionDef::new("never", &["a"], "trap").guard("g"),
+            TransitionDef::new("stuck", &["trap"], "trap"),
+        ],
+    );
+    let errors = BAD.check().unwrap_err();
+    assert!(errors.contains(&"place `island` cannot be reached from `start`".to_owned()), "{errors:?}");
+    assert!(errors.contains(&"`end` cannot be reached from place `trap`".to_owned()), "{errors:?}");
+    assert!(
+        errors.contains(&"transition `never` from `a` can never fire: `always` has no guard and is tried first".to_owned()),
+        "{errors:?}"
+    );
+}
