@@ -145,3 +145,48 @@ impl LlmError {
         )
     }
 }
+
+/// Why an LLM step of a workflow ([`LlmGenerateText`](crate::LlmGenerateText),
+/// [`LlmDelegateToolCalls`](crate::LlmDelegateToolCalls), the [`Agent`](crate::Agent))
+/// failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The model call failed.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// No model is registered for the provider named in the options.
+    #[error("no model is registered for provider `{provider}`; registered: {}", list(.available))]
+    UnknownProvider {
+        /// The provider asked for.
+        provider: String,
+        /// The providers registered.
+        available: Vec<String>,
+    },
+    /// A tool named in the options is not in the registry.
+    #[error("tool `{tool}` is offered to the model but not registered; registered: {}", list(.available))]
+    UnknownTool {
+        /// The tool asked for.
+        tool: String,
+        /// The tools registered.
+        available: Vec<String>,
+    },
+    /// A message document could not be written or read.
+    #[error("message document error: {0}")]
+    Document(#[from] serde_json::Error),
+    /// The agent used all its model turns and the model still asked for tools.
+    #[error("the agent used its budget of {max_turns} model turns without a final answer")]
+    TurnBudgetExceeded {
+        /// The budget.
+        max_turns: u32,
+        /// The conversation so far, oldest first.
+        conversation: Vec<crate::Message>,
+    },
+    /// The run failed outside the LLM steps (store, cancellation, step limit ...).
+    #[error(transparent)]
+    Run(#[from] loopstack_core::RunError),
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() { "none".to_owned() } else { items.join(", ") }
+}

@@ -1,8 +1,19 @@
 //! The LLM layer of loopstack (docs filled in later).
 
+mod delegate;
 pub mod error;
+mod generate;
 pub mod message;
 pub mod model;
+mod scripted;
+
+pub use delegate::{DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult};
+pub use error::AgentError;
+pub use generate::{
+    CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, Models,
+    conversation,
+};
+pub use scripted::ScriptedModel;
 
 pub use error::LlmError;
 pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};

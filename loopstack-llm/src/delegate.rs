@@ -1,0 +1,181 @@
+//! `LlmDelegateToolCalls`: runs the tool calls of an assistant message.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt as _, StreamExt as _};
+use loopstack_core::{RunContext, ToolContext, ToolOutput, ToolRegistry};
+use serde::{Deserialize, Serialize};
+use tokio::sync::RwLock;
+use tracing::Instrument as _;
+
+use crate::error::AgentError;
+use crate::message::{Message, ToolResult, ToolUse};
+
+/// The default per-tool timeout.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default number of tool calls run at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The result of one tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ToolCallResult {
+    /// The id of the call it answers.
+    pub tool_use_id: String,
+    /// The tool's name as the model called it.
+    pub name: String,
+    /// The text the model sees.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+}
+
+impl From<&ToolCallResult> for ToolResult {
+    fn from(r: &ToolCallResult) -> Self {
+        Self { tool_use_id: r.tool_use_id.clone(), content: r.content.clone(), is_error: r.is_error }
+    }
+}
+
+/// What delegating one message's tool calls produced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DelegateResult {
+    /// Exactly one result per call, in call order.
+    pub results: Vec<ToolCallResult>,
+    /// Whether every call has its result.
+    pub all_completed: bool,
+    /// How many results are errors.
+    pub error_count: usize,
+}
+
+/// Runs every tool call of an assistant message and saves one tool-result message
+/// document with all results.
+///
+/// Every failure becomes a result the model sees, and the run goes on: an unknown tool
+/// or one not offered in that turn (the error names the tools that are), arguments that
+/// are not valid JSON or do not deserialize, a handler that returns an error or panics,
+/// and a call that outlives its timeout. Calls run concurrently (at most
+/// [`DEFAULT_CONCURRENCY`] at once unless set); a tool whose options say it is not
+/// concurrent runs alone.
+#[derive(Debug, Clone)]
+pub struct LlmDelegateToolCalls {
+    tools: ToolRegistry,
+    default_timeout: Duration,
+    concurrency: usize,
+}
+
+impl LlmDelegateToolCalls {
+    /// A step over these tools.
+    pub fn new(tools: ToolRegistry) -> Self {
+        Self { tools, default_timeout: DEFAULT_TOOL_TIMEOUT, concurrency: DEFAULT_CONCURRENCY }
+    }
+
+    /// Sets the timeout of tools that set none (30 s unless set; zero means 24 hours).
+    #[must_use]
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// Sets how many calls run at once (at least 1).
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// Runs the calls of `message`, of which `offered` lists the tools offered in its
+    /// turn, and saves the results as one message document.
+    pub async fn call(&self, cx: &mut RunContext, message: &Message, offered: &[String]) -> Result<DelegateResult, AgentError> {
+        let result = self.run(cx, message, offered).await;
+        cx.save(&Message::tool_results(result.results.iter().map(ToolResult::from)))?;
+        Ok(result)
+    }
+
+    /// Runs the calls without saving anything.
+    pub async fn run(&self, cx: &RunContext, message: &Message, offered: &[String]) -> DelegateResult {
+        let exclusive = RwLock::new(());
+        let run_id = cx.run_id();
+        let cancellation = cx.cancellation().clone();
+        let results: Vec<ToolCallResult> = futures::stream::iter(message.tool_uses().enumerate())
+            .map(|(index, call)| {
+                let tcx = ToolContext::new(call.id.clone(), call.name.clone())
+                    .with_index(index)
+                    .with_run_id(run_id)
+                    .with_cancellation(cancellation.child_token());
+                self.run_one(call, tcx, offered, &exclusive)
+            })
+            .buffered(self.concurrency)
+            .collect()
+            .await;
+        let error_count = results.iter().filter(|r| r.is_error).count();
+        DelegateResult { all_completed: results.len() == message.tool_uses().count(), error_count, results }
+    }
+
+    async fn run_one(&self, call: &ToolUse, cx: ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolCallResult {
+        let span = tracing::info_span!(
+            "loopstack.tool",
+            tool = %call.name,
+            call_id = %call.id,
+            duration_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let output = self.execute(call, &cx, offered, exclusive).instrument(span.clone()).await;
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        span.record("outcome", if output.is_error { "error" } else { "ok" });
+        if output.is_error {
+            span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
+        }
+        let is_error = output.is_error;
+        ToolCallResult { tool_use_id: call.id.clone(), name: call.name.clone(), content: output.into_text(), is_error }
+    }
+
+    async fn execute(&self, call: &ToolUse, cx: &ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolOutput {
+        let name = call.name.as_str();
+        if !offered.iter().any(|o| o == name) || self.tools.get(name).is_none() {
+            let available: Vec<String> =
+                offered.iter().filter(|o| self.tools.get(o).is_some()).cloned().collect();
+            return self.tools.unknown_tool(name, Some(&available)).into();
+        }
+        if let Some(bad) = &call.invalid_input {
+            return ToolOutput::error(format!(
+                "the arguments of this call to `{name}` are not valid JSON ({}); call the tool again with a JSON object",
+                bad.error
+            ));
+        }
+        let spec = self.tools.spec(name).expect("checked above");
+        let timeout = spec.options.effective_timeout(self.default_timeout);
+        let _guard = if spec.options.concurrent {
+            futures::future::Either::Left(exclusive.read().await)
+        } else {
+            futures::future::Either::Right(exclusive.write().await)
+        };
+        let invocation = AssertUnwindSafe(self.tools.call(name, call.input.clone(), cx)).catch_unwind();
+        match tokio::time::timeout(timeout, invocation).await {
+            Err(_) => ToolOutput::error(format!("tool `{name}` timed out after {}", fmt_duration(timeout))),
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned());
+                tracing::error!(tool = name, call_id = cx.call_id(), panic = %what, "tool panicked");
+                ToolOutput::error(format!("tool `{name}` failed: it panicked: {what}"))
+            }
+            Ok(Ok(Err(err))) => err.into(),
+            Ok(Ok(Ok(output))) => output,
+        }
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 { format!("{} s", ms / 1000) } else { format!("{ms} ms") }
+}
