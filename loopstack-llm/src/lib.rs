@@ -25,3 +25,8 @@ mod http;
 pub mod anthropic;
 #[cfg(feature = "openai")]
 pub mod openai;
+
+#[cfg(feature = "anthropic")]
+pub use anthropic::Anthropic;
+#[cfg(feature = "http")]
+pub use http::RetryPolicy;
