@@ -30,3 +30,5 @@ pub mod openai;
 pub use anthropic::Anthropic;
 #[cfg(feature = "http")]
 pub use http::RetryPolicy;
+#[cfg(feature = "openai")]
+pub use openai::OpenAi;
