@@ -1,0 +1,311 @@
+//! A scripted HTTP/1.1 server on 127.0.0.1 for the provider tests.
+//!
+//! Each test starts its own [`Server`] with a script of [`Reply`]s, answered in order
+//! whatever connection a request arrives on, and records every request.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How a reply is sent.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// The whole body at once, with `Content-Length`.
+    Whole,
+    /// The body in chunked transfer encoding, in pieces of these sizes (cycled), each
+    /// flushed on its own. The client's HTTP stack hands each chunk over separately.
+    Pieces(Vec<usize>),
+    /// The body as one chunk, then no end of the body: the connection stays silent.
+    Hang,
+    /// Reads the request and never answers (until the client hangs up).
+    Stall,
+    /// Closes the connection without answering.
+    Close,
+}
+
+/// One scripted reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    mode: Mode,
+}
+
+impl Reply {
+    /// A JSON reply.
+    pub fn json(status: u16, body: Value) -> Self {
+        Self::raw(status, "application/json", body.to_string())
+    }
+
+    /// A reply with this content type and body.
+    pub fn raw(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), content_type.into())],
+            body: body.into(),
+            mode: Mode::Whole,
+        }
+    }
+
+    /// A 200 event stream.
+    pub fn sse(body: impl Into<String>) -> Self {
+        Self::raw(200, "text/event-stream", body.into())
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sends the body in chunks of these sizes, cycled.
+    pub fn pieces(mut self, sizes: &[usize]) -> Self {
+        assert!(sizes.iter().all(|&s| s > 0));
+        self.mode = Mode::Pieces(sizes.to_vec());
+        self
+    }
+
+    /// Sends the head and the body, then never ends the body (stays silent).
+    pub fn then_hang(mut self) -> Self {
+        self.mode = Mode::Hang;
+        self
+    }
+
+    /// Never answers.
+    pub fn stall() -> Self {
+        Self { status: 0, headers: Vec::new(), body: Vec::new(), mode: Mode::Stall }
+    }
+
+    /// Closes the connection without answering.
+    pub fn close() -> Self {
+        Self { status: 0, headers: Vec::new(), body: Vec::new(), mode: Mode::Close }
+    }
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// Header names in lower case, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl Request {
+    /// The first value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    script: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Request>>,
+}
+
+/// The running server; it stops with the test's runtime.
+pub struct Server {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl Server {
+    /// Starts a server answering with `script`, in order. Requests beyond the script get
+    /// a 418 (not retried by the clients) saying so.
+    pub async fn start(script: Vec<Reply>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the test server");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State { script: Mutex::new(script.into()), requests: Mutex::default() });
+        let accepting = state.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket, accepting.clone()));
+            }
+        });
+        Self { addr, state }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// How many replies of the script were not used.
+    pub fn unused_replies(&self) -> usize {
+        self.state.script.lock().unwrap().len()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Serves the requests of one connection (keep-alive) until it closes.
+async fn serve(mut socket: TcpStream, state: Arc<State>) {
+    socket.set_nodelay(true).ok();
+    let mut buf = Vec::new();
+    loop {
+        let head_end = loop {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            match socket.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split(' ');
+        let method = request_line.next().unwrap_or_default().to_owned();
+        let path = request_line.next().unwrap_or_default().to_owned();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            .collect();
+        let length = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            match socket.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        let body_bytes: Vec<u8> = buf.drain(..head_end + length).skip(head_end).collect();
+        let body = serde_json::from_slice(&body_bytes).unwrap_or(Value::Null);
+        state.requests.lock().unwrap().push(Request { method, path, headers, body });
+
+        let reply = state.script.lock().unwrap().pop_front();
+        let reply = reply.unwrap_or_else(|| Reply::raw(418, "text/plain", "test server: no scripted reply left"));
+        if write_reply(&mut socket, reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes a reply; `Err` when the connection is to be (or was) closed.
+async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+    let stop = || Err(std::io::Error::other("closed"));
+    match &reply.mode {
+        Mode::Close => return stop(),
+        Mode::Stall => {
+            let mut sink = [0u8; 1024];
+            while socket.read(&mut sink).await? > 0 {}
+            return stop();
+        }
+        Mode::Whole | Mode::Pieces(_) | Mode::Hang => {}
+    }
+    let mut head = format!("HTTP/1.1 {} Test\r\n", reply.status);
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    match &reply.mode {
+        Mode::Pieces(_) | Mode::Hang => head.push_str("transfer-encoding: chunked\r\n\r\n"),
+        _ => head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len())),
+    }
+    socket.write_all(head.as_bytes()).await?;
+    match &reply.mode {
+        Mode::Pieces(sizes) => {
+            let mut rest = &reply.body[..];
+            for &size in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(size.min(rest.len()));
+                socket.write_all(format!("{:x}\r\n", piece.len()).as_bytes()).await?;
+                socket.write_all(piece).await?;
+                socket.write_all(b"\r\n").await?;
+                socket.flush().await?;
+                rest = tail;
+            }
+            socket.write_all(b"0\r\n\r\n").await?;
+        }
+        Mode::Hang => {
+            // An empty chunk would end the body.
+            if !reply.body.is_empty() {
+                socket.write_all(format!("{:x}\r\n", reply.body.len()).as_bytes()).await?;
+                socket.write_all(&reply.body).await?;
+                socket.write_all(b"\r\n").await?;
+            }
+            socket.flush().await?;
+            let mut sink = [0u8; 1024];
+            while socket.read(&mut sink).await? > 0 {}
+            return Err(std::io::Error::other("closed"));
+        }
+        _ => socket.write_all(&reply.body).await?,
+    }
+    socket.flush().await
+}
+
+/// An Anthropic-style event stream: `event: <type>` and `data: <json>` per event.
+pub fn anthropic_sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap_or("message"), e))
+        .collect()
+}
+
+/// An OpenAI-style event stream: `data: <json>` per chunk, then `data: [DONE]`.
+pub fn openai_sse(chunks: &[Value]) -> String {
+    let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// A sleep hook that records each retry delay and returns at once.
+pub fn recorded_sleeps() -> (Arc<Mutex<Vec<Duration>>>, impl Fn(Duration) -> std::future::Ready<()> + Send + Sync + 'static) {
+    let delays = Arc::new(Mutex::new(Vec::new()));
+    let recorder = delays.clone();
+    (delays, move |d| {
+        recorder.lock().unwrap().push(d);
+        std::future::ready(())
+    })
+}
+
+struct SpecTool {
+    name: &'static str,
+    description: &'static str,
+    schema: Value,
+}
+
+#[async_trait::async_trait]
+impl Tool for SpecTool {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("unused"))
+    }
+}
+
+/// The spec of a tool with this name, description and input schema.
+pub fn tool_spec(name: &'static str, description: &'static str, schema: Value) -> Arc<ToolSpec> {
+    let tools = ToolRegistry::new().with(SpecTool { name, description, schema }).expect("a valid tool");
+    tools.spec(name).expect("registered").clone()
+}
