@@ -1,14 +1,118 @@
-//! The `#[tool]` and `#[workflow]` macros of loopstack (being written).
+//! The `#[tool]` and `#[workflow]` attribute macros of
+//! [loopstack](https://docs.rs/loopstack). Use them through the `loopstack` crate,
+//! which re-exports both; the code they generate names `::loopstack::__private`.
+//!
+//! Each macro runs in three stages: `parse` reads the attribute arguments, `model`
+//! does every check (keeping spans for errors), and `expand` writes the code without
+//! failing. On an error the user's item is still emitted (helper attributes removed),
+//! with a stub of the generated API, so one mistake shows as one error.
+//!
+//! Set `LOOPSTACK_MACROS_DEBUG=1` to print every expansion to stderr.
+
 use proc_macro::TokenStream;
 
-/// Placeholder.
+mod ctxt;
+mod docs;
+mod expand;
+mod model;
+mod names;
+mod parse;
+
+use model::tool::ToolModel;
+use model::workflow::WorkflowModel;
+
+/// Turns an `async fn`, or an `impl` block with an `async fn handle`, into a
+/// [`Tool`](https://docs.rs/loopstack/latest/loopstack/trait.Tool.html).
+///
+/// ```text
+/// /// Retrieve weather information.             <- the description the model reads
+/// #[tool]                                       // or #[tool(name = "..", description = "..",
+/// async fn get_weather(                         //          timeout = 10, concurrent = false, crate = path)]
+///     /// City or location name                 <- the argument's description
+///     location: String,
+///     unit: Option<String>,                     // Option: not required
+///     cx: &ToolContext,                         // optional, any position, not an argument
+/// ) -> Result<String, ToolError> { .. }
+/// ```
+///
+/// The fn stays as written (callable directly) and a unit struct `GetWeather`
+/// (PascalCase of the fn, same visibility) implements `Tool`. The impl form keeps the
+/// type and its methods and implements `Tool` for the type, with
+/// `async fn handle(&self, args: Args, cx: &ToolContext)` as the handler (`Args`
+/// derives `Deserialize` and `JsonSchema`; both parameters are optional).
+///
+/// Options, all optional:
+///
+/// - `name = ".."`: the tool's name; default: the fn's name, or the type's name in
+///   snake_case. Must match `^[a-zA-Z0-9_-]{1,64}$`.
+/// - `description = ".."`: default: the doc comment (required if there is none).
+/// - `timeout = 10`: seconds per call, `0` meaning 24 hours; default: the caller's.
+/// - `concurrent = false`: whether a call may run beside others of its batch;
+///   default `true`.
+/// - `crate = path`: where loopstack is; default `::loopstack`.
+///
+/// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the
+/// arguments' schema. A `Result<T, E>` return (`E: Into<ToolError>`) sends `T`;
+/// `String`/`&str` are sent as text, other `Serialize` types as JSON.
 #[proc_macro_attribute]
-pub fn tool(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
+    let out = match ToolModel::from_syn(args.into(), item.into()) {
+        Ok(model) => expand::tool(&model),
+        Err(failure) => expand::tool_fallback(&failure),
+    };
+    debug("tool", &out);
+    out.into()
 }
 
-/// Placeholder.
+/// Turns an `impl` block into a
+/// [`Workflow`](https://docs.rs/loopstack/latest/loopstack/trait.Workflow.html): a
+/// state machine whose transitions are the block's `#[transition]` methods.
+///
+/// ```text
+/// #[workflow]                       // or #[workflow(name = "..", input = T, state = S, crate = path)]
+/// impl ToolCallWorkflow {
+///     #[transition(to = Ready)]                                   // from = Start
+///     async fn setup(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
+///     #[transition(from = Ready, to = Asked, priority = 10)]     // higher priority is tried first
+///     #[guard(has_question)]                                      // a `fn(&self, &S) -> bool` method
+///     async fn ask(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
+///     #[transition(from = [Ready, Asked], to = End)]             // several source places
+///     async fn finish(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
+///     #[transition(from = Asked, to = Answered, wait)]           // fires on a signal with a typed payload
+///     async fn answer(&self, state: &mut S, cx: &mut RunContext, payload: Answer) -> Result<()> { .. }
+///     fn has_question(&self, state: &S) -> bool { .. }
+/// }
+/// ```
+///
+/// Options, all optional:
+///
+/// - `name = ".."`: the stored workflow name; default: the type's name in snake_case.
+/// - `input = T`: what a run starts with; default: the state type. The state is
+///   built with `From<T>`.
+/// - `state = S`: the state type; default: `S` of the transitions' `state: &mut S`.
+/// - `crate = path`: where loopstack is; default `::loopstack`.
+///
+/// `#[transition]` takes `to = Place` (required), `from = Place` or `from = [A, B]`
+/// (default `Start`), `priority = n` (an `i32`, default 0; ties keep declaration
+/// order) and `wait`. Places are UpperCamelCase identifiers, stored as snake_case;
+/// `Start` and `End` are the given first and last places.
+///
+/// Besides the `Workflow` impl, it generates `pub enum <Type>Place` listing every place
+/// (with `as_str`, `ALL`, `AsRef<str>` and `Display`). Mistakes in the table (a place
+/// unreachable from `Start`, one that cannot reach `End`, a transition that can never
+/// fire behind an unguarded one) are compile errors.
 #[proc_macro_attribute]
-pub fn workflow(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
+    let out = match WorkflowModel::from_syn(args.into(), item.into()) {
+        Ok(model) => expand::workflow(&model),
+        Err(failure) => expand::workflow_fallback(&failure),
+    };
+    debug("workflow", &out);
+    out.into()
+}
+
+fn debug(which: &str, out: &proc_macro2::TokenStream) {
+    if std::env::var_os("LOOPSTACK_MACROS_DEBUG").is_some_and(|v| !v.is_empty() && v != "0") {
+        eprintln!("// #[{which}] expanded to:\n{out}\n");
+    }
 }

@@ -1,0 +1,256 @@
+//! `#[tool]` -> a `Tool` impl (and, for the fn form, the unit struct it is for).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+
+use super::at;
+use crate::model::tool::{FnParam, Form, HandleParam, StubTarget, ToolFailure, ToolModel, ToolStub};
+use crate::model::{Output, path_string};
+
+pub(crate) fn tool(m: &ToolModel) -> TokenStream {
+    let krate = &m.krate;
+    let p = quote!(#krate::__private);
+    let cfgs = &m.cfgs;
+    let name = &m.name;
+    let description = m.description.to_tokens();
+    let options = options(m, &p);
+    let str_ = quote!(::core::primitive::str);
+    let common = quote! {
+        fn name(&self) -> &#str_ {
+            #name
+        }
+        fn description(&self) -> &#str_ {
+            #description
+        }
+        #options
+    };
+    let call_sig = quote! {
+        async fn call(
+            &self,
+            __loopstack_args: #p::serde_json::Value,
+            __loopstack_cx: &#p::ToolContext,
+        ) -> #p::Result<#p::ToolOutput, #p::ToolError>
+    };
+    match &m.form {
+        Form::Fn(f) => {
+            let item = &f.item;
+            let vis = &f.item.vis;
+            let fn_ident = &f.item.sig.ident;
+            let struct_ident = &f.struct_ident;
+            let args_ident = format_ident!("__loopstack_Args");
+            let fields = f.params.iter().filter_map(|param| match param {
+                FnParam::Arg { ident, ty, attrs } => Some(quote!(#(#attrs)* #ident: #ty)),
+                FnParam::Context => None,
+            });
+            let bindings = f.params.iter().filter_map(|param| match param {
+                FnParam::Arg { ident, .. } => Some(ident),
+                FnParam::Context => None,
+            });
+            let call_args = f.params.iter().map(|param| match param {
+                FnParam::Arg { ident, .. } => ident.to_token_stream(),
+                FnParam::Context => quote!(__loopstack_cx),
+            });
+            let args_struct = args_struct(&p, &args_ident, quote!({ #(#fields,)* }));
+            let value = quote_spanned!(at(fn_ident.span())=> #fn_ident(#(#call_args),*).await);
+            let ret = convert(&p, f.output, value);
+            let doc = struct_doc(&f.item.attrs, fn_ident, name);
+            quote! {
+                #item
+
+                #(#cfgs)*
+                #doc
+                #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::marker::Copy, ::core::default::Default)]
+                #vis struct #struct_ident;
+
+                #(#cfgs)*
+                const _: () = {
+                    #args_struct
+
+                    // `async_trait` writes a bare `Box`; this one is not the user's.
+                    use #p::Box;
+
+                    #[automatically_derived]
+                    #[#p::async_trait]
+                    impl #p::Tool for #struct_ident {
+                        #common
+                        fn input_schema(&self) -> #p::serde_json::Value {
+                            #p::tool_input_schema::<#args_ident>()
+                        }
+                        #call_sig {
+                            let #args_ident { #(#bindings),* } =
+                                #p::parse_tool_arguments::<#args_ident>(#name, __loopstack_args)?;
+                            #ret
+                        }
+                    }
+                };
+            }
+        }
+        Form::Impl(i) => {
+            let item = &i.item;
+            let self_ty = &i.self_ty;
+            let handle = &i.handle;
+            let (args_ty, args_struct) = match i.args() {
+                Some(ty) => (ty.to_token_stream(), TokenStream::new()),
+                None => {
+                    let ident = format_ident!("__loopstack_NoArgs");
+                    (ident.to_token_stream(), args_struct(&p, &ident, quote!({})))
+                }
+            };
+            let args_span = i.args().map_or_else(Span::call_site, |ty| at(syn::spanned::Spanned::span(ty)));
+            let call_args = i.params.iter().map(|param| match param {
+                HandleParam::Args(_) => quote!(__loopstack_args),
+                HandleParam::Context => quote!(__loopstack_cx),
+            });
+            let schema = quote_spanned!(args_span=> #p::tool_input_schema::<#args_ty>());
+            let parse = quote_spanned!(args_span=> #p::parse_tool_arguments::<#args_ty>(#name, __loopstack_args));
+            let value = quote_spanned!(at(handle.span())=> Self::#handle(self, #(#call_args),*).await);
+            let ret = convert(&p, i.output, value);
+            let bind = if i.args().is_some() { quote!(__loopstack_args) } else { quote!(_) };
+            quote! {
+                #item
+
+                #(#cfgs)*
+                const _: () = {
+                    #args_struct
+
+                    // `async_trait` writes a bare `Box`; this one is not the user's.
+                    use #p::Box;
+
+                    #[automatically_derived]
+                    #[#p::async_trait]
+                    impl #p::Tool for #self_ty {
+                        #common
+                        fn input_schema(&self) -> #p::serde_json::Value {
+                            #schema
+                        }
+                        #call_sig {
+                            let #bind = #parse?;
+                            #ret
+                        }
+                    }
+                };
+            }
+        }
+    }
+}
+
+/// The hidden struct the arguments deserialize into.
+fn args_struct(p: &TokenStream, ident: &syn::Ident, body: TokenStream) -> TokenStream {
+    let serde = path_string(&syn::parse_quote!(#p::serde));
+    let schemars = path_string(&syn::parse_quote!(#p::schemars));
+    quote! {
+        #[derive(#p::serde::Deserialize, #p::schemars::JsonSchema)]
+        #[serde(crate = #serde)]
+        #[schemars(crate = #schemars)]
+        #[allow(non_camel_case_types)]
+        struct #ident #body
+    }
+}
+
+fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
+    if m.timeout.is_none() && m.concurrent.is_none() {
+        return TokenStream::new();
+    }
+    let timeout = m.timeout.map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
+    let concurrent = m.concurrent.map(|c| quote!(.concurrent(#c)));
+    quote! {
+        fn options(&self) -> #p::ToolOptions {
+            #p::ToolOptions::new() #timeout #concurrent
+        }
+    }
+}
+
+/// The handler's value as `Result<ToolOutput, ToolError>`: text stays text, other
+/// `Serialize` values become JSON, and an `Err` goes through `tool_error`.
+fn convert(p: &TokenStream, output: Output, value: TokenStream) -> TokenStream {
+    let span = at(output.span());
+    let to_output = |v: TokenStream| {
+        quote_spanned! {span=> {
+            use #p::{ViaIntoToolOutput as _, ViaSerialize as _};
+            (&&#p::OutputSlot::new(#v)).__loopstack_output()
+        }}
+    };
+    match output {
+        Output::Result { .. } => {
+            let ok = to_output(quote!(__loopstack_ok));
+            quote_spanned! {span=>
+                match #value {
+                    #p::Ok(__loopstack_ok) => #p::Ok(#ok),
+                    #p::Err(__loopstack_err) => #p::Err(#p::tool_error(__loopstack_err)),
+                }
+            }
+        }
+        Output::Value { .. } => {
+            let ok = to_output(value);
+            quote!(#p::Ok(#ok))
+        }
+    }
+}
+
+fn struct_doc(fn_attrs: &[syn::Attribute], fn_ident: &syn::Ident, name: &str) -> TokenStream {
+    let head = format!(" The `{name}` tool, generated by `#[tool]` from the fn `{fn_ident}`.");
+    let docs = fn_attrs.iter().filter(|a| crate::docs::is_doc(a));
+    let blank = (fn_attrs.iter().any(crate::docs::is_doc)).then(|| quote!(#[doc = ""]));
+    quote! {
+        #[doc = #head]
+        #blank
+        #(#docs)*
+    }
+}
+
+/// The user's item, a compile error, and a stub so uses of the tool add no errors.
+pub(crate) fn tool_fallback(f: &ToolFailure) -> TokenStream {
+    let item = &f.item;
+    let error = f.error.to_compile_error();
+    let stub = f.stub.as_ref().map(stub);
+    quote! {
+        #item
+        #stub
+        #error
+    }
+}
+
+fn stub(s: &ToolStub) -> TokenStream {
+    let krate = &s.krate;
+    let p = quote!(#krate::__private);
+    let cfgs = &s.cfgs;
+    let (decl, ty) = match &s.target {
+        StubTarget::Struct { vis, ident } => (
+            Some(quote! {
+                #(#cfgs)*
+                #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::marker::Copy, ::core::default::Default)]
+                #[allow(missing_docs)]
+                #vis struct #ident;
+            }),
+            ident.to_token_stream(),
+        ),
+        StubTarget::Type(ty) => (None, ty.to_token_stream()),
+    };
+    let str_ = quote!(::core::primitive::str);
+    quote! {
+        #decl
+        #(#cfgs)*
+        const _: () = {
+            use #p::Box;
+            #[#p::async_trait]
+            impl #p::Tool for #ty {
+                fn name(&self) -> &#str_ {
+                    ::core::unreachable!()
+                }
+                fn description(&self) -> &#str_ {
+                    ::core::unreachable!()
+                }
+                fn input_schema(&self) -> #p::serde_json::Value {
+                    ::core::unreachable!()
+                }
+                async fn call(
+                    &self,
+                    _: #p::serde_json::Value,
+                    _: &#p::ToolContext,
+                ) -> #p::Result<#p::ToolOutput, #p::ToolError> {
+                    ::core::unreachable!()
+                }
+            }
+        };
+    }
+}

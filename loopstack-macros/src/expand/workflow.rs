@@ -1,0 +1,281 @@
+//! `#[workflow]` -> the stripped impl block, the place enum, the static `Definition`
+//! and the `Workflow` impl.
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote, quote_spanned};
+
+use super::at;
+use crate::model::workflow::{Place, WorkflowFailure, WorkflowModel, WorkflowStub};
+
+pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
+    let krate = &m.krate;
+    let p = quote!(#krate::__private);
+    let item = &m.item;
+    let cfgs = &m.cfgs;
+    let self_ty = &item.self_ty;
+    let (impl_generics, _, where_clause) = item.generics.split_for_impl();
+    let state = &m.state;
+    let name = &m.name;
+    let place_enum = place_enum(&m.enum_ident, &m.places, &self_ty.to_token_stream(), cfgs);
+
+    let place_names = m.places.iter().map(|pl| &pl.name);
+    let defs = m.transitions.iter().map(|t| {
+        let method = t.method.to_string();
+        let method = method.trim_start_matches("r#");
+        let from = t.from.iter().map(|&i| &m.places[i].name);
+        let to = &m.places[t.to].name;
+        let priority = t.priority.map(|n| quote!(.priority(#n)));
+        let guard = t.guard.map(|g| {
+            let g = m.guards[g].method.to_string();
+            let g = g.trim_start_matches("r#").to_owned();
+            quote!(.guard(#g))
+        });
+        let wait = t.payload.as_ref().map(|ty| {
+            let schema = quote_spanned!(at(syn::spanned::Spanned::span(ty))=> #p::payload_schema::<#ty>);
+            quote!(.wait(#schema))
+        });
+        quote!(#p::TransitionDef::new(#method, &[#(#from),*], #to) #priority #guard #wait)
+    });
+
+    let (input, init) = match &m.input {
+        None => (state.to_token_stream(), quote!(__loopstack_input)),
+        Some(input) => {
+            let span = at(syn::spanned::Spanned::span(input));
+            let init = quote_spanned!(span=> <#state as ::core::convert::From<#input>>::from(__loopstack_input));
+            (input.to_token_stream(), init)
+        }
+    };
+
+    let guard_arms = m.guards.iter().enumerate().map(|(g, guard)| {
+        let indices = m.transitions.iter().enumerate().filter(|(_, t)| t.guard == Some(g)).map(|(i, _)| i);
+        let method = &guard.method;
+        let ty = quote_spanned!(at(guard.reference.span())=> fn(&Self, &#state) -> ::core::primitive::bool);
+        let value = quote_spanned!(at(method.span())=> Self::#method);
+        quote! {
+            #(#indices)|* => {
+                let __loopstack_guard: #ty = #value;
+                __loopstack_guard(self, __loopstack_state)
+            }
+        }
+    });
+
+    let transition_arms = m.transitions.iter().enumerate().map(|(i, t)| {
+        let method = &t.method;
+        let state_arg = quote_spanned!(at(t.state_span)=> __loopstack_state);
+        let cx_arg = quote_spanned!(at(t.cx_span)=> __loopstack_cx);
+        let (payload, payload_arg) = match &t.payload {
+            Some(ty) => {
+                let decode = quote_spanned!(at(syn::spanned::Spanned::span(ty))=>
+                    #p::signal_payload::<#ty>(__loopstack_payload)
+                );
+                (
+                    quote! {
+                        let __loopstack_payload = match #decode {
+                            #p::Ok(__loopstack_payload) => __loopstack_payload,
+                            #p::Err(__loopstack_err) => return #p::Err(__loopstack_err),
+                        };
+                    },
+                    Some(quote!(__loopstack_payload)),
+                )
+            }
+            None => (quote!(let _ = __loopstack_payload;), None),
+        };
+        let call = quote_spanned!(at(method.span())=>
+            Self::#method(self, #state_arg, #cx_arg, #payload_arg).await
+        );
+        let result = quote_spanned!(at(t.output_span)=>
+            #p::Result::map_err(__loopstack_result, #p::transition_error)
+        );
+        let future = quote_spanned!(at(method.span())=> #p::Box::pin(async move {
+            #payload
+            let __loopstack_result = #call;
+            #result
+        }));
+        quote!(#i => #future,)
+    });
+    let unknown = format!("workflow `{name}` has no transition with this index");
+
+    quote! {
+        #item
+
+        #place_enum
+
+        #(#cfgs)*
+        const _: () = {
+            static __LOOPSTACK_DEFINITION: #p::Definition = #p::Definition::new(
+                #name,
+                &[#(#place_names),*],
+                &[#(#defs),*],
+            );
+
+            #[automatically_derived]
+            impl #impl_generics #p::Workflow for #self_ty #where_clause {
+                type State = #state;
+                type Input = #input;
+
+                fn definition(&self) -> &'static #p::Definition {
+                    &__LOOPSTACK_DEFINITION
+                }
+
+                fn init(&self, __loopstack_input: Self::Input) -> Self::State {
+                    #init
+                }
+
+                fn guard(
+                    &self,
+                    __loopstack_transition: ::core::primitive::usize,
+                    __loopstack_state: &Self::State,
+                ) -> ::core::primitive::bool {
+                    match __loopstack_transition {
+                        #(#guard_arms)*
+                        _ => true,
+                    }
+                }
+
+                fn transition<'__loopstack_a>(
+                    &'__loopstack_a self,
+                    __loopstack_transition: ::core::primitive::usize,
+                    __loopstack_state: &'__loopstack_a mut Self::State,
+                    __loopstack_cx: &'__loopstack_a mut #p::RunContext,
+                    __loopstack_payload: #p::Option<#p::serde_json::Value>,
+                ) -> #p::BoxFuture<'__loopstack_a, #p::Result<(), #p::TransitionError>> {
+                    match __loopstack_transition {
+                        #(#transition_arms)*
+                        _ => #p::Box::pin(async move {
+                            let _ = (__loopstack_state, __loopstack_cx, __loopstack_payload);
+                            #p::Err(#p::TransitionError::failed(#unknown))
+                        }),
+                    }
+                }
+            }
+        };
+    }
+}
+
+fn place_enum(ident: &syn::Ident, places: &[Place], self_ty: &TokenStream, cfgs: &[syn::Attribute]) -> TokenStream {
+    let workflow = self_ty.to_string().replace(' ', "");
+    let doc = format!(" The places of the `{workflow}` workflow, generated by `#[workflow]`.");
+    let usage = format!(
+        " A place is shown and stored as its snake_case name ([`{ident}::as_str`]); use it with \
+         `WorkflowExt::route` and `next_transition` to test routing."
+    );
+    let last = places.len().saturating_sub(1);
+    let variants = places.iter().enumerate().map(|(i, pl)| {
+        let v = &pl.ident;
+        let doc = match i {
+            0 => format!(" `{}`: where every run begins.", pl.name),
+            i if i == last => format!(" `{}`: where a run ends.", pl.name),
+            _ => format!(" `{}`.", pl.name),
+        };
+        quote!(#[doc = #doc] #v)
+    });
+    let all = places.iter().map(|pl| &pl.ident);
+    let arms = places.iter().map(|pl| {
+        let v = &pl.ident;
+        let name = &pl.name;
+        quote!(Self::#v => #name)
+    });
+    let str_ = quote!(::core::primitive::str);
+    quote! {
+        #(#cfgs)*
+        #[doc = #doc]
+        #[doc = ""]
+        #[doc = #usage]
+        #[derive(
+            ::core::fmt::Debug,
+            ::core::clone::Clone,
+            ::core::marker::Copy,
+            ::core::cmp::PartialEq,
+            ::core::cmp::Eq,
+            ::core::hash::Hash,
+        )]
+        #[allow(unreachable_pub)]
+        pub enum #ident {
+            #(#variants,)*
+        }
+
+        #(#cfgs)*
+        #[allow(unreachable_pub)]
+        impl #ident {
+            /// Every place: `Start` first, `End` last, the others in order of first appearance.
+            pub const ALL: &'static [Self] = &[#(Self::#all),*];
+
+            /// The place's stable snake_case name, as stored in runs and drawn in diagrams.
+            pub const fn as_str(self) -> &'static #str_ {
+                match self {
+                    #(#arms,)*
+                }
+            }
+        }
+
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::core::convert::AsRef<#str_> for #ident {
+            fn as_ref(&self) -> &#str_ {
+                self.as_str()
+            }
+        }
+
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::core::fmt::Display for #ident {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    }
+}
+
+/// The stripped impl block, a compile error, and as much of the generated API as is
+/// known, so that code using the workflow adds no errors of its own.
+pub(crate) fn workflow_fallback(f: &WorkflowFailure) -> TokenStream {
+    let item = &f.item;
+    let error = f.error.to_compile_error();
+    let stub = f.stub.as_ref().map(stub);
+    quote! {
+        #item
+        #stub
+        #error
+    }
+}
+
+fn stub(s: &WorkflowStub) -> TokenStream {
+    let krate = &s.krate;
+    let p = quote!(#krate::__private);
+    let self_ty = &s.item.self_ty;
+    let cfgs = &s.cfgs;
+    let place_enum = place_enum(&s.enum_ident, &s.places, &self_ty.to_token_stream(), cfgs);
+    let imp = s.state.as_ref().map(|state| {
+        let input = s.input.as_ref().unwrap_or(state);
+        let (impl_generics, _, where_clause) = s.item.generics.split_for_impl();
+        quote! {
+            #(#cfgs)*
+            impl #impl_generics #p::Workflow for #self_ty #where_clause {
+                type State = #state;
+                type Input = #input;
+                fn definition(&self) -> &'static #p::Definition {
+                    ::core::unreachable!()
+                }
+                fn init(&self, _: Self::Input) -> Self::State {
+                    ::core::unreachable!()
+                }
+                fn guard(&self, _: ::core::primitive::usize, _: &Self::State) -> ::core::primitive::bool {
+                    ::core::unreachable!()
+                }
+                fn transition<'__loopstack_a>(
+                    &'__loopstack_a self,
+                    _: ::core::primitive::usize,
+                    _: &'__loopstack_a mut Self::State,
+                    _: &'__loopstack_a mut #p::RunContext,
+                    _: #p::Option<#p::serde_json::Value>,
+                ) -> #p::BoxFuture<'__loopstack_a, #p::Result<(), #p::TransitionError>> {
+                    ::core::unreachable!()
+                }
+            }
+        }
+    });
+    quote! {
+        #place_enum
+        #imp
+    }
+}

@@ -1,0 +1,701 @@
+//! The model of `#[workflow]`: an impl block whose methods carry `#[transition]` and
+//! `#[guard]`, checked as a state machine.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::spanned::Spanned as _;
+use syn::{Attribute, FnArg, Ident, ImplItem, ItemImpl, Path, ReturnType, Signature, Type};
+
+use super::{cfg_attrs, default_crate, last_segment};
+use crate::ctxt::Ctxt;
+use crate::names::{is_upper_camel, pascal_case, snake_case};
+use crate::parse::{self, TransitionArgs, WorkflowArgs, guard_args, transition_args};
+
+pub(crate) const START: usize = 0;
+
+/// A checked `#[workflow]`.
+pub(crate) struct WorkflowModel {
+    pub(crate) krate: Path,
+    pub(crate) name: String,
+    /// The impl block with `#[transition]` and `#[guard]` removed.
+    pub(crate) item: ItemImpl,
+    /// `ToolCallWorkflowPlace`.
+    pub(crate) enum_ident: Ident,
+    pub(crate) state: Type,
+    /// `input = T`; `None` means the state type.
+    pub(crate) input: Option<Type>,
+    /// `Start` first, `End` last, the others in order of first appearance.
+    pub(crate) places: Vec<Place>,
+    pub(crate) transitions: Vec<Transition>,
+    pub(crate) guards: Vec<GuardMethod>,
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+#[derive(Clone)]
+#[cfg_attr(test, derive(Debug))]
+pub(crate) struct Place {
+    /// The identifier as first written (`Start` when defaulted, spanned at the attribute).
+    pub(crate) ident: Ident,
+    /// The stored name: `prompt_executed`.
+    pub(crate) name: String,
+}
+
+pub(crate) struct Transition {
+    pub(crate) method: Ident,
+    pub(crate) from: Vec<usize>,
+    pub(crate) to: usize,
+    pub(crate) priority: Option<i32>,
+    /// An index into [`WorkflowModel::guards`].
+    pub(crate) guard: Option<usize>,
+    /// A wait transition's payload type.
+    pub(crate) payload: Option<Type>,
+    /// Spans of the user's state and context parameter types and of the return type.
+    pub(crate) state_span: Span,
+    pub(crate) cx_span: Span,
+    pub(crate) output_span: Span,
+}
+
+pub(crate) struct GuardMethod {
+    /// The method's name where it is defined.
+    pub(crate) method: Ident,
+    /// Its name in the first `#[guard(..)]` naming it.
+    pub(crate) reference: Ident,
+}
+
+/// What is emitted when a check failed: the stripped impl block plus, as far as they are
+/// known, the place enum and a stub `Workflow` impl, so that code using the workflow does
+/// not add errors of its own.
+pub(crate) struct WorkflowFailure {
+    pub(crate) error: syn::Error,
+    pub(crate) item: TokenStream,
+    pub(crate) stub: Option<WorkflowStub>,
+}
+
+pub(crate) struct WorkflowStub {
+    pub(crate) krate: Path,
+    pub(crate) item: ItemImpl,
+    pub(crate) enum_ident: Ident,
+    pub(crate) places: Vec<Place>,
+    pub(crate) state: Option<Type>,
+    pub(crate) input: Option<Type>,
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+/// One `#[transition]` as written, before places are numbered.
+struct RawTransition {
+    method: Ident,
+    args: TransitionArgs,
+    attr: Attribute,
+    guard: Option<Ident>,
+    sig: Signature,
+}
+
+impl WorkflowModel {
+    pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<WorkflowFailure>> {
+        let mut cx = Ctxt::new();
+        let args = match syn::parse2::<WorkflowArgs>(args) {
+            Ok(a) => a,
+            Err(e) => {
+                cx.syn_error(e);
+                WorkflowArgs::default()
+            }
+        };
+        let krate = args.krate.as_ref().map_or_else(default_crate, |k| k.clone());
+        let mut item = match parse::item(item.clone()) {
+            parse::Item::Impl(imp) => imp,
+            parse::Item::Fn(_) | parse::Item::Other => {
+                cx.error_at(
+                    Span::call_site(),
+                    "`#[workflow]` goes on an inherent `impl` block whose methods carry `#[transition(..)]`",
+                );
+                let error = cx.check().expect_err("just recorded");
+                return Err(Box::new(WorkflowFailure { error, item, stub: None }));
+            }
+        };
+        let raw = strip_helpers(&mut cx, &mut item);
+        let cfgs = cfg_attrs(&item.attrs);
+
+        let fail = |cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>| {
+            let error = cx.check().expect_err("an error was recorded");
+            Box::new(WorkflowFailure { error, item: item.to_token_stream(), stub })
+        };
+        if let Some((_, path, _)) = &item.trait_ {
+            cx.error_spanned_by(
+                path,
+                "`#[workflow]` goes on an inherent impl block (`impl MyWorkflow { .. }`); it writes the \
+                 `Workflow` impl itself",
+            );
+            return Err(fail(cx, &item, None));
+        }
+        let Some(type_ident) = last_segment(&item.self_ty).map(|s| s.ident.clone()) else {
+            cx.error_spanned_by(&item.self_ty, "`#[workflow]` needs a named type here, such as `impl MyWorkflow`");
+            return Err(fail(cx, &item, None));
+        };
+        let enum_ident = Ident::new(&format!("{}Place", type_ident.to_string().trim_start_matches("r#")), type_ident.span());
+        let name = match &args.name {
+            Some(lit) => {
+                let name = lit.value();
+                if name.is_empty() {
+                    cx.error_spanned_by(lit, "the workflow name is empty");
+                }
+                name
+            }
+            None => snake_case(&type_ident.to_string()),
+        };
+
+        // Shapes of transition and guard methods.
+        for t in &raw {
+            check_transition_sig(&mut cx, &t.sig, t.args.wait.is_some());
+        }
+        let methods: HashMap<String, &Signature> = item
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                ImplItem::Fn(f) => Some((f.sig.ident.to_string(), &f.sig)),
+                _ => None,
+            })
+            .collect();
+        let mut guards: Vec<GuardMethod> = Vec::new();
+        let mut guard_of: Vec<Option<usize>> = Vec::new();
+        for t in &raw {
+            let Some(reference) = &t.guard else {
+                guard_of.push(None);
+                continue;
+            };
+            if let Some(i) = guards.iter().position(|g| g.method == *reference) {
+                guard_of.push(Some(i));
+                continue;
+            }
+            match methods.get(&reference.to_string()) {
+                None => {
+                    cx.error_spanned_by(
+                        reference,
+                        format!(
+                            "no method `{reference}` in this impl; a guard names a `fn(&self, &State) -> bool` \
+                             method of the `#[workflow]` impl block"
+                        ),
+                    );
+                    guard_of.push(None);
+                }
+                Some(sig) => {
+                    check_guard_sig(&mut cx, sig);
+                    guards.push(GuardMethod { method: sig.ident.clone(), reference: reference.clone() });
+                    guard_of.push(Some(guards.len() - 1));
+                }
+            }
+        }
+
+        // Places, in order of first appearance.
+        let start = |span| Ident::new("Start", span);
+        let mut places: Vec<Place> = vec![Place { ident: start(Span::call_site()), name: "start".into() }];
+        let mut start_seen = false;
+        let mut end: Option<Ident> = None;
+        let mut place_index = |cx: &mut Ctxt, ident: &Ident, places: &mut Vec<Place>| -> usize {
+            let text = ident.to_string();
+            if text == "Start" {
+                if !start_seen {
+                    places[START].ident = ident.clone();
+                    start_seen = true;
+                }
+                return START;
+            }
+            if text == "End" {
+                end.get_or_insert_with(|| ident.clone());
+                return usize::MAX;
+            }
+            if let Some(i) = places.iter().position(|p| p.ident == *ident) {
+                return i;
+            }
+            if !is_upper_camel(&text) {
+                let suggestion = pascal_case(&text);
+                cx.error_spanned_by(
+                    ident,
+                    format!("places are UpperCamelCase identifiers: write `{suggestion}` for `{text}`"),
+                );
+            }
+            let name = snake_case(&text);
+            if let Some(other) = places.iter().find(|p| p.name == name) {
+                cx.error_spanned_by(
+                    ident,
+                    format!("places `{}` and `{text}` would both be stored as `{name}`", other.ident),
+                );
+            }
+            places.push(Place { ident: ident.clone(), name });
+            places.len() - 1
+        };
+        struct Numbered {
+            from: Vec<(usize, Ident)>,
+            to: Option<usize>,
+        }
+        let mut numbered = Vec::new();
+        for t in &raw {
+            let from_idents = match &t.args.from {
+                Some(f) => f.clone(),
+                None => vec![start(t.attr.path().span())],
+            };
+            let mut from: Vec<(usize, Ident)> = Vec::new();
+            for ident in &from_idents {
+                let i = place_index(&mut cx, ident, &mut places);
+                if from.iter().any(|(j, _)| *j == i) {
+                    cx.error_spanned_by(ident, format!("place `{ident}` is listed twice"));
+                    continue;
+                }
+                from.push((i, ident.clone()));
+            }
+            let to = match &t.args.to {
+                Some(to) => Some(place_index(&mut cx, to, &mut places)),
+                None => {
+                    cx.error_spanned_by(&t.attr, "a transition needs a target: `#[transition(to = Place)]`");
+                    None
+                }
+            };
+            numbered.push(Numbered { from, to });
+        }
+        let end_index = places.len();
+        places.push(Place { ident: end.unwrap_or_else(|| Ident::new("End", Span::call_site())), name: "end".into() });
+        let fix = |i: usize| if i == usize::MAX { end_index } else { i };
+
+        let state = match (&args.state, raw.first()) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(t)) => state_param(&t.sig).cloned(),
+            (None, None) => None,
+        };
+        if raw.is_empty() {
+            cx.error_spanned_by(
+                &item.self_ty,
+                "this `#[workflow]` impl has no `#[transition(..)]` method; the first one leaves `Start`, \
+                 e.g. `#[transition(to = Ready)]`",
+            );
+        }
+        let input = args.input.clone();
+        let stub = |places: &[Place], item: &ItemImpl| WorkflowStub {
+            krate: krate.clone(),
+            item: item.clone(),
+            enum_ident: enum_ident.clone(),
+            places: places.to_vec(),
+            state: state.clone(),
+            input: input.clone(),
+            cfgs: cfgs.clone(),
+        };
+        if !cx.is_ok() {
+            return Err(fail(cx, &item, Some(stub(&places, &item))));
+        }
+
+        let transitions: Vec<Transition> = raw
+            .iter()
+            .zip(&numbered)
+            .zip(&guard_of)
+            .map(|((t, n), guard)| Transition {
+                method: t.method.clone(),
+                from: n.from.iter().map(|(i, _)| fix(*i)).collect(),
+                to: fix(n.to.expect("checked")),
+                priority: t.args.priority,
+                guard: *guard,
+                payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig).cloned()),
+                state_span: typed_input(&t.sig, 1).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
+                cx_span: typed_input(&t.sig, 2).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
+                output_span: match &t.sig.output {
+                    ReturnType::Type(_, ty) => ty.span(),
+                    ReturnType::Default => t.sig.ident.span(),
+                },
+            })
+            .collect();
+
+        // The state machine.
+        let edges: Vec<Edge> = transitions
+            .iter()
+            .map(|t| Edge {
+                from: t.from.clone(),
+                to: t.to,
+                priority: t.priority.unwrap_or(0),
+                guarded: t.guard.is_some(),
+                wait: t.payload.is_some(),
+            })
+            .collect();
+        let end_refs: Vec<Option<Ident>> = numbered
+            .iter()
+            .map(|n| n.from.iter().find(|(i, _)| *i == usize::MAX).map(|(_, ident)| ident.clone()))
+            .collect();
+        for problem in problems(places.len(), &edges) {
+            report(&mut cx, problem, &places, &transitions, &end_refs, &item);
+        }
+        if !cx.is_ok() {
+            return Err(fail(cx, &item, Some(stub(&places, &item))));
+        }
+        cx.check().expect("no errors");
+        Ok(Self {
+            krate,
+            name,
+            enum_ident,
+            state: state.expect("a transition exists"),
+            input,
+            places,
+            transitions,
+            guards,
+            cfgs,
+            item,
+        })
+    }
+}
+
+/// Removes `#[transition]` and `#[guard]` from the impl's items, returning what they said.
+fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> Vec<RawTransition> {
+    let mut raw = Vec::new();
+    for impl_item in &mut item.items {
+        let (attrs, sig) = match impl_item {
+            ImplItem::Fn(f) => (&mut f.attrs, Some(&f.sig)),
+            ImplItem::Const(c) => (&mut c.attrs, None),
+            ImplItem::Type(t) => (&mut t.attrs, None),
+            ImplItem::Macro(m) => (&mut m.attrs, None),
+            _ => continue,
+        };
+        let is_helper = |a: &Attribute| a.path().is_ident("transition") || a.path().is_ident("guard");
+        let (helpers, kept): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(attrs).into_iter().partition(is_helper);
+        *attrs = kept;
+        if helpers.is_empty() {
+            continue;
+        }
+        let Some(sig) = sig else {
+            cx.error_spanned_by(&helpers[0], "`#[transition]` and `#[guard]` go on methods of the impl block");
+            continue;
+        };
+        let mut transition: Option<(Attribute, Option<TransitionArgs>)> = None;
+        let mut guard: Option<(Attribute, Option<Ident>)> = None;
+        for attr in helpers {
+            if attr.path().is_ident("transition") {
+                if transition.is_some() {
+                    cx.error_spanned_by(
+                        &attr,
+                        "a method has one `#[transition]`; list several source places as `from = [A, B]`",
+                    );
+                    continue;
+                }
+                let args = transition_args(&attr).map_err(|e| cx.syn_error(e)).ok();
+                transition = Some((attr, args));
+            } else {
+                if guard.is_some() {
+                    cx.error_spanned_by(
+                        &attr,
+                        "a transition has one `#[guard]`; combine the conditions in one guard method",
+                    );
+                    continue;
+                }
+                let method = guard_args(&attr).map(|g| g.method).map_err(|e| cx.syn_error(e)).ok();
+                guard = Some((attr, method));
+            }
+        }
+        match (transition, guard) {
+            (None, Some((attr, _))) => cx.error_spanned_by(
+                &attr,
+                "`#[guard]` goes on a `#[transition]` method; the guard method itself needs no attribute",
+            ),
+            (Some((attr, Some(args))), guard) => raw.push(RawTransition {
+                method: sig.ident.clone(),
+                args,
+                attr,
+                guard: guard.and_then(|(_, m)| m),
+                sig: sig.clone(),
+            }),
+            _ => {}
+        }
+    }
+    raw
+}
+
+fn typed_input(sig: &Signature, i: usize) -> Option<&Type> {
+    match sig.inputs.iter().nth(i)? {
+        FnArg::Typed(p) => Some(&p.ty),
+        FnArg::Receiver(_) => None,
+    }
+}
+
+fn mut_ref_elem(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => Some(&r.elem),
+        Type::Paren(p) => mut_ref_elem(&p.elem),
+        Type::Group(g) => mut_ref_elem(&g.elem),
+        _ => None,
+    }
+}
+
+/// `T` in the transition method's `state: &mut T`.
+fn state_param(sig: &Signature) -> Option<&Type> {
+    typed_input(sig, 1).and_then(mut_ref_elem)
+}
+
+fn payload_param(sig: &Signature) -> Option<&Type> {
+    typed_input(sig, 3)
+}
+
+const SHAPE: &str = "(&self, state: &mut State, cx: &mut RunContext)";
+const WAIT_SHAPE: &str = "(&self, state: &mut State, cx: &mut RunContext, payload: T)";
+
+fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
+    let shape = if wait { WAIT_SHAPE } else { SHAPE };
+    if sig.asyncness.is_none() {
+        cx.error_spanned_by(sig.fn_token, format!("a transition method is an `async fn{shape}`"));
+    }
+    if !sig.generics.params.is_empty() {
+        cx.error_spanned_by(&sig.generics, "a transition method cannot be generic");
+    }
+    let mut inputs = sig.inputs.iter();
+    match inputs.next() {
+        Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
+        Some(other) => {
+            cx.error_spanned_by(other, format!("a transition method takes `&self` first: `{shape}`"));
+            return;
+        }
+        None => {
+            cx.error_spanned_by(&sig.ident, format!("a transition method takes `{shape}`"));
+            return;
+        }
+    }
+    let typed: Vec<&syn::PatType> = inputs
+        .filter_map(|i| match i {
+            FnArg::Typed(p) => Some(p),
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let expected = if wait { 3 } else { 2 };
+    if typed.len() < 2 {
+        cx.error_spanned_by(&sig.ident, format!("a transition method takes `{shape}`"));
+        return;
+    }
+    if typed.len() == 2 && wait {
+        cx.error_spanned_by(
+            &sig.ident,
+            format!("a wait transition takes the signal's payload as its last parameter: `{WAIT_SHAPE}`"),
+        );
+        return;
+    }
+    if typed.len() == 3 && !wait {
+        cx.error_spanned_by(
+            typed[2],
+            "only a wait transition takes a payload: add `wait` to its `#[transition(..)]` or remove this parameter",
+        );
+        return;
+    }
+    if typed.len() > expected {
+        cx.error_spanned_by(typed[expected], format!("a transition method takes `{shape}`"));
+        return;
+    }
+    if mut_ref_elem(&typed[0].ty).is_none() {
+        cx.error_spanned_by(&typed[0].ty, "the state parameter is `&mut State`");
+    }
+    if mut_ref_elem(&typed[1].ty).is_none() {
+        cx.error_spanned_by(&typed[1].ty, "the context parameter is `&mut RunContext`");
+    }
+    if wait && matches!(*typed[2].ty, Type::Reference(_)) {
+        cx.error_spanned_by(
+            &typed[2].ty,
+            "the payload is deserialized from the signal's JSON and must be owned",
+        );
+    }
+    if let ReturnType::Default = sig.output {
+        cx.error_spanned_by(
+            &sig.ident,
+            "a transition method returns `Result<(), E>` with `E: Into<BoxError>`, such as `loopstack::Result`",
+        );
+    }
+}
+
+fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
+    const GUARD: &str = "a guard method is a plain `fn(&self, state: &State) -> bool`";
+    if let Some(a) = &sig.asyncness {
+        cx.error_spanned_by(a, format!("{GUARD}, not `async`"));
+        return;
+    }
+    let inputs: Vec<&FnArg> = sig.inputs.iter().collect();
+    let receiver_ok = matches!(inputs.first(), Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none());
+    if !receiver_ok || inputs.len() != 2 {
+        cx.error_spanned_by(&sig.ident, GUARD);
+        return;
+    }
+    if let FnArg::Typed(p) = inputs[1] {
+        if !matches!(&*p.ty, Type::Reference(r) if r.mutability.is_none()) {
+            cx.error_spanned_by(&p.ty, format!("{GUARD}: it reads the state through `&State`"));
+            return;
+        }
+    }
+    if let ReturnType::Default = sig.output {
+        cx.error_spanned_by(&sig.ident, GUARD);
+    }
+}
+
+/// A transition as the graph checks see it.
+#[cfg_attr(test, derive(Debug))]
+pub(crate) struct Edge {
+    pub(crate) from: Vec<usize>,
+    pub(crate) to: usize,
+    pub(crate) priority: i32,
+    pub(crate) guarded: bool,
+    pub(crate) wait: bool,
+}
+
+/// What is wrong with a transition table. Place 0 is `Start`, the last place `End`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Problem {
+    LeavesEnd { transition: usize },
+    NoWayOutOfStart,
+    NoWayIntoEnd,
+    Unreachable { place: usize },
+    CannotEnd { place: usize, dead_end: bool },
+    Shadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
+    WaitShadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
+}
+
+/// The order transitions leaving `place` are tried in: priority, highest first, then
+/// declaration order (the runtime's rule).
+pub(crate) fn routing_order(edges: &[Edge], place: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..edges.len()).filter(|&i| edges[i].from.contains(&place)).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(edges[i].priority));
+    order
+}
+
+/// Every problem of a table, reporting one mistake once: an unreachable region is
+/// reported at its entry places, a region that cannot reach `End` at its last places.
+pub(crate) fn problems(places: usize, edges: &[Edge]) -> Vec<Problem> {
+    let end = places - 1;
+    let leaves_end: Vec<Problem> = (0..edges.len())
+        .filter(|&t| edges[t].from.contains(&end))
+        .map(|transition| Problem::LeavesEnd { transition })
+        .collect();
+    if !leaves_end.is_empty() {
+        return leaves_end;
+    }
+    if !edges.iter().any(|e| e.from.contains(&START)) {
+        return vec![Problem::NoWayOutOfStart];
+    }
+    if !edges.iter().any(|e| e.to == end) {
+        return vec![Problem::NoWayIntoEnd];
+    }
+    let succ: Vec<Vec<usize>> = (0..places)
+        .map(|p| edges.iter().filter(|e| e.from.contains(&p)).map(|e| e.to).collect())
+        .collect();
+    // reach[p][q]: q can be reached from p (p reaches itself).
+    let reach: Vec<Vec<bool>> = (0..places)
+        .map(|p| {
+            let mut seen = vec![false; places];
+            let mut stack = vec![p];
+            seen[p] = true;
+            while let Some(x) = stack.pop() {
+                for &y in &succ[x] {
+                    if !seen[y] {
+                        seen[y] = true;
+                        stack.push(y);
+                    }
+                }
+            }
+            seen
+        })
+        .collect();
+    let same_scc = |p: usize, q: usize| reach[p][q] && reach[q][p];
+    let mut out = Vec::new();
+
+    let unreachable: Vec<usize> = (0..places).filter(|&p| !reach[START][p]).collect();
+    let mut reported: Vec<usize> = Vec::new();
+    for &p in &unreachable {
+        let entry = unreachable.iter().all(|&q| !reach[q][p] || same_scc(p, q));
+        if entry && !reported.iter().any(|&r| same_scc(r, p)) {
+            reported.push(p);
+            out.push(Problem::Unreachable { place: p });
+        }
+    }
+    if out.is_empty() {
+        let stuck: Vec<usize> = (0..places).filter(|&p| !reach[p][end]).collect();
+        let mut reported: Vec<usize> = Vec::new();
+        for &p in &stuck {
+            let last = (0..places).all(|q| !reach[p][q] || same_scc(p, q));
+            if last && !reported.iter().any(|&r| same_scc(r, p)) {
+                reported.push(p);
+                out.push(Problem::CannotEnd { place: p, dead_end: succ[p].is_empty() });
+            }
+        }
+    }
+
+    for place in 0..end {
+        let order = routing_order(edges, place);
+        let first_unguarded = order.iter().copied().find(|&i| !edges[i].wait && !edges[i].guarded);
+        let Some(by) = first_unguarded else { continue };
+        let after = order.iter().position(|&i| i == by).expect("from the same list");
+        let shadowed: Vec<usize> = order[after + 1..].iter().copied().filter(|&i| !edges[i].wait).collect();
+        if let Some((&transition, also)) = shadowed.split_first() {
+            out.push(Problem::Shadowed { place, transition, by, also: also.to_vec() });
+        }
+        let waits: Vec<usize> = order.iter().copied().filter(|&i| edges[i].wait).collect();
+        if let Some((&transition, also)) = waits.split_first() {
+            out.push(Problem::WaitShadowed { place, transition, by, also: also.to_vec() });
+        }
+    }
+    out
+}
+
+fn names(transitions: &[Transition], list: &[usize]) -> String {
+    list.iter().map(|&i| format!("`{}`", transitions[i].method)).collect::<Vec<_>>().join(", ")
+}
+
+fn report(
+    cx: &mut Ctxt,
+    problem: Problem,
+    places: &[Place],
+    transitions: &[Transition],
+    end_refs: &[Option<Ident>],
+    item: &ItemImpl,
+) {
+    let place = |p: usize| &places[p].ident;
+    match problem {
+        Problem::LeavesEnd { transition } => {
+            let t = &transitions[transition];
+            let span = end_refs[transition].as_ref().map_or_else(|| t.method.span(), Ident::span);
+            cx.error_at(span, format!("transition `{}` leaves `End`; a run stops at `End`", t.method));
+        }
+        Problem::NoWayOutOfStart => cx.error_spanned_by(
+            &item.self_ty,
+            "no transition leaves `Start`; the first transition method needs `#[transition(to = ..)]` \
+             (`from` defaults to `Start`)",
+        ),
+        Problem::NoWayIntoEnd => cx.error_spanned_by(
+            &item.self_ty,
+            "no transition reaches `End`; the last transition method needs `#[transition(from = .., to = End)]`",
+        ),
+        Problem::Unreachable { place: p } => {
+            cx.error_spanned_by(place(p), format!("place `{}` cannot be reached from `Start`", place(p)));
+        }
+        Problem::CannotEnd { place: p, dead_end } => {
+            let why = if dead_end {
+                "no transition leaves it".to_owned()
+            } else {
+                format!("add a transition from `{}` or a place it leads to toward `End`", place(p))
+            };
+            cx.error_spanned_by(place(p), format!("`End` cannot be reached from place `{}`: {why}", place(p)));
+        }
+        Problem::Shadowed { place: p, transition, by, also } => {
+            let mut msg = format!(
+                "transition `{}` from `{}` can never fire: `{}` has no guard and is tried first",
+                transitions[transition].method,
+                place(p),
+                transitions[by].method,
+            );
+            if !also.is_empty() {
+                msg.push_str(&format!(" (neither can {})", names(transitions, &also)));
+            }
+            msg.push_str("; give it a `#[guard(..)]` or order them with `priority`");
+            cx.error_spanned_by(&transitions[transition].method, msg);
+        }
+        Problem::WaitShadowed { place: p, transition, by, also } => {
+            let mut msg = format!(
+                "wait transition `{}` from `{}` can never fire: `{}` has no guard and fires without waiting for a \
+                 signal",
+                transitions[transition].method,
+                place(p),
+                transitions[by].method,
+            );
+            if !also.is_empty() {
+                msg.push_str(&format!(" (neither can {})", names(transitions, &also)));
+            }
+            cx.error_spanned_by(&transitions[transition].method, msg);
+        }
+    }
+}
