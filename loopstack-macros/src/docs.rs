@@ -46,9 +46,13 @@ pub(crate) fn doc_text(attrs: &[Attribute]) -> Option<Text> {
     let mut exprs: Vec<TokenStream> = Vec::new();
     let mut all_literal = true;
     for attr in attrs.iter().filter(|a| is_doc(a)) {
-        let Meta::NameValue(nv) = &attr.meta else { continue };
+        let Meta::NameValue(nv) = &attr.meta else {
+            continue;
+        };
         match &nv.value {
-            Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) => {
                 let value = s.value();
                 for line in value.lines() {
                     lines.push(line.strip_prefix(' ').unwrap_or(line).trim_end().to_owned());
@@ -97,7 +101,9 @@ mod tests {
         ];
         assert_eq!(
             doc_text(&attrs),
-            Some(Text::Lit("Retrieve weather information.\n\n Indented stays indented by one.".into()))
+            Some(Text::Lit(
+                "Retrieve weather information.\n\n Indented stays indented by one.".into()
+            ))
         );
         assert_eq!(doc_text(&[parse_quote!(#[doc = "  "])]), None);
         assert_eq!(doc_text(&[parse_quote!(#[allow(dead_code)])]), None);
@@ -105,8 +111,13 @@ mod tests {
 
     #[test]
     fn doc_expressions() {
-        let attrs: Vec<Attribute> = vec![parse_quote!(#[doc = " Intro."]), parse_quote!(#[doc = include_str!("x.md")])];
-        let Some(Text::Expr(e)) = doc_text(&attrs) else { panic!("expected an expression") };
+        let attrs: Vec<Attribute> = vec![
+            parse_quote!(#[doc = " Intro."]),
+            parse_quote!(#[doc = include_str!("x.md")]),
+        ];
+        let Some(Text::Expr(e)) = doc_text(&attrs) else {
+            panic!("expected an expression")
+        };
         let e = e.to_string();
         assert!(e.contains("concat") && e.contains("include_str"), "{e}");
     }

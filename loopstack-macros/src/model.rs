@@ -16,7 +16,11 @@ pub(crate) fn default_crate() -> Path {
 
 /// The `#[cfg]` attributes of an item, copied onto what is generated beside it.
 pub(crate) fn cfg_attrs(attrs: &[Attribute]) -> Vec<Attribute> {
-    attrs.iter().filter(|a| a.path().is_ident("cfg")).cloned().collect()
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
+        .cloned()
+        .collect()
 }
 
 /// The last segment of a path type, looking through parentheses and groups.
@@ -75,7 +79,11 @@ impl Output {
                         && matches!(&s.arguments, PathArguments::AngleBracketed(a)
                             if a.args.iter().any(|g| matches!(g, GenericArgument::Type(_))))
                 });
-                if is_result { Self::Result { span: ty.span() } } else { Self::Value { span: ty.span() } }
+                if is_result {
+                    Self::Result { span: ty.span() }
+                } else {
+                    Self::Value { span: ty.span() }
+                }
             }
         }
     }
@@ -93,7 +101,11 @@ pub(crate) fn path_string(path: &Path) -> String {
     if path.leading_colon.is_some() {
         s.push_str("::");
     }
-    let segments: Vec<String> = path.segments.iter().map(|seg| seg.ident.to_string()).collect();
+    let segments: Vec<String> = path
+        .segments
+        .iter()
+        .map(|seg| seg.ident.to_string())
+        .collect();
     s.push_str(&segments.join("::"));
     s
 }

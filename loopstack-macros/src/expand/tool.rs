@@ -4,7 +4,9 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 
 use super::at;
-use crate::model::tool::{FnParam, Form, HandleParam, StubTarget, ToolFailure, ToolModel, ToolStub};
+use crate::model::tool::{
+    FnParam, Form, HandleParam, StubTarget, ToolFailure, ToolModel, ToolStub,
+};
 use crate::model::{Output, path_string};
 
 pub(crate) fn tool(m: &ToolModel) -> TokenStream {
@@ -96,16 +98,23 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                     (ident.to_token_stream(), args_struct(&p, &ident, quote!({})))
                 }
             };
-            let args_span = i.args().map_or_else(Span::call_site, |ty| at(syn::spanned::Spanned::span(ty)));
+            let args_span = i
+                .args()
+                .map_or_else(Span::call_site, |ty| at(syn::spanned::Spanned::span(ty)));
             let call_args = i.params.iter().map(|param| match param {
                 HandleParam::Args(_) => quote!(__loopstack_args),
                 HandleParam::Context => quote!(__loopstack_cx),
             });
             let schema = quote_spanned!(args_span=> #p::tool_input_schema::<#args_ty>());
             let parse = quote_spanned!(args_span=> #p::parse_tool_arguments::<#args_ty>(#name, __loopstack_args));
-            let value = quote_spanned!(at(handle.span())=> Self::#handle(self, #(#call_args),*).await);
+            let value =
+                quote_spanned!(at(handle.span())=> Self::#handle(self, #(#call_args),*).await);
             let ret = convert(&p, i.output, value);
-            let bind = if i.args().is_some() { quote!(__loopstack_args) } else { quote!(_) };
+            let bind = if i.args().is_some() {
+                quote!(__loopstack_args)
+            } else {
+                quote!(_)
+            };
             quote! {
                 #item
 
@@ -151,7 +160,9 @@ fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
     if m.timeout.is_none() && m.concurrent.is_none() {
         return TokenStream::new();
     }
-    let timeout = m.timeout.map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
+    let timeout = m
+        .timeout
+        .map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
     let concurrent = m.concurrent.map(|c| quote!(.concurrent(#c)));
     quote! {
         fn options(&self) -> #p::ToolOptions {

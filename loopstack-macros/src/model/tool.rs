@@ -39,7 +39,11 @@ pub(crate) struct FnForm {
 
 pub(crate) enum FnParam {
     /// One field of the arguments struct.
-    Arg { ident: Ident, ty: Type, attrs: Vec<Attribute> },
+    Arg {
+        ident: Ident,
+        ty: Type,
+        attrs: Vec<Attribute>,
+    },
     /// The `&ToolContext` parameter.
     Context,
 }
@@ -91,7 +95,8 @@ pub(crate) enum StubTarget {
     Type(Box<Type>),
 }
 
-const PLACEMENT: &str = "`#[tool]` goes on an `async fn` or on an inherent `impl` block with an `async fn handle`";
+const PLACEMENT: &str =
+    "`#[tool]` goes on an `async fn` or on an inherent `impl` block with an `async fn handle`";
 
 impl ToolModel {
     pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<ToolFailure>> {
@@ -103,13 +108,20 @@ impl ToolModel {
                 None
             }
         };
-        let krate = args.as_ref().and_then(|a| a.krate.as_ref()).map_or_else(default_crate, |k| k.clone());
+        let krate = args
+            .as_ref()
+            .and_then(|a| a.krate.as_ref())
+            .map_or_else(default_crate, |k| k.clone());
         match parse::item(item.clone()) {
             parse::Item::Fn(f) => fn_form(cx, args, krate, f),
             parse::Item::Impl(imp) => impl_form(cx, args, krate, imp),
             parse::Item::Other => {
                 cx.error_at(Span::call_site(), PLACEMENT);
-                Err(Box::new(ToolFailure { error: cx.check().expect_err("just recorded"), item, stub: None }))
+                Err(Box::new(ToolFailure {
+                    error: cx.check().expect_err("just recorded"),
+                    item,
+                    stub: None,
+                }))
             }
         }
     }
@@ -123,7 +135,13 @@ struct Common {
     concurrent: Option<bool>,
 }
 
-fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribute], what: &str) -> Option<Common> {
+fn common(
+    cx: &mut Ctxt,
+    args: &ToolArgs,
+    default_name: &Ident,
+    docs: &[Attribute],
+    what: &str,
+) -> Option<Common> {
     let name = match &args.name {
         Some(lit) => {
             let name = lit.value();
@@ -153,7 +171,10 @@ fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribut
         Some(lit) => {
             let text = lit.value();
             if text.trim().is_empty() {
-                cx.error_spanned_by(lit, "the tool description is empty; the model reads it to pick the tool");
+                cx.error_spanned_by(
+                    lit,
+                    "the tool description is empty; the model reads it to pick the tool",
+                );
             }
             Some(Text::Lit(text))
         }
@@ -169,14 +190,25 @@ fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribut
         );
         return None;
     };
-    let timeout = args.timeout.as_ref().and_then(|t| match t.base10_parse::<u64>() {
-        Ok(secs) => Some(secs),
-        Err(_) => {
-            cx.error_spanned_by(t, "`timeout` is a whole number of seconds (`0` means 24 hours)");
-            None
-        }
-    });
-    Some(Common { name, description, timeout, concurrent: args.concurrent.as_ref().map(|c| c.value) })
+    let timeout = args
+        .timeout
+        .as_ref()
+        .and_then(|t| match t.base10_parse::<u64>() {
+            Ok(secs) => Some(secs),
+            Err(_) => {
+                cx.error_spanned_by(
+                    t,
+                    "`timeout` is a whole number of seconds (`0` means 24 hours)",
+                );
+                None
+            }
+        });
+    Some(Common {
+        name,
+        description,
+        timeout,
+        concurrent: args.concurrent.as_ref().map(|c| c.value),
+    })
 }
 
 fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
@@ -205,7 +237,12 @@ fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
     }
 }
 
-fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -> Result<ToolModel, Box<ToolFailure>> {
+fn fn_form(
+    mut cx: Ctxt,
+    args: Option<ToolArgs>,
+    krate: Path,
+    mut item: RawFn,
+) -> Result<ToolModel, Box<ToolFailure>> {
     let cfgs = cfg_attrs(&item.attrs);
     let fn_ident = item.sig.ident.clone();
     let struct_ident = Ident::new(&pascal_case(&fn_ident.to_string()), fn_ident.span());
@@ -229,7 +266,9 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
         // struct's field; rustc rejects them on a fn parameter.
         let (moved, kept): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(&mut pat_ty.attrs)
             .into_iter()
-            .partition(|a| is_doc(a) || a.path().is_ident("serde") || a.path().is_ident("schemars"));
+            .partition(|a| {
+                is_doc(a) || a.path().is_ident("serde") || a.path().is_ident("schemars")
+            });
         pat_ty.attrs = kept;
         for a in &pat_ty.attrs {
             if a.path().is_ident("cfg") || a.path().is_ident("cfg_attr") {
@@ -239,7 +278,10 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
         match reference_kind(&pat_ty.ty) {
             Some(RefKind::Context) => {
                 if context_seen {
-                    cx.error_spanned_by(&pat_ty.ty, "a `#[tool]` fn takes at most one `&ToolContext` parameter");
+                    cx.error_spanned_by(
+                        &pat_ty.ty,
+                        "a `#[tool]` fn takes at most one `&ToolContext` parameter",
+                    );
                 }
                 if let Some(a) = moved.first() {
                     cx.error_spanned_by(a, "the `&ToolContext` parameter is not an argument; it takes no docs or attributes");
@@ -263,7 +305,10 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
             None => {}
         }
         if let Type::ImplTrait(t) = &*pat_ty.ty {
-            cx.error_spanned_by(t, "a `#[tool]` parameter needs a concrete type, not `impl Trait`");
+            cx.error_spanned_by(
+                t,
+                "a `#[tool]` parameter needs a concrete type, not `impl Trait`",
+            );
             continue;
         }
         let ident = match &*pat_ty.pat {
@@ -276,15 +321,24 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
                 continue;
             }
         };
-        params.push(FnParam::Arg { ident, ty: (*pat_ty.ty).clone(), attrs: moved });
+        params.push(FnParam::Arg {
+            ident,
+            ty: (*pat_ty.ty).clone(),
+            attrs: moved,
+        });
     }
 
-    let common = args.as_ref().and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));
+    let common = args
+        .as_ref()
+        .and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));
     let output = Output::of(&item.sig.output, fn_ident.span());
     let stub = ToolStub {
         krate: krate.clone(),
         cfgs: cfgs.clone(),
-        target: StubTarget::Struct { vis: item.vis.clone(), ident: struct_ident.clone() },
+        target: StubTarget::Struct {
+            vis: item.vis.clone(),
+            ident: struct_ident.clone(),
+        },
     };
     match (cx.check(), common) {
         (Ok(()), Some(c)) => Ok(ToolModel {
@@ -294,17 +348,35 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
             timeout: c.timeout,
             concurrent: c.concurrent,
             cfgs,
-            form: Form::Fn(FnForm { item, struct_ident, params, output }),
+            form: Form::Fn(FnForm {
+                item,
+                struct_ident,
+                params,
+                output,
+            }),
         }),
-        (Err(error), _) => Err(Box::new(ToolFailure { error, item: item.into_token_stream(), stub: Some(stub) })),
+        (Err(error), _) => Err(Box::new(ToolFailure {
+            error,
+            item: item.into_token_stream(),
+            stub: Some(stub),
+        })),
         (Ok(()), None) => unreachable!("a missing description is recorded as an error"),
     }
 }
 
-fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) -> Result<ToolModel, Box<ToolFailure>> {
+fn impl_form(
+    mut cx: Ctxt,
+    args: Option<ToolArgs>,
+    krate: Path,
+    item: ItemImpl,
+) -> Result<ToolModel, Box<ToolFailure>> {
     let cfgs = cfg_attrs(&item.attrs);
     let fail = |cx: Ctxt, item: &ItemImpl, stub: Option<ToolStub>| {
-        Box::new(ToolFailure { error: cx.check().expect_err("an error was recorded"), item: item.to_token_stream(), stub })
+        Box::new(ToolFailure {
+            error: cx.check().expect_err("an error was recorded"),
+            item: item.to_token_stream(),
+            stub,
+        })
     };
     if let Some((_, path, _)) = &item.trait_ {
         cx.error_spanned_by(
@@ -316,7 +388,10 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
     let type_ident = match last_segment(&item.self_ty) {
         Some(seg) => seg.ident.clone(),
         None => {
-            cx.error_spanned_by(&item.self_ty, "`#[tool]` needs a named type here, such as `impl MyTool`");
+            cx.error_spanned_by(
+                &item.self_ty,
+                "`#[tool]` needs a named type here, such as `impl MyTool`",
+            );
             return Err(fail(cx, &item, None));
         }
     };
@@ -327,15 +402,24 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
         );
         return Err(fail(cx, &item, None));
     }
-    let stub = ToolStub { krate: krate.clone(), cfgs: cfgs.clone(), target: StubTarget::Type(item.self_ty.clone()) };
+    let stub = ToolStub {
+        krate: krate.clone(),
+        cfgs: cfgs.clone(),
+        target: StubTarget::Type(item.self_ty.clone()),
+    };
 
     let handle = item.items.iter().find_map(|i| match i {
         ImplItem::Fn(f) if f.sig.ident == "handle" => Some(&f.sig),
         _ => None,
     });
-    let handle_ident = handle.map_or_else(|| Ident::new("handle", Span::call_site()), |sig| sig.ident.clone());
+    let handle_ident = handle.map_or_else(
+        || Ident::new("handle", Span::call_site()),
+        |sig| sig.ident.clone(),
+    );
     let mut params = Vec::new();
-    let mut output = Output::Value { span: type_ident.span() };
+    let mut output = Output::Value {
+        span: type_ident.span(),
+    };
     match handle {
         None => cx.error_spanned_by(
             &item.self_ty,
@@ -378,7 +462,9 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
             }
         }
     }
-    let common = args.as_ref().and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "type"));
+    let common = args
+        .as_ref()
+        .and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "type"));
     match (cx.is_ok(), common) {
         (true, Some(c)) => {
             cx.check().expect("no errors");
@@ -389,7 +475,13 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
                 timeout: c.timeout,
                 concurrent: c.concurrent,
                 cfgs,
-                form: Form::Impl(ImplForm { self_ty: (*item.self_ty).clone(), item, handle: handle_ident, params, output }),
+                form: Form::Impl(ImplForm {
+                    self_ty: (*item.self_ty).clone(),
+                    item,
+                    handle: handle_ident,
+                    params,
+                    output,
+                }),
             })
         }
         _ => Err(fail(cx, &item, Some(stub))),
@@ -421,8 +513,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "get_weather");
-        assert_eq!(m.description, Text::Lit("Retrieve weather information.".into()));
-        let Form::Fn(f) = &m.form else { panic!("fn form") };
+        assert_eq!(
+            m.description,
+            Text::Lit("Retrieve weather information.".into())
+        );
+        let Form::Fn(f) = &m.form else {
+            panic!("fn form")
+        };
         assert_eq!(f.struct_ident, "GetWeather");
         assert!(matches!(f.output, Output::Result { .. }));
         let kinds: Vec<String> = f
@@ -441,36 +538,112 @@ mod tests {
     #[test]
     fn fn_form_options() {
         let m = model(
-            quote!(name = "weather", description = "Weather.", timeout = 0, concurrent = false),
-            quote!(async fn get_weather() -> String { todo!() }),
+            quote!(
+                name = "weather",
+                description = "Weather.",
+                timeout = 0,
+                concurrent = false
+            ),
+            quote!(
+                async fn get_weather() -> String {
+                    todo!()
+                }
+            ),
         )
         .unwrap();
-        assert_eq!((m.name.as_str(), m.timeout, m.concurrent), ("weather", Some(0), Some(false)));
+        assert_eq!(
+            (m.name.as_str(), m.timeout, m.concurrent),
+            ("weather", Some(0), Some(false))
+        );
     }
 
     #[test]
     fn fn_form_errors() {
         let cases = [
-            (quote!(), quote!(async fn f() {}), "this tool has no description"),
-            (quote!(name = "a b", description = "x"), quote!(async fn f() {}), "tool name `a b` is invalid"),
-            (quote!(description = "x"), quote!(fn f() {}), "a `#[tool]` fn must be an `async fn`"),
-            (quote!(description = "x"), quote!(async fn f<T>(t: T) {}), "cannot be generic"),
-            (quote!(description = "x"), quote!(async fn f(s: &str) {}), "must be owned"),
-            (quote!(description = "x"), quote!(async fn f((a, b): (u8, u8)) {}), "plain name"),
-            (quote!(description = "x"), quote!(async fn f(&self) {}), "takes no `self`"),
-            (quote!(descripton = "x"), quote!(async fn f() {}), "expected one of: `name`, `description`"),
-            (quote!(description = "x"), quote!(struct S;), "goes on an `async fn`"),
+            (
+                quote!(),
+                quote!(
+                    async fn f() {}
+                ),
+                "this tool has no description",
+            ),
+            (
+                quote!(name = "a b", description = "x"),
+                quote!(
+                    async fn f() {}
+                ),
+                "tool name `a b` is invalid",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    fn f() {}
+                ),
+                "a `#[tool]` fn must be an `async fn`",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    async fn f<T>(t: T) {}
+                ),
+                "cannot be generic",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    async fn f(s: &str) {}
+                ),
+                "must be owned",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    async fn f((a, b): (u8, u8)) {}
+                ),
+                "plain name",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    async fn f(&self) {}
+                ),
+                "takes no `self`",
+            ),
+            (
+                quote!(descripton = "x"),
+                quote!(
+                    async fn f() {}
+                ),
+                "expected one of: `name`, `description`",
+            ),
+            (
+                quote!(description = "x"),
+                quote!(
+                    struct S;
+                ),
+                "goes on an `async fn`",
+            ),
         ];
         for (args, item, expected) in cases {
             let err = model(args, item).err().unwrap();
-            assert!(err.starts_with(expected) || err.contains(expected), "{err:?} vs {expected:?}");
+            assert!(
+                err.starts_with(expected) || err.contains(expected),
+                "{err:?} vs {expected:?}"
+            );
         }
     }
 
     #[test]
     fn attribute_errors_do_not_cascade() {
         // A broken attribute must not also report a missing description.
-        let f = ToolModel::from_syn(quote!(nam = "x"), quote!(async fn f() {})).err().unwrap();
+        let f = ToolModel::from_syn(
+            quote!(nam = "x"),
+            quote!(
+                async fn f() {}
+            ),
+        )
+        .err()
+        .unwrap();
         assert_eq!(f.error.into_iter().count(), 1);
     }
 
@@ -488,21 +661,80 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "order_status");
-        let Form::Impl(i) = &m.form else { panic!("impl form") };
-        assert_eq!(i.args().unwrap().to_token_stream().to_string(), "OrderQuery");
+        let Form::Impl(i) = &m.form else {
+            panic!("impl form")
+        };
+        assert_eq!(
+            i.args().unwrap().to_token_stream().to_string(),
+            "OrderQuery"
+        );
         assert_eq!(i.params.len(), 2);
     }
 
     #[test]
     fn impl_form_errors() {
         let cases = [
-            (quote!(/** D */ impl T { async fn run(&self) {} }), "needs the handler `async fn handle"),
-            (quote!(/** D */ impl T { fn handle(&self) {} }), "`handle` must be an `async fn`"),
-            (quote!(/** D */ impl T { async fn handle(self) {} }), "`handle` takes `&self` first"),
-            (quote!(/** D */ impl T { async fn handle() {} }), "`handle` takes `&self` first"),
-            (quote!(/** D */ impl<X> T<X> { async fn handle(&self) {} }), "cannot be generic"),
-            (quote!(/** D */ impl Tool for T {}), "inherent impl block"),
-            (quote!(/** D */ impl T { async fn handle(&self, a: A, b: B) {} }), "one arguments parameter"),
+            (
+                quote!(
+                    /** D */
+                    impl T {
+                        async fn run(&self) {}
+                    }
+                ),
+                "needs the handler `async fn handle",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl T {
+                        fn handle(&self) {}
+                    }
+                ),
+                "`handle` must be an `async fn`",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl T {
+                        async fn handle(self) {}
+                    }
+                ),
+                "`handle` takes `&self` first",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl T {
+                        async fn handle() {}
+                    }
+                ),
+                "`handle` takes `&self` first",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl<X> T<X> {
+                        async fn handle(&self) {}
+                    }
+                ),
+                "cannot be generic",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl Tool for T {}
+                ),
+                "inherent impl block",
+            ),
+            (
+                quote!(
+                    /** D */
+                    impl T {
+                        async fn handle(&self, a: A, b: B) {}
+                    }
+                ),
+                "one arguments parameter",
+            ),
         ];
         for (item, expected) in cases {
             let err = model(quote!(), item).err().unwrap();

@@ -1,0 +1,559 @@
+//! What `#[workflow]` generates: the table, routing, the place enum, and runs.
+
+use loopstack::{
+    BoxError, Definition, Result, Route, RunContext, RunError, RunOutcome, RunStatus, Runtime,
+    TransitionDef, Workflow, WorkflowExt, workflow,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct ToolCallState {
+    /// Per model turn: whether it asks for tools.
+    script: Vec<bool>,
+    turns: usize,
+    tool_batches: usize,
+    tools_done: bool,
+    log: Vec<String>,
+}
+
+impl From<Vec<bool>> for ToolCallState {
+    fn from(script: Vec<bool>) -> Self {
+        Self {
+            script,
+            ..Self::default()
+        }
+    }
+}
+
+/// The tool-calling loop of the TypeScript docs.
+struct ToolCallWorkflow;
+
+#[workflow(name = "tool_call", input = Vec<bool>)]
+impl ToolCallWorkflow {
+    /// Saves the user's message.
+    #[transition(to = Ready)]
+    async fn setup(&self, state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
+        state.log.push("setup".into());
+        Ok(())
+    }
+
+    #[transition(from = Ready, to = PromptExecuted)]
+    async fn llm_turn(&self, state: &mut ToolCallState, cx: &mut RunContext) -> Result<()> {
+        state.turns += 1;
+        state.log.push(format!("llm_turn from {}", cx.place()));
+        Ok(())
+    }
+
+    #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
+    #[guard(has_tool_calls)]
+    async fn execute_tool_calls(
+        &self,
+        state: &mut ToolCallState,
+        _cx: &mut RunContext,
+    ) -> Result<()> {
+        state.tool_batches += 1;
+        state.tools_done = true;
+        state.log.push("execute_tool_calls".into());
+        Ok(())
+    }
+
+    #[transition(from = AwaitingTools, to = Ready)]
+    #[guard(all_tools_complete)]
+    async fn tools_complete(&self, state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
+        state.tools_done = false;
+        state.log.push("tools_complete".into());
+        Ok(())
+    }
+
+    #[transition(from = PromptExecuted, to = End)]
+    async fn respond(&self, state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
+        state.log.push("respond".into());
+        Ok(())
+    }
+
+    fn has_tool_calls(&self, state: &ToolCallState) -> bool {
+        state.script.get(state.turns - 1).copied().unwrap_or(false)
+    }
+
+    fn all_tools_complete(&self, state: &ToolCallState) -> bool {
+        state.tools_done
+    }
+}
+
+#[test]
+fn definition_table() {
+    let def = ToolCallWorkflow.definition();
+    assert_eq!(def.name(), "tool_call");
+    assert_eq!(
+        def.places(),
+        ["start", "ready", "prompt_executed", "awaiting_tools", "end"]
+    );
+    let expected = [
+        TransitionDef::new("setup", &["start"], "ready"),
+        TransitionDef::new("llm_turn", &["ready"], "prompt_executed"),
+        TransitionDef::new("execute_tool_calls", &["prompt_executed"], "awaiting_tools")
+            .priority(10)
+            .guard("has_tool_calls"),
+        TransitionDef::new("tools_complete", &["awaiting_tools"], "ready")
+            .guard("all_tools_complete"),
+        TransitionDef::new("respond", &["prompt_executed"], "end"),
+    ];
+    assert_eq!(def.transitions(), expected);
+    assert!(
+        def.transitions()
+            .iter()
+            .all(|t| !t.wait && t.payload_schema.is_none())
+    );
+    // The runtime's own check agrees with the compile-time one.
+    assert_eq!(def.check(), Ok(()));
+}
+
+#[test]
+fn place_enum() {
+    use ToolCallWorkflowPlace as P;
+    assert_eq!(
+        P::ALL,
+        [
+            P::Start,
+            P::Ready,
+            P::PromptExecuted,
+            P::AwaitingTools,
+            P::End
+        ]
+    );
+    assert_eq!(P::PromptExecuted.as_str(), "prompt_executed");
+    assert_eq!(P::Start.to_string(), "start");
+    assert_eq!(P::End.as_ref(), "end");
+    let names: Vec<&str> = P::ALL.iter().map(|p| p.as_str()).collect();
+    assert_eq!(names, ToolCallWorkflow.definition().places());
+    const READY: &str = P::Ready.as_str();
+    assert_eq!(READY, "ready");
+}
+
+#[test]
+fn routing_follows_guards_and_priority() {
+    use ToolCallWorkflowPlace as P;
+    let wf = ToolCallWorkflow;
+    let mut state = ToolCallState::from(vec![true, false]);
+    state.turns = 1;
+    // The guarded priority-10 transition is tried before `respond`.
+    assert_eq!(
+        wf.next_transition(P::PromptExecuted, &state).unwrap(),
+        Some("execute_tool_calls")
+    );
+    // A false guard falls through to the next transition.
+    state.turns = 2;
+    assert_eq!(
+        wf.next_transition(P::PromptExecuted, &state).unwrap(),
+        Some("respond")
+    );
+    assert_eq!(
+        wf.route(P::Start, &state).unwrap().transition_name(),
+        Some("setup")
+    );
+    assert_eq!(wf.route(P::End, &state).unwrap(), Route::End);
+    // `tools_complete` is the only way out of `awaiting_tools`: a false guard is a dead end.
+    assert_eq!(
+        wf.route(P::AwaitingTools, &state).unwrap(),
+        Route::DeadEnd {
+            false_guards: vec!["all_tools_complete"]
+        }
+    );
+    // Snake_case strings work too.
+    assert_eq!(
+        wf.next_transition("ready", &state).unwrap(),
+        Some("llm_turn")
+    );
+    // Guards are plain methods, for unit tests.
+    assert!(!wf.all_tools_complete(&state));
+}
+
+#[test]
+fn mermaid() {
+    assert_eq!(
+        ToolCallWorkflow.mermaid(),
+        "stateDiagram-v2
+    [*] --> ready: setup
+    ready --> prompt_executed: llm_turn
+    prompt_executed --> awaiting_tools: execute_tool_calls [has_tool_calls] (priority 10)
+    awaiting_tools --> ready: tools_complete [all_tools_complete]
+    prompt_executed --> [*]: respond
+"
+    );
+}
+
+#[tokio::test]
+async fn a_full_run_reaches_end() {
+    let runtime = Runtime::new();
+    let report = runtime
+        .start(&ToolCallWorkflow, vec![true, true, false])
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.turns, 3);
+    assert_eq!(report.state.tool_batches, 2);
+    assert_eq!(
+        report.state.log,
+        [
+            "setup",
+            "llm_turn from ready",
+            "execute_tool_calls",
+            "tools_complete",
+            "llm_turn from ready",
+            "execute_tool_calls",
+            "tools_complete",
+            "llm_turn from ready",
+            "respond",
+        ]
+    );
+    assert_eq!(report.steps, 9);
+    let record = runtime.store().load_run(report.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    assert_eq!(record.place, "end");
+    let places: Vec<(&str, &str)> = record
+        .history
+        .iter()
+        .map(|s| (s.from.as_str(), s.to.as_str()))
+        .collect();
+    assert_eq!(
+        places[..3],
+        [
+            ("start", "ready"),
+            ("ready", "prompt_executed"),
+            ("prompt_executed", "awaiting_tools")
+        ]
+    );
+}
+
+// Ties keep declaration order; priority beats it; negative priorities come last.
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Flags {
+    a: bool,
+    b: bool,
+    c: bool,
+}
+
+struct Ties;
+
+#[workflow]
+impl Ties {
+    #[transition(to = Choosing)]
+    async fn begin(&self, _: &mut Flags, _: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Choosing, to = End, priority = -1)]
+    async fn last_resort(&self, _: &mut Flags, _: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Choosing, to = End)]
+    #[guard(a)]
+    async fn first_declared(&self, _: &mut Flags, _: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Choosing, to = End)]
+    #[guard(b)]
+    async fn second_declared(&self, _: &mut Flags, _: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Choosing, to = End, priority = 1)]
+    #[guard(c)]
+    async fn prioritized(&self, _: &mut Flags, _: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    fn a(&self, s: &Flags) -> bool {
+        s.a
+    }
+    fn b(&self, s: &Flags) -> bool {
+        s.b
+    }
+    fn c(&self, s: &Flags) -> bool {
+        s.c
+    }
+}
+
+#[test]
+fn ties_keep_declaration_order() {
+    use TiesPlace::Choosing;
+    let wf = Ties;
+    assert_eq!(wf.definition().name(), "ties");
+    let next = |a, b, c| {
+        wf.next_transition(Choosing, &Flags { a, b, c })
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(next(true, true, false), "first_declared");
+    assert_eq!(next(false, true, false), "second_declared");
+    assert_eq!(next(true, true, true), "prioritized");
+    assert_eq!(next(false, false, false), "last_resort");
+    assert_eq!(wf.definition().transitions()[1].priority, Some(-1));
+    assert_eq!(wf.definition().check(), Ok(()));
+}
+
+// Wait transitions and signals.
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Approval {
+    /// Who approved.
+    approver: String,
+    note: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Rejection {
+    reason: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Request {
+    what: String,
+    approved_by: Option<String>,
+    rejected: Option<String>,
+    done: bool,
+}
+
+impl From<String> for Request {
+    fn from(what: String) -> Self {
+        Self {
+            what,
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::error::Error for Refused {}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused: {}", self.0)
+    }
+}
+
+struct ApprovalFlow;
+
+#[workflow(input = String, state = Request)]
+impl ApprovalFlow {
+    #[transition(to = AwaitingApproval)]
+    async fn request(&self, state: &mut Request, _cx: &mut RunContext) -> Result<()> {
+        if state.what.is_empty() {
+            return Err("nothing to approve".into());
+        }
+        Ok(())
+    }
+
+    #[transition(from = AwaitingApproval, to = Approved, wait)]
+    async fn approve(
+        &self,
+        state: &mut Request,
+        _cx: &mut RunContext,
+        decision: Approval,
+    ) -> Result<()> {
+        state.approved_by = Some(format!(
+            "{}{}",
+            decision.approver,
+            decision.note.map(|n| format!(" ({n})")).unwrap_or_default()
+        ));
+        Ok(())
+    }
+
+    #[transition(from = AwaitingApproval, to = End, wait, priority = 1)]
+    async fn reject(
+        &self,
+        state: &mut Request,
+        _cx: &mut RunContext,
+        rejection: Rejection,
+    ) -> std::result::Result<(), Refused> {
+        state.rejected = Some(rejection.reason.clone());
+        if rejection.reason == "never" {
+            return Err(Refused(rejection.reason));
+        }
+        Ok(())
+    }
+
+    #[transition(from = Approved, to = End)]
+    async fn finish(
+        &self,
+        state: &mut Request,
+        _cx: &mut RunContext,
+    ) -> std::result::Result<(), BoxError> {
+        state.done = true;
+        Ok(())
+    }
+}
+
+#[test]
+fn wait_transitions_in_the_table() {
+    let def: &Definition = ApprovalFlow.definition();
+    assert_eq!(def.name(), "approval_flow");
+    assert_eq!(
+        def.places(),
+        ["start", "awaiting_approval", "approved", "end"]
+    );
+    let (_, approve) = def.transition("approve").unwrap();
+    assert!(approve.wait);
+    let schema = (approve.payload_schema.unwrap())();
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], json!(["approver"]));
+    assert_eq!(
+        schema["properties"]["approver"]["description"],
+        "Who approved."
+    );
+    assert_eq!(schema["additionalProperties"], false);
+    let (_, reject) = def.transition("reject").unwrap();
+    assert_eq!((reject.wait, reject.priority), (true, Some(1)));
+    assert!(!def.transition("finish").unwrap().1.wait);
+    assert_eq!(
+        ApprovalFlow
+            .route(ApprovalFlowPlace::AwaitingApproval, &Request::default())
+            .unwrap(),
+        Route::Wait {
+            signals: vec!["reject", "approve"]
+        }
+    );
+    assert_eq!(
+        ApprovalFlow.mermaid(),
+        "stateDiagram-v2
+    [*] --> awaiting_approval: request
+    awaiting_approval --> approved: approve (wait)
+    awaiting_approval --> [*]: reject (priority 1) (wait)
+    approved --> [*]: finish
+"
+    );
+}
+
+#[tokio::test]
+async fn a_signal_with_a_typed_payload() {
+    let runtime = Runtime::new();
+    let wf = ApprovalFlow;
+    let report = runtime.start(&wf, "a new laptop".to_owned()).await.unwrap();
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Waiting {
+            place: "awaiting_approval",
+            signals: vec!["reject", "approve"]
+        }
+    );
+    let run_id = report.run_id;
+
+    // A payload that does not deserialize is refused, and the run keeps waiting.
+    let err = runtime
+        .signal(&wf, run_id, "approve", json!({"note": "ok"}))
+        .await
+        .unwrap_err();
+    let RunError::InvalidSignalPayload { signal, reason, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*signal, "approve");
+    assert!(reason.contains("approver"), "{reason}");
+    let record = runtime.store().load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Waiting);
+    assert_eq!(record.place, "awaiting_approval");
+
+    let report = runtime
+        .signal(
+            &wf,
+            run_id,
+            "approve",
+            json!({"approver": "ada", "note": "fine"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.approved_by.as_deref(), Some("ada (fine)"));
+    assert!(report.state.done);
+    assert_eq!(report.steps, 3);
+}
+
+#[tokio::test]
+async fn transition_errors_keep_their_type() {
+    let runtime = Runtime::new();
+    let wf = ApprovalFlow;
+    let run_id = runtime.start(&wf, "x".to_owned()).await.unwrap().run_id;
+    let err = runtime
+        .signal(&wf, run_id, "reject", json!({"reason": "never"}))
+        .await
+        .unwrap_err();
+    let RunError::Transition {
+        transition, place, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!((*transition, *place), ("reject", "awaiting_approval"));
+    let source = err.transition_source().unwrap();
+    assert_eq!(
+        source.downcast_ref::<Refused>().unwrap().to_string(),
+        "refused: never"
+    );
+
+    let err = runtime.start(&wf, String::new()).await.unwrap_err();
+    assert!(err.to_string().contains("nothing to approve"), "{err}");
+}
+
+// A generic workflow, several sources, and a transition back into `Start`.
+
+trait Model: Send + Sync + 'static {
+    fn answer(&self) -> u32;
+}
+
+struct Fixed(u32);
+impl Model for Fixed {
+    fn answer(&self) -> u32 {
+        self.0
+    }
+}
+
+struct Generic<M> {
+    model: M,
+}
+
+#[workflow(name = "generic")]
+impl<M: Model> Generic<M> {
+    #[transition(to = Asking)]
+    async fn ask(&self, state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
+        state.push(self.model.answer());
+        Ok(())
+    }
+
+    #[transition(from = Asking, to = Start, priority = 1)]
+    #[guard(again)]
+    async fn retry(&self, _state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = [Asking, Start], to = End, priority = 1)]
+    #[guard(enough)]
+    async fn done(&self, _state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    fn again(&self, state: &Vec<u32>) -> bool {
+        state.len() < 3
+    }
+
+    fn enough(&self, state: &Vec<u32>) -> bool {
+        state.len() >= 3
+    }
+}
+
+#[tokio::test]
+async fn generic_workflow_with_several_sources() {
+    let wf = Generic { model: Fixed(7) };
+    let def = wf.definition();
+    assert_eq!(def.places(), ["start", "asking", "end"]);
+    assert_eq!(def.transition("done").unwrap().1.from, ["asking", "start"]);
+    let report = Runtime::new().start(&wf, Vec::new()).await.unwrap();
+    assert_eq!(report.state, [7, 7, 7]);
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(GenericPlace::ALL.len(), 3);
+}
