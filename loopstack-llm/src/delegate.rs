@@ -103,7 +103,11 @@ impl LlmDelegateToolCalls {
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
         let cancellation = cx.cancellation().clone();
-        let results: Vec<ToolCallResult> = futures::stream::iter(message.tool_uses().enumerate())
+        // The futures are made first and streamed second: a closure inside the stream
+        // would make the future's `Send` bound fail to hold for all lifetimes.
+        let calls: Vec<_> = message
+            .tool_uses()
+            .enumerate()
             .map(|(index, call)| {
                 let tcx = ToolContext::new(call.id.clone(), call.name.clone())
                     .with_index(index)
@@ -111,9 +115,8 @@ impl LlmDelegateToolCalls {
                     .with_cancellation(cancellation.child_token());
                 self.run_one(call, tcx, offered, &exclusive)
             })
-            .buffered(self.concurrency)
-            .collect()
-            .await;
+            .collect();
+        let results: Vec<ToolCallResult> = futures::stream::iter(calls).buffered(self.concurrency).collect().await;
         let error_count = results.iter().filter(|r| r.is_error).count();
         DelegateResult { all_completed: results.len() == message.tool_uses().count(), error_count, results }
     }

@@ -1,5 +1,6 @@
 //! The LLM layer of loopstack (docs filled in later).
 
+mod agent;
 mod delegate;
 pub mod error;
 mod generate;
@@ -7,6 +8,7 @@ pub mod message;
 pub mod model;
 mod scripted;
 
+pub use agent::{Agent, AgentReply, AgentState, AgentStatus, DEFAULT_MAX_TURNS};
 pub use delegate::{DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult};
 pub use error::AgentError;
 pub use generate::{

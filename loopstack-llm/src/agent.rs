@@ -1,0 +1,258 @@
+//! The ready-made agent loop.
+
+use loopstack_core::{RunContext, RunError, RunId, Runtime, ToolRegistry};
+use loopstack_macros::workflow;
+use serde::{Deserialize, Serialize};
+
+use crate::delegate::LlmDelegateToolCalls;
+use crate::error::AgentError;
+use crate::generate::{GenerateOptions, GenerateResult, LlmGenerateText, Models, conversation};
+use crate::message::{Message, StopReason, Usage};
+use crate::model::ChatModel;
+
+/// The default budget of model turns per run.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+
+/// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
+/// the model stops for any reason other than tool use.
+///
+/// It is itself a `#[workflow]`:
+///
+/// ```text
+/// start --setup--> ready --llm_turn--> prompt_executed
+/// prompt_executed --execute_tool_calls [has_tool_calls] (10)--> awaiting_tools --tools_complete [all_tools_complete]--> ready
+/// prompt_executed --truncated [hit_max_tokens] (5)--> end
+/// prompt_executed --respond--> end
+/// ```
+///
+/// A turn budget (default 10) ends a run that keeps asking for tools with
+/// [`AgentError::TurnBudgetExceeded`], which carries the conversation. A `max_tokens`
+/// stop ends the run with [`AgentStatus::MaxTokens`]. Usage is summed per run.
+///
+/// ```
+/// use loopstack_core::{Runtime, ToolRegistry};
+/// use loopstack_llm::{Agent, AgentStatus, ScriptedModel};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let model = ScriptedModel::new().text("Hello!");
+/// let agent = Agent::new(model.clone(), "scripted-1", ToolRegistry::new());
+/// let reply = agent.ask(&Runtime::new(), "Say hello.").await?;
+/// assert_eq!(reply.text, "Hello!");
+/// assert_eq!(reply.status, AgentStatus::Completed);
+/// assert_eq!(reply.turns, 1);
+/// # Ok::<(), loopstack_llm::AgentError>(()) }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct Agent {
+    generate: LlmGenerateText,
+    delegate: LlmDelegateToolCalls,
+    options: GenerateOptions,
+    max_turns: u32,
+}
+
+/// How an agent run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AgentStatus {
+    /// The model finished its answer (end turn or stop sequence).
+    Completed,
+    /// The model ran out of output tokens; the answer may be cut short.
+    MaxTokens,
+    /// The model stopped for another reason, kept as the provider gave it.
+    Stopped(StopReason),
+}
+
+/// The state of an agent run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AgentState {
+    /// The user's prompt.
+    pub prompt: String,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Tokens used by all turns.
+    pub usage: Usage,
+    /// The last model turn.
+    pub last: Option<GenerateResult>,
+    /// Whether the last batch of tool calls completed, and its error count.
+    pub tools_completed: Option<(bool, usize)>,
+    /// Set when the run ends.
+    pub status: Option<AgentStatus>,
+}
+
+impl From<String> for AgentState {
+    fn from(prompt: String) -> Self {
+        Self { prompt, ..Self::default() }
+    }
+}
+
+/// What an agent run answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AgentReply {
+    /// The run, whose documents hold the whole conversation.
+    pub run_id: RunId,
+    /// The final answer's text.
+    pub text: String,
+    /// How the run ended.
+    pub status: AgentStatus,
+    /// Tokens used by all turns.
+    pub usage: Usage,
+    /// Model turns taken.
+    pub turns: u32,
+}
+
+impl Agent {
+    /// An agent using `model` (registered under its provider name) with model name
+    /// `model_name`, offering every tool of `tools`.
+    pub fn new(model: impl ChatModel, model_name: impl Into<String>, tools: ToolRegistry) -> Self {
+        let provider = model.provider();
+        let options = GenerateOptions::new(provider, model_name).tools(tools.names());
+        Self::with_models(Models::new().with(model), options, tools)
+    }
+
+    /// An agent over several models; `options` names the provider, model and tools.
+    pub fn with_models(models: Models, options: GenerateOptions, tools: ToolRegistry) -> Self {
+        Self {
+            generate: LlmGenerateText::new(models, tools.clone()),
+            delegate: LlmDelegateToolCalls::new(tools),
+            options,
+            max_turns: DEFAULT_MAX_TURNS,
+        }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.options.system = Some(system.into());
+        self
+    }
+
+    /// Sets the budget of model turns (default 10).
+    #[must_use]
+    pub fn max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
+    /// Sets the output token limit per turn.
+    #[must_use]
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.options.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets the temperature.
+    #[must_use]
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.options.temperature = Some(temperature);
+        self
+    }
+
+    /// Replaces the tool-call step, to set its timeout or concurrency.
+    #[must_use]
+    pub fn delegate(mut self, delegate: LlmDelegateToolCalls) -> Self {
+        self.delegate = delegate;
+        self
+    }
+
+    /// The options of each model turn.
+    pub fn options(&self) -> &GenerateOptions {
+        &self.options
+    }
+
+    /// Runs the agent on `prompt` and returns its answer. The run and its documents
+    /// stay in the runtime's store.
+    pub async fn ask(&self, runtime: &Runtime, prompt: impl Into<String>) -> Result<AgentReply, AgentError> {
+        let report = runtime.start(self, prompt.into()).await.map_err(|err| match err {
+            RunError::Transition { source, .. } if source.is::<AgentError>() => {
+                *source.downcast::<AgentError>().expect("checked with is")
+            }
+            other => AgentError::Run(other),
+        })?;
+        let state = report.state;
+        Ok(AgentReply {
+            run_id: report.run_id,
+            text: state.last.as_ref().map(|l| l.message.text()).unwrap_or_default(),
+            status: state.status.unwrap_or(AgentStatus::Completed),
+            usage: state.usage,
+            turns: state.turns,
+        })
+    }
+}
+
+#[workflow(crate = ::loopstack_core, name = "agent", input = String)]
+impl Agent {
+    /// Saves the user's prompt as the first message.
+    #[transition(to = Ready)]
+    async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        cx.save(&Message::user(state.prompt.as_str()))?;
+        Ok(())
+    }
+
+    /// One model turn, within the turn budget.
+    #[transition(from = Ready, to = PromptExecuted)]
+    async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        if state.turns >= self.max_turns {
+            return Err(AgentError::TurnBudgetExceeded { max_turns: self.max_turns, conversation: conversation(cx)? });
+        }
+        let result = self.generate.call(cx, &self.options).await?;
+        state.turns += 1;
+        state.usage += result.usage;
+        state.last = Some(result);
+        Ok(())
+    }
+
+    /// Runs the tool calls and saves their results.
+    #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
+    #[guard(has_tool_calls)]
+    async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let last = state.last.as_ref().expect("guarded by has_tool_calls");
+        let result = self.delegate.call(cx, &last.message, &last.offered_tools).await?;
+        state.tools_completed = Some((result.all_completed, result.error_count));
+        Ok(())
+    }
+
+    /// Back to the model once every call has its result.
+    #[transition(from = AwaitingTools, to = Ready)]
+    #[guard(all_tools_complete)]
+    async fn tools_complete(&self, _state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Ends a run whose answer was cut at the token limit.
+    #[transition(from = PromptExecuted, to = End, priority = 5)]
+    #[guard(hit_max_tokens)]
+    async fn truncated(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        tracing::warn!(turns = state.turns, "the model stopped at its output token limit");
+        state.status = Some(AgentStatus::MaxTokens);
+        Ok(())
+    }
+
+    /// Ends the run with the model's answer.
+    #[transition(from = PromptExecuted, to = End)]
+    async fn respond(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        let stop = state.last.as_ref().map(|l| l.stop_reason.clone()).unwrap_or(StopReason::EndTurn);
+        state.status = Some(match stop {
+            StopReason::EndTurn | StopReason::StopSequence => AgentStatus::Completed,
+            other => AgentStatus::Stopped(other),
+        });
+        Ok(())
+    }
+
+    /// Whether the last turn asked for tools.
+    pub fn has_tool_calls(&self, state: &AgentState) -> bool {
+        state.last.as_ref().is_some_and(GenerateResult::wants_tools)
+    }
+
+    /// Whether every call of the last batch has its result.
+    pub fn all_tools_complete(&self, state: &AgentState) -> bool {
+        state.tools_completed.is_some_and(|(done, _)| done)
+    }
+
+    /// Whether the last turn stopped at the output token limit.
+    pub fn hit_max_tokens(&self, state: &AgentState) -> bool {
+        state.last.as_ref().is_some_and(|l| l.stop_reason == StopReason::MaxTokens)
+    }
+}

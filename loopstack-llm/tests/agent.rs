@@ -1,0 +1,171 @@
+//! The ready-made agent loop, end to end with the scripted model: the exact documents
+//! saved and requests sent, the turn budget, and how each stop reason ends a run.
+
+use loopstack_core::{RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use loopstack_llm::{
+    Agent, AgentError, AgentStatus, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
+    ToolResult, ToolUse, Usage,
+};
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Location {
+    /// City or location name
+    location: String,
+}
+
+/// Weather for a city.
+struct Weather;
+
+#[async_trait::async_trait]
+impl Tool for Weather {
+    fn name(&self) -> &str {
+        "get_weather"
+    }
+    fn description(&self) -> &str {
+        "Retrieve weather information."
+    }
+    fn input_schema(&self) -> Value {
+        loopstack_core::tool_input_schema::<Location>()
+    }
+    async fn call(&self, args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: Location = loopstack_core::parse_tool_arguments(self.name(), args)?;
+        Ok(ToolOutput::text(format!("Mostly sunny in {}, 14C.", args.location)))
+    }
+}
+
+fn tools() -> ToolRegistry {
+    ToolRegistry::new().with(Weather).unwrap()
+}
+
+fn tool_calls(calls: &[(&str, Value)]) -> ChatResponse {
+    let content = calls
+        .iter()
+        .map(|(id, input)| ContentBlock::ToolUse(ToolUse::new(*id, "get_weather", input.clone())))
+        .collect();
+    ChatResponse::new(Message { role: Role::Assistant, content }, StopReason::ToolUse, Usage::new(50, 10), "m-1")
+}
+
+fn stop(text: &str, reason: StopReason) -> ChatResponse {
+    ChatResponse::new(Message::assistant(text), reason, Usage::new(70, 20), "m-1")
+}
+
+#[tokio::test]
+async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
+    let model = ScriptedModel::new()
+        .reply(tool_calls(&[("call_a", json!({"location": "Berlin"})), ("call_b", json!({"location": "Oslo"}))]))
+        .reply(stop("Sunny in both.", StopReason::EndTurn));
+    let agent = Agent::new(model.clone(), "m-1", tools()).system("You are terse.").max_tokens(256);
+    let runtime = Runtime::new();
+    let reply = agent.ask(&runtime, "Weather in Berlin and Oslo?").await.unwrap();
+
+    assert_eq!(reply.text, "Sunny in both.");
+    assert_eq!(reply.status, AgentStatus::Completed);
+    assert_eq!(reply.turns, 2);
+    assert_eq!(reply.usage, Usage::new(120, 30), "usage summed over the run");
+
+    let user = Message::user("Weather in Berlin and Oslo?");
+    let calls = tool_calls(&[("call_a", json!({"location": "Berlin"})), ("call_b", json!({"location": "Oslo"}))]).message;
+    let results = Message::tool_results([
+        ToolResult { tool_use_id: "call_a".into(), content: "Mostly sunny in Berlin, 14C.".into(), is_error: false },
+        ToolResult { tool_use_id: "call_b".into(), content: "Mostly sunny in Oslo, 14C.".into(), is_error: false },
+    ]);
+    let answer = Message::assistant("Sunny in both.");
+
+    // Documents: the conversation, in order, tagged, with provider metadata on the
+    // assistant messages.
+    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    let messages: Vec<Message> = docs.iter().map(|d| d.read().unwrap()).collect();
+    assert_eq!(messages, [user.clone(), calls.clone(), results.clone(), answer]);
+    for doc in &docs {
+        assert_eq!((doc.doc_type.as_str(), doc.tags.as_slice()), ("llm_message", &["conversation".to_owned()][..]));
+    }
+    assert_eq!(docs[0].metadata.len(), 0);
+    assert_eq!(
+        Value::Object(docs[1].metadata.clone()),
+        json!({"provider": "scripted", "model": "m-1", "stop_reason": "tool_use",
+               "usage": {"input_tokens": 50, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+    );
+    assert_eq!(docs[3].metadata["stop_reason"], "end_turn");
+
+    // Requests: the conversation so far, the system prompt, the offered tool's schema.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r.model, "m-1");
+        assert_eq!(r.system.as_deref(), Some("You are terse."));
+        assert_eq!(r.max_tokens, Some(256));
+        assert_eq!(r.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["get_weather"]);
+        assert_eq!(
+            r.tools[0].input_schema,
+            json!({"type": "object", "properties": {"location": {"type": "string", "description": "City or location name"}},
+                   "required": ["location"], "additionalProperties": false})
+        );
+    }
+    assert_eq!(requests[0].messages, [user.clone()]);
+    assert_eq!(requests[1].messages, [user, calls, results]);
+
+    let record = runtime.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    let steps: Vec<&str> = record.history.iter().map(|s| s.transition.as_str()).collect();
+    assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
+    model.assert_finished();
+}
+
+#[tokio::test]
+async fn the_turn_budget_ends_the_run_with_the_conversation() {
+    let model = ScriptedModel::from_fn(|req| {
+        let n = req.messages.len();
+        Ok(tool_calls(&[(&format!("call_{n}"), json!({"location": "Berlin"}))]))
+    });
+    let agent = Agent::new(model.clone(), "m-1", tools()).max_turns(3);
+    let err = agent.ask(&Runtime::new(), "Loop forever").await.unwrap_err();
+    let AgentError::TurnBudgetExceeded { max_turns, conversation } = err else { panic!("{err:?}") };
+    assert_eq!(max_turns, 3);
+    // The prompt, then three rounds of tool calls and tool results.
+    assert_eq!(conversation.len(), 7);
+    assert_eq!(conversation[0], Message::user("Loop forever"));
+    assert!(conversation[6].tool_results_iter().all(|r| !r.is_error));
+    assert_eq!(model.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_max_tokens_stop_ends_the_run_with_a_clear_status() {
+    let model = ScriptedModel::new().reply(stop("It is mostly sun", StopReason::MaxTokens));
+    let reply = Agent::new(model, "m-1", tools()).ask(&Runtime::new(), "Weather?").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::MaxTokens);
+    assert_eq!(reply.text, "It is mostly sun");
+}
+
+#[tokio::test]
+async fn other_stop_reasons_end_the_run_and_are_kept() {
+    let model = ScriptedModel::new().reply(stop("", StopReason::Other("content_filter".into())));
+    let reply = Agent::new(model, "m-1", tools()).ask(&Runtime::new(), "Weather?").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::Stopped(StopReason::Other("content_filter".into())));
+
+    // A tool-use stop without any tool call cannot loop: the run ends.
+    let model = ScriptedModel::new().reply(stop("nothing to call", StopReason::ToolUse));
+    let reply = Agent::new(model, "m-1", tools()).ask(&Runtime::new(), "Weather?").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::Stopped(StopReason::ToolUse));
+}
+
+#[tokio::test]
+async fn a_provider_error_fails_the_run_with_the_typed_error() {
+    let model = ScriptedModel::new().reply(tool_calls(&[("c", json!({"location": "Rome"}))]));
+    let runtime = Runtime::new();
+    let err = Agent::new(model, "m-1", tools()).ask(&runtime, "Weather?").await.unwrap_err();
+    assert!(matches!(err, AgentError::Llm(LlmError::Script { .. })), "{err:?}");
+}
+
+#[tokio::test]
+async fn bad_tool_calls_reach_the_model_as_error_results() {
+    let model = ScriptedModel::new()
+        .reply(tool_calls(&[("c1", json!({"city": "Rome"}))]))
+        .reply(stop("Sorry.", StopReason::EndTurn));
+    let reply = Agent::new(model.clone(), "m-1", tools()).ask(&Runtime::new(), "Weather?").await.unwrap();
+    assert_eq!(reply.text, "Sorry.");
+    let sent = &model.requests()[1].messages[2];
+    let result = sent.tool_results_iter().next().unwrap();
+    assert!(result.is_error);
+    assert_eq!(result.content, "invalid arguments for tool `get_weather`: missing field `location`");
+}
