@@ -33,6 +33,7 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
             __loopstack_cx: &#p::ToolContext,
         ) -> #p::Result<#p::ToolOutput, #p::ToolError>
     };
+    let hygiene = block_imports(&p);
     match &m.form {
         Form::Fn(f) => {
             let item = &f.item;
@@ -68,8 +69,7 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                 const _: () = {
                     #args_struct
 
-                    // `async_trait` writes a bare `Box`; this one is not the user's.
-                    use #p::Box;
+                    #hygiene
 
                     #[automatically_derived]
                     #[#p::async_trait]
@@ -122,8 +122,7 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                 const _: () = {
                     #args_struct
 
-                    // `async_trait` writes a bare `Box`; this one is not the user's.
-                    use #p::Box;
+                    #hygiene
 
                     #[automatically_derived]
                     #[#p::async_trait]
@@ -140,6 +139,20 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                 };
             }
         }
+    }
+}
+
+/// Imports at the top of the generated `const _` block, which shadow whatever the
+/// user's module calls these names: `async_trait` writes a bare `Box`, and the serde
+/// and schemars derives of the arguments struct write bare primitive types.
+fn block_imports(p: &TokenStream) -> TokenStream {
+    quote! {
+        #[allow(unused_imports)]
+        use #p::Box;
+        #[allow(unused_imports)]
+        use ::core::primitive::{
+            bool, char, f32, f64, i8, i16, i32, i64, i128, isize, str, u8, u16, u32, u64, u128, usize,
+        };
     }
 }
 
@@ -238,11 +251,12 @@ fn stub(s: &ToolStub) -> TokenStream {
         StubTarget::Type(ty) => (None, ty.to_token_stream()),
     };
     let str_ = quote!(::core::primitive::str);
+    let hygiene = block_imports(&p);
     quote! {
         #decl
         #(#cfgs)*
         const _: () = {
-            use #p::Box;
+            #hygiene
             #[#p::async_trait]
             impl #p::Tool for #ty {
                 fn name(&self) -> &#str_ {

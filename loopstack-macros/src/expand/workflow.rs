@@ -195,13 +195,13 @@ fn place_enum(
             ::core::cmp::Eq,
             ::core::hash::Hash,
         )]
-        #[allow(unreachable_pub)]
+        #[allow(unreachable_pub, dead_code)]
         pub enum #ident {
             #(#variants,)*
         }
 
         #(#cfgs)*
-        #[allow(unreachable_pub)]
+        #[allow(unreachable_pub, dead_code)]
         impl #ident {
             /// Every place: `Start` first, `End` last, the others in order of first appearance.
             pub const ALL: &'static [Self] = &[#(Self::#all),*];
