@@ -12,15 +12,11 @@ pub(crate) struct Ctxt {
 
 impl Ctxt {
     pub(crate) fn new() -> Self {
-        Self {
-            errors: Some(Vec::new()),
-        }
+        Self { errors: Some(Vec::new()) }
     }
 
     fn errors(&mut self) -> &mut Vec<syn::Error> {
-        self.errors
-            .as_mut()
-            .expect("a checked Ctxt is not used again")
+        self.errors.as_mut().expect("a checked Ctxt is not used again")
     }
 
     /// Records an error spanning `tokens`.
@@ -45,11 +41,7 @@ impl Ctxt {
 
     /// All recorded errors, combined into one.
     pub(crate) fn check(mut self) -> syn::Result<()> {
-        let mut errors = self
-            .errors
-            .take()
-            .expect("a Ctxt is checked once")
-            .into_iter();
+        let mut errors = self.errors.take().expect("a Ctxt is checked once").into_iter();
         match errors.next() {
             None => Ok(()),
             Some(mut first) => {

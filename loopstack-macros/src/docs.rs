@@ -50,9 +50,7 @@ pub(crate) fn doc_text(attrs: &[Attribute]) -> Option<Text> {
             continue;
         };
         match &nv.value {
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) => {
+            Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => {
                 let value = s.value();
                 for line in value.lines() {
                     lines.push(line.strip_prefix(' ').unwrap_or(line).trim_end().to_owned());
@@ -101,9 +99,7 @@ mod tests {
         ];
         assert_eq!(
             doc_text(&attrs),
-            Some(Text::Lit(
-                "Retrieve weather information.\n\n Indented stays indented by one.".into()
-            ))
+            Some(Text::Lit("Retrieve weather information.\n\n Indented stays indented by one.".into()))
         );
         assert_eq!(doc_text(&[parse_quote!(#[doc = "  "])]), None);
         assert_eq!(doc_text(&[parse_quote!(#[allow(dead_code)])]), None);
@@ -111,13 +107,8 @@ mod tests {
 
     #[test]
     fn doc_expressions() {
-        let attrs: Vec<Attribute> = vec![
-            parse_quote!(#[doc = " Intro."]),
-            parse_quote!(#[doc = include_str!("x.md")]),
-        ];
-        let Some(Text::Expr(e)) = doc_text(&attrs) else {
-            panic!("expected an expression")
-        };
+        let attrs: Vec<Attribute> = vec![parse_quote!(#[doc = " Intro."]), parse_quote!(#[doc = include_str!("x.md")])];
+        let Some(Text::Expr(e)) = doc_text(&attrs) else { panic!("expected an expression") };
         let e = e.to_string();
         assert!(e.contains("concat") && e.contains("include_str"), "{e}");
     }

@@ -16,11 +16,7 @@ pub(crate) fn default_crate() -> Path {
 
 /// The `#[cfg]` attributes of an item, copied onto what is generated beside it.
 pub(crate) fn cfg_attrs(attrs: &[Attribute]) -> Vec<Attribute> {
-    attrs
-        .iter()
-        .filter(|a| a.path().is_ident("cfg"))
-        .cloned()
-        .collect()
+    attrs.iter().filter(|a| a.path().is_ident("cfg")).cloned().collect()
 }
 
 /// The last segment of a path type, looking through parentheses and groups.
@@ -63,35 +59,48 @@ pub(crate) fn reference_kind(ty: &Type) -> Option<RefKind> {
 #[derive(Clone, Copy)]
 #[cfg_attr(test, derive(Debug))]
 pub(crate) enum Output {
-    /// `..::Result<T, E>`: `Ok` is converted, `Err` goes through `tool_error`.
-    Result { span: Span },
+    /// `..::Result<T, E>`: `Ok` is converted, `Err` goes through `tool_error`. The spans
+    /// are those of `T` and `E`, where conversion errors are reported.
+    Result { ok: Span, err: Span },
     /// Anything else is the value itself.
     Value { span: Span },
 }
 
 impl Output {
     pub(crate) fn of(ret: &ReturnType, fallback: Span) -> Self {
-        match ret {
-            ReturnType::Default => Self::Value { span: fallback },
-            ReturnType::Type(_, ty) => {
-                let is_result = last_segment(ty).is_some_and(|s| {
-                    s.ident == "Result"
-                        && matches!(&s.arguments, PathArguments::AngleBracketed(a)
-                            if a.args.iter().any(|g| matches!(g, GenericArgument::Type(_))))
-                });
-                if is_result {
-                    Self::Result { span: ty.span() }
-                } else {
-                    Self::Value { span: ty.span() }
-                }
-            }
+        let ReturnType::Type(_, ty) = ret else { return Self::Value { span: fallback } };
+        match result_args(ty) {
+            Some(args) => Self::Result {
+                ok: args.first().map_or_else(|| ty.span(), |t| t.span()),
+                err: args.get(1).map_or_else(|| ty.span(), |t| t.span()),
+            },
+            None => Self::Value { span: ty.span() },
         }
     }
+}
 
-    pub(crate) fn span(self) -> Span {
-        match self {
-            Self::Result { span } | Self::Value { span } => span,
-        }
+/// The type arguments of a return type whose last segment is `Result<..>`.
+fn result_args(ty: &Type) -> Option<Vec<&Type>> {
+    let seg = last_segment(ty)?;
+    let PathArguments::AngleBracketed(a) = &seg.arguments else { return None };
+    let args: Vec<&Type> = a
+        .args
+        .iter()
+        .filter_map(|g| match g {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    (seg.ident == "Result" && !args.is_empty()).then_some(args)
+}
+
+/// The span of `E` in a `..::Result<T, E>` return type, else of the whole type: where an
+/// error type that does not convert is reported.
+pub(crate) fn error_type_span(ret: &ReturnType, fallback: Span) -> Span {
+    let ReturnType::Type(_, ty) = ret else { return fallback };
+    match result_args(ty) {
+        Some(args) if args.len() > 1 => args[1].span(),
+        _ => ty.span(),
     }
 }
 
@@ -101,11 +110,7 @@ pub(crate) fn path_string(path: &Path) -> String {
     if path.leading_colon.is_some() {
         s.push_str("::");
     }
-    let segments: Vec<String> = path
-        .segments
-        .iter()
-        .map(|seg| seg.ident.to_string())
-        .collect();
+    let segments: Vec<String> = path.segments.iter().map(|seg| seg.ident.to_string()).collect();
     s.push_str(&segments.join("::"));
     s
 }

@@ -10,11 +10,7 @@ pub(crate) fn snake_case(ident: &str) -> String {
         if c.is_uppercase() && i > 0 {
             let prev = chars[i - 1];
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            if prev != '_'
-                && (prev.is_lowercase()
-                    || prev.is_ascii_digit()
-                    || (prev.is_uppercase() && next_lower))
-            {
+            if prev != '_' && (prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower)) {
                 out.push('_');
             }
         }
@@ -45,10 +41,7 @@ pub(crate) fn is_upper_camel(ident: &str) -> bool {
 
 /// `^[a-zA-Z0-9_-]{1,64}$`, the rule providers hold tool names to.
 pub(crate) fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

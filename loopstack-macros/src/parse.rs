@@ -7,8 +7,8 @@ use quote::{ToTokens, TokenStreamExt as _};
 use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::spanned::Spanned as _;
 use syn::{
-    Attribute, Block, Expr, Ident, ImplItem, ItemImpl, LitBool, LitInt, LitStr, Path, Signature,
-    Stmt, Token, Type, Visibility, bracketed,
+    Attribute, Block, Expr, Ident, ImplItem, ItemImpl, LitBool, LitInt, LitStr, Path, Signature, Stmt, Token, Type,
+    Visibility, bracketed,
 };
 
 pub(crate) mod kw {
@@ -27,20 +27,14 @@ pub(crate) mod kw {
 /// The one helper every option goes through: a key may be given once.
 fn set_once<T>(slot: &mut Option<T>, key: Span, name: &str, value: T) -> syn::Result<()> {
     if slot.is_some() {
-        return Err(syn::Error::new(
-            key,
-            format!("duplicate `{name}`; each option is given once"),
-        ));
+        return Err(syn::Error::new(key, format!("duplicate `{name}`; each option is given once")));
     }
     *slot = Some(value);
     Ok(())
 }
 
 /// Parses `key = value` pairs separated by commas, calling `one` for each key.
-fn parse_list(
-    input: ParseStream<'_>,
-    mut one: impl FnMut(ParseStream<'_>) -> syn::Result<()>,
-) -> syn::Result<()> {
+fn parse_list(input: ParseStream<'_>, mut one: impl FnMut(ParseStream<'_>) -> syn::Result<()>) -> syn::Result<()> {
     while !input.is_empty() {
         one(input)?;
         if input.is_empty() {
@@ -149,10 +143,7 @@ fn places(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
         let brackets = bracketed!(content in input);
         let list = content.parse_terminated(Ident::parse, Token![,])?;
         if list.is_empty() {
-            return Err(syn::Error::new(
-                brackets.span.join(),
-                "`from` lists at least one place",
-            ));
+            return Err(syn::Error::new(brackets.span.join(), "`from` lists at least one place"));
         }
         Ok(list.into_iter().collect())
     } else {
@@ -162,25 +153,16 @@ fn places(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
 
 fn place(input: ParseStream<'_>) -> syn::Result<Ident> {
     let lh = input.lookahead1();
-    if lh.peek(Ident) {
-        input.parse()
-    } else {
-        Err(lh.error())
-    }
+    if lh.peek(Ident) { input.parse() } else { Err(lh.error()) }
 }
 
 fn priority(input: ParseStream<'_>) -> syn::Result<i32> {
     input.parse::<Token![=]>()?;
     let minus: Option<Token![-]> = input.parse()?;
     let lit: LitInt = input.parse()?;
-    let magnitude: i64 = lit
-        .base10_parse()
-        .map_err(|_| syn::Error::new(lit.span(), "`priority` is an `i32`, such as `10` or `-1`"))?;
-    let value = if minus.is_some() {
-        -magnitude
-    } else {
-        magnitude
-    };
+    let magnitude: i64 =
+        lit.base10_parse().map_err(|_| syn::Error::new(lit.span(), "`priority` is an `i32`, such as `10` or `-1`"))?;
+    let value = if minus.is_some() { -magnitude } else { magnitude };
     let value = i32::try_from(value)
         .map_err(|_| syn::Error::new(lit.span(), "`priority` is an `i32`, such as `10` or `-1`"))?;
     Ok(value)
@@ -219,12 +201,9 @@ pub(crate) struct GuardArgs {
 
 impl Parse for GuardArgs {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        let method: Ident = input.parse().map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                "expected the guard method's name: `#[guard(method)]`",
-            )
-        })?;
+        let method: Ident = input
+            .parse()
+            .map_err(|e| syn::Error::new(e.span(), "expected the guard method's name: `#[guard(method)]`"))?;
         if !input.is_empty() {
             return Err(syn::Error::new(
                 input.span(),
@@ -240,10 +219,7 @@ pub(crate) fn transition_args(attr: &syn::Attribute) -> syn::Result<TransitionAr
     match &attr.meta {
         syn::Meta::Path(_) => Ok(TransitionArgs::default()),
         syn::Meta::List(list) => list.parse_args(),
-        syn::Meta::NameValue(nv) => Err(syn::Error::new(
-            nv.eq_token.span(),
-            "write `#[transition(..)]`",
-        )),
+        syn::Meta::NameValue(nv) => Err(syn::Error::new(nv.eq_token.span(), "write `#[transition(..)]`")),
     }
 }
 
@@ -251,10 +227,7 @@ pub(crate) fn transition_args(attr: &syn::Attribute) -> syn::Result<TransitionAr
 pub(crate) fn guard_args(attr: &syn::Attribute) -> syn::Result<GuardArgs> {
     match &attr.meta {
         syn::Meta::List(list) => list.parse_args(),
-        _ => Err(syn::Error::new_spanned(
-            attr,
-            "expected the guard method's name: `#[guard(method)]`",
-        )),
+        _ => Err(syn::Error::new_spanned(attr, "expected the guard method's name: `#[guard(method)]`")),
     }
 }
 
@@ -293,12 +266,7 @@ pub(crate) fn item(tokens: TokenStream) -> Item {
         if body.delimiter() != Delimiter::Brace {
             return Err(syn::Error::new(body.span(), "expected a fn body"));
         }
-        Ok(RawFn {
-            attrs,
-            vis,
-            sig,
-            body,
-        })
+        Ok(RawFn { attrs, vis, sig, body })
     };
     if let Ok(f) = as_fn.parse2(tokens.clone()) {
         return Item::Fn(f);
@@ -328,10 +296,7 @@ fn impl_with_raw_bodies(tokens: TokenStream) -> Option<ItemImpl> {
             TokenTree::Punct(p) if p.as_char() == ';' => after_fn = false,
             TokenTree::Group(g) if after_fn && g.delimiter() == Delimiter::Brace => {
                 after_fn = false;
-                let marker = Ident::new(
-                    &format!("__loopstack_body_{}", bodies.len()),
-                    Span::call_site(),
-                );
+                let marker = Ident::new(&format!("__loopstack_body_{}", bodies.len()), Span::call_site());
                 let mut placeholder = Group::new(Delimiter::Brace, marker.into_token_stream());
                 placeholder.set_span(g.span());
                 bodies.push(g.clone());
@@ -349,12 +314,9 @@ fn impl_with_raw_bodies(tokens: TokenStream) -> Option<ItemImpl> {
     for item in &mut imp.items {
         let ImplItem::Fn(f) = item else { continue };
         let index = match f.block.stmts.as_slice() {
-            [Stmt::Expr(Expr::Path(p), None)] => p.path.get_ident().and_then(|i| {
-                i.to_string()
-                    .strip_prefix("__loopstack_body_")?
-                    .parse::<usize>()
-                    .ok()
-            }),
+            [Stmt::Expr(Expr::Path(p), None)] => {
+                p.path.get_ident().and_then(|i| i.to_string().strip_prefix("__loopstack_body_")?.parse::<usize>().ok())
+            }
             _ => None,
         };
         if let Some(original) = index.and_then(|i| bodies.get(i)) {
@@ -373,8 +335,7 @@ mod tests {
 
     #[test]
     fn transition_args() {
-        let args: TransitionArgs =
-            syn::parse_str("from = [A, B], to = C, priority = -3, wait").unwrap();
+        let args: TransitionArgs = syn::parse_str("from = [A, B], to = C, priority = -3, wait").unwrap();
         let from: Vec<String> = args.from.unwrap().iter().map(Ident::to_string).collect();
         assert_eq!(from, ["A", "B"]);
         assert_eq!(args.to.unwrap(), "C");
@@ -384,29 +345,14 @@ mod tests {
 
     #[test]
     fn duplicate_and_unknown_keys() {
-        let err = syn::parse_str::<TransitionArgs>("to = A, to = B")
-            .err()
-            .unwrap();
+        let err = syn::parse_str::<TransitionArgs>("to = A, to = B").err().unwrap();
         assert_eq!(err.to_string(), "duplicate `to`; each option is given once");
         let err = syn::parse_str::<TransitionArgs>("form = A").err().unwrap();
-        assert_eq!(
-            err.to_string(),
-            "expected one of: `from`, `to`, `priority`, `wait`"
-        );
-        let err = syn::parse_str::<ToolArgs>("timeout = 1, timeout = 2")
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.to_string(),
-            "duplicate `timeout`; each option is given once"
-        );
-        let err = syn::parse_str::<WorkflowArgs>("crate = ::a, crate = b")
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.to_string(),
-            "duplicate `crate`; each option is given once"
-        );
+        assert_eq!(err.to_string(), "expected one of: `from`, `to`, `priority`, `wait`");
+        let err = syn::parse_str::<ToolArgs>("timeout = 1, timeout = 2").err().unwrap();
+        assert_eq!(err.to_string(), "duplicate `timeout`; each option is given once");
+        let err = syn::parse_str::<WorkflowArgs>("crate = ::a, crate = b").err().unwrap();
+        assert_eq!(err.to_string(), "duplicate `crate`; each option is given once");
     }
 
     #[test]
@@ -425,27 +371,18 @@ mod tests {
             )),
             Item::Other
         ));
-        let Item::Impl(imp) =
-            item(quote::quote!(impl W { fn ok(&self) {} fn broken(&self) { let x = ; } }))
-        else {
+        let Item::Impl(imp) = item(quote::quote!(impl W { fn ok(&self) {} fn broken(&self) { let x = ; } })) else {
             panic!("an impl with a broken body still parses")
         };
         let text = imp.into_token_stream().to_string();
         assert!(text.contains("let x = ;"), "{text}");
-        let Item::Fn(f) = item(quote::quote!(async fn f() { let x = ; })) else {
-            panic!("raw fn body")
-        };
+        let Item::Fn(f) = item(quote::quote!(async fn f() { let x = ; })) else { panic!("raw fn body") };
         assert_eq!(f.sig.ident, "f");
     }
 
     #[test]
     fn priority_range() {
-        let err = syn::parse_str::<TransitionArgs>("to = A, priority = 3000000000")
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.to_string(),
-            "`priority` is an `i32`, such as `10` or `-1`"
-        );
+        let err = syn::parse_str::<TransitionArgs>("to = A, priority = 3000000000").err().unwrap();
+        assert_eq!(err.to_string(), "`priority` is an `i32`, such as `10` or `-1`");
     }
 }

@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use loopstack::{
-    Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
-    ToolRegistry, tool,
+    Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput, ToolRegistry, tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,20 +25,13 @@ async fn get_weather(
     if location.is_empty() {
         return Err(ToolError::new("the location is empty"));
     }
-    Ok(format!(
-        "{location}: 14 degrees {} (call {})",
-        unit.as_deref().unwrap_or("celsius"),
-        cx.call_id()
-    ))
+    Ok(format!("{location}: 14 degrees {} (call {})", unit.as_deref().unwrap_or("celsius"), cx.call_id()))
 }
 
 /// Every object in a schema is closed and nothing refers elsewhere.
 fn assert_inlined(schema: &Value) {
     let text = schema.to_string();
-    assert!(
-        !text.contains("$ref") && !text.contains("$defs") && !text.contains("definitions"),
-        "{text}"
-    );
+    assert!(!text.contains("$ref") && !text.contains("$defs") && !text.contains("definitions"), "{text}");
 }
 
 #[tokio::test]
@@ -54,64 +46,33 @@ async fn fn_form_name_description_and_schema() {
     assert_eq!(schema["additionalProperties"], false);
     assert_eq!(schema["required"], json!(["location"]));
     let props = schema["properties"].as_object().unwrap();
-    assert_eq!(
-        props.keys().collect::<Vec<_>>(),
-        ["location", "unit"],
-        "the context is not an argument"
-    );
+    assert_eq!(props.keys().collect::<Vec<_>>(), ["location", "unit"], "the context is not an argument");
     assert_eq!(props["location"]["type"], "string");
     assert_eq!(props["location"]["description"], "City or location name");
-    assert_eq!(
-        props["unit"]["description"],
-        "Temperature unit: `celsius` or `fahrenheit`."
-    );
-    assert!(
-        schema.get("title").is_none() && schema.get("description").is_none(),
-        "{schema}"
-    );
+    assert_eq!(props["unit"]["description"], "Temperature unit: `celsius` or `fahrenheit`.");
+    assert!(schema.get("title").is_none() && schema.get("description").is_none(), "{schema}");
 }
 
 #[tokio::test]
 async fn fn_form_calls() {
-    let out = GetWeather
-        .call(json!({"location": "Berlin"}), &cx())
-        .await
-        .unwrap();
-    assert_eq!(
-        out,
-        ToolOutput::text("Berlin: 14 degrees celsius (call call_1)")
-    );
-    let out = GetWeather
-        .call(json!({"location": "Austin", "unit": "fahrenheit"}), &cx())
-        .await
-        .unwrap();
+    let out = GetWeather.call(json!({"location": "Berlin"}), &cx()).await.unwrap();
+    assert_eq!(out, ToolOutput::text("Berlin: 14 degrees celsius (call call_1)"));
+    let out = GetWeather.call(json!({"location": "Austin", "unit": "fahrenheit"}), &cx()).await.unwrap();
     assert_eq!(out.to_text(), "Austin: 14 degrees fahrenheit (call call_1)");
     // The fn itself is still there, for unit tests.
-    assert_eq!(
-        get_weather("Oslo".into(), None, &cx()).await.unwrap(),
-        "Oslo: 14 degrees celsius (call call_1)"
-    );
+    assert_eq!(get_weather("Oslo".into(), None, &cx()).await.unwrap(), "Oslo: 14 degrees celsius (call call_1)");
 }
 
 #[tokio::test]
 async fn bad_arguments_are_invalid_arguments_errors() {
-    let err = GetWeather
-        .call(json!({"unit": "celsius"}), &cx())
-        .await
-        .unwrap_err();
+    let err = GetWeather.call(json!({"unit": "celsius"}), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::InvalidArguments);
     assert!(err.message().contains("missing field `location`"), "{err}");
     assert!(err.message().contains("get_weather"), "{err}");
 
-    let err = GetWeather
-        .call(json!({"location": 5}), &cx())
-        .await
-        .unwrap_err();
+    let err = GetWeather.call(json!({"location": 5}), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::InvalidArguments);
-    assert!(
-        err.message().contains("`location`") && err.message().contains("expected a string"),
-        "{err}"
-    );
+    assert!(err.message().contains("`location`") && err.message().contains("expected a string"), "{err}");
 
     let err = GetWeather.call(json!("Berlin"), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::InvalidArguments, "{err}");
@@ -119,10 +80,7 @@ async fn bad_arguments_are_invalid_arguments_errors() {
 
 #[tokio::test]
 async fn error_results() {
-    let err = GetWeather
-        .call(json!({"location": ""}), &cx())
-        .await
-        .unwrap_err();
+    let err = GetWeather.call(json!({"location": ""}), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::Failed);
     assert_eq!(err.message(), "the location is empty");
 }
@@ -130,18 +88,12 @@ async fn error_results() {
 /// Reads a file, failing with an `std::io::Error`.
 #[tool]
 async fn read_config(path: String) -> std::io::Result<String> {
-    Err(std::io::Error::new(
-        std::io::ErrorKind::NotFound,
-        format!("no file at {path}"),
-    ))
+    Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no file at {path}")))
 }
 
 #[tokio::test]
 async fn error_types_convert_into_tool_errors() {
-    let err = ReadConfig
-        .call(json!({"path": "/etc/x"}), &cx())
-        .await
-        .unwrap_err();
+    let err = ReadConfig.call(json!({"path": "/etc/x"}), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::Failed);
     assert_eq!(err.message(), "no file at /etc/x");
 }
@@ -191,40 +143,22 @@ async fn ready_output() -> ToolOutput {
 
 #[tokio::test]
 async fn outputs_text_and_json() {
-    let call =
-        |t: &'static dyn Tool, args: Value| async move { t.call(args, &cx()).await.unwrap() };
-    assert_eq!(
-        call(&TextString, json!({})).await.content,
-        ToolContent::Text("sunny".into())
-    );
-    assert_eq!(
-        call(&TextStr, json!(null)).await.content,
-        ToolContent::Text("\"quoted\" stays text".into())
-    );
+    let call = |t: &'static dyn Tool, args: Value| async move { t.call(args, &cx()).await.unwrap() };
+    assert_eq!(call(&TextString, json!({})).await.content, ToolContent::Text("sunny".into()));
+    assert_eq!(call(&TextStr, json!(null)).await.content, ToolContent::Text("\"quoted\" stays text".into()));
     assert_eq!(
         call(&Structured, json!({"city": "Rome"})).await.content,
         ToolContent::Json(json!({"city": "Rome", "high": 21}))
     );
-    assert_eq!(
-        call(&JsonValue, json!({})).await.content,
-        ToolContent::Json(json!({"ok": true}))
-    );
-    assert_eq!(
-        call(&JsonWrapped, json!({})).await.content,
-        ToolContent::Json(json!("quoted"))
-    );
+    assert_eq!(call(&JsonValue, json!({})).await.content, ToolContent::Json(json!({"ok": true})));
+    assert_eq!(call(&JsonWrapped, json!({})).await.content, ToolContent::Json(json!("quoted")));
     let out = call(&ReadyOutput, json!({})).await;
     assert!(out.is_error);
     assert_eq!(out.to_text(), "told the model it failed");
 }
 
 /// A tool with options.
-#[tool(
-    name = "slow-search",
-    description = "Searches slowly.",
-    timeout = 10,
-    concurrent = false
-)]
+#[tool(name = "slow-search", description = "Searches slowly.", timeout = 10, concurrent = false)]
 async fn slow(query: String) -> String {
     query
 }
@@ -245,10 +179,7 @@ async fn options_and_overrides() {
     let opts = Forever.options();
     assert_eq!(opts.timeout, Some(Duration::ZERO));
     assert!(opts.concurrent);
-    assert_eq!(
-        opts.effective_timeout(Duration::from_secs(30)),
-        Duration::from_secs(24 * 60 * 60)
-    );
+    assert_eq!(opts.effective_timeout(Duration::from_secs(30)), Duration::from_secs(24 * 60 * 60));
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -299,10 +230,7 @@ async fn nested_and_enum_arguments_are_inlined() {
     assert_eq!(address["type"], "object");
     assert_eq!(address["additionalProperties"], false);
     assert_eq!(address["required"], json!(["street"]));
-    assert_eq!(
-        address["properties"]["street"]["description"],
-        "Street and number."
-    );
+    assert_eq!(address["properties"]["street"]["description"], "Street and number.");
     let priority = &schema["properties"]["priority"];
     assert_eq!(priority["enum"], json!(["low", "high"]), "{priority}");
     assert_eq!(priority["description"], "How urgent it is.");
@@ -310,10 +238,7 @@ async fn nested_and_enum_arguments_are_inlined() {
     assert_eq!(schema["properties"]["leave_at_door"]["default"], false);
 
     let out = BookDelivery
-        .call(
-            json!({"address": {"street": "Main St 1"}, "priority": "high", "items": ["a", "b"]}),
-            &cx(),
-        )
+        .call(json!({"address": {"street": "Main St 1"}, "priority": "high", "items": ["a", "b"]}), &cx())
         .await
         .unwrap();
     assert_eq!(
@@ -323,28 +248,13 @@ async fn nested_and_enum_arguments_are_inlined() {
         }))
     );
     let err = BookDelivery
-        .call(
-            json!({"address": {"street": "x"}, "priority": "urgent", "items": []}),
-            &cx(),
-        )
+        .call(json!({"address": {"street": "x"}, "priority": "urgent", "items": []}), &cx())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::InvalidArguments);
-    assert!(
-        err.message().contains("`priority`") && err.message().contains("urgent"),
-        "{err}"
-    );
-    let err = BookDelivery
-        .call(
-            json!({"address": {}, "priority": "low", "items": []}),
-            &cx(),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        err.message().contains("`address`") && err.message().contains("street"),
-        "{err}"
-    );
+    assert!(err.message().contains("`priority`") && err.message().contains("urgent"), "{err}");
+    let err = BookDelivery.call(json!({"address": {}, "priority": "low", "items": []}), &cx()).await.unwrap_err();
+    assert!(err.message().contains("`address`") && err.message().contains("street"), "{err}");
 }
 
 // The impl form: a tool holding dependencies.
@@ -378,16 +288,8 @@ impl OrderStatus {
         if cx.cancellation().is_cancelled() {
             return Err(ToolError::new("cancelled"));
         }
-        let status = if self.is_shipped(&args.order_id) {
-            "shipped"
-        } else {
-            "processing"
-        };
-        Ok(OrderReport {
-            order_id: args.order_id,
-            status,
-            items: args.with_items.then(|| vec!["book"]),
-        })
+        let status = if self.is_shipped(&args.order_id) { "shipped" } else { "processing" };
+        Ok(OrderReport { order_id: args.order_id, status, items: args.with_items.then(|| vec!["book"]) })
     }
 
     fn is_shipped(&self, id: &str) -> bool {
@@ -397,44 +299,24 @@ impl OrderStatus {
 
 #[tokio::test]
 async fn impl_form() {
-    let t = OrderStatus {
-        shipped: vec!["A-17"],
-    };
+    let t = OrderStatus { shipped: vec!["A-17"] };
     assert_eq!(t.name(), "order_status");
-    assert_eq!(
-        t.description(),
-        "Look up an order's status.\n\nAnswers `shipped` or `processing`."
-    );
+    assert_eq!(t.description(), "Look up an order's status.\n\nAnswers `shipped` or `processing`.");
     assert_eq!(t.options().timeout, Some(Duration::from_secs(5)));
     let schema = t.input_schema();
     assert_inlined(&schema);
     assert_eq!(schema["type"], "object");
     assert_eq!(schema["required"], json!(["order_id"]));
     assert_eq!(schema["additionalProperties"], false);
-    assert_eq!(
-        schema["properties"]["order_id"]["description"],
-        "The order's number, such as `A-17`."
-    );
+    assert_eq!(schema["properties"]["order_id"]["description"], "The order's number, such as `A-17`.");
 
-    let out = t
-        .call(json!({"order_id": "A-17", "with_items": true}), &cx())
-        .await
-        .unwrap();
-    assert_eq!(
-        out.content,
-        ToolContent::Json(json!({"order_id": "A-17", "status": "shipped", "items": ["book"]}))
-    );
+    let out = t.call(json!({"order_id": "A-17", "with_items": true}), &cx()).await.unwrap();
+    assert_eq!(out.content, ToolContent::Json(json!({"order_id": "A-17", "status": "shipped", "items": ["book"]})));
     let out = t.call(json!({"order_id": "B-2"}), &cx()).await.unwrap();
-    assert_eq!(
-        out.content,
-        ToolContent::Json(json!({"order_id": "B-2", "status": "processing", "items": null}))
-    );
+    assert_eq!(out.content, ToolContent::Json(json!({"order_id": "B-2", "status": "processing", "items": null})));
     let err = t.call(json!({"order_id": 17}), &cx()).await.unwrap_err();
     assert_eq!(err.kind(), ToolErrorKind::InvalidArguments);
-    assert!(
-        err.message().contains("order_status") && err.message().contains("`order_id`"),
-        "{err}"
-    );
+    assert!(err.message().contains("order_status") && err.message().contains("`order_id`"), "{err}");
 }
 
 struct Clock {
@@ -455,41 +337,19 @@ async fn impl_form_without_arguments() {
         t.input_schema(),
         json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false})
     );
-    assert_eq!(
-        t.call(json!({}), &cx()).await.unwrap(),
-        ToolOutput::text("12:00")
-    );
-    assert_eq!(
-        t.call(Value::Null, &cx()).await.unwrap(),
-        ToolOutput::text("12:00")
-    );
+    assert_eq!(t.call(json!({}), &cx()).await.unwrap(), ToolOutput::text("12:00"));
+    assert_eq!(t.call(Value::Null, &cx()).await.unwrap(), ToolOutput::text("12:00"));
 }
 
 #[tokio::test]
 async fn tools_register_and_run_through_a_registry() {
     let mut tools = ToolRegistry::new();
-    tools
-        .register(GetWeather)
-        .unwrap()
-        .register(OrderStatus { shipped: vec![] })
-        .unwrap()
-        .register(Slow)
-        .unwrap();
-    assert_eq!(
-        tools.names().collect::<Vec<_>>(),
-        ["get_weather", "order_status", "slow-search"]
-    );
+    tools.register(GetWeather).unwrap().register(OrderStatus { shipped: vec![] }).unwrap().register(Slow).unwrap();
+    assert_eq!(tools.names().collect::<Vec<_>>(), ["get_weather", "order_status", "slow-search"]);
     let spec = tools.spec("get_weather").unwrap();
     assert_eq!(spec.description, "Retrieve weather information.");
     // Arguments the schema does not list are dropped before the tool sees them.
-    let out = tools
-        .call(
-            "get_weather",
-            json!({"location": "Lima", "extra": 1}),
-            &cx(),
-        )
-        .await
-        .unwrap();
+    let out = tools.call("get_weather", json!({"location": "Lima", "extra": 1}), &cx()).await.unwrap();
     assert_eq!(out.to_text(), "Lima: 14 degrees celsius (call call_1)");
 }
 

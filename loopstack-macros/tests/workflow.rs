@@ -1,8 +1,8 @@
 //! What `#[workflow]` generates: the table, routing, the place enum, and runs.
 
 use loopstack::{
-    BoxError, Definition, Result, Route, RunContext, RunError, RunOutcome, RunStatus, Runtime,
-    TransitionDef, Workflow, WorkflowExt, workflow,
+    BoxError, Definition, Result, Route, RunContext, RunError, RunOutcome, RunStatus, Runtime, TransitionDef, Workflow,
+    WorkflowExt, workflow,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,10 +20,7 @@ struct ToolCallState {
 
 impl From<Vec<bool>> for ToolCallState {
     fn from(script: Vec<bool>) -> Self {
-        Self {
-            script,
-            ..Self::default()
-        }
+        Self { script, ..Self::default() }
     }
 }
 
@@ -48,11 +45,7 @@ impl ToolCallWorkflow {
 
     #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
     #[guard(has_tool_calls)]
-    async fn execute_tool_calls(
-        &self,
-        state: &mut ToolCallState,
-        _cx: &mut RunContext,
-    ) -> Result<()> {
+    async fn execute_tool_calls(&self, state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
         state.tool_batches += 1;
         state.tools_done = true;
         state.log.push("execute_tool_calls".into());
@@ -86,26 +79,18 @@ impl ToolCallWorkflow {
 fn definition_table() {
     let def = ToolCallWorkflow.definition();
     assert_eq!(def.name(), "tool_call");
-    assert_eq!(
-        def.places(),
-        ["start", "ready", "prompt_executed", "awaiting_tools", "end"]
-    );
+    assert_eq!(def.places(), ["start", "ready", "prompt_executed", "awaiting_tools", "end"]);
     let expected = [
         TransitionDef::new("setup", &["start"], "ready"),
         TransitionDef::new("llm_turn", &["ready"], "prompt_executed"),
         TransitionDef::new("execute_tool_calls", &["prompt_executed"], "awaiting_tools")
             .priority(10)
             .guard("has_tool_calls"),
-        TransitionDef::new("tools_complete", &["awaiting_tools"], "ready")
-            .guard("all_tools_complete"),
+        TransitionDef::new("tools_complete", &["awaiting_tools"], "ready").guard("all_tools_complete"),
         TransitionDef::new("respond", &["prompt_executed"], "end"),
     ];
     assert_eq!(def.transitions(), expected);
-    assert!(
-        def.transitions()
-            .iter()
-            .all(|t| !t.wait && t.payload_schema.is_none())
-    );
+    assert!(def.transitions().iter().all(|t| !t.wait && t.payload_schema.is_none()));
     // The runtime's own check agrees with the compile-time one.
     assert_eq!(def.check(), Ok(()));
 }
@@ -113,16 +98,7 @@ fn definition_table() {
 #[test]
 fn place_enum() {
     use ToolCallWorkflowPlace as P;
-    assert_eq!(
-        P::ALL,
-        [
-            P::Start,
-            P::Ready,
-            P::PromptExecuted,
-            P::AwaitingTools,
-            P::End
-        ]
-    );
+    assert_eq!(P::ALL, [P::Start, P::Ready, P::PromptExecuted, P::AwaitingTools, P::End]);
     assert_eq!(P::PromptExecuted.as_str(), "prompt_executed");
     assert_eq!(P::Start.to_string(), "start");
     assert_eq!(P::End.as_ref(), "end");
@@ -139,33 +115,19 @@ fn routing_follows_guards_and_priority() {
     let mut state = ToolCallState::from(vec![true, false]);
     state.turns = 1;
     // The guarded priority-10 transition is tried before `respond`.
-    assert_eq!(
-        wf.next_transition(P::PromptExecuted, &state).unwrap(),
-        Some("execute_tool_calls")
-    );
+    assert_eq!(wf.next_transition(P::PromptExecuted, &state).unwrap(), Some("execute_tool_calls"));
     // A false guard falls through to the next transition.
     state.turns = 2;
-    assert_eq!(
-        wf.next_transition(P::PromptExecuted, &state).unwrap(),
-        Some("respond")
-    );
-    assert_eq!(
-        wf.route(P::Start, &state).unwrap().transition_name(),
-        Some("setup")
-    );
+    assert_eq!(wf.next_transition(P::PromptExecuted, &state).unwrap(), Some("respond"));
+    assert_eq!(wf.route(P::Start, &state).unwrap().transition_name(), Some("setup"));
     assert_eq!(wf.route(P::End, &state).unwrap(), Route::End);
     // `tools_complete` is the only way out of `awaiting_tools`: a false guard is a dead end.
     assert_eq!(
         wf.route(P::AwaitingTools, &state).unwrap(),
-        Route::DeadEnd {
-            false_guards: vec!["all_tools_complete"]
-        }
+        Route::DeadEnd { false_guards: vec!["all_tools_complete"] }
     );
     // Snake_case strings work too.
-    assert_eq!(
-        wf.next_transition("ready", &state).unwrap(),
-        Some("llm_turn")
-    );
+    assert_eq!(wf.next_transition("ready", &state).unwrap(), Some("llm_turn"));
     // Guards are plain methods, for unit tests.
     assert!(!wf.all_tools_complete(&state));
 }
@@ -187,10 +149,7 @@ fn mermaid() {
 #[tokio::test]
 async fn a_full_run_reaches_end() {
     let runtime = Runtime::new();
-    let report = runtime
-        .start(&ToolCallWorkflow, vec![true, true, false])
-        .await
-        .unwrap();
+    let report = runtime.start(&ToolCallWorkflow, vec![true, true, false]).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(report.state.turns, 3);
     assert_eq!(report.state.tool_batches, 2);
@@ -212,19 +171,8 @@ async fn a_full_run_reaches_end() {
     let record = runtime.store().load_run(report.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
     assert_eq!(record.place, "end");
-    let places: Vec<(&str, &str)> = record
-        .history
-        .iter()
-        .map(|s| (s.from.as_str(), s.to.as_str()))
-        .collect();
-    assert_eq!(
-        places[..3],
-        [
-            ("start", "ready"),
-            ("ready", "prompt_executed"),
-            ("prompt_executed", "awaiting_tools")
-        ]
-    );
+    let places: Vec<(&str, &str)> = record.history.iter().map(|s| (s.from.as_str(), s.to.as_str())).collect();
+    assert_eq!(places[..3], [("start", "ready"), ("ready", "prompt_executed"), ("prompt_executed", "awaiting_tools")]);
 }
 
 // Ties keep declaration order; priority beats it; negative priorities come last.
@@ -284,11 +232,7 @@ fn ties_keep_declaration_order() {
     use TiesPlace::Choosing;
     let wf = Ties;
     assert_eq!(wf.definition().name(), "ties");
-    let next = |a, b, c| {
-        wf.next_transition(Choosing, &Flags { a, b, c })
-            .unwrap()
-            .unwrap()
-    };
+    let next = |a, b, c| wf.next_transition(Choosing, &Flags { a, b, c }).unwrap().unwrap();
     assert_eq!(next(true, true, false), "first_declared");
     assert_eq!(next(false, true, false), "second_declared");
     assert_eq!(next(true, true, true), "prioritized");
@@ -321,10 +265,7 @@ struct Request {
 
 impl From<String> for Request {
     fn from(what: String) -> Self {
-        Self {
-            what,
-            ..Self::default()
-        }
+        Self { what, ..Self::default() }
     }
 }
 
@@ -352,17 +293,9 @@ impl ApprovalFlow {
     }
 
     #[transition(from = AwaitingApproval, to = Approved, wait)]
-    async fn approve(
-        &self,
-        state: &mut Request,
-        _cx: &mut RunContext,
-        decision: Approval,
-    ) -> Result<()> {
-        state.approved_by = Some(format!(
-            "{}{}",
-            decision.approver,
-            decision.note.map(|n| format!(" ({n})")).unwrap_or_default()
-        ));
+    async fn approve(&self, state: &mut Request, _cx: &mut RunContext, decision: Approval) -> Result<()> {
+        state.approved_by =
+            Some(format!("{}{}", decision.approver, decision.note.map(|n| format!(" ({n})")).unwrap_or_default()));
         Ok(())
     }
 
@@ -381,11 +314,7 @@ impl ApprovalFlow {
     }
 
     #[transition(from = Approved, to = End)]
-    async fn finish(
-        &self,
-        state: &mut Request,
-        _cx: &mut RunContext,
-    ) -> std::result::Result<(), BoxError> {
+    async fn finish(&self, state: &mut Request, _cx: &mut RunContext) -> std::result::Result<(), BoxError> {
         state.done = true;
         Ok(())
     }
@@ -395,30 +324,20 @@ impl ApprovalFlow {
 fn wait_transitions_in_the_table() {
     let def: &Definition = ApprovalFlow.definition();
     assert_eq!(def.name(), "approval_flow");
-    assert_eq!(
-        def.places(),
-        ["start", "awaiting_approval", "approved", "end"]
-    );
+    assert_eq!(def.places(), ["start", "awaiting_approval", "approved", "end"]);
     let (_, approve) = def.transition("approve").unwrap();
     assert!(approve.wait);
     let schema = (approve.payload_schema.unwrap())();
     assert_eq!(schema["type"], "object");
     assert_eq!(schema["required"], json!(["approver"]));
-    assert_eq!(
-        schema["properties"]["approver"]["description"],
-        "Who approved."
-    );
+    assert_eq!(schema["properties"]["approver"]["description"], "Who approved.");
     assert_eq!(schema["additionalProperties"], false);
     let (_, reject) = def.transition("reject").unwrap();
     assert_eq!((reject.wait, reject.priority), (true, Some(1)));
     assert!(!def.transition("finish").unwrap().1.wait);
     assert_eq!(
-        ApprovalFlow
-            .route(ApprovalFlowPlace::AwaitingApproval, &Request::default())
-            .unwrap(),
-        Route::Wait {
-            signals: vec!["reject", "approve"]
-        }
+        ApprovalFlow.route(ApprovalFlowPlace::AwaitingApproval, &Request::default()).unwrap(),
+        Route::Wait { signals: vec!["reject", "approve"] }
     );
     assert_eq!(
         ApprovalFlow.mermaid(),
@@ -436,38 +355,19 @@ async fn a_signal_with_a_typed_payload() {
     let runtime = Runtime::new();
     let wf = ApprovalFlow;
     let report = runtime.start(&wf, "a new laptop".to_owned()).await.unwrap();
-    assert_eq!(
-        report.outcome,
-        RunOutcome::Waiting {
-            place: "awaiting_approval",
-            signals: vec!["reject", "approve"]
-        }
-    );
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "awaiting_approval", signals: vec!["reject", "approve"] });
     let run_id = report.run_id;
 
     // A payload that does not deserialize is refused, and the run keeps waiting.
-    let err = runtime
-        .signal(&wf, run_id, "approve", json!({"note": "ok"}))
-        .await
-        .unwrap_err();
-    let RunError::InvalidSignalPayload { signal, reason, .. } = &err else {
-        panic!("{err:?}")
-    };
+    let err = runtime.signal(&wf, run_id, "approve", json!({"note": "ok"})).await.unwrap_err();
+    let RunError::InvalidSignalPayload { signal, reason, .. } = &err else { panic!("{err:?}") };
     assert_eq!(*signal, "approve");
     assert!(reason.contains("approver"), "{reason}");
     let record = runtime.store().load_run(run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Waiting);
     assert_eq!(record.place, "awaiting_approval");
 
-    let report = runtime
-        .signal(
-            &wf,
-            run_id,
-            "approve",
-            json!({"approver": "ada", "note": "fine"}),
-        )
-        .await
-        .unwrap();
+    let report = runtime.signal(&wf, run_id, "approve", json!({"approver": "ada", "note": "fine"})).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(report.state.approved_by.as_deref(), Some("ada (fine)"));
     assert!(report.state.done);
@@ -479,22 +379,11 @@ async fn transition_errors_keep_their_type() {
     let runtime = Runtime::new();
     let wf = ApprovalFlow;
     let run_id = runtime.start(&wf, "x".to_owned()).await.unwrap().run_id;
-    let err = runtime
-        .signal(&wf, run_id, "reject", json!({"reason": "never"}))
-        .await
-        .unwrap_err();
-    let RunError::Transition {
-        transition, place, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let err = runtime.signal(&wf, run_id, "reject", json!({"reason": "never"})).await.unwrap_err();
+    let RunError::Transition { transition, place, .. } = &err else { panic!("{err:?}") };
     assert_eq!((*transition, *place), ("reject", "awaiting_approval"));
     let source = err.transition_source().unwrap();
-    assert_eq!(
-        source.downcast_ref::<Refused>().unwrap().to_string(),
-        "refused: never"
-    );
+    assert_eq!(source.downcast_ref::<Refused>().unwrap().to_string(), "refused: never");
 
     let err = runtime.start(&wf, String::new()).await.unwrap_err();
     assert!(err.to_string().contains("nothing to approve"), "{err}");

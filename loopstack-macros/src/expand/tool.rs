@@ -3,10 +3,8 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 
-use super::at;
-use crate::model::tool::{
-    FnParam, Form, HandleParam, StubTarget, ToolFailure, ToolModel, ToolStub,
-};
+use super::{at, respan};
+use crate::model::tool::{FnParam, Form, HandleParam, StubTarget, ToolFailure, ToolModel, ToolStub};
 use crate::model::{Output, path_string};
 
 pub(crate) fn tool(m: &ToolModel) -> TokenStream {
@@ -26,13 +24,6 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
         }
         #options
     };
-    let call_sig = quote! {
-        async fn call(
-            &self,
-            __loopstack_args: #p::serde_json::Value,
-            __loopstack_cx: &#p::ToolContext,
-        ) -> #p::Result<#p::ToolOutput, #p::ToolError>
-    };
     let hygiene = block_imports(&p);
     match &m.form {
         Form::Fn(f) => {
@@ -41,10 +32,24 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
             let fn_ident = &f.item.sig.ident;
             let struct_ident = &f.struct_ident;
             let args_ident = format_ident!("__loopstack_Args");
-            let fields = f.params.iter().filter_map(|param| match param {
-                FnParam::Arg { ident, ty, attrs } => Some(quote!(#(#attrs)* #ident: #ty)),
-                FnParam::Context => None,
-            });
+            // Fields without `serde`/`schemars` attributes get a type parameter, so that
+            // a field type missing `Deserialize` or `JsonSchema` is one error, at the
+            // user's type in the turbofish of the helper fns below.
+            let mut params = Vec::new();
+            let mut fields = Vec::new();
+            let mut generic_tys = Vec::new();
+            for (i, param) in f.params.iter().enumerate() {
+                let FnParam::Arg { ident, ty, attrs } = param else { continue };
+                let plain = attrs.iter().all(crate::docs::is_doc);
+                if plain {
+                    let param = format_ident!("__LoopstackA{}", i);
+                    fields.push(quote!(#(#attrs)* #ident: #param));
+                    params.push(param);
+                    generic_tys.push(ty);
+                } else {
+                    fields.push(quote!(#(#attrs)* #ident: #ty));
+                }
+            }
             let bindings = f.params.iter().filter_map(|param| match param {
                 FnParam::Arg { ident, .. } => Some(ident),
                 FnParam::Context => None,
@@ -53,10 +58,12 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                 FnParam::Arg { ident, .. } => ident.to_token_stream(),
                 FnParam::Context => quote!(__loopstack_cx),
             });
-            let args_struct = args_struct(&p, &args_ident, quote!({ #(#fields,)* }));
+            let args_struct = args_struct(&p, &args_ident, quote!(<#(#params),*> { #(#fields,)* }));
+            let args_ty = quote!(#args_ident<#(#params),*>);
             let value = quote_spanned!(at(fn_ident.span())=> #fn_ident(#(#call_args),*).await);
             let ret = convert(&p, f.output, value);
             let doc = struct_doc(&f.item.attrs, fn_ident, name);
+            let async_token = quote_spanned!(at(fn_ident.span())=> async);
             quote! {
                 #item
 
@@ -69,6 +76,16 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                 const _: () = {
                     #args_struct
 
+                    fn __loopstack_parse<#(#params: #p::serde::de::DeserializeOwned),*>(
+                        args: #p::serde_json::Value,
+                    ) -> #p::Result<#args_ty, #p::ToolError> {
+                        #p::parse_tool_arguments::<#args_ty>(#name, args)
+                    }
+
+                    fn __loopstack_schema<#(#params: #p::schemars::JsonSchema),*>() -> #p::serde_json::Value {
+                        #p::tool_input_schema::<#args_ty>()
+                    }
+
                     #hygiene
 
                     #[automatically_derived]
@@ -76,11 +93,15 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                     impl #p::Tool for #struct_ident {
                         #common
                         fn input_schema(&self) -> #p::serde_json::Value {
-                            #p::tool_input_schema::<#args_ident>()
+                            __loopstack_schema::<#(#generic_tys),*>()
                         }
-                        #call_sig {
+                        #async_token fn call(
+                            &self,
+                            __loopstack_args: #p::serde_json::Value,
+                            __loopstack_cx: &#p::ToolContext,
+                        ) -> #p::Result<#p::ToolOutput, #p::ToolError> {
                             let #args_ident { #(#bindings),* } =
-                                #p::parse_tool_arguments::<#args_ident>(#name, __loopstack_args)?;
+                                __loopstack_parse::<#(#generic_tys),*>(__loopstack_args)?;
                             #ret
                         }
                     }
@@ -98,23 +119,18 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                     (ident.to_token_stream(), args_struct(&p, &ident, quote!({})))
                 }
             };
-            let args_span = i
-                .args()
-                .map_or_else(Span::call_site, |ty| at(syn::spanned::Spanned::span(ty)));
+            let args_span = i.args().map_or_else(Span::call_site, |ty| at(syn::spanned::Spanned::span(ty)));
             let call_args = i.params.iter().map(|param| match param {
                 HandleParam::Args(_) => quote!(__loopstack_args),
                 HandleParam::Context => quote!(__loopstack_cx),
             });
-            let schema = quote_spanned!(args_span=> #p::tool_input_schema::<#args_ty>());
-            let parse = quote_spanned!(args_span=> #p::parse_tool_arguments::<#args_ty>(#name, __loopstack_args));
-            let value =
-                quote_spanned!(at(handle.span())=> Self::#handle(self, #(#call_args),*).await);
+            let ps = respan(&p, args_span);
+            let schema = quote_spanned!(args_span=> #ps::tool_input_schema::<#args_ty>());
+            let parse = quote_spanned!(args_span=> #ps::parse_tool_arguments::<#args_ty>(#name, __loopstack_args));
+            let async_token = quote_spanned!(at(handle.span())=> async);
+            let value = quote_spanned!(at(handle.span())=> Self::#handle(self, #(#call_args),*).await);
             let ret = convert(&p, i.output, value);
-            let bind = if i.args().is_some() {
-                quote!(__loopstack_args)
-            } else {
-                quote!(_)
-            };
+            let bind = if i.args().is_some() { quote!(__loopstack_args) } else { quote!(_) };
             quote! {
                 #item
 
@@ -131,7 +147,11 @@ pub(crate) fn tool(m: &ToolModel) -> TokenStream {
                         fn input_schema(&self) -> #p::serde_json::Value {
                             #schema
                         }
-                        #call_sig {
+                        #async_token fn call(
+                            &self,
+                            __loopstack_args: #p::serde_json::Value,
+                            __loopstack_cx: &#p::ToolContext,
+                        ) -> #p::Result<#p::ToolOutput, #p::ToolError> {
                             let #bind = #parse?;
                             #ret
                         }
@@ -173,9 +193,7 @@ fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
     if m.timeout.is_none() && m.concurrent.is_none() {
         return TokenStream::new();
     }
-    let timeout = m
-        .timeout
-        .map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
+    let timeout = m.timeout.map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
     let concurrent = m.concurrent.map(|c| quote!(.concurrent(#c)));
     quote! {
         fn options(&self) -> #p::ToolOptions {
@@ -187,26 +205,30 @@ fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
 /// The handler's value as `Result<ToolOutput, ToolError>`: text stays text, other
 /// `Serialize` values become JSON, and an `Err` goes through `tool_error`.
 fn convert(p: &TokenStream, output: Output, value: TokenStream) -> TokenStream {
-    let span = at(output.span());
-    let to_output = |v: TokenStream| {
+    let to_output = |v: TokenStream, span: Span| {
+        let span = at(span);
+        let p = respan(p, span);
         quote_spanned! {span=> {
             use #p::{ViaIntoToolOutput as _, ViaSerialize as _};
             (&&#p::OutputSlot::new(#v)).__loopstack_output()
         }}
     };
     match output {
-        Output::Result { .. } => {
-            let ok = to_output(quote!(__loopstack_ok));
-            quote_spanned! {span=>
+        Output::Result { ok, err } => {
+            let converted = to_output(quote!(__loopstack_ok), ok);
+            let err = at(err);
+            let pe = respan(p, err);
+            let error = quote_spanned!(err=> #pe::tool_error(__loopstack_err));
+            quote! {
                 match #value {
-                    #p::Ok(__loopstack_ok) => #p::Ok(#ok),
-                    #p::Err(__loopstack_err) => #p::Err(#p::tool_error(__loopstack_err)),
+                    #p::Ok(__loopstack_ok) => #p::Ok(#converted),
+                    #p::Err(__loopstack_err) => #p::Err(#error),
                 }
             }
         }
-        Output::Value { .. } => {
-            let ok = to_output(value);
-            quote!(#p::Ok(#ok))
+        Output::Value { span } => {
+            let converted = to_output(value, span);
+            quote!(#p::Ok(#converted))
         }
     }
 }

@@ -39,11 +39,7 @@ pub(crate) struct FnForm {
 
 pub(crate) enum FnParam {
     /// One field of the arguments struct.
-    Arg {
-        ident: Ident,
-        ty: Type,
-        attrs: Vec<Attribute>,
-    },
+    Arg { ident: Ident, ty: Type, attrs: Vec<Attribute> },
     /// The `&ToolContext` parameter.
     Context,
 }
@@ -95,8 +91,7 @@ pub(crate) enum StubTarget {
     Type(Box<Type>),
 }
 
-const PLACEMENT: &str =
-    "`#[tool]` goes on an `async fn` or on an inherent `impl` block with an `async fn handle`";
+const PLACEMENT: &str = "`#[tool]` goes on an `async fn` or on an inherent `impl` block with an `async fn handle`";
 
 impl ToolModel {
     pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<ToolFailure>> {
@@ -108,20 +103,13 @@ impl ToolModel {
                 None
             }
         };
-        let krate = args
-            .as_ref()
-            .and_then(|a| a.krate.as_ref())
-            .map_or_else(default_crate, |k| k.clone());
+        let krate = args.as_ref().and_then(|a| a.krate.as_ref()).map_or_else(default_crate, |k| k.clone());
         match parse::item(item.clone()) {
             parse::Item::Fn(f) => fn_form(cx, args, krate, f),
             parse::Item::Impl(imp) => impl_form(cx, args, krate, imp),
             parse::Item::Other => {
                 cx.error_at(Span::call_site(), PLACEMENT);
-                Err(Box::new(ToolFailure {
-                    error: cx.check().expect_err("just recorded"),
-                    item,
-                    stub: None,
-                }))
+                Err(Box::new(ToolFailure { error: cx.check().expect_err("just recorded"), item, stub: None }))
             }
         }
     }
@@ -135,13 +123,7 @@ struct Common {
     concurrent: Option<bool>,
 }
 
-fn common(
-    cx: &mut Ctxt,
-    args: &ToolArgs,
-    default_name: &Ident,
-    docs: &[Attribute],
-    what: &str,
-) -> Option<Common> {
+fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribute], what: &str) -> Option<Common> {
     let name = match &args.name {
         Some(lit) => {
             let name = lit.value();
@@ -171,10 +153,7 @@ fn common(
         Some(lit) => {
             let text = lit.value();
             if text.trim().is_empty() {
-                cx.error_spanned_by(
-                    lit,
-                    "the tool description is empty; the model reads it to pick the tool",
-                );
+                cx.error_spanned_by(lit, "the tool description is empty; the model reads it to pick the tool");
             }
             Some(Text::Lit(text))
         }
@@ -190,25 +169,14 @@ fn common(
         );
         return None;
     };
-    let timeout = args
-        .timeout
-        .as_ref()
-        .and_then(|t| match t.base10_parse::<u64>() {
-            Ok(secs) => Some(secs),
-            Err(_) => {
-                cx.error_spanned_by(
-                    t,
-                    "`timeout` is a whole number of seconds (`0` means 24 hours)",
-                );
-                None
-            }
-        });
-    Some(Common {
-        name,
-        description,
-        timeout,
-        concurrent: args.concurrent.as_ref().map(|c| c.value),
-    })
+    let timeout = args.timeout.as_ref().and_then(|t| match t.base10_parse::<u64>() {
+        Ok(secs) => Some(secs),
+        Err(_) => {
+            cx.error_spanned_by(t, "`timeout` is a whole number of seconds (`0` means 24 hours)");
+            None
+        }
+    });
+    Some(Common { name, description, timeout, concurrent: args.concurrent.as_ref().map(|c| c.value) })
 }
 
 fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
@@ -237,12 +205,7 @@ fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
     }
 }
 
-fn fn_form(
-    mut cx: Ctxt,
-    args: Option<ToolArgs>,
-    krate: Path,
-    mut item: RawFn,
-) -> Result<ToolModel, Box<ToolFailure>> {
+fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -> Result<ToolModel, Box<ToolFailure>> {
     let cfgs = cfg_attrs(&item.attrs);
     let fn_ident = item.sig.ident.clone();
     let struct_ident = Ident::new(&pascal_case(&fn_ident.to_string()), fn_ident.span());
@@ -250,9 +213,12 @@ fn fn_form(
 
     let mut params = Vec::new();
     let mut context_seen = false;
+    // A fn with `self` is a method inside an impl block, where nothing else may be emitted.
+    let mut is_method = false;
     for input in &mut item.sig.inputs {
         let pat_ty = match input {
             FnArg::Receiver(r) => {
+                is_method = true;
                 cx.error_spanned_by(
                     &*r,
                     "a `#[tool]` fn takes no `self`; for a tool with state, put `#[tool]` on the impl block \
@@ -266,9 +232,7 @@ fn fn_form(
         // struct's field; rustc rejects them on a fn parameter.
         let (moved, kept): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(&mut pat_ty.attrs)
             .into_iter()
-            .partition(|a| {
-                is_doc(a) || a.path().is_ident("serde") || a.path().is_ident("schemars")
-            });
+            .partition(|a| is_doc(a) || a.path().is_ident("serde") || a.path().is_ident("schemars"));
         pat_ty.attrs = kept;
         for a in &pat_ty.attrs {
             if a.path().is_ident("cfg") || a.path().is_ident("cfg_attr") {
@@ -278,13 +242,13 @@ fn fn_form(
         match reference_kind(&pat_ty.ty) {
             Some(RefKind::Context) => {
                 if context_seen {
-                    cx.error_spanned_by(
-                        &pat_ty.ty,
-                        "a `#[tool]` fn takes at most one `&ToolContext` parameter",
-                    );
+                    cx.error_spanned_by(&pat_ty.ty, "a `#[tool]` fn takes at most one `&ToolContext` parameter");
                 }
                 if let Some(a) = moved.first() {
-                    cx.error_spanned_by(a, "the `&ToolContext` parameter is not an argument; it takes no docs or attributes");
+                    cx.error_spanned_by(
+                        a,
+                        "the `&ToolContext` parameter is not an argument; it takes no docs or attributes",
+                    );
                 }
                 context_seen = true;
                 params.push(FnParam::Context);
@@ -305,10 +269,7 @@ fn fn_form(
             None => {}
         }
         if let Type::ImplTrait(t) = &*pat_ty.ty {
-            cx.error_spanned_by(
-                t,
-                "a `#[tool]` parameter needs a concrete type, not `impl Trait`",
-            );
+            cx.error_spanned_by(t, "a `#[tool]` parameter needs a concrete type, not `impl Trait`");
             continue;
         }
         let ident = match &*pat_ty.pat {
@@ -321,24 +282,15 @@ fn fn_form(
                 continue;
             }
         };
-        params.push(FnParam::Arg {
-            ident,
-            ty: (*pat_ty.ty).clone(),
-            attrs: moved,
-        });
+        params.push(FnParam::Arg { ident, ty: (*pat_ty.ty).clone(), attrs: moved });
     }
 
-    let common = args
-        .as_ref()
-        .and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));
+    let common = args.as_ref().and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));
     let output = Output::of(&item.sig.output, fn_ident.span());
     let stub = ToolStub {
         krate: krate.clone(),
         cfgs: cfgs.clone(),
-        target: StubTarget::Struct {
-            vis: item.vis.clone(),
-            ident: struct_ident.clone(),
-        },
+        target: StubTarget::Struct { vis: item.vis.clone(), ident: struct_ident.clone() },
     };
     match (cx.check(), common) {
         (Ok(()), Some(c)) => Ok(ToolModel {
@@ -348,28 +300,17 @@ fn fn_form(
             timeout: c.timeout,
             concurrent: c.concurrent,
             cfgs,
-            form: Form::Fn(FnForm {
-                item,
-                struct_ident,
-                params,
-                output,
-            }),
+            form: Form::Fn(FnForm { item, struct_ident, params, output }),
         }),
-        (Err(error), _) => Err(Box::new(ToolFailure {
-            error,
-            item: item.into_token_stream(),
-            stub: Some(stub),
-        })),
+        (Err(error), _) => {
+            let stub = (!is_method).then_some(stub);
+            Err(Box::new(ToolFailure { error, item: item.into_token_stream(), stub }))
+        }
         (Ok(()), None) => unreachable!("a missing description is recorded as an error"),
     }
 }
 
-fn impl_form(
-    mut cx: Ctxt,
-    args: Option<ToolArgs>,
-    krate: Path,
-    item: ItemImpl,
-) -> Result<ToolModel, Box<ToolFailure>> {
+fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) -> Result<ToolModel, Box<ToolFailure>> {
     let cfgs = cfg_attrs(&item.attrs);
     let fail = |cx: Ctxt, item: &ItemImpl, stub: Option<ToolStub>| {
         Box::new(ToolFailure {
@@ -388,10 +329,7 @@ fn impl_form(
     let type_ident = match last_segment(&item.self_ty) {
         Some(seg) => seg.ident.clone(),
         None => {
-            cx.error_spanned_by(
-                &item.self_ty,
-                "`#[tool]` needs a named type here, such as `impl MyTool`",
-            );
+            cx.error_spanned_by(&item.self_ty, "`#[tool]` needs a named type here, such as `impl MyTool`");
             return Err(fail(cx, &item, None));
         }
     };
@@ -402,24 +340,15 @@ fn impl_form(
         );
         return Err(fail(cx, &item, None));
     }
-    let stub = ToolStub {
-        krate: krate.clone(),
-        cfgs: cfgs.clone(),
-        target: StubTarget::Type(item.self_ty.clone()),
-    };
+    let stub = ToolStub { krate: krate.clone(), cfgs: cfgs.clone(), target: StubTarget::Type(item.self_ty.clone()) };
 
     let handle = item.items.iter().find_map(|i| match i {
         ImplItem::Fn(f) if f.sig.ident == "handle" => Some(&f.sig),
         _ => None,
     });
-    let handle_ident = handle.map_or_else(
-        || Ident::new("handle", Span::call_site()),
-        |sig| sig.ident.clone(),
-    );
+    let handle_ident = handle.map_or_else(|| Ident::new("handle", Span::call_site()), |sig| sig.ident.clone());
     let mut params = Vec::new();
-    let mut output = Output::Value {
-        span: type_ident.span(),
-    };
+    let mut output = Output::Value { span: type_ident.span() };
     match handle {
         None => cx.error_spanned_by(
             &item.self_ty,
@@ -462,9 +391,7 @@ fn impl_form(
             }
         }
     }
-    let common = args
-        .as_ref()
-        .and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "type"));
+    let common = args.as_ref().and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "type"));
     match (cx.is_ok(), common) {
         (true, Some(c)) => {
             cx.check().expect("no errors");
@@ -513,13 +440,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "get_weather");
-        assert_eq!(
-            m.description,
-            Text::Lit("Retrieve weather information.".into())
-        );
-        let Form::Fn(f) = &m.form else {
-            panic!("fn form")
-        };
+        assert_eq!(m.description, Text::Lit("Retrieve weather information.".into()));
+        let Form::Fn(f) = &m.form else { panic!("fn form") };
         assert_eq!(f.struct_ident, "GetWeather");
         assert!(matches!(f.output, Output::Result { .. }));
         let kinds: Vec<String> = f
@@ -538,12 +460,7 @@ mod tests {
     #[test]
     fn fn_form_options() {
         let m = model(
-            quote!(
-                name = "weather",
-                description = "Weather.",
-                timeout = 0,
-                concurrent = false
-            ),
+            quote!(name = "weather", description = "Weather.", timeout = 0, concurrent = false),
             quote!(
                 async fn get_weather() -> String {
                     todo!()
@@ -551,10 +468,7 @@ mod tests {
             ),
         )
         .unwrap();
-        assert_eq!(
-            (m.name.as_str(), m.timeout, m.concurrent),
-            ("weather", Some(0), Some(false))
-        );
+        assert_eq!((m.name.as_str(), m.timeout, m.concurrent), ("weather", Some(0), Some(false)));
     }
 
     #[test]
@@ -626,10 +540,7 @@ mod tests {
         ];
         for (args, item, expected) in cases {
             let err = model(args, item).err().unwrap();
-            assert!(
-                err.starts_with(expected) || err.contains(expected),
-                "{err:?} vs {expected:?}"
-            );
+            assert!(err.starts_with(expected) || err.contains(expected), "{err:?} vs {expected:?}");
         }
     }
 
@@ -661,13 +572,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "order_status");
-        let Form::Impl(i) = &m.form else {
-            panic!("impl form")
-        };
-        assert_eq!(
-            i.args().unwrap().to_token_stream().to_string(),
-            "OrderQuery"
-        );
+        let Form::Impl(i) = &m.form else { panic!("impl form") };
+        assert_eq!(i.args().unwrap().to_token_stream().to_string(), "OrderQuery");
         assert_eq!(i.params.len(), 2);
     }
 

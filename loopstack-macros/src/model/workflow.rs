@@ -8,7 +8,7 @@ use quote::ToTokens;
 use syn::spanned::Spanned as _;
 use syn::{Attribute, FnArg, Ident, ImplItem, ItemImpl, Path, ReturnType, Signature, Type};
 
-use super::{cfg_attrs, default_crate, last_segment};
+use super::{cfg_attrs, default_crate, error_type_span, last_segment};
 use crate::ctxt::Ctxt;
 use crate::names::{is_upper_camel, pascal_case, snake_case};
 use crate::parse::{self, TransitionArgs, WorkflowArgs, guard_args, transition_args};
@@ -93,10 +93,7 @@ struct RawTransition {
 }
 
 impl WorkflowModel {
-    pub(crate) fn from_syn(
-        args: TokenStream,
-        item: TokenStream,
-    ) -> Result<Self, Box<WorkflowFailure>> {
+    pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<WorkflowFailure>> {
         let mut cx = Ctxt::new();
         let args = match syn::parse2::<WorkflowArgs>(args) {
             Ok(a) => a,
@@ -105,10 +102,7 @@ impl WorkflowModel {
                 WorkflowArgs::default()
             }
         };
-        let krate = args
-            .krate
-            .as_ref()
-            .map_or_else(default_crate, |k| k.clone());
+        let krate = args.krate.as_ref().map_or_else(default_crate, |k| k.clone());
         let mut item = match parse::item(item.clone()) {
             parse::Item::Impl(imp) => imp,
             parse::Item::Fn(_) | parse::Item::Other => {
@@ -117,23 +111,15 @@ impl WorkflowModel {
                     "`#[workflow]` goes on an inherent `impl` block whose methods carry `#[transition(..)]`",
                 );
                 let error = cx.check().expect_err("just recorded");
-                return Err(Box::new(WorkflowFailure {
-                    error,
-                    item,
-                    stub: None,
-                }));
+                return Err(Box::new(WorkflowFailure { error, item, stub: None }));
             }
         };
-        let raw = strip_helpers(&mut cx, &mut item);
+        let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
         let cfgs = cfg_attrs(&item.attrs);
 
         let fail = |cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>| {
             let error = cx.check().expect_err("an error was recorded");
-            Box::new(WorkflowFailure {
-                error,
-                item: item.to_token_stream(),
-                stub,
-            })
+            Box::new(WorkflowFailure { error, item: item.to_token_stream(), stub })
         };
         if let Some((_, path, _)) = &item.trait_ {
             cx.error_spanned_by(
@@ -144,16 +130,11 @@ impl WorkflowModel {
             return Err(fail(cx, &item, None));
         }
         let Some(type_ident) = last_segment(&item.self_ty).map(|s| s.ident.clone()) else {
-            cx.error_spanned_by(
-                &item.self_ty,
-                "`#[workflow]` needs a named type here, such as `impl MyWorkflow`",
-            );
+            cx.error_spanned_by(&item.self_ty, "`#[workflow]` needs a named type here, such as `impl MyWorkflow`");
             return Err(fail(cx, &item, None));
         };
-        let enum_ident = Ident::new(
-            &format!("{}Place", type_ident.to_string().trim_start_matches("r#")),
-            type_ident.span(),
-        );
+        let enum_ident =
+            Ident::new(&format!("{}Place", type_ident.to_string().trim_start_matches("r#")), type_ident.span());
         let name = match &args.name {
             Some(lit) => {
                 let name = lit.value();
@@ -201,10 +182,7 @@ impl WorkflowModel {
                 }
                 Some(sig) => {
                     check_guard_sig(&mut cx, sig);
-                    guards.push(GuardMethod {
-                        method: sig.ident.clone(),
-                        reference: reference.clone(),
-                    });
+                    guards.push(GuardMethod { method: sig.ident.clone(), reference: reference.clone() });
                     guard_of.push(Some(guards.len() - 1));
                 }
             }
@@ -212,10 +190,7 @@ impl WorkflowModel {
 
         // Places, in order of first appearance.
         let start = |span| Ident::new("Start", span);
-        let mut places: Vec<Place> = vec![Place {
-            ident: start(Span::call_site()),
-            name: "start".into(),
-        }];
+        let mut places: Vec<Place> = vec![Place { ident: start(Span::call_site()), name: "start".into() }];
         let mut start_seen = false;
         let mut end: Option<Ident> = None;
         let mut place_index = |cx: &mut Ctxt, ident: &Ident, places: &mut Vec<Place>| -> usize {
@@ -238,25 +213,17 @@ impl WorkflowModel {
                 let suggestion = pascal_case(&text);
                 cx.error_spanned_by(
                     ident,
-                    format!(
-                        "places are UpperCamelCase identifiers: write `{suggestion}` for `{text}`"
-                    ),
+                    format!("places are UpperCamelCase identifiers: write `{suggestion}` for `{text}`"),
                 );
             }
             let name = snake_case(&text);
             if let Some(other) = places.iter().find(|p| p.name == name) {
                 cx.error_spanned_by(
                     ident,
-                    format!(
-                        "places `{}` and `{text}` would both be stored as `{name}`",
-                        other.ident
-                    ),
+                    format!("places `{}` and `{text}` would both be stored as `{name}`", other.ident),
                 );
             }
-            places.push(Place {
-                ident: ident.clone(),
-                name,
-            });
+            places.push(Place { ident: ident.clone(), name });
             places.len() - 1
         };
         struct Numbered {
@@ -281,28 +248,21 @@ impl WorkflowModel {
             let to = match &t.args.to {
                 Some(to) => Some(place_index(&mut cx, to, &mut places)),
                 None => {
-                    cx.error_spanned_by(
-                        &t.attr,
-                        "a transition needs a target: `#[transition(to = Place)]`",
-                    );
+                    cx.error_spanned_by(&t.attr, "a transition needs a target: `#[transition(to = Place)]`");
                     None
                 }
             };
             numbered.push(Numbered { from, to });
         }
         let end_index = places.len();
-        places.push(Place {
-            ident: end.unwrap_or_else(|| Ident::new("End", Span::call_site())),
-            name: "end".into(),
-        });
+        places.push(Place { ident: end.unwrap_or_else(|| Ident::new("End", Span::call_site())), name: "end".into() });
         let fix = |i: usize| if i == usize::MAX { end_index } else { i };
 
-        let state = match (&args.state, raw.first()) {
-            (Some(s), _) => Some(s.clone()),
-            (None, Some(t)) => state_param(&t.sig).cloned(),
-            (None, None) => None,
+        let state = match &args.state {
+            Some(s) => Some(s.clone()),
+            None => raw.iter().find_map(|t| state_param(&t.sig)).cloned(),
         };
-        if raw.is_empty() {
+        if transition_attrs == 0 {
             cx.error_spanned_by(
                 &item.self_ty,
                 "this `#[workflow]` impl has no `#[transition(..)]` method; the first one leaves `Start`, \
@@ -333,18 +293,10 @@ impl WorkflowModel {
                 to: fix(n.to.expect("checked")),
                 priority: t.args.priority,
                 guard: *guard,
-                payload: t
-                    .args
-                    .wait
-                    .as_ref()
-                    .and_then(|_| payload_param(&t.sig).cloned()),
-                state_span: typed_input(&t.sig, 1)
-                    .map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
+                payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig).cloned()),
+                state_span: typed_input(&t.sig, 1).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
                 cx_span: typed_input(&t.sig, 2).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
-                output_span: match &t.sig.output {
-                    ReturnType::Type(_, ty) => ty.span(),
-                    ReturnType::Default => t.sig.ident.span(),
-                },
+                output_span: error_type_span(&t.sig.output, t.sig.ident.span()),
             })
             .collect();
 
@@ -361,12 +313,7 @@ impl WorkflowModel {
             .collect();
         let end_refs: Vec<Option<Ident>> = numbered
             .iter()
-            .map(|n| {
-                n.from
-                    .iter()
-                    .find(|(i, _)| *i == usize::MAX)
-                    .map(|(_, ident)| ident.clone())
-            })
+            .map(|n| n.from.iter().find(|(i, _)| *i == usize::MAX).map(|(_, ident)| ident.clone()))
             .collect();
         for problem in problems(places.len(), &edges) {
             report(&mut cx, problem, &places, &transitions, &end_refs, &item);
@@ -390,9 +337,11 @@ impl WorkflowModel {
     }
 }
 
-/// Removes `#[transition]` and `#[guard]` from the impl's items, returning what they said.
-fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> Vec<RawTransition> {
+/// Removes `#[transition]` and `#[guard]` from the impl's items, returning what they
+/// said and how many `#[transition]` attributes there were (parsed or not).
+fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> (Vec<RawTransition>, usize) {
     let mut raw = Vec::new();
+    let mut transition_attrs = 0;
     for impl_item in &mut item.items {
         let (attrs, sig) = match impl_item {
             ImplItem::Fn(f) => (&mut f.attrs, Some(&f.sig)),
@@ -401,25 +350,21 @@ fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> Vec<RawTransition> {
             ImplItem::Macro(m) => (&mut m.attrs, None),
             _ => continue,
         };
-        let is_helper =
-            |a: &Attribute| a.path().is_ident("transition") || a.path().is_ident("guard");
-        let (helpers, kept): (Vec<Attribute>, Vec<Attribute>) =
-            std::mem::take(attrs).into_iter().partition(is_helper);
+        let is_helper = |a: &Attribute| a.path().is_ident("transition") || a.path().is_ident("guard");
+        let (helpers, kept): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(attrs).into_iter().partition(is_helper);
         *attrs = kept;
         if helpers.is_empty() {
             continue;
         }
         let Some(sig) = sig else {
-            cx.error_spanned_by(
-                &helpers[0],
-                "`#[transition]` and `#[guard]` go on methods of the impl block",
-            );
+            cx.error_spanned_by(&helpers[0], "`#[transition]` and `#[guard]` go on methods of the impl block");
             continue;
         };
         let mut transition: Option<(Attribute, Option<TransitionArgs>)> = None;
         let mut guard: Option<(Attribute, Option<Ident>)> = None;
         for attr in helpers {
             if attr.path().is_ident("transition") {
+                transition_attrs += 1;
                 if transition.is_some() {
                     cx.error_spanned_by(
                         &attr,
@@ -437,10 +382,7 @@ fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> Vec<RawTransition> {
                     );
                     continue;
                 }
-                let method = guard_args(&attr)
-                    .map(|g| g.method)
-                    .map_err(|e| cx.syn_error(e))
-                    .ok();
+                let method = guard_args(&attr).map(|g| g.method).map_err(|e| cx.syn_error(e)).ok();
                 guard = Some((attr, method));
             }
         }
@@ -459,7 +401,7 @@ fn strip_helpers(cx: &mut Ctxt, item: &mut ItemImpl) -> Vec<RawTransition> {
             _ => {}
         }
     }
-    raw
+    (raw, transition_attrs)
 }
 
 fn typed_input(sig: &Signature, i: usize) -> Option<&Type> {
@@ -478,9 +420,12 @@ fn mut_ref_elem(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// `T` in the transition method's `state: &mut T`.
+/// `T` in the transition method's `state: &mut T`, when it takes `&self` first.
 fn state_param(sig: &Signature) -> Option<&Type> {
-    typed_input(sig, 1).and_then(mut_ref_elem)
+    match sig.inputs.first() {
+        Some(FnArg::Receiver(_)) => typed_input(sig, 1).and_then(mut_ref_elem),
+        _ => None,
+    }
 }
 
 fn payload_param(sig: &Signature) -> Option<&Type> {
@@ -493,10 +438,7 @@ const WAIT_SHAPE: &str = "(&self, state: &mut State, cx: &mut RunContext, payloa
 fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
     let shape = if wait { WAIT_SHAPE } else { SHAPE };
     if sig.asyncness.is_none() {
-        cx.error_spanned_by(
-            sig.fn_token,
-            format!("a transition method is an `async fn{shape}`"),
-        );
+        cx.error_spanned_by(sig.fn_token, format!("a transition method is an `async fn{shape}`"));
     }
     if !sig.generics.params.is_empty() {
         cx.error_spanned_by(&sig.generics, "a transition method cannot be generic");
@@ -505,10 +447,7 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
     match inputs.next() {
         Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
         Some(other) => {
-            cx.error_spanned_by(
-                other,
-                format!("a transition method takes `&self` first: `{shape}`"),
-            );
+            cx.error_spanned_by(other, format!("a transition method takes `&self` first: `{shape}`"));
             return;
         }
         None => {
@@ -530,9 +469,7 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
     if typed.len() == 2 && wait {
         cx.error_spanned_by(
             &sig.ident,
-            format!(
-                "a wait transition takes the signal's payload as its last parameter: `{WAIT_SHAPE}`"
-            ),
+            format!("a wait transition takes the signal's payload as its last parameter: `{WAIT_SHAPE}`"),
         );
         return;
     }
@@ -544,10 +481,7 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
         return;
     }
     if typed.len() > expected {
-        cx.error_spanned_by(
-            typed[expected],
-            format!("a transition method takes `{shape}`"),
-        );
+        cx.error_spanned_by(typed[expected], format!("a transition method takes `{shape}`"));
         return;
     }
     if mut_ref_elem(&typed[0].ty).is_none() {
@@ -557,10 +491,7 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
         cx.error_spanned_by(&typed[1].ty, "the context parameter is `&mut RunContext`");
     }
     if wait && matches!(*typed[2].ty, Type::Reference(_)) {
-        cx.error_spanned_by(
-            &typed[2].ty,
-            "the payload is deserialized from the signal's JSON and must be owned",
-        );
+        cx.error_spanned_by(&typed[2].ty, "the payload is deserialized from the signal's JSON and must be owned");
     }
     if let ReturnType::Default = sig.output {
         cx.error_spanned_by(
@@ -577,17 +508,15 @@ fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
         return;
     }
     let inputs: Vec<&FnArg> = sig.inputs.iter().collect();
-    let receiver_ok = matches!(inputs.first(), Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none());
+    let receiver_ok =
+        matches!(inputs.first(), Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none());
     if !receiver_ok || inputs.len() != 2 {
         cx.error_spanned_by(&sig.ident, GUARD);
         return;
     }
     if let FnArg::Typed(p) = inputs[1] {
         if !matches!(&*p.ty, Type::Reference(r) if r.mutability.is_none()) {
-            cx.error_spanned_by(
-                &p.ty,
-                format!("{GUARD}: it reads the state through `&State`"),
-            );
+            cx.error_spanned_by(&p.ty, format!("{GUARD}: it reads the state through `&State`"));
             return;
         }
     }
@@ -609,38 +538,19 @@ pub(crate) struct Edge {
 /// What is wrong with a transition table. Place 0 is `Start`, the last place `End`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Problem {
-    LeavesEnd {
-        transition: usize,
-    },
+    LeavesEnd { transition: usize },
     NoWayOutOfStart,
     NoWayIntoEnd,
-    Unreachable {
-        place: usize,
-    },
-    CannotEnd {
-        place: usize,
-        dead_end: bool,
-    },
-    Shadowed {
-        place: usize,
-        transition: usize,
-        by: usize,
-        also: Vec<usize>,
-    },
-    WaitShadowed {
-        place: usize,
-        transition: usize,
-        by: usize,
-        also: Vec<usize>,
-    },
+    Unreachable { place: usize },
+    CannotEnd { place: usize, dead_end: bool },
+    Shadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
+    WaitShadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
 }
 
 /// The order transitions leaving `place` are tried in: priority, highest first, then
 /// declaration order (the runtime's rule).
 pub(crate) fn routing_order(edges: &[Edge], place: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..edges.len())
-        .filter(|&i| edges[i].from.contains(&place))
-        .collect();
+    let mut order: Vec<usize> = (0..edges.len()).filter(|&i| edges[i].from.contains(&place)).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(edges[i].priority));
     order
 }
@@ -662,15 +572,8 @@ pub(crate) fn problems(places: usize, edges: &[Edge]) -> Vec<Problem> {
     if !edges.iter().any(|e| e.to == end) {
         return vec![Problem::NoWayIntoEnd];
     }
-    let succ: Vec<Vec<usize>> = (0..places)
-        .map(|p| {
-            edges
-                .iter()
-                .filter(|e| e.from.contains(&p))
-                .map(|e| e.to)
-                .collect()
-        })
-        .collect();
+    let succ: Vec<Vec<usize>> =
+        (0..places).map(|p| edges.iter().filter(|e| e.from.contains(&p)).map(|e| e.to).collect()).collect();
     // reach[p][q]: q can be reached from p (p reaches itself).
     let reach: Vec<Vec<bool>> = (0..places)
         .map(|p| {
@@ -707,56 +610,30 @@ pub(crate) fn problems(places: usize, edges: &[Edge]) -> Vec<Problem> {
             let last = (0..places).all(|q| !reach[p][q] || same_scc(p, q));
             if last && !reported.iter().any(|&r| same_scc(r, p)) {
                 reported.push(p);
-                out.push(Problem::CannotEnd {
-                    place: p,
-                    dead_end: succ[p].is_empty(),
-                });
+                out.push(Problem::CannotEnd { place: p, dead_end: succ[p].is_empty() });
             }
         }
     }
 
     for place in 0..end {
         let order = routing_order(edges, place);
-        let first_unguarded = order
-            .iter()
-            .copied()
-            .find(|&i| !edges[i].wait && !edges[i].guarded);
+        let first_unguarded = order.iter().copied().find(|&i| !edges[i].wait && !edges[i].guarded);
         let Some(by) = first_unguarded else { continue };
-        let after = order
-            .iter()
-            .position(|&i| i == by)
-            .expect("from the same list");
-        let shadowed: Vec<usize> = order[after + 1..]
-            .iter()
-            .copied()
-            .filter(|&i| !edges[i].wait)
-            .collect();
+        let after = order.iter().position(|&i| i == by).expect("from the same list");
+        let shadowed: Vec<usize> = order[after + 1..].iter().copied().filter(|&i| !edges[i].wait).collect();
         if let Some((&transition, also)) = shadowed.split_first() {
-            out.push(Problem::Shadowed {
-                place,
-                transition,
-                by,
-                also: also.to_vec(),
-            });
+            out.push(Problem::Shadowed { place, transition, by, also: also.to_vec() });
         }
         let waits: Vec<usize> = order.iter().copied().filter(|&i| edges[i].wait).collect();
         if let Some((&transition, also)) = waits.split_first() {
-            out.push(Problem::WaitShadowed {
-                place,
-                transition,
-                by,
-                also: also.to_vec(),
-            });
+            out.push(Problem::WaitShadowed { place, transition, by, also: also.to_vec() });
         }
     }
     out
 }
 
 fn names(transitions: &[Transition], list: &[usize]) -> String {
-    list.iter()
-        .map(|&i| format!("`{}`", transitions[i].method))
-        .collect::<Vec<_>>()
-        .join(", ")
+    list.iter().map(|&i| format!("`{}`", transitions[i].method)).collect::<Vec<_>>().join(", ")
 }
 
 fn report(

@@ -1,0 +1,13 @@
+//! Compile-time behaviour of `#[tool]` and `#[workflow]`: every check has a failing
+//! example whose `.stderr` shows one error at the user's token.
+//!
+//! The snapshots are pinned to the toolchain in `rust-toolchain.toml`; refresh them
+//! with `TRYBUILD=overwrite cargo test -p loopstack-macros --test ui` and review the diff.
+
+#[rustversion::attr(not(stable(1.95)), ignore = "ui snapshots are pinned to 1.95")]
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/*/pass/*.rs");
+    t.compile_fail("tests/ui/*/fail/*.rs");
+}

@@ -1,0 +1,9 @@
+use loopstack::tool;
+
+/// Retrieve weather information.
+#[tool]
+async fn get_weather(location: &str) -> String {
+    location.to_owned()
+}
+
+fn main() {}

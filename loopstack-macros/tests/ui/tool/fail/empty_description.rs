@@ -1,0 +1,8 @@
+use loopstack::tool;
+
+#[tool(description = "  ")]
+async fn get_weather(location: String) -> String {
+    location
+}
+
+fn main() {}

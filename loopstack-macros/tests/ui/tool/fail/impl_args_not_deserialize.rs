@@ -1,0 +1,18 @@
+use loopstack::tool;
+
+#[derive(schemars::JsonSchema)]
+struct OrderQuery {
+    order_id: String,
+}
+
+struct OrderStatus;
+
+/// Look up an order's status.
+#[tool]
+impl OrderStatus {
+    async fn handle(&self, args: OrderQuery) -> String {
+        args.order_id
+    }
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use loopstack::tool;
+
+#[tool]
+async fn get_weather(location: String) -> String {
+    location
+}
+
+fn main() {}

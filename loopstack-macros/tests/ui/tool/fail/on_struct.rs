@@ -1,0 +1,7 @@
+use loopstack::tool;
+
+/// Retrieve weather information.
+#[tool]
+struct GetWeather;
+
+fn main() {}

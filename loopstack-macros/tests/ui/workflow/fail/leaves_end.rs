@@ -1,0 +1,23 @@
+use loopstack::{Result, RunContext, workflow};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct State {
+    ready: bool,
+}
+
+struct Flow;
+
+#[workflow]
+impl Flow {
+    #[transition(to = End)]
+    async fn finish(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = End, to = Start)]
+    async fn restart(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}

@@ -1,0 +1,26 @@
+use loopstack::{Result, RunContext, workflow};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct State {
+    ready: bool,
+}
+
+struct Flow;
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct OtherState;
+
+#[workflow]
+impl Flow {
+    #[transition(to = Ready)]
+    async fn setup(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Ready, to = End)]
+    async fn finish(&self, _state: &mut OtherState, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}
