@@ -58,6 +58,7 @@ pub use error::{BoxError, Result, RunError, StoreError};
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable};
 pub use store::{Checkpoint, MemoryStore, RunId, RunRecord, RunStatus, StepRecord, Store};
+pub use futures::future::BoxFuture;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,

@@ -80,6 +80,7 @@ pub struct ToolResult {
 /// One block of a message's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ContentBlock {
     /// Text.
     Text {
