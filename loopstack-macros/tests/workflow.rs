@@ -402,6 +402,9 @@ impl Model for Fixed {
     }
 }
 
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Answers(Vec<u32>);
+
 struct Generic<M> {
     model: M,
 }
@@ -409,29 +412,29 @@ struct Generic<M> {
 #[workflow(name = "generic")]
 impl<M: Model> Generic<M> {
     #[transition(to = Asking)]
-    async fn ask(&self, state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
-        state.push(self.model.answer());
+    async fn ask(&self, state: &mut Answers, _cx: &mut RunContext) -> Result<()> {
+        state.0.push(self.model.answer());
         Ok(())
     }
 
     #[transition(from = Asking, to = Start, priority = 1)]
     #[guard(again)]
-    async fn retry(&self, _state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
+    async fn retry(&self, _state: &mut Answers, _cx: &mut RunContext) -> Result<()> {
         Ok(())
     }
 
     #[transition(from = [Asking, Start], to = End, priority = 1)]
     #[guard(enough)]
-    async fn done(&self, _state: &mut Vec<u32>, _cx: &mut RunContext) -> Result<()> {
+    async fn done(&self, _state: &mut Answers, _cx: &mut RunContext) -> Result<()> {
         Ok(())
     }
 
-    fn again(&self, state: &Vec<u32>) -> bool {
-        state.len() < 3
+    fn again(&self, state: &Answers) -> bool {
+        state.0.len() < 3
     }
 
-    fn enough(&self, state: &Vec<u32>) -> bool {
-        state.len() >= 3
+    fn enough(&self, state: &Answers) -> bool {
+        state.0.len() >= 3
     }
 }
 
@@ -441,8 +444,8 @@ async fn generic_workflow_with_several_sources() {
     let def = wf.definition();
     assert_eq!(def.places(), ["start", "asking", "end"]);
     assert_eq!(def.transition("done").unwrap().1.from, ["asking", "start"]);
-    let report = Runtime::new().start(&wf, Vec::new()).await.unwrap();
-    assert_eq!(report.state, [7, 7, 7]);
+    let report = Runtime::new().start(&wf, Answers::default()).await.unwrap();
+    assert_eq!(report.state.0, [7, 7, 7]);
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(GenericPlace::ALL.len(), 3);
 }

@@ -39,7 +39,7 @@ pub(crate) struct FnForm {
 
 pub(crate) enum FnParam {
     /// One field of the arguments struct.
-    Arg { ident: Ident, ty: Type, attrs: Vec<Attribute> },
+    Arg { ident: Ident, ty: Box<Type>, attrs: Vec<Attribute> },
     /// The `&ToolContext` parameter.
     Context,
 }
@@ -282,7 +282,7 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
                 continue;
             }
         };
-        params.push(FnParam::Arg { ident, ty: (*pat_ty.ty).clone(), attrs: moved });
+        params.push(FnParam::Arg { ident, ty: pat_ty.ty.clone(), attrs: moved });
     }
 
     let common = args.as_ref().and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));

@@ -514,11 +514,11 @@ fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
         cx.error_spanned_by(&sig.ident, GUARD);
         return;
     }
-    if let FnArg::Typed(p) = inputs[1] {
-        if !matches!(&*p.ty, Type::Reference(r) if r.mutability.is_none()) {
-            cx.error_spanned_by(&p.ty, format!("{GUARD}: it reads the state through `&State`"));
-            return;
-        }
+    if let FnArg::Typed(p) = inputs[1]
+        && !matches!(&*p.ty, Type::Reference(r) if r.mutability.is_none())
+    {
+        cx.error_spanned_by(&p.ty, format!("{GUARD}: it reads the state through `&State`"));
+        return;
     }
     if let ReturnType::Default = sig.output {
         cx.error_spanned_by(&sig.ident, GUARD);
@@ -697,5 +697,221 @@ fn report(
             }
             cx.error_spanned_by(&transitions[transition].method, msg);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+    use syn::parse_quote;
+
+    fn edge(from: &[usize], to: usize) -> Edge {
+        Edge { from: from.to_vec(), to, priority: 0, guarded: false, wait: false }
+    }
+
+    fn guarded(mut e: Edge) -> Edge {
+        e.guarded = true;
+        e
+    }
+
+    fn model(item: syn::ItemImpl) -> Result<WorkflowModel, Vec<String>> {
+        WorkflowModel::from_syn(TokenStream::new(), item.into_token_stream())
+            .map_err(|f| f.error.into_iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn a_sound_table_has_no_problems() {
+        // start -> ready -> prompt -> tools -> ready; prompt -> end
+        let edges = [
+            edge(&[0], 1),
+            edge(&[1], 2),
+            Edge { priority: 10, ..guarded(edge(&[2], 3)) },
+            guarded(edge(&[3], 1)),
+            edge(&[2], 4),
+        ];
+        assert_eq!(problems(5, &edges), []);
+    }
+
+    #[test]
+    fn routing_order_is_priority_then_declaration() {
+        let edges = [
+            edge(&[1], 2),
+            Edge { priority: 5, ..edge(&[1], 2) },
+            Edge { priority: -1, ..edge(&[1], 2) },
+            edge(&[0, 1], 2),
+        ];
+        assert_eq!(routing_order(&edges, 1), [1, 0, 3, 2]);
+        assert_eq!(routing_order(&edges, 0), [3]);
+    }
+
+    #[test]
+    fn reachability_reports_the_entry_of_an_unreachable_region() {
+        // 1 -> 2 -> 3 -> 2 are all unreachable; only 1, where the region is entered, is reported.
+        let edges = [edge(&[0], 4), edge(&[1], 2), edge(&[2], 3), guarded(edge(&[3], 2)), edge(&[3], 4)];
+        assert_eq!(problems(5, &edges), [Problem::Unreachable { place: 1 }]);
+        // A cycle with no entry is reported once, at its first place.
+        let edges = [edge(&[0], 3), edge(&[1], 2), edge(&[2], 1)];
+        assert_eq!(problems(4, &edges), [Problem::Unreachable { place: 1 }]);
+    }
+
+    #[test]
+    fn reaching_end_reports_where_a_run_gets_stuck() {
+        // 1 -> 2 -> 3 (no way out): only 3 is reported, not 1 and 2 upstream of it.
+        let edges = [edge(&[0], 1), guarded(edge(&[1], 4)), edge(&[1], 2), edge(&[2], 3)];
+        assert_eq!(problems(5, &edges), [Problem::CannotEnd { place: 3, dead_end: true }]);
+        // A loop without an exit is reported once.
+        let edges = [edge(&[0], 1), guarded(edge(&[1], 3)), edge(&[1], 2), edge(&[2], 2)];
+        assert_eq!(problems(4, &edges), [Problem::CannotEnd { place: 2, dead_end: false }]);
+        // Loops are fine while `end` stays reachable.
+        let edges = [edge(&[0], 1), guarded(edge(&[1], 1)), edge(&[1], 2)];
+        assert_eq!(problems(3, &edges), []);
+    }
+
+    #[test]
+    fn structural_problems_come_alone() {
+        assert_eq!(problems(3, &[edge(&[1], 2)]), [Problem::NoWayOutOfStart]);
+        assert_eq!(problems(3, &[edge(&[0], 1)]), [Problem::NoWayIntoEnd]);
+        assert_eq!(problems(2, &[edge(&[0], 1), edge(&[1], 0)]), [Problem::LeavesEnd { transition: 1 }]);
+    }
+
+    #[test]
+    fn shadowing() {
+        // An unguarded transition shadows every later non-wait one from its place...
+        let edges = [edge(&[0], 2), guarded(edge(&[0], 1)), edge(&[0], 2), edge(&[1], 2)];
+        assert_eq!(problems(3, &edges), [Problem::Shadowed { place: 0, transition: 1, by: 0, also: vec![2] }]);
+        // ...unless priority puts the guarded one first.
+        let edges = [edge(&[0], 2), Edge { priority: 1, ..guarded(edge(&[0], 1)) }, edge(&[1], 2)];
+        assert_eq!(problems(3, &edges), []);
+        // A wait transition never fires beside an unguarded one, whatever its priority.
+        let edges = [edge(&[0], 2), Edge { wait: true, priority: 9, ..edge(&[0], 1) }, edge(&[1], 2)];
+        assert_eq!(problems(3, &edges), [Problem::WaitShadowed { place: 0, transition: 1, by: 0, also: vec![] }]);
+        // Guarded transitions shadow nothing.
+        let edges = [guarded(edge(&[0], 2)), guarded(edge(&[0], 1)), edge(&[1], 2)];
+        assert_eq!(problems(3, &edges), []);
+    }
+
+    #[test]
+    fn the_model_of_the_tool_call_workflow() {
+        let m = model(parse_quote! {
+            impl ToolCallWorkflow {
+                #[transition(to = Ready)]
+                async fn setup(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = Ready, to = PromptExecuted)]
+                async fn llm_turn(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
+                #[guard(has_tool_calls)]
+                async fn execute_tool_calls(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = [AwaitingTools, Approved], to = Ready)]
+                #[guard(has_tool_calls)]
+                async fn tools_complete(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = AwaitingTools, to = Approved, wait)]
+                async fn approve(&self, state: &mut S, cx: &mut RunContext, a: Approval) -> Result<()> { Ok(()) }
+                #[transition(from = PromptExecuted, to = End)]
+                async fn respond(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                fn has_tool_calls(&self, state: &S) -> bool { true }
+            }
+        })
+        .unwrap();
+        assert_eq!(m.name, "tool_call_workflow");
+        assert_eq!(m.enum_ident, "ToolCallWorkflowPlace");
+        let places: Vec<&str> = m.places.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(places, ["start", "ready", "prompt_executed", "awaiting_tools", "approved", "end"]);
+        assert_eq!(m.transitions[3].from, [3, 4]);
+        assert_eq!(m.transitions[2].priority, Some(10));
+        assert_eq!((m.transitions[2].guard, m.transitions[3].guard), (Some(0), Some(0)));
+        assert_eq!(m.guards.len(), 1, "a guard used twice is checked once");
+        assert!(m.transitions[4].payload.is_some());
+        assert_eq!(m.state.to_token_stream().to_string(), "S");
+        // The helper attributes are gone from the re-emitted impl.
+        let text = m.item.to_token_stream().to_string();
+        assert!(!text.contains("transition") && !text.contains("guard ("), "{text}");
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = A)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End)]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End)]
+                async fn c(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            ["transition `c` from `A` can never fire: `b` has no guard and is tried first; give it a `#[guard(..)]` \
+              or order them with `priority`"]
+        );
+
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = End)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = Orphan, to = End)]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(err, ["place `Orphan` cannot be reached from `Start`"]);
+
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = A, to = B)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(to = End)]
+                #[guard(missing)]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            [
+                "duplicate `to`; each option is given once",
+                "no method `missing` in this impl; a guard names a `fn(&self, &State) -> bool` method of the \
+                 `#[workflow]` impl block",
+            ],
+            "independent mistakes are all reported, and the graph is not checked on top"
+        );
+    }
+
+    #[test]
+    fn places_must_be_camel_case_and_distinct() {
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = HTTPDone)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = HttpDone, to = End)]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(err, ["places `HTTPDone` and `HttpDone` would both be stored as `http_done`"]);
+    }
+
+    #[test]
+    fn options() {
+        let m = WorkflowModel::from_syn(
+            quote!(name = "agent", input = String, state = AgentState, crate = ::loopstack_core),
+            quote! {
+                impl Agent {
+                    #[transition(to = End)]
+                    async fn a(&self, s: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> { Ok(()) }
+                }
+            },
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(m.name, "agent");
+        assert_eq!(m.input.unwrap().to_token_stream().to_string(), "String");
+        assert_eq!(m.krate.to_token_stream().to_string(), ":: loopstack_core");
     }
 }
