@@ -3,6 +3,8 @@
 //!
 //! The snapshots are pinned to the toolchain in `rust-toolchain.toml`; refresh them
 //! with `TRYBUILD=overwrite cargo test -p loopstack-macros --test ui` and review the diff.
+//! The "other types implement trait" lists in a few snapshots also follow the features
+//! enabled on `serde`/`serde_json`/`schemars` in the workspace (e.g. `serde_json/raw_value`).
 
 #[rustversion::attr(not(stable(1.95)), ignore = "ui snapshots are pinned to 1.95")]
 #[test]
