@@ -2,15 +2,19 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A document saved by a run: typed content plus its type name, an optional key,
 /// tags and metadata.
 ///
+/// The content is kept as serialized JSON: saving serializes once, and a store writes
+/// the text as it is.
+///
 /// Saving a document whose key already exists in the run replaces it in place (the
 /// run's list keeps its position) and raises its `version`; the store keeps the old
 /// versions as history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Document {
     /// Position of the document's first version in the run, from 0.
@@ -25,8 +29,8 @@ pub struct Document {
     pub tags: Vec<String>,
     /// Free-form metadata, such as the provider and the token usage.
     pub metadata: Map<String, Value>,
-    /// The content.
-    pub content: Value,
+    /// The content, as JSON.
+    pub content: Box<RawValue>,
     /// The step (transition count) that saved this version.
     pub step: u64,
 }
@@ -34,7 +38,12 @@ pub struct Document {
 impl Document {
     /// Reads the content as a typed document.
     pub fn read<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        T::deserialize(&self.content)
+        serde_json::from_str(self.content.get())
+    }
+
+    /// The content as a JSON value.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.content.get()).expect("a document's content is valid JSON")
     }
 
     /// Whether the document is of type `T`.
@@ -45,6 +54,19 @@ impl Document {
     /// Whether the document carries a tag.
     pub fn has_tag(&self, tag: &str) -> bool {
         self.tags.iter().any(|t| t == tag)
+    }
+}
+
+impl PartialEq for Document {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+            && self.doc_type == other.doc_type
+            && self.key == other.key
+            && self.version == other.version
+            && self.tags == other.tags
+            && self.metadata == other.metadata
+            && self.content.get() == other.content.get()
+            && self.step == other.step
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -200,14 +201,13 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
     let name = def.name();
     let store = &runtime.store;
 
-    let (mut state, record, signal) = match mode {
+    let (mut state, start, signal) = match mode {
         Mode::Start(input) => {
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
-            let value = serde_json::to_value(&state).map_err(state_error(name, run_id))?;
-            let record = RunRecord::new(run_id, name, value);
-            store.create_run(record.clone()).await?;
-            (state, record, None)
+            let value = serde_json::value::to_raw_value(&state).map_err(state_error(name, run_id))?;
+            store.create_run(RunRecord::new(run_id, name, value)).await?;
+            (state, RunStart { run_id, place: crate::START.to_owned(), step: 0 }, None)
         }
         Mode::Resume(run_id) | Mode::Signal(run_id, ..) => {
             let record = store.load_run(run_id).await?;
@@ -218,7 +218,7 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
                     reason: format!("the run belongs to workflow `{}`", record.workflow),
                 });
             }
-            let state = W::State::deserialize_from(&record.state).map_err(state_error(name, run_id))?;
+            let state: W::State = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
             let signal = match mode {
                 Mode::Signal(_, signal, payload) => Some((signal, payload)),
                 _ => None,
@@ -235,17 +235,17 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
                     action: if signal.is_some() { "take a signal" } else { "be resumed" },
                 });
             }
-            (state, record, signal)
+            (state, RunStart { run_id, place: record.place, step: record.step }, signal)
         }
     };
-    let run_id = record.run_id;
-    let place = def.place(&record.place).map_err(|e| RunError::Mismatch {
+    let run_id = start.run_id;
+    let place = def.place(&start.place).map_err(|e| RunError::Mismatch {
         workflow: name,
         run_id,
         reason: e.to_string(),
     })?;
-    let documents = if record.step == 0 { Vec::new() } else { store.documents(run_id).await? };
-    let mut cx = RunContext::new(store.clone(), run_id, name, place, record.step, documents, cancellation);
+    let documents = if start.step == 0 { Vec::new() } else { store.documents(run_id).await? };
+    let mut cx = RunContext::new(store.clone(), run_id, name, place, start.step, documents, cancellation);
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let outcome = run_loop(wf, &mut state, &mut cx, signal, max_steps).await;
@@ -268,13 +268,11 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
     .await
 }
 
-trait DeserializeFrom: Sized {
-    fn deserialize_from(value: &Value) -> Result<Self, serde_json::Error>;
-}
-impl<T: serde::de::DeserializeOwned> DeserializeFrom for T {
-    fn deserialize_from(value: &Value) -> Result<Self, serde_json::Error> {
-        T::deserialize(value)
-    }
+/// Where a drive starts: the parts of the stored run it needs.
+struct RunStart {
+    run_id: RunId,
+    place: String,
+    step: u64,
 }
 
 async fn run_loop<W: Workflow>(
@@ -346,7 +344,7 @@ async fn run_loop<W: Workflow>(
             }
             Some(Ok(())) => {}
         }
-        let value = serde_json::to_value(&*state).map_err(state_error(name, run_id))?;
+        let value = serde_json::value::to_raw_value(&*state).map_err(state_error(name, run_id))?;
         let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
         let checkpoint = Checkpoint {
             run_id,
@@ -485,18 +483,18 @@ impl RunContext {
 
     /// Saves a typed document with a key, tags and metadata.
     pub fn save_with<T: DocumentType>(&mut self, doc: &T, options: SaveOptions) -> Result<&Arc<Document>, serde_json::Error> {
-        let content = serde_json::to_value(doc)?;
+        let content = serde_json::value::to_raw_value(doc)?;
         let mut options = options;
         for tag in T::default_tags().iter().rev() {
             if !options.tags.iter().any(|t| t == tag) {
                 options.tags.insert(0, (*tag).to_owned());
             }
         }
-        Ok(self.save_value(T::TYPE, content, options))
+        Ok(self.save_raw(T::TYPE, content, options))
     }
 
-    /// Saves an untyped document.
-    pub fn save_value(&mut self, doc_type: &str, content: Value, options: SaveOptions) -> &Arc<Document> {
+    /// Saves an untyped document whose content is already JSON.
+    pub fn save_raw(&mut self, doc_type: &str, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
         let SaveOptions { key, tags, metadata } = options;
         let existing = key
             .as_ref()

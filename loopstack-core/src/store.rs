@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::document::Document;
 use crate::error::StoreError;
@@ -104,7 +104,7 @@ impl StepRecord {
 }
 
 /// A run as the store keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RunRecord {
     /// The run's id.
@@ -117,8 +117,8 @@ pub struct RunRecord {
     pub place: String,
     /// How many transitions the run has taken.
     pub step: u64,
-    /// The serialized workflow state of the last checkpoint.
-    pub state: Value,
+    /// The workflow state of the last checkpoint, as JSON.
+    pub state: Box<RawValue>,
     /// The error that failed the run, if it failed.
     pub error: Option<String>,
     /// The transitions taken, in order.
@@ -127,7 +127,7 @@ pub struct RunRecord {
 
 impl RunRecord {
     /// A new run at `start`, step 0.
-    pub fn new(run_id: RunId, workflow: impl Into<String>, state: Value) -> Self {
+    pub fn new(run_id: RunId, workflow: impl Into<String>, state: Box<RawValue>) -> Self {
         Self {
             run_id,
             workflow: workflow.into(),
@@ -157,8 +157,8 @@ pub struct Checkpoint {
     pub place: String,
     /// The status after the step.
     pub status: RunStatus,
-    /// The state after the step.
-    pub state: Value,
+    /// The state after the step, as JSON.
+    pub state: Box<RawValue>,
     /// The documents the transition saved, in order (new documents and new versions).
     pub documents: Vec<Arc<Document>>,
 }

@@ -187,7 +187,7 @@ async fn a_run_reaches_end_and_commits_every_step() {
     assert_eq!(record.place, "end");
     let taken: Vec<_> = record.history.iter().map(|h| (h.transition.as_str(), h.from.as_str(), h.to.as_str())).collect();
     assert_eq!(taken, [("begin", "start", "a"), ("high", "a", "b"), ("finish", "b", "end")]);
-    assert_eq!(serde_json::from_value::<State>(record.state).unwrap(), report.state);
+    assert_eq!(serde_json::from_str::<State>(record.state.get()).unwrap(), report.state);
 
     let docs = rt.store().documents(report.run_id).await.unwrap();
     let texts: Vec<String> = docs.iter().map(|d| d.read::<Note>().unwrap().text).collect();
