@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::delegate::LlmDelegateToolCalls;
 use crate::error::AgentError;
-use crate::generate::{GenerateOptions, GenerateResult, LlmGenerateText, Models, conversation};
+use crate::generate::{GenerateOptions, LlmGenerateText, Models, conversation};
 use crate::message::{Message, StopReason, Usage};
 use crate::model::ChatModel;
 
@@ -63,7 +63,8 @@ pub enum AgentStatus {
     Stopped(StopReason),
 }
 
-/// The state of an agent run.
+/// The state of an agent run: small, because it is serialized at every step. The
+/// messages themselves live in the run's documents.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AgentState {
@@ -73,12 +74,16 @@ pub struct AgentState {
     pub turns: u32,
     /// Tokens used by all turns.
     pub usage: Usage,
-    /// The last model turn.
-    pub last: Option<GenerateResult>,
+    /// Why the last model turn stopped.
+    pub last_stop: Option<StopReason>,
+    /// How many tool calls the last model turn asked for.
+    pub last_tool_calls: usize,
     /// Whether the last batch of tool calls completed, and its error count.
     pub tools_completed: Option<(bool, usize)>,
     /// Set when the run ends.
     pub status: Option<AgentStatus>,
+    /// The final answer's text, set when the run ends.
+    pub output: Option<String>,
 }
 
 impl From<String> for AgentState {
@@ -174,7 +179,7 @@ impl Agent {
         let state = report.state;
         Ok(AgentReply {
             run_id: report.run_id,
-            text: state.last.as_ref().map(|l| l.message.text()).unwrap_or_default(),
+            text: state.output.unwrap_or_default(),
             status: state.status.unwrap_or(AgentStatus::Completed),
             usage: state.usage,
             turns: state.turns,
@@ -200,7 +205,8 @@ impl Agent {
         let result = self.generate.call(cx, &self.options).await?;
         state.turns += 1;
         state.usage += result.usage;
-        state.last = Some(result);
+        state.last_tool_calls = result.message.tool_uses().count();
+        state.last_stop = Some(result.stop_reason);
         Ok(())
     }
 
@@ -208,8 +214,8 @@ impl Agent {
     #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
     #[guard(has_tool_calls)]
     async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        let last = state.last.as_ref().expect("guarded by has_tool_calls");
-        let result = self.delegate.call(cx, &last.message, &last.offered_tools).await?;
+        let message = last_message(cx)?;
+        let result = self.delegate.call(cx, &message, &self.options.tools).await?;
         state.tools_completed = Some((result.all_completed, result.error_count));
         Ok(())
     }
@@ -224,16 +230,18 @@ impl Agent {
     /// Ends a run whose answer was cut at the token limit.
     #[transition(from = PromptExecuted, to = End, priority = 5)]
     #[guard(hit_max_tokens)]
-    async fn truncated(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+    async fn truncated(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         tracing::warn!(turns = state.turns, "the model stopped at its output token limit");
         state.status = Some(AgentStatus::MaxTokens);
+        state.output = Some(last_message(cx)?.text());
         Ok(())
     }
 
     /// Ends the run with the model's answer.
     #[transition(from = PromptExecuted, to = End)]
-    async fn respond(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
-        let stop = state.last.as_ref().map(|l| l.stop_reason.clone()).unwrap_or(StopReason::EndTurn);
+    async fn respond(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        state.output = Some(last_message(cx)?.text());
+        let stop = state.last_stop.clone().unwrap_or(StopReason::EndTurn);
         state.status = Some(match stop {
             StopReason::EndTurn | StopReason::StopSequence => AgentStatus::Completed,
             other => AgentStatus::Stopped(other),
@@ -243,7 +251,7 @@ impl Agent {
 
     /// Whether the last turn asked for tools.
     pub fn has_tool_calls(&self, state: &AgentState) -> bool {
-        state.last.as_ref().is_some_and(GenerateResult::wants_tools)
+        state.last_stop == Some(StopReason::ToolUse) && state.last_tool_calls > 0
     }
 
     /// Whether every call of the last batch has its result.
@@ -253,6 +261,14 @@ impl Agent {
 
     /// Whether the last turn stopped at the output token limit.
     pub fn hit_max_tokens(&self, state: &AgentState) -> bool {
-        state.last.as_ref().is_some_and(|l| l.stop_reason == StopReason::MaxTokens)
+        state.last_stop == Some(StopReason::MaxTokens)
+    }
+}
+
+/// The last message of the run's conversation: the assistant's, right after a turn.
+fn last_message(cx: &RunContext) -> Result<Message, AgentError> {
+    match cx.latest::<Message>() {
+        Some(message) => Ok(message?),
+        None => Err(AgentError::Document(serde::de::Error::custom("the run has no message document"))),
     }
 }

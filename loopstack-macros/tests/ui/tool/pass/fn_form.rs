@@ -31,7 +31,22 @@ async fn clock() -> &'static str {
     "noon"
 }
 
+/// Compiled out: the generated struct and impl follow the fn's `#[cfg]`.
+#[tool]
+#[cfg(any())]
+async fn compiled_out() -> String {
+    NotEvenAType::new()
+}
+
+/// Kept: `#[cfg(all())]` is always true.
+#[tool]
+#[cfg(all())]
+async fn kept() -> String {
+    String::new()
+}
+
 fn main() {
+    assert_eq!(Kept.name(), "kept");
     let mut tools = ToolRegistry::new();
     tools.register(GetWeather).unwrap().register(Search).unwrap().register(Clock).unwrap();
     assert_eq!(Search.name(), "search-v2");
