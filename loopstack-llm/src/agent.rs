@@ -68,7 +68,7 @@ pub enum AgentStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AgentState {
-    /// The user's prompt.
+    /// The user's prompt, until `setup` saves it as the first message document.
     pub prompt: String,
     /// Model turns taken.
     pub turns: u32,
@@ -192,7 +192,8 @@ impl Agent {
     /// Saves the user's prompt as the first message.
     #[transition(to = Ready)]
     async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        cx.save(&Message::user(state.prompt.as_str()))?;
+        // The prompt lives on in the documents; the state stays small.
+        cx.save(&Message::user(std::mem::take(&mut state.prompt)))?;
         Ok(())
     }
 

@@ -112,7 +112,7 @@ impl LlmDelegateToolCalls {
                 let tcx = ToolContext::new(call.id.clone(), call.name.clone())
                     .with_index(index)
                     .with_run_id(run_id)
-                    .with_cancellation(cancellation.child_token());
+                    .with_cancellation(cancellation.clone());
                 self.run_one(call, tcx, offered, &exclusive)
             })
             .collect();

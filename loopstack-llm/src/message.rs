@@ -78,7 +78,9 @@ pub struct ToolResult {
 }
 
 /// One block of a message's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `provider`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ContentBlock {
@@ -99,6 +101,61 @@ pub enum ContentBlock {
         /// The block as the provider sent it.
         raw: Value,
     },
+}
+
+// Written by hand: serde's derive for internally tagged enums buffers every block
+// before it reads the tag, which made reading a conversation a hot spot of the
+// overhead benchmark. This reads the fields of all variants in one pass instead.
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+
+        #[derive(Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Kind {
+            Text,
+            ToolUse,
+            ToolResult,
+            Provider,
+        }
+
+        #[derive(Deserialize)]
+        struct Flat {
+            #[serde(rename = "type")]
+            kind: Kind,
+            text: Option<String>,
+            id: Option<String>,
+            name: Option<String>,
+            input: Option<Value>,
+            invalid_input: Option<InvalidInput>,
+            tool_use_id: Option<String>,
+            content: Option<String>,
+            #[serde(default)]
+            is_error: bool,
+            provider: Option<String>,
+            raw: Option<Value>,
+        }
+
+        let f = Flat::deserialize(deserializer)?;
+        let need = |v: Option<String>, field: &'static str| v.ok_or_else(|| D::Error::missing_field(field));
+        Ok(match f.kind {
+            Kind::Text => Self::Text { text: need(f.text, "text")? },
+            Kind::ToolUse => Self::ToolUse(ToolUse {
+                id: need(f.id, "id")?,
+                name: need(f.name, "name")?,
+                input: f.input.unwrap_or(Value::Null),
+                invalid_input: f.invalid_input,
+            }),
+            Kind::ToolResult => Self::ToolResult(ToolResult {
+                tool_use_id: need(f.tool_use_id, "tool_use_id")?,
+                content: need(f.content, "content")?,
+                is_error: f.is_error,
+            }),
+            Kind::Provider => {
+                Self::Provider { provider: need(f.provider, "provider")?, raw: f.raw.unwrap_or(Value::Null) }
+            }
+        })
+    }
 }
 
 impl ContentBlock {
@@ -260,5 +317,44 @@ impl AddAssign for Usage {
         self.output_tokens += rhs.output_tokens;
         self.cache_creation_input_tokens += rhs.cache_creation_input_tokens;
         self.cache_read_input_tokens += rhs.cache_read_input_tokens;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn content_blocks_round_trip() {
+        let blocks = vec![
+            ContentBlock::text("hi"),
+            ContentBlock::ToolUse(ToolUse::new("c1", "get_weather", json!({"location": "Oslo"}))),
+            ContentBlock::ToolUse(ToolUse::from_raw_arguments("c2", "get_weather", "{bad")),
+            ContentBlock::ToolResult(ToolResult { tool_use_id: "c1".into(), content: "sunny".into(), is_error: true }),
+            ContentBlock::Provider { provider: "anthropic".into(), raw: json!({"type": "thinking", "thinking": "hm"}) },
+        ];
+        let text = serde_json::to_string(&blocks).unwrap();
+        assert_eq!(serde_json::from_str::<Vec<ContentBlock>>(&text).unwrap(), blocks);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v[0], json!({"type": "text", "text": "hi"}));
+        assert_eq!(v[1], json!({"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"location": "Oslo"}}));
+        assert_eq!(v[3], json!({"type": "tool_result", "tool_use_id": "c1", "content": "sunny", "is_error": true}));
+    }
+
+    #[test]
+    fn bad_blocks_are_errors() {
+        let err = serde_json::from_value::<ContentBlock>(json!({"type": "image"})).unwrap_err();
+        assert!(err.to_string().contains("unknown variant `image`"), "{err}");
+        let err = serde_json::from_value::<ContentBlock>(json!({"type": "tool_use", "name": "x"})).unwrap_err();
+        assert!(err.to_string().contains("missing field `id`"), "{err}");
+    }
+
+    #[test]
+    fn stop_reasons_keep_unknown_values() {
+        let r: StopReason = serde_json::from_value(json!("pause_turn")).unwrap();
+        assert_eq!(r, StopReason::Other("pause_turn".into()));
+        assert_eq!(serde_json::to_value(&r).unwrap(), json!("pause_turn"));
+        assert_eq!(serde_json::from_value::<StopReason>(json!("tool_use")).unwrap(), StopReason::ToolUse);
     }
 }
