@@ -146,7 +146,10 @@ fn decide(request: &ChatRequest, fanout: usize) -> Result<ChatResponse, LlmError
     }
     let results: Vec<_> = last.tool_results_iter().collect();
     let expected = results.len() == fanout
-        && results.iter().enumerate().all(|(i, r)| !r.is_error && r.content == TOOL_TEXT && r.tool_use_id == format!("call_{i}"));
+        && results
+            .iter()
+            .enumerate()
+            .all(|(i, r)| !r.is_error && r.content == TOOL_TEXT && r.tool_use_id == format!("call_{i}"));
     if !expected {
         return Err(fail(format!("unexpected tool results: {results:?}")));
     }
@@ -221,15 +224,22 @@ impl BaseModel for BaseScripted {
                         json!({"type": "tool_use", "id": format!("call_{i}"), "name": "get_weather", "input": {"location": location}})
                     })
                     .collect();
-                return Ok(json!({"message": {"role": "assistant", "content": calls}, "stop_reason": "tool_use", "usage": usage}));
+                return Ok(
+                    json!({"message": {"role": "assistant", "content": calls}, "stop_reason": "tool_use", "usage": usage}),
+                );
             }
             let results = last["content"].as_array().ok_or("no tool results")?;
             let expected = results.len() == self.fanout
-                && results.iter().enumerate().all(|(i, r)| r["content"] == TOOL_TEXT && r["tool_use_id"] == format!("call_{i}"));
+                && results
+                    .iter()
+                    .enumerate()
+                    .all(|(i, r)| r["content"] == TOOL_TEXT && r["tool_use_id"] == format!("call_{i}"));
             if !expected {
                 return Err("unexpected tool results".to_owned());
             }
-            Ok(json!({"message": {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}, "stop_reason": "end_turn", "usage": usage}))
+            Ok(
+                json!({"message": {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}, "stop_reason": "end_turn", "usage": usage}),
+            )
         })
     }
 }
@@ -279,7 +289,13 @@ impl Baseline {
                     .into_iter()
                     .flatten()
                     .filter(|b| b["type"] == "tool_use")
-                    .map(|b| (b["id"].as_str().unwrap_or_default().to_owned(), b["name"].as_str().unwrap_or_default().to_owned(), b["input"].clone()))
+                    .map(|b| {
+                        (
+                            b["id"].as_str().unwrap_or_default().to_owned(),
+                            b["name"].as_str().unwrap_or_default().to_owned(),
+                            b["input"].clone(),
+                        )
+                    })
                     .collect();
                 messages.push(message);
                 if stop != "tool_use" {
@@ -318,7 +334,7 @@ impl Subject for Framework {
         Box::pin(self.run())
     }
     fn counts(&self) -> (u64, u64) {
-        Framework::counts(self)
+        Self::counts(self)
     }
 }
 impl Subject for Baseline {
@@ -326,7 +342,7 @@ impl Subject for Baseline {
         Box::pin(self.run())
     }
     fn counts(&self) -> (u64, u64) {
-        Baseline::counts(self)
+        Self::counts(self)
     }
 }
 
@@ -407,7 +423,9 @@ async fn measure(args: &Args, subject: &dyn Subject) -> Value {
     });
     match w {
         Workload::W1 => out["us_per_run"] = json!(round(wall.as_secs_f64() * 1e6 / args.n as f64, 2)),
-        Workload::W2 => out["kb_per_inflight_run"] = json!(round(peak.saturating_sub(rss_before) as f64 / args.n as f64, 2)),
+        Workload::W2 => {
+            out["kb_per_inflight_run"] = json!(round(peak.saturating_sub(rss_before) as f64 / args.n as f64, 2))
+        }
         Workload::W3 => {
             walls.sort();
             let median = walls.get(walls.len() / 2).copied().unwrap_or_default();
@@ -429,7 +447,14 @@ fn compare(args: &Args) -> ExitCode {
     let mut lines = Vec::new();
     for baseline in [true, false] {
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(["--workload", &format!("{:?}", args.workload), "--n", &args.n.to_string(), "--warmup", &args.warmup.to_string()]);
+        cmd.args([
+            "--workload",
+            &format!("{:?}", args.workload),
+            "--n",
+            &args.n.to_string(),
+            "--warmup",
+            &args.warmup.to_string(),
+        ]);
         if baseline {
             cmd.arg("--baseline");
         }
@@ -455,7 +480,10 @@ fn compare(args: &Args) -> ExitCode {
         Workload::W2 => "kb_per_inflight_run",
         Workload::W3 => "wall_ms",
     };
-    println!("{}", json!({"workload": format!("{:?}", args.workload), "ratio": key, "framework_over_baseline": ratio(key)}));
+    println!(
+        "{}",
+        json!({"workload": format!("{:?}", args.workload), "ratio": key, "framework_over_baseline": ratio(key)})
+    );
     if fw["ok"] == true && base["ok"] == true { ExitCode::SUCCESS } else { ExitCode::from(2) }
 }
 

@@ -13,8 +13,8 @@
 use std::process::ExitCode;
 
 use loopstack::llm::{
-    ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult,
-    LlmDelegateToolCalls, LlmError, LlmGenerateText, Message, Models, Role, ScriptedModel, StopReason, ToolUse, Usage,
+    ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, LlmDelegateToolCalls,
+    LlmError, LlmGenerateText, Message, Models, Role, ScriptedModel, StopReason, ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -98,7 +98,11 @@ impl ToolCallWorkflow {
 impl ToolCallWorkflow {
     fn new(models: Models, options: GenerateOptions) -> Result<Self, loopstack::RegistryError> {
         let tools = ToolRegistry::new().with(GetWeather)?;
-        Ok(Self { llm: LlmGenerateText::new(models, tools.clone()), delegate: LlmDelegateToolCalls::new(tools), options })
+        Ok(Self {
+            llm: LlmGenerateText::new(models, tools.clone()),
+            delegate: LlmDelegateToolCalls::new(tools),
+            options,
+        })
     }
 }
 
@@ -192,7 +196,9 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.provider == "scripted" {
-        println!("Running offline with the scripted model: no API key or network needed (use --provider anthropic|openai for a real model).");
+        println!(
+            "Running offline with the scripted model: no API key or network needed (use --provider anthropic|openai for a real model)."
+        );
     } else {
         println!("Running with provider `{}`.", args.provider);
     }
@@ -330,15 +336,8 @@ mod tests {
             assert_eq!(docs[i].metadata["model"], "scripted-weather");
             assert_eq!(docs[i].metadata["usage"]["input_tokens"], 50);
         }
-        let steps: Vec<String> = runtime
-            .store()
-            .load_run(report.run_id)
-            .await
-            .unwrap()
-            .history
-            .into_iter()
-            .map(|s| s.transition)
-            .collect();
+        let steps: Vec<String> =
+            runtime.store().load_run(report.run_id).await.unwrap().history.into_iter().map(|s| s.transition).collect();
         assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
 
         // The model saw the offered tool with its schema, and the conversation so far.

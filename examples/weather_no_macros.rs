@@ -7,12 +7,12 @@
 //! ```
 
 use loopstack::llm::{
-    ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, LlmDelegateToolCalls,
-    LlmGenerateText, Message, Models, Role, ScriptedModel, StopReason, ToolUse, Usage,
+    ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, LlmDelegateToolCalls, LlmGenerateText,
+    Message, Models, Role, ScriptedModel, StopReason, ToolUse, Usage,
 };
 use loopstack::{
-    BoxError, BoxFuture, Definition, END, RunContext, RunOutcome, Runtime, START, Tool, ToolContext, ToolError, ToolOutput,
-    ToolRegistry, TransitionDef, TransitionError, Workflow, WorkflowExt as _,
+    BoxError, BoxFuture, Definition, END, RunContext, RunOutcome, Runtime, START, Tool, ToolContext, ToolError,
+    ToolOutput, ToolRegistry, TransitionDef, TransitionError, Workflow, WorkflowExt as _,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

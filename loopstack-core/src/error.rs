@@ -113,7 +113,9 @@ pub enum RunError {
         expected: Vec<&'static str>,
     },
     /// A signal's payload did not deserialize; the run is still waiting.
-    #[error("workflow `{workflow}` (run {run_id}): payload of signal `{signal}` is invalid: {reason}; the run is still waiting")]
+    #[error(
+        "workflow `{workflow}` (run {run_id}): payload of signal `{signal}` is invalid: {reason}; the run is still waiting"
+    )]
     InvalidSignalPayload {
         /// The workflow's name.
         workflow: &'static str,
@@ -163,11 +165,7 @@ pub enum RunError {
 }
 
 fn fmt_guards(guards: &[&'static str]) -> String {
-    if guards.is_empty() {
-        String::new()
-    } else {
-        format!(" (guards that were false: {})", guards.join(", "))
-    }
+    if guards.is_empty() { String::new() } else { format!(" (guards that were false: {})", guards.join(", ")) }
 }
 
 impl RunError {

@@ -55,16 +55,18 @@ mod workflow;
 
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
+pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable};
 pub use store::{Checkpoint, MemoryStore, RunId, RunRecord, RunStatus, StepRecord, Store};
-pub use futures::future::BoxFuture;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
-pub use workflow::{Definition, END, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt};
+pub use workflow::{
+    Definition, END, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt,
+};
 
 /// What generated code reaches for. Not public API: it may change in any release.
 #[doc(hidden)]

@@ -181,16 +181,16 @@ impl ToolRegistry {
         let Some(entry) = self.inner.by_name.get(name) else {
             return Err(self.unknown_tool(name, None));
         };
-        if let (Some(known), Value::Object(map)) = (&entry.known_args, &mut args) {
-            if map.keys().any(|k| !known.contains(k)) {
-                map.retain(|k, _| {
-                    let keep = known.contains(k);
-                    if !keep {
-                        tracing::warn!(tool = name, argument = %k, call_id = cx.call_id(), "ignoring unknown tool argument");
-                    }
-                    keep
-                });
-            }
+        if let (Some(known), Value::Object(map)) = (&entry.known_args, &mut args)
+            && map.keys().any(|k| !known.contains(k))
+        {
+            map.retain(|k, _| {
+                let keep = known.contains(k);
+                if !keep {
+                    tracing::warn!(tool = name, argument = %k, call_id = cx.call_id(), "ignoring unknown tool argument");
+                }
+                keep
+            });
         }
         entry.tool.call(args, cx).await
     }

@@ -239,11 +239,8 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
         }
     };
     let run_id = start.run_id;
-    let place = def.place(&start.place).map_err(|e| RunError::Mismatch {
-        workflow: name,
-        run_id,
-        reason: e.to_string(),
-    })?;
+    let place =
+        def.place(&start.place).map_err(|e| RunError::Mismatch { workflow: name, run_id, reason: e.to_string() })?;
     let documents = if start.step == 0 { Vec::new() } else { store.documents(run_id).await? };
     let mut cx = RunContext::new(store.clone(), run_id, name, place, start.step, documents, cancellation);
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
@@ -255,7 +252,8 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
             Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. }) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "run failed");
-                let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
+                let status =
+                    if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 if let Err(store_err) = cx.store.set_status(run_id, status, Some(e.to_string())).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
@@ -482,7 +480,11 @@ impl RunContext {
     }
 
     /// Saves a typed document with a key, tags and metadata.
-    pub fn save_with<T: DocumentType>(&mut self, doc: &T, options: SaveOptions) -> Result<&Arc<Document>, serde_json::Error> {
+    pub fn save_with<T: DocumentType>(
+        &mut self,
+        doc: &T,
+        options: SaveOptions,
+    ) -> Result<&Arc<Document>, serde_json::Error> {
         let content = serde_json::value::to_raw_value(doc)?;
         let mut options = options;
         for tag in T::default_tags().iter().rev() {
@@ -551,10 +553,7 @@ impl RunContext {
 
     /// The current document of type `T` with this key.
     pub fn get<T: DocumentType>(&self, key: &str) -> Option<Result<T, serde_json::Error>> {
-        self.docs
-            .iter()
-            .find(|d| d.doc_type == T::TYPE && d.key.as_deref() == Some(key))
-            .map(|d| d.read())
+        self.docs.iter().find(|d| d.doc_type == T::TYPE && d.key.as_deref() == Some(key)).map(|d| d.read())
     }
 }
 

@@ -21,9 +21,8 @@ impl RunId {
         // The random bits come from a fast thread-local generator rather than the
         // operating system: a run id needs uniqueness, not secrecy, and a system call per
         // run is measurable in the overhead benchmark.
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let millis =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let mut random = [0u8; 10];
         random[..8].copy_from_slice(&fastrand::u64(..).to_le_bytes());
         random[8..].copy_from_slice(&fastrand::u16(..).to_le_bytes());

@@ -238,9 +238,8 @@ impl Definition {
             self.places
                 .iter()
                 .map(|place| {
-                    let mut idx: Vec<usize> = (0..self.transitions.len())
-                        .filter(|&i| self.transitions[i].leaves(place))
-                        .collect();
+                    let mut idx: Vec<usize> =
+                        (0..self.transitions.len()).filter(|&i| self.transitions[i].leaves(place)).collect();
                     // A stable sort keeps declaration order among equal priorities.
                     idx.sort_by_key(|&i| std::cmp::Reverse(self.transitions[i].priority.unwrap_or(0)));
                     idx
@@ -250,7 +249,10 @@ impl Definition {
     }
 
     /// The transitions leaving `place`, in the order they are tried.
-    pub fn leaving(&self, place: &str) -> Result<impl Iterator<Item = (usize, &'static TransitionDef)> + '_, UnknownPlace> {
+    pub fn leaving(
+        &self,
+        place: &str,
+    ) -> Result<impl Iterator<Item = (usize, &'static TransitionDef)> + '_, UnknownPlace> {
         let p = self.place_index(place)?;
         let transitions = self.transitions;
         Ok(self.order()[p].iter().map(move |&i| (i, &transitions[i])))
@@ -410,7 +412,11 @@ pub trait WorkflowExt: Workflow {
     }
 
     /// The name of the transition that fires from `place` for `state`, if one does.
-    fn next_transition(&self, place: impl AsRef<str>, state: &Self::State) -> Result<Option<&'static str>, UnknownPlace> {
+    fn next_transition(
+        &self,
+        place: impl AsRef<str>,
+        state: &Self::State,
+    ) -> Result<Option<&'static str>, UnknownPlace> {
         Ok(self.route(place, state)?.transition_name())
     }
 

@@ -121,7 +121,10 @@ async fn the_registry_computes_schemas_once_and_refuses_duplicates() {
 
     let err = tools.register(Impostor).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("`get_weather`") && msg.contains("registry::Weather") && msg.contains("registry::Impostor"), "{msg}");
+    assert!(
+        msg.contains("`get_weather`") && msg.contains("registry::Weather") && msg.contains("registry::Impostor"),
+        "{msg}"
+    );
     assert_eq!(tools.names().collect::<Vec<_>>(), ["get_weather", "counted"]);
 }
 

@@ -185,7 +185,8 @@ async fn a_run_reaches_end_and_commits_every_step() {
     let record = rt.store().load_run(report.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
     assert_eq!(record.place, "end");
-    let taken: Vec<_> = record.history.iter().map(|h| (h.transition.as_str(), h.from.as_str(), h.to.as_str())).collect();
+    let taken: Vec<_> =
+        record.history.iter().map(|h| (h.transition.as_str(), h.from.as_str(), h.to.as_str())).collect();
     assert_eq!(taken, [("begin", "start", "a"), ("high", "a", "b"), ("finish", "b", "end")]);
     assert_eq!(serde_json::from_str::<State>(record.state.get()).unwrap(), report.state);
 
@@ -355,8 +356,7 @@ async fn a_crashed_run_resumes_from_its_last_checkpoint() {
 #[tokio::test]
 async fn a_run_of_another_workflow_is_refused() {
     struct Other;
-    static ODEF: Definition =
-        Definition::new("other", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+    static ODEF: Definition = Definition::new("other", &[START, END], &[TransitionDef::new("go", &[START], END)]);
     impl Workflow for Other {
         type State = State;
         type Input = State;
@@ -469,7 +469,9 @@ fn check_reports_shadowing_and_unreachable_places() {
     assert!(errors.contains(&"place `island` cannot be reached from `start`".to_owned()), "{errors:?}");
     assert!(errors.contains(&"`end` cannot be reached from place `trap`".to_owned()), "{errors:?}");
     assert!(
-        errors.contains(&"transition `never` from `a` can never fire: `always` has no guard and is tried first".to_owned()),
+        errors.contains(
+            &"transition `never` from `a` can never fire: `always` has no guard and is tried first".to_owned()
+        ),
         "{errors:?}"
     );
 }

@@ -101,10 +101,8 @@ impl Anthropic {
     }
 
     fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
-        let key = http::non_empty(lookup, "ANTHROPIC_API_KEY").ok_or_else(|| LlmError::Config {
-            provider: PROVIDER,
-            message: "ANTHROPIC_API_KEY is not set".into(),
-        })?;
+        let key = http::non_empty(lookup, "ANTHROPIC_API_KEY")
+            .ok_or_else(|| LlmError::Config { provider: PROVIDER, message: "ANTHROPIC_API_KEY is not set".into() })?;
         let mut model = Self::new(key);
         if let Some(base) = http::non_empty(lookup, "ANTHROPIC_BASE_URL") {
             http::endpoint(PROVIDER, &base, "/v1/messages")?;
@@ -159,27 +157,13 @@ impl Anthropic {
         let url = http::endpoint(PROVIDER, &self.base_url, "/v1/messages")?;
         let mut headers = HeaderMap::new();
         headers.insert("x-api-key", self.api_key.header(PROVIDER, "")?);
-        headers.insert(
-            "anthropic-version",
-            HeaderValue::from_static(Self::API_VERSION),
-        );
+        headers.insert("anthropic-version", HeaderValue::from_static(Self::API_VERSION));
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let accept = if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
+        let accept = if stream { "text/event-stream" } else { "application/json" };
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
         let body = encode_request(request, self.default_max_tokens, stream);
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| malformed(PROVIDER, &request.model, e.to_string()))?;
-        Ok(Call {
-            provider: PROVIDER,
-            model: &request.model,
-            url,
-            headers,
-            body: body.into(),
-        })
+        let body = serde_json::to_vec(&body).map_err(|e| malformed(PROVIDER, &request.model, e.to_string()))?;
+        Ok(Call { provider: PROVIDER, model: &request.model, url, headers, body: body.into() })
     }
 }
 
@@ -203,15 +187,10 @@ impl ChatModel for Anthropic {
         result
     }
 
-    fn stream<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
         let span = http::request_span(PROVIDER, &request.model, true);
         match self.call(request, true) {
-            Ok(call) => self
-                .transport
-                .post_sse(call, Decoder::new(&request.model), span),
+            Ok(call) => self.transport.post_sse(call, Decoder::new(&request.model), span),
             Err(e) => futures::stream::once(async { Err(e) }).boxed(),
         }
     }
@@ -224,17 +203,11 @@ impl ChatModel for Anthropic {
 fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    body.insert(
-        "max_tokens".into(),
-        request.max_tokens.unwrap_or(default_max_tokens).into(),
-    );
+    body.insert("max_tokens".into(), request.max_tokens.unwrap_or(default_max_tokens).into());
     if let Some(system) = &request.system {
         body.insert("system".into(), system.clone().into());
     }
-    body.insert(
-        "messages".into(),
-        request.messages.iter().map(encode_message).collect(),
-    );
+    body.insert("messages".into(), request.messages.iter().map(encode_message).collect());
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -247,10 +220,7 @@ fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) 
         body.insert("temperature".into(), http::f32_value(temperature));
     }
     if !request.stop_sequences.is_empty() {
-        body.insert(
-            "stop_sequences".into(),
-            request.stop_sequences.clone().into(),
-        );
+        body.insert("stop_sequences".into(), request.stop_sequences.clone().into());
     }
     if stream {
         body.insert("stream".into(), true.into());
@@ -275,11 +245,7 @@ fn encode_block(block: &ContentBlock) -> Option<Value> {
         ContentBlock::ToolUse(tool) => {
             // The API takes an object only. Arguments that did not parse are answered by
             // an error result that quotes them; the call itself is sent with no arguments.
-            let input = if tool.input.is_object() {
-                tool.input.clone()
-            } else {
-                json!({})
-            };
+            let input = if tool.input.is_object() { tool.input.clone() } else { json!({}) };
             json!({"type": "tool_use", "id": tool.id, "name": tool.name, "input": input})
         }
         ContentBlock::ToolResult(result) => json!({
@@ -324,42 +290,30 @@ impl WireUsage {
         };
         set(&mut usage.input_tokens, self.input_tokens);
         set(&mut usage.output_tokens, self.output_tokens);
-        set(
-            &mut usage.cache_creation_input_tokens,
-            self.cache_creation_input_tokens,
-        );
-        set(
-            &mut usage.cache_read_input_tokens,
-            self.cache_read_input_tokens,
-        );
+        set(&mut usage.cache_creation_input_tokens, self.cache_creation_input_tokens);
+        set(&mut usage.cache_read_input_tokens, self.cache_read_input_tokens);
     }
 }
 
 /// Decodes a non-streamed response body.
 fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
     if value.get("type").and_then(Value::as_str) == Some("error") {
         return Err(error_event(&value, model));
     }
-    let wire: WireMessage =
-        serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
+    let wire: WireMessage = serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
     let content = wire
         .content
         .into_iter()
         .map(decode_block)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|m| malformed(PROVIDER, model, m))?;
-    let stop_reason = wire
-        .stop_reason
-        .ok_or_else(|| malformed(PROVIDER, model, "missing stop_reason"))?;
+    let stop_reason = wire.stop_reason.ok_or_else(|| malformed(PROVIDER, model, "missing stop_reason"))?;
     let mut usage = Usage::default();
     wire.usage.apply(&mut usage);
     Ok(ChatResponse {
-        message: Message {
-            role: Role::Assistant,
-            content,
-        },
+        message: Message { role: Role::Assistant, content },
         stop_reason: StopReason::parse(&stop_reason),
         usage,
         model: wire.model,
@@ -379,16 +333,9 @@ fn decode_block(block: Value) -> Result<ContentBlock, String> {
         Some("text") => Ok(ContentBlock::text(str_field("text")?)),
         Some("tool_use") => {
             let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
-            Ok(ContentBlock::ToolUse(ToolUse::new(
-                str_field("id")?,
-                str_field("name")?,
-                input,
-            )))
+            Ok(ContentBlock::ToolUse(ToolUse::new(str_field("id")?, str_field("name")?, input)))
         }
-        Some(_) => Ok(ContentBlock::Provider {
-            provider: PROVIDER.into(),
-            raw: block,
-        }),
+        Some(_) => Ok(ContentBlock::Provider { provider: PROVIDER.into(), raw: block }),
         None => Err("a content block has no `type`".into()),
     }
 }
@@ -396,33 +343,15 @@ fn decode_block(block: Value) -> Result<ContentBlock, String> {
 /// The error of an `error` object: `{"type": "error", "error": {"type", "message"}}`.
 fn error_event(value: &Value, model: &str) -> LlmError {
     let error = value.get("error");
-    let kind = error
-        .and_then(|e| e.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("unknown_error");
-    let message = error
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or("no message")
-        .to_owned();
+    let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or("unknown_error");
+    let message = error.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("no message").to_owned();
     let model = model.to_owned();
     match kind {
-        "overloaded_error" => LlmError::Overloaded {
-            provider: PROVIDER,
-            model,
-            message,
-        },
-        "rate_limit_error" => LlmError::RateLimited {
-            provider: PROVIDER,
-            model,
-            retry_after: None,
-            message,
-        },
-        _ => LlmError::MalformedResponse {
-            provider: PROVIDER,
-            model,
-            message: format!("error event {kind}: {message}"),
-        },
+        "overloaded_error" => LlmError::Overloaded { provider: PROVIDER, model, message },
+        "rate_limit_error" => LlmError::RateLimited { provider: PROVIDER, model, retry_after: None, message },
+        _ => {
+            LlmError::MalformedResponse { provider: PROVIDER, model, message: format!("error event {kind}: {message}") }
+        }
     }
 }
 
@@ -482,48 +411,26 @@ impl Decoder {
     }
 
     fn block(&mut self, index: usize) -> Result<&mut Block, LlmError> {
-        let missing = self.malformed(format!(
-            "a delta for content block {index}, which did not start"
-        ));
-        self.blocks
-            .get_mut(index)
-            .and_then(Option::as_mut)
-            .ok_or(missing)
+        let missing = self.malformed(format!("a delta for content block {index}, which did not start"));
+        self.blocks.get_mut(index).and_then(Option::as_mut).ok_or(missing)
     }
 
     fn start_block(&mut self, value: &Value, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         let index = self.index(value)?;
-        let raw = value
-            .get("content_block")
-            .cloned()
-            .ok_or_else(|| self.malformed("content_block_start has no block"))?;
+        let raw =
+            value.get("content_block").cloned().ok_or_else(|| self.malformed("content_block_start has no block"))?;
         let block = match decode_block(raw).map_err(|m| self.malformed(m))? {
             ContentBlock::Text { text } => {
                 if !text.is_empty() {
-                    out.push(StreamEvent::TextDelta {
-                        index,
-                        text: text.clone(),
-                    });
+                    out.push(StreamEvent::TextDelta { index, text: text.clone() });
                 }
                 Block::Text(text)
             }
             ContentBlock::ToolUse(tool) => {
-                out.push(StreamEvent::ToolUseStart {
-                    index,
-                    id: tool.id.clone(),
-                    name: tool.name.clone(),
-                });
-                Block::Tool {
-                    id: tool.id,
-                    name: tool.name,
-                    input: tool.input,
-                    json: String::new(),
-                }
+                out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
+                Block::Tool { id: tool.id, name: tool.name, input: tool.input, json: String::new() }
             }
-            ContentBlock::Provider { raw, .. } => Block::Raw {
-                value: raw,
-                json: String::new(),
-            },
+            ContentBlock::Provider { raw, .. } => Block::Raw { value: raw, json: String::new() },
             ContentBlock::ToolResult(_) => unreachable!("decode_block makes no tool results"),
         };
         if self.blocks.len() <= index {
@@ -535,42 +442,27 @@ impl Decoder {
 
     fn delta(&mut self, value: &Value, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         let index = self.index(value)?;
-        let delta = value
-            .get("delta")
-            .ok_or_else(|| self.malformed("content_block_delta has no delta"))?;
-        let kind = delta
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let delta = value.get("delta").ok_or_else(|| self.malformed("content_block_delta has no delta"))?;
+        let kind = delta.get("type").and_then(Value::as_str).unwrap_or_default();
         let text_of = |field: &str| delta.get(field).and_then(Value::as_str).unwrap_or_default();
         match (self.block(index)?, kind) {
             (Block::Text(text), "text_delta") => {
                 let piece = text_of("text");
                 text.push_str(piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::TextDelta {
-                        index,
-                        text: piece.to_owned(),
-                    });
+                    out.push(StreamEvent::TextDelta { index, text: piece.to_owned() });
                 }
             }
             (Block::Tool { json, .. }, "input_json_delta") => {
                 let piece = text_of("partial_json");
                 json.push_str(piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::ToolInputDelta {
-                        index,
-                        partial_json: piece.to_owned(),
-                    });
+                    out.push(StreamEvent::ToolInputDelta { index, partial_json: piece.to_owned() });
                 }
             }
             (Block::Raw { json, .. }, "input_json_delta") => json.push_str(text_of("partial_json")),
-            (Block::Raw { value, .. }, "thinking_delta") => {
-                append_str(value, "thinking", text_of("thinking"))
-            }
-            (Block::Raw { value, .. }, "signature_delta") => {
-                append_str(value, "signature", text_of("signature"))
-            }
+            (Block::Raw { value, .. }, "thinking_delta") => append_str(value, "thinking", text_of("thinking")),
+            (Block::Raw { value, .. }, "signature_delta") => append_str(value, "signature", text_of("signature")),
             // citations_delta and deltas added later: not kept.
             _ => {}
         }
@@ -578,14 +470,9 @@ impl Decoder {
     }
 
     fn message_start(&mut self, value: &Value) -> Result<(), LlmError> {
-        let message = value
-            .get("message")
-            .ok_or_else(|| self.malformed("message_start has no message"))?;
+        let message = value.get("message").ok_or_else(|| self.malformed("message_start has no message"))?;
         self.id = message.get("id").and_then(Value::as_str).map(str::to_owned);
-        self.response_model = message
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        self.response_model = message.get("model").and_then(Value::as_str).map(str::to_owned);
         if let Some(usage) = message.get("usage") {
             self.apply_usage(usage)?;
         }
@@ -593,8 +480,7 @@ impl Decoder {
     }
 
     fn apply_usage(&mut self, usage: &Value) -> Result<(), LlmError> {
-        let wire = WireUsage::deserialize(usage)
-            .map_err(|e| self.malformed(format!("invalid usage: {e}")))?;
+        let wire = WireUsage::deserialize(usage).map_err(|e| self.malformed(format!("invalid usage: {e}")))?;
         wire.apply(&mut self.usage);
         Ok(())
     }
@@ -602,9 +488,7 @@ impl Decoder {
 
 fn append_str(value: &mut Value, field: &str, piece: &str) {
     if let Some(object) = value.as_object_mut() {
-        let entry = object
-            .entry(field)
-            .or_insert_with(|| Value::String(String::new()));
+        let entry = object.entry(field).or_insert_with(|| Value::String(String::new()));
         match entry {
             Value::String(s) => s.push_str(piece),
             other => *other = Value::String(piece.to_owned()),
@@ -613,28 +497,15 @@ fn append_str(value: &mut Value, field: &str, piece: &str) {
 }
 
 impl SseDecoder for Decoder {
-    fn event(
-        &mut self,
-        _name: &str,
-        data: &str,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), LlmError> {
-        let value: Value = serde_json::from_str(data)
-            .map_err(|e| self.malformed(format!("invalid JSON in an event: {e}")))?;
-        match value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-        {
+    fn event(&mut self, _name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid JSON in an event: {e}")))?;
+        match value.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => self.message_start(&value)?,
             "content_block_start" => self.start_block(&value, out)?,
             "content_block_delta" => self.delta(&value, out)?,
             "message_delta" => {
-                if let Some(reason) = value
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
+                if let Some(reason) = value.get("delta").and_then(|d| d.get("stop_reason")).and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
                 }
                 if let Some(usage) = value.get("usage") {
@@ -660,46 +531,31 @@ impl SseDecoder for Decoder {
         let (Some(id), Some(model)) = (self.id.take(), self.response_model.take()) else {
             return Err(self.malformed("the stream had no message_start"));
         };
-        let stop_reason = self
-            .stop_reason
-            .take()
-            .ok_or_else(|| self.malformed("the stream had no stop_reason"))?;
+        let stop_reason = self.stop_reason.take().ok_or_else(|| self.malformed("the stream had no stop_reason"))?;
         let mut content = Vec::with_capacity(self.blocks.len());
         for (index, block) in std::mem::take(&mut self.blocks).into_iter().enumerate() {
-            let block = block
-                .ok_or_else(|| self.malformed(format!("content block {index} never started")))?;
+            let block = block.ok_or_else(|| self.malformed(format!("content block {index} never started")))?;
             content.push(match block {
                 Block::Text(text) => ContentBlock::Text { text },
-                Block::Tool {
-                    id,
-                    name,
-                    input,
-                    json,
-                } if json.trim().is_empty() => ContentBlock::ToolUse(ToolUse::new(id, name, input)),
+                Block::Tool { id, name, input, json } if json.trim().is_empty() => {
+                    ContentBlock::ToolUse(ToolUse::new(id, name, input))
+                }
                 Block::Tool { id, name, json, .. } => {
                     ContentBlock::ToolUse(ToolUse::from_raw_arguments(id, name, &json))
                 }
-                Block::Raw { value, json } if json.trim().is_empty() => ContentBlock::Provider {
-                    provider: PROVIDER.into(),
-                    raw: value,
-                },
+                Block::Raw { value, json } if json.trim().is_empty() => {
+                    ContentBlock::Provider { provider: PROVIDER.into(), raw: value }
+                }
                 Block::Raw { mut value, json } => {
-                    let input: Value = serde_json::from_str(&json).map_err(|e| {
-                        self.malformed(format!("invalid input of content block {index}: {e}"))
-                    })?;
+                    let input: Value = serde_json::from_str(&json)
+                        .map_err(|e| self.malformed(format!("invalid input of content block {index}: {e}")))?;
                     value["input"] = input;
-                    ContentBlock::Provider {
-                        provider: PROVIDER.into(),
-                        raw: value,
-                    }
+                    ContentBlock::Provider { provider: PROVIDER.into(), raw: value }
                 }
             });
         }
         Ok(ChatResponse {
-            message: Message {
-                role: Role::Assistant,
-                content,
-            },
+            message: Message { role: Role::Assistant, content },
             stop_reason: StopReason::parse(&stop_reason),
             usage: self.usage,
             model,
@@ -753,35 +609,16 @@ mod tests {
                             provider: "anthropic".into(),
                             raw: json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
                         },
-                        ContentBlock::Provider {
-                            provider: "openai".into(),
-                            raw: json!({"x": 1}),
-                        },
+                        ContentBlock::Provider { provider: "openai".into(), raw: json!({"x": 1}) },
                         ContentBlock::text(""),
                         ContentBlock::text("Let me check."),
-                        ContentBlock::ToolUse(ToolUse::new(
-                            "tu_1",
-                            "get_weather",
-                            json!({"city": "Paris"}),
-                        )),
-                        ContentBlock::ToolUse(ToolUse::from_raw_arguments(
-                            "tu_2",
-                            "get_weather",
-                            "{oops",
-                        )),
+                        ContentBlock::ToolUse(ToolUse::new("tu_1", "get_weather", json!({"city": "Paris"}))),
+                        ContentBlock::ToolUse(ToolUse::from_raw_arguments("tu_2", "get_weather", "{oops")),
                     ],
                 },
                 Message::tool_results([
-                    ToolResult {
-                        tool_use_id: "tu_1".into(),
-                        content: "sunny".into(),
-                        is_error: false,
-                    },
-                    ToolResult {
-                        tool_use_id: "tu_2".into(),
-                        content: "bad arguments".into(),
-                        is_error: true,
-                    },
+                    ToolResult { tool_use_id: "tu_1".into(), content: "sunny".into(), is_error: false },
+                    ToolResult { tool_use_id: "tu_2".into(), content: "bad arguments".into(), is_error: true },
                 ]),
             ],
         )
@@ -818,11 +655,7 @@ mod tests {
                 "stop_sequences": ["END"],
             })
         );
-        let minimal = encode_request(
-            &ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10),
-            4096,
-            true,
-        );
+        let minimal = encode_request(&ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10), 4096, true);
         assert_eq!(
             minimal,
             json!({"model": "m", "max_tokens": 10, "stream": true,
@@ -848,12 +681,7 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::Other("refusal".into()));
         assert_eq!(
             response.usage,
-            Usage {
-                input_tokens: 10,
-                output_tokens: 5,
-                cache_creation_input_tokens: 3,
-                cache_read_input_tokens: 0
-            }
+            Usage { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 3, cache_read_input_tokens: 0 }
         );
         assert_eq!(response.model, "claude-x-2025");
         assert_eq!(response.id.as_deref(), Some("msg_1"));
@@ -869,11 +697,7 @@ mod tests {
                     raw: json!({"type": "redacted_thinking", "data": "abc"})
                 },
                 ContentBlock::text("Hi"),
-                ContentBlock::ToolUse(ToolUse::new(
-                    "tu_1",
-                    "get_weather",
-                    json!({"city": "Paris"})
-                )),
+                ContentBlock::ToolUse(ToolUse::new("tu_1", "get_weather", json!({"city": "Paris"}))),
             ]
         );
         for (wire, want) in [
@@ -883,14 +707,8 @@ mod tests {
             ("stop_sequence", StopReason::StopSequence),
             ("pause_turn", StopReason::Other("pause_turn".into())),
         ] {
-            let body =
-                json!({"id": "m", "model": "x", "content": [], "stop_reason": wire, "usage": {}});
-            assert_eq!(
-                decode_response(body.to_string().as_bytes(), "x")
-                    .unwrap()
-                    .stop_reason,
-                want
-            );
+            let body = json!({"id": "m", "model": "x", "content": [], "stop_reason": wire, "usage": {}});
+            assert_eq!(decode_response(body.to_string().as_bytes(), "x").unwrap().stop_reason, want);
         }
     }
 
@@ -908,15 +726,11 @@ mod tests {
             LlmError::MalformedResponse { ref message, .. } if message.contains("stop_reason")
         ));
         assert!(matches!(
-            err(
-                r#"{"id": "m", "model": "x", "content": [{"type": "text"}], "stop_reason": "end_turn"}"#
-            ),
+            err(r#"{"id": "m", "model": "x", "content": [{"type": "text"}], "stop_reason": "end_turn"}"#),
             LlmError::MalformedResponse { .. }
         ));
         assert!(matches!(
-            err(
-                r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#
-            ),
+            err(r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#),
             LlmError::Overloaded { .. }
         ));
     }
@@ -960,28 +774,11 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                StreamEvent::TextDelta {
-                    index: 1,
-                    text: "Hi".into()
-                },
-                StreamEvent::ToolUseStart {
-                    index: 2,
-                    id: "tu_1".into(),
-                    name: "w".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 2,
-                    partial_json: "{\"ci".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 2,
-                    partial_json: "ty\": \"Paris\"}".into()
-                },
-                StreamEvent::ToolUseStart {
-                    index: 3,
-                    id: "tu_2".into(),
-                    name: "now".into()
-                },
+                StreamEvent::TextDelta { index: 1, text: "Hi".into() },
+                StreamEvent::ToolUseStart { index: 2, id: "tu_1".into(), name: "w".into() },
+                StreamEvent::ToolInputDelta { index: 2, partial_json: "{\"ci".into() },
+                StreamEvent::ToolInputDelta { index: 2, partial_json: "ty\": \"Paris\"}".into() },
+                StreamEvent::ToolUseStart { index: 3, id: "tu_2".into(), name: "now".into() },
             ]
         );
         let response = response.unwrap();
@@ -1000,17 +797,9 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
-            Usage {
-                input_tokens: 10,
-                output_tokens: 20,
-                cache_creation_input_tokens: 0,
-                cache_read_input_tokens: 4
-            }
+            Usage { input_tokens: 10, output_tokens: 20, cache_creation_input_tokens: 0, cache_read_input_tokens: 4 }
         );
-        assert_eq!(
-            (response.id.as_deref(), response.model.as_str()),
-            (Some("msg_1"), "claude-x-2025")
-        );
+        assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("msg_1"), "claude-x-2025"));
     }
 
     #[test]
@@ -1030,66 +819,45 @@ mod tests {
 
     #[test]
     fn stream_errors() {
-        let start =
-            json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}});
+        let start = json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}});
         let (_, r) = run_stream(&[
             start.clone(),
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
         ]);
         assert!(matches!(r, Err(LlmError::Overloaded { .. })));
-        let (_, r) = run_stream(&[
-            start.clone(),
-            json!({"type": "error", "error": {"type": "api_error", "message": "boom"}}),
-        ]);
-        assert!(
-            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("boom"))
-        );
+        let (_, r) =
+            run_stream(&[start.clone(), json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})]);
+        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("boom")));
         let (_, r) = run_stream(std::slice::from_ref(&start));
-        assert!(
-            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("message_stop"))
-        );
+        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("message_stop")));
         let (_, r) = run_stream(&[
             start.clone(),
             json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}),
         ]);
         assert!(matches!(r, Err(LlmError::MalformedResponse { .. })));
         let mut decoder = Decoder::new("x");
-        assert!(matches!(
-            decoder.event("", "{nope", &mut Vec::new()),
-            Err(LlmError::MalformedResponse { .. })
-        ));
+        assert!(matches!(decoder.event("", "{nope", &mut Vec::new()), Err(LlmError::MalformedResponse { .. })));
     }
 
     #[test]
     fn env_configuration() {
         let lookup = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| (*v).to_owned())
-            }
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
         };
         let err = Anthropic::from_lookup(&lookup(&[])).unwrap_err();
         assert!(
             matches!(err, LlmError::Config { provider: "anthropic", ref message } if message.contains("ANTHROPIC_API_KEY"))
         );
         assert!(Anthropic::from_lookup(&lookup(&[("ANTHROPIC_API_KEY", "")])).is_err());
-        let model =
-            Anthropic::from_lookup(&lookup(&[("ANTHROPIC_API_KEY", "sk-ant-secret")])).unwrap();
+        let model = Anthropic::from_lookup(&lookup(&[("ANTHROPIC_API_KEY", "sk-ant-secret")])).unwrap();
         assert_eq!(model.base_url, Anthropic::DEFAULT_BASE_URL);
         assert_eq!(model.api_key, ApiKey::new("sk-ant-secret"));
-        let model = Anthropic::from_lookup(&lookup(&[
-            ("ANTHROPIC_API_KEY", "k"),
-            ("ANTHROPIC_BASE_URL", "http://proxy:8080"),
-        ]))
-        .unwrap();
+        let model =
+            Anthropic::from_lookup(&lookup(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", "http://proxy:8080")]))
+                .unwrap();
         assert_eq!(model.base_url, "http://proxy:8080");
-        let err = Anthropic::from_lookup(&lookup(&[
-            ("ANTHROPIC_API_KEY", "k"),
-            ("ANTHROPIC_BASE_URL", "::bad"),
-        ]))
-        .unwrap_err();
+        let err = Anthropic::from_lookup(&lookup(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", "::bad")]))
+            .unwrap_err();
         assert!(matches!(err, LlmError::Config { .. }));
         assert!(!format!("{:?}", Anthropic::new("sk-ant-secret")).contains("secret"));
     }

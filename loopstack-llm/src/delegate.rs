@@ -92,7 +92,12 @@ impl LlmDelegateToolCalls {
 
     /// Runs the calls of `message`, of which `offered` lists the tools offered in its
     /// turn, and saves the results as one message document.
-    pub async fn call(&self, cx: &mut RunContext, message: &Message, offered: &[String]) -> Result<DelegateResult, AgentError> {
+    pub async fn call(
+        &self,
+        cx: &mut RunContext,
+        message: &Message,
+        offered: &[String],
+    ) -> Result<DelegateResult, AgentError> {
         let result = self.run(cx, message, offered).await;
         cx.save(&Message::tool_results(result.results.iter().map(ToolResult::from)))?;
         Ok(result)
@@ -121,7 +126,13 @@ impl LlmDelegateToolCalls {
         DelegateResult { all_completed: results.len() == message.tool_uses().count(), error_count, results }
     }
 
-    async fn run_one(&self, call: &ToolUse, cx: ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolCallResult {
+    async fn run_one(
+        &self,
+        call: &ToolUse,
+        cx: ToolContext,
+        offered: &[String],
+        exclusive: &RwLock<()>,
+    ) -> ToolCallResult {
         let span = tracing::info_span!(
             "loopstack.tool",
             tool = %call.name,
@@ -140,11 +151,16 @@ impl LlmDelegateToolCalls {
         ToolCallResult { tool_use_id: call.id.clone(), name: call.name.clone(), content: output.into_text(), is_error }
     }
 
-    async fn execute(&self, call: &ToolUse, cx: &ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolOutput {
+    async fn execute(
+        &self,
+        call: &ToolUse,
+        cx: &ToolContext,
+        offered: &[String],
+        exclusive: &RwLock<()>,
+    ) -> ToolOutput {
         let name = call.name.as_str();
         if !offered.iter().any(|o| o == name) || self.tools.get(name).is_none() {
-            let available: Vec<String> =
-                offered.iter().filter(|o| self.tools.get(o).is_some()).cloned().collect();
+            let available: Vec<String> = offered.iter().filter(|o| self.tools.get(o).is_some()).cloned().collect();
             return self.tools.unknown_tool(name, Some(&available)).into();
         }
         if let Some(bad) = &call.invalid_input {
@@ -180,5 +196,5 @@ impl LlmDelegateToolCalls {
 
 fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 { format!("{} s", ms / 1000) } else { format!("{ms} ms") }
+    if ms.is_multiple_of(1000) { format!("{} s", ms / 1000) } else { format!("{ms} ms") }
 }

@@ -135,8 +135,7 @@ impl RetryPolicy {
 
     /// [`RetryPolicy::backoff`] minus `unit * 25 %`, for a `unit` in `[0, 1)`.
     fn jittered(&self, retry: u32, unit: f64) -> Duration {
-        self.backoff(retry)
-            .mul_f64(1.0 - 0.25 * unit.clamp(0.0, 1.0))
+        self.backoff(retry).mul_f64(1.0 - 0.25 * unit.clamp(0.0, 1.0))
     }
 }
 
@@ -151,17 +150,10 @@ impl ApiKey {
 
     /// The key as a header value (after `prefix`, such as `Bearer `), marked sensitive so
     /// that `reqwest` never prints it. The error says what is wrong without the key.
-    pub(crate) fn header(
-        &self,
-        provider: &'static str,
-        prefix: &str,
-    ) -> Result<HeaderValue, LlmError> {
-        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.0)).map_err(|_| {
-            LlmError::Config {
-                provider,
-                message: "the API key contains characters that are not allowed in an HTTP header"
-                    .into(),
-            }
+    pub(crate) fn header(&self, provider: &'static str, prefix: &str) -> Result<HeaderValue, LlmError> {
+        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.0)).map_err(|_| LlmError::Config {
+            provider,
+            message: "the API key contains characters that are not allowed in an HTTP header".into(),
         })?;
         value.set_sensitive(true);
         Ok(value)
@@ -176,9 +168,7 @@ impl fmt::Debug for ApiKey {
 
 /// Reads a non-empty environment variable through `lookup`.
 pub(crate) fn non_empty(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
-    lookup(name)
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
+    lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
 /// `{base}{path}` where `path` starts with `/v1/`; a base ending in `/v1` (with or
@@ -187,36 +177,21 @@ pub(crate) fn endpoint(provider: &'static str, base: &str, path: &str) -> Result
     let config = |message: String| LlmError::Config { provider, message };
     let trimmed = base.trim().trim_end_matches('/');
     let trimmed = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
-    let url = Url::parse(&format!("{trimmed}{path}"))
-        .map_err(|e| config(format!("invalid base URL `{base}`: {e}")))?;
+    let url = Url::parse(&format!("{trimmed}{path}")).map_err(|e| config(format!("invalid base URL `{base}`: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(config(format!(
-            "invalid base URL `{base}`: the scheme must be http or https"
-        )));
+        return Err(config(format!("invalid base URL `{base}`: the scheme must be http or https")));
     }
     Ok(url)
 }
 
 /// The JSON value of an `f32` as people write it (`0.2`, not `0.20000000298023224`).
 pub(crate) fn f32_value(x: f32) -> Value {
-    x.to_string()
-        .parse::<f64>()
-        .ok()
-        .and_then(serde_json::Number::from_f64)
-        .map_or(Value::Null, Value::Number)
+    x.to_string().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
 }
 
 /// A malformed-response error.
-pub(crate) fn malformed(
-    provider: &'static str,
-    model: &str,
-    message: impl Into<String>,
-) -> LlmError {
-    LlmError::MalformedResponse {
-        provider,
-        model: model.to_owned(),
-        message: message.into(),
-    }
+pub(crate) fn malformed(provider: &'static str, model: &str, message: impl Into<String>) -> LlmError {
+    LlmError::MalformedResponse { provider, model: model.to_owned(), message: message.into() }
 }
 
 /// The span of one model request. `input_tokens`, `output_tokens`, `latency_ms` and
@@ -235,15 +210,8 @@ pub(crate) fn request_span(provider: &'static str, model: &str, stream: bool) ->
 }
 
 /// Records the outcome of a request on its span.
-pub(crate) fn record_outcome(
-    span: &tracing::Span,
-    started: Instant,
-    result: Result<&Usage, &LlmError>,
-) {
-    span.record(
-        "latency_ms",
-        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    );
+pub(crate) fn record_outcome(span: &tracing::Span, started: Instant, result: Result<&Usage, &LlmError>) {
+    span.record("latency_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     match result {
         Ok(usage) => {
             span.record("input_tokens", usage.input_tokens);
@@ -284,11 +252,7 @@ pub(crate) struct Failure {
 
 impl Failure {
     fn fatal(error: LlmError) -> Self {
-        Self {
-            error,
-            retryable: false,
-            retry_after: None,
-        }
+        Self { error, retryable: false, retry_after: None }
     }
 }
 
@@ -303,10 +267,7 @@ pub(crate) struct Transport {
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transport")
-            .field("timeout", &self.timeout)
-            .field("retry", &self.retry)
-            .finish_non_exhaustive()
+        f.debug_struct("Transport").field("timeout", &self.timeout).field("retry", &self.retry).finish_non_exhaustive()
     }
 }
 
@@ -320,34 +281,19 @@ impl Transport {
             .user_agent(USER_AGENT)
             .build()
             .map_err(|e| Arc::from(format!("cannot build the HTTP client: {e}")));
-        Self {
-            client,
-            timeout: DEFAULT_TIMEOUT,
-            retry: RetryPolicy::new(),
-            sleep: None,
-        }
+        Self { client, timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::new(), sleep: None }
     }
 
     fn client(&self, provider: &'static str) -> Result<&reqwest::Client, LlmError> {
-        self.client.as_ref().map_err(|message| LlmError::Config {
-            provider,
-            message: message.to_string(),
-        })
+        self.client.as_ref().map_err(|message| LlmError::Config { provider, message: message.to_string() })
     }
 
     fn request(&self, client: &reqwest::Client, call: &Call<'_>) -> reqwest::RequestBuilder {
-        client
-            .post(call.url.clone())
-            .headers(call.headers.clone())
-            .body(call.body.clone())
+        client.post(call.url.clone()).headers(call.headers.clone()).body(call.body.clone())
     }
 
     fn timeout_failure(&self, call: &Call<'_>) -> Failure {
-        Failure::fatal(LlmError::Timeout {
-            provider: call.provider,
-            model: call.model.to_owned(),
-            after: self.timeout,
-        })
+        Failure::fatal(LlmError::Timeout { provider: call.provider, model: call.model.to_owned(), after: self.timeout })
     }
 
     /// Sends `call` and returns the body of its successful response, retrying per the policy.
@@ -356,22 +302,13 @@ impl Transport {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let attempt = async {
-                let response = self
-                    .request(client, call)
-                    .send()
-                    .await
-                    .map_err(|e| transport_failure(call, e))?;
+                let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
                 if !response.status().is_success() {
                     return Err(response_failure(call, response).await);
                 }
-                response
-                    .bytes()
-                    .await
-                    .map_err(|e| transport_failure(call, e))
+                response.bytes().await.map_err(|e| transport_failure(call, e))
             };
-            tokio::time::timeout(self.timeout, attempt)
-                .await
-                .unwrap_or_else(|_| Err(self.timeout_failure(call)))
+            tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
         })
         .await
     }
@@ -382,20 +319,10 @@ impl Transport {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let attempt = async {
-                let response = self
-                    .request(client, call)
-                    .send()
-                    .await
-                    .map_err(|e| transport_failure(call, e))?;
-                if response.status().is_success() {
-                    Ok(response)
-                } else {
-                    Err(response_failure(call, response).await)
-                }
+                let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
+                if response.status().is_success() { Ok(response) } else { Err(response_failure(call, response).await) }
             };
-            tokio::time::timeout(self.timeout, attempt)
-                .await
-                .unwrap_or_else(|_| Err(self.timeout_failure(call)))
+            tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
         })
         .await
     }
@@ -486,31 +413,17 @@ impl Transport {
                 return match self.open(&call).await {
                     Ok(response) => {
                         let events = response.bytes_stream().eventsource().boxed();
-                        let reading = SseState::Reading {
-                            provider: call.provider,
-                            model: call.model,
-                            events,
-                            decoder,
-                        };
+                        let reading = SseState::Reading { provider: call.provider, model: call.model, events, decoder };
                         (Vec::new(), Some(reading))
                     }
                     Err(error) => fail(error),
                 };
             }
-            SseState::Reading {
-                provider,
-                model,
-                events,
-                decoder,
-            } => (provider, model, events, decoder),
+            SseState::Reading { provider, model, events, decoder } => (provider, model, events, decoder),
         };
         loop {
             let Ok(next) = tokio::time::timeout(self.timeout, events.next()).await else {
-                return fail(LlmError::Timeout {
-                    provider,
-                    model: model.to_owned(),
-                    after: self.timeout,
-                });
+                return fail(LlmError::Timeout { provider, model: model.to_owned(), after: self.timeout });
             };
             let mut out = Vec::new();
             match next {
@@ -523,30 +436,14 @@ impl Transport {
                             continue;
                         }
                         let items = out.into_iter().map(Ok).collect();
-                        return (
-                            items,
-                            Some(SseState::Reading {
-                                provider,
-                                model,
-                                events,
-                                decoder,
-                            }),
-                        );
+                        return (items, Some(SseState::Reading { provider, model, events, decoder }));
                     }
                 }
                 Some(Err(EventStreamError::Transport(e))) => {
-                    return fail(LlmError::Connection {
-                        provider,
-                        model: model.to_owned(),
-                        source: Box::new(e),
-                    });
+                    return fail(LlmError::Connection { provider, model: model.to_owned(), source: Box::new(e) });
                 }
                 Some(Err(e)) => {
-                    return fail(malformed(
-                        provider,
-                        model,
-                        format!("invalid event stream: {e}"),
-                    ));
+                    return fail(malformed(provider, model, format!("invalid event stream: {e}")));
                 }
                 None => {}
             }
@@ -563,17 +460,11 @@ impl Transport {
     }
 }
 
-type SseEvents =
-    BoxStream<'static, Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>;
+type SseEvents = BoxStream<'static, Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>;
 
 enum SseState<'a, D> {
     Start(Call<'a>, D),
-    Reading {
-        provider: &'static str,
-        model: &'a str,
-        events: SseEvents,
-        decoder: D,
-    },
+    Reading { provider: &'static str, model: &'a str, events: SseEvents, decoder: D },
     End,
 }
 
@@ -581,8 +472,7 @@ enum SseState<'a, D> {
 pub(crate) trait SseDecoder: Send {
     /// Handles one event (`name` is the SSE `event:` field, `message` when absent),
     /// pushing what to yield onto `out`.
-    fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>)
-    -> Result<(), LlmError>;
+    fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
 
     /// Whether the provider said the response is complete (`message_stop`, `[DONE]`).
     fn is_complete(&self) -> bool;
@@ -594,17 +484,10 @@ pub(crate) trait SseDecoder: Send {
 
 fn transport_failure(call: &Call<'_>, error: reqwest::Error) -> Failure {
     if error.is_builder() {
-        return Failure::fatal(LlmError::Config {
-            provider: call.provider,
-            message: error.to_string(),
-        });
+        return Failure::fatal(LlmError::Config { provider: call.provider, message: error.to_string() });
     }
     Failure {
-        error: LlmError::Connection {
-            provider: call.provider,
-            model: call.model.to_owned(),
-            source: Box::new(error),
-        },
+        error: LlmError::Connection { provider: call.provider, model: call.model.to_owned(), source: Box::new(error) },
         retryable: true,
         retry_after: None,
     }
@@ -629,50 +512,16 @@ pub(crate) fn status_failure(
     let retry_after = retry_after(headers);
     let model = model.to_owned();
     let error = match status {
-        401 | 403 => LlmError::Authentication {
-            provider,
-            model,
-            status,
-            message,
-        },
-        429 => LlmError::RateLimited {
-            provider,
-            model,
-            retry_after,
-            message,
-        },
-        529 => LlmError::Overloaded {
-            provider,
-            model,
-            message,
-        },
-        _ if kind.as_deref() == Some("overloaded_error") => LlmError::Overloaded {
-            provider,
-            model,
-            message,
-        },
-        408 | 409 | 500..=599 => LlmError::Server {
-            provider,
-            model,
-            status,
-            message,
-        },
-        _ => LlmError::InvalidRequest {
-            provider,
-            model,
-            status,
-            message,
-        },
+        401 | 403 => LlmError::Authentication { provider, model, status, message },
+        429 => LlmError::RateLimited { provider, model, retry_after, message },
+        529 => LlmError::Overloaded { provider, model, message },
+        _ if kind.as_deref() == Some("overloaded_error") => LlmError::Overloaded { provider, model, message },
+        408 | 409 | 500..=599 => LlmError::Server { provider, model, status, message },
+        _ => LlmError::InvalidRequest { provider, model, status, message },
     };
-    let server_says_no = headers
-        .get("x-should-retry")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"false"));
+    let server_says_no = headers.get("x-should-retry").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"false"));
     let retryable = matches!(status, 408 | 409 | 429 | 500..=599) && !server_says_no;
-    Failure {
-        error,
-        retryable,
-        retry_after,
-    }
+    Failure { error, retryable, retry_after }
 }
 
 /// The API's error type and message from an error body: `{"error": {"type", "message"}}`
@@ -681,10 +530,7 @@ pub(crate) fn status_failure(
 pub(crate) fn api_error_message(status: u16, body: &[u8]) -> (Option<String>, String) {
     if let Ok(value) = serde_json::from_slice::<Value>(body) {
         let error = value.get("error");
-        let kind = error
-            .and_then(|e| e.get("type"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str).map(str::to_owned);
         let message = error
             .and_then(|e| e.get("message"))
             .or(error.filter(|e| e.is_string()))
@@ -698,9 +544,7 @@ pub(crate) fn api_error_message(status: u16, body: &[u8]) -> (Option<String>, St
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.is_empty() {
-        let reason = reqwest::StatusCode::from_u16(status)
-            .ok()
-            .and_then(|s| s.canonical_reason());
+        let reason = reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason());
         return (None, reason.unwrap_or("no error message").to_owned());
     }
     (None, shorten(text, MAX_ERROR_BODY))
@@ -716,13 +560,7 @@ fn shorten(text: &str, max: usize) -> String {
 /// The wait a server asked for: `retry-after-ms` (milliseconds) or `retry-after` (seconds).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| {
-        let value = headers
-            .get(name)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<f64>()
-            .ok()?;
+        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
         (value.is_finite() && value >= 0.0).then_some(value)
     };
     if let Some(ms) = number("retry-after-ms") {
@@ -755,16 +593,8 @@ mod tests {
 
     #[test]
     fn api_key_with_a_newline_is_a_config_error_without_the_key() {
-        let err = ApiKey::new("sk-bad\nkey")
-            .header("anthropic", "")
-            .unwrap_err();
-        assert!(matches!(
-            err,
-            LlmError::Config {
-                provider: "anthropic",
-                ..
-            }
-        ));
+        let err = ApiKey::new("sk-bad\nkey").header("anthropic", "").unwrap_err();
+        assert!(matches!(err, LlmError::Config { provider: "anthropic", .. }));
         assert!(!err.to_string().contains("sk-bad"));
     }
 
@@ -787,61 +617,30 @@ mod tests {
         let mut transport = Transport::new();
         transport.retry = RetryPolicy::new().max_retries(2);
         let failure = |retryable, retry_after| Failure {
-            error: LlmError::Overloaded {
-                provider: "anthropic",
-                model: "m".into(),
-                message: String::new(),
-            },
+            error: LlmError::Overloaded { provider: "anthropic", model: "m".into(), message: String::new() },
             retryable,
             retry_after,
         };
         let d = transport.retry_delay(&failure(true, None), 0).unwrap();
-        assert!(
-            d > Duration::from_millis(374) && d <= Duration::from_millis(500),
-            "{d:?}"
-        );
+        assert!(d > Duration::from_millis(374) && d <= Duration::from_millis(500), "{d:?}");
         assert_eq!(
             transport.retry_delay(&failure(true, Some(Duration::from_secs(7))), 1),
             Some(Duration::from_secs(7))
         );
-        assert_eq!(
-            transport.retry_delay(&failure(true, None), 2),
-            None,
-            "retries exhausted"
-        );
-        assert_eq!(
-            transport.retry_delay(&failure(false, None), 0),
-            None,
-            "not retryable"
-        );
-        assert_eq!(
-            transport.retry_delay(&failure(true, Some(Duration::from_secs(61))), 0),
-            None,
-            "waits too long"
-        );
+        assert_eq!(transport.retry_delay(&failure(true, None), 2), None, "retries exhausted");
+        assert_eq!(transport.retry_delay(&failure(false, None), 0), None, "not retryable");
+        assert_eq!(transport.retry_delay(&failure(true, Some(Duration::from_secs(61))), 0), None, "waits too long");
     }
 
     #[test]
     fn retry_after_headers() {
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "7")])),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", " 1.5 ")])),
-            Some(Duration::from_millis(1500))
-        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "7")])), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&headers(&[("retry-after", " 1.5 ")])), Some(Duration::from_millis(1500)));
         assert_eq!(
             retry_after(&headers(&[("retry-after", "7"), ("retry-after-ms", "250")])),
             Some(Duration::from_millis(250))
         );
-        assert_eq!(
-            retry_after(&headers(&[(
-                "retry-after",
-                "Wed, 21 Oct 2015 07:28:00 GMT"
-            )])),
-            None
-        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
     }
@@ -849,84 +648,45 @@ mod tests {
     #[test]
     fn status_classes() {
         let none = HeaderMap::new();
-        let body =
-            br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad thing"}}"#;
+        let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad thing"}}"#;
         let f = status_failure("anthropic", "m", 400, &none, body);
         assert!(!f.retryable);
-        assert!(
-            matches!(f.error, LlmError::InvalidRequest { status: 400, ref message, .. } if message == "bad thing")
-        );
+        assert!(matches!(f.error, LlmError::InvalidRequest { status: 400, ref message, .. } if message == "bad thing"));
         for status in [401, 403] {
             let f = status_failure("openai", "m", status, &none, b"");
             assert!(matches!(f.error, LlmError::Authentication { .. }) && !f.retryable);
         }
         let f = status_failure("openai", "m", 429, &headers(&[("retry-after", "3")]), b"");
         assert!(f.retryable);
-        assert!(
-            matches!(f.error, LlmError::RateLimited { retry_after: Some(d), .. } if d == Duration::from_secs(3))
-        );
+        assert!(matches!(f.error, LlmError::RateLimited { retry_after: Some(d), .. } if d == Duration::from_secs(3)));
         let f = status_failure("anthropic", "m", 529, &none, b"");
         assert!(matches!(f.error, LlmError::Overloaded { .. }) && f.retryable);
-        let overloaded =
-            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let overloaded = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         let f = status_failure("anthropic", "m", 503, &none, overloaded);
-        assert!(
-            matches!(f.error, LlmError::Overloaded { ref message, .. } if message == "Overloaded")
-                && f.retryable
-        );
+        assert!(matches!(f.error, LlmError::Overloaded { ref message, .. } if message == "Overloaded") && f.retryable);
         for status in [408, 409, 500, 502, 503] {
             let f = status_failure("openai", "m", status, &none, b"");
-            assert!(
-                matches!(f.error, LlmError::Server { .. }) && f.retryable,
-                "{status}"
-            );
+            assert!(matches!(f.error, LlmError::Server { .. }) && f.retryable, "{status}");
         }
-        let f = status_failure(
-            "openai",
-            "m",
-            500,
-            &headers(&[("x-should-retry", "false")]),
-            b"",
-        );
+        let f = status_failure("openai", "m", 500, &headers(&[("x-should-retry", "false")]), b"");
         assert!(!f.retryable);
         for status in [404, 413, 422] {
             let f = status_failure("openai", "m", status, &none, b"");
-            assert!(
-                matches!(f.error, LlmError::InvalidRequest { .. }) && !f.retryable,
-                "{status}"
-            );
+            assert!(matches!(f.error, LlmError::InvalidRequest { .. }) && !f.retryable, "{status}");
         }
     }
 
     #[test]
     fn error_messages_from_bodies() {
-        assert_eq!(
-            api_error_message(404, br#"{"error":"model 'x' not found"}"#).1,
-            "model 'x' not found"
-        );
-        assert_eq!(
-            api_error_message(400, br#"{"object":"error","message":"too long"}"#).1,
-            "too long"
-        );
+        assert_eq!(api_error_message(404, br#"{"error":"model 'x' not found"}"#).1, "model 'x' not found");
+        assert_eq!(api_error_message(400, br#"{"object":"error","message":"too long"}"#).1, "too long");
         assert_eq!(api_error_message(422, br#"{"detail":"nope"}"#).1, "nope");
-        let (kind, message) = api_error_message(
-            400,
-            br#"{"error":{"message":"m","type":"invalid_request_error"}}"#,
-        );
-        assert_eq!(
-            (kind.as_deref(), message.as_str()),
-            (Some("invalid_request_error"), "m")
-        );
-        assert_eq!(
-            api_error_message(502, b"  <html>bad gateway</html>\n").1,
-            "<html>bad gateway</html>"
-        );
+        let (kind, message) = api_error_message(400, br#"{"error":{"message":"m","type":"invalid_request_error"}}"#);
+        assert_eq!((kind.as_deref(), message.as_str()), (Some("invalid_request_error"), "m"));
+        assert_eq!(api_error_message(502, b"  <html>bad gateway</html>\n").1, "<html>bad gateway</html>");
         assert_eq!(api_error_message(503, b"").1, "Service Unavailable");
         let long = "é".repeat(2000);
-        assert_eq!(
-            api_error_message(500, long.as_bytes()).1.chars().count(),
-            MAX_ERROR_BODY + 3
-        );
+        assert_eq!(api_error_message(500, long.as_bytes()).1.chars().count(), MAX_ERROR_BODY + 3);
     }
 
     #[test]
@@ -937,21 +697,9 @@ mod tests {
         assert_eq!(url("http://localhost:11434/").unwrap(), want);
         assert_eq!(url("http://localhost:11434/v1").unwrap(), want);
         assert_eq!(url("http://localhost:11434/v1/").unwrap(), want);
-        assert_eq!(
-            url("https://openrouter.ai/api/v1").unwrap(),
-            "https://openrouter.ai/api/v1/chat/completions"
-        );
-        assert!(matches!(
-            url("not a url"),
-            Err(LlmError::Config {
-                provider: "openai",
-                ..
-            })
-        ));
-        assert!(matches!(
-            url("ftp://example.com"),
-            Err(LlmError::Config { .. })
-        ));
+        assert_eq!(url("https://openrouter.ai/api/v1").unwrap(), "https://openrouter.ai/api/v1/chat/completions");
+        assert!(matches!(url("not a url"), Err(LlmError::Config { provider: "openai", .. })));
+        assert!(matches!(url("ftp://example.com"), Err(LlmError::Config { .. })));
     }
 
     #[test]

@@ -21,10 +21,10 @@ pub use error::LlmError;
 pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
 pub use model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};
 
-#[cfg(feature = "http")]
-mod http;
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(feature = "http")]
+mod http;
 #[cfg(feature = "openai")]
 pub mod openai;
 

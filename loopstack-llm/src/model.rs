@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use loopstack_core::ToolSpec;
 
 use crate::error::LlmError;

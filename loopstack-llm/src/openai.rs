@@ -182,31 +182,16 @@ impl OpenAi {
             headers.insert(AUTHORIZATION, key.header(PROVIDER, "Bearer ")?);
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let accept = if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
+        let accept = if stream { "text/event-stream" } else { "application/json" };
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
         let body = encode_request(request, stream);
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| malformed(PROVIDER, &request.model, e.to_string()))?;
-        Ok(Call {
-            provider: PROVIDER,
-            model: &request.model,
-            url,
-            headers,
-            body: body.into(),
-        })
+        let body = serde_json::to_vec(&body).map_err(|e| malformed(PROVIDER, &request.model, e.to_string()))?;
+        Ok(Call { provider: PROVIDER, model: &request.model, url, headers, body: body.into() })
     }
 
     /// The tools whose JSON-text calls are accepted, if that is on.
     fn text_tools<'a>(&self, request: &'a ChatRequest) -> Vec<&'a str> {
-        if self.text_tool_calls {
-            request.tools.iter().map(|t| t.name.as_str()).collect()
-        } else {
-            Vec::new()
-        }
+        if self.text_tool_calls { request.tools.iter().map(|t| t.name.as_str()).collect() } else { Vec::new() }
     }
 }
 
@@ -232,10 +217,7 @@ impl ChatModel for OpenAi {
         result
     }
 
-    fn stream<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
         let span = http::request_span(PROVIDER, &request.model, true);
         match self.call(request, true) {
             Ok(call) => {
@@ -293,16 +275,15 @@ fn encode_request(request: &ChatRequest, stream: bool) -> Value {
 /// Appends the API messages of one message: a user message's tool results become `tool`
 /// messages (first, so they follow the assistant's calls), its text a `user` message.
 fn encode_message(message: &Message, out: &mut Vec<Value>) {
-    let has_text = message
-        .content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::Text { .. }));
+    let has_text = message.content.iter().any(|b| matches!(b, ContentBlock::Text { .. }));
     match message.role {
         Role::User => {
             let mut results = 0;
             for result in message.tool_results_iter() {
                 results += 1;
-                out.push(json!({"role": "tool", "tool_call_id": result.tool_use_id, "content": tool_result_text(result)}));
+                out.push(
+                    json!({"role": "tool", "tool_call_id": result.tool_use_id, "content": tool_result_text(result)}),
+                );
             }
             if has_text || results == 0 {
                 out.push(json!({"role": "user", "content": message.text()}));
@@ -332,11 +313,7 @@ fn encode_tool_call(tool: &ToolUse) -> Value {
 }
 
 fn tool_result_text(result: &ToolResult) -> String {
-    if result.is_error {
-        format!("Error: {}", result.content)
-    } else {
-        result.content.clone()
-    }
+    if result.is_error { format!("Error: {}", result.content) } else { result.content.clone() }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -392,11 +369,7 @@ impl WireUsage {
             input_tokens: self.prompt_tokens.unwrap_or(0),
             output_tokens: self.completion_tokens.unwrap_or(0),
             cache_creation_input_tokens: 0,
-            cache_read_input_tokens: self
-                .prompt_tokens_details
-                .as_ref()
-                .and_then(|d| d.cached_tokens)
-                .unwrap_or(0),
+            cache_read_input_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
         }
     }
 }
@@ -405,18 +378,14 @@ impl WireUsage {
 fn content_text(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
         _ => String::new(),
     }
 }
 
 /// The id of the `n`th tool call when the server gave none.
 fn tool_call_id(id: Option<&str>, n: usize) -> String {
-    id.filter(|id| !id.is_empty())
-        .map_or_else(|| format!("call_{n}"), str::to_owned)
+    id.filter(|id| !id.is_empty()).map_or_else(|| format!("call_{n}"), str::to_owned)
 }
 
 /// A tool call from its arguments as sent: a JSON string (usually), or an object (some
@@ -443,32 +412,19 @@ fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
 /// The API's message of an error object a server sent with a success status.
 fn error_message(value: &Value) -> Option<String> {
     let error = value.get("error")?;
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .or_else(|| error.as_str())
-        .unwrap_or("no message");
+    let message = error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message");
     Some(message.to_owned())
 }
 
 /// Decodes a non-streamed response body.
 fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
     if let Some(message) = error_message(&value) {
-        return Err(malformed(
-            PROVIDER,
-            model,
-            format!("error in response: {message}"),
-        ));
+        return Err(malformed(PROVIDER, model, format!("error in response: {message}")));
     }
-    let wire: WireResponse =
-        serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
-    let choice = wire
-        .choices
-        .into_iter()
-        .next()
-        .ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
+    let wire: WireResponse = serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
+    let choice = wire.choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
     let mut content = Vec::new();
     let text = content_text(choice.message.content.as_ref());
     if !text.is_empty() {
@@ -476,23 +432,12 @@ fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
     }
     for (n, call) in choice.message.tool_calls.into_iter().flatten().enumerate() {
         let id = tool_call_id(call.id.as_deref(), n);
-        content.push(ContentBlock::ToolUse(tool_use(
-            id,
-            call.function.name,
-            call.function.arguments.as_ref(),
-        )));
+        content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_ref())));
     }
-    let has_tool_calls = content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-    let finish_reason = choice
-        .finish_reason
-        .ok_or_else(|| malformed(PROVIDER, model, "missing finish_reason"))?;
+    let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
+    let finish_reason = choice.finish_reason.ok_or_else(|| malformed(PROVIDER, model, "missing finish_reason"))?;
     Ok(ChatResponse {
-        message: Message {
-            role: Role::Assistant,
-            content,
-        },
+        message: Message { role: Role::Assistant, content },
         stop_reason: stop_reason(&finish_reason, has_tool_calls),
         usage: wire.usage.unwrap_or_default().usage(),
         model: wire.model.unwrap_or_else(|| model.to_owned()),
@@ -567,16 +512,8 @@ fn json_tool_calls(json: &str, offered: &[&str]) -> Option<Vec<ToolUse>> {
         .enumerate()
         .map(|(n, item)| {
             let object = item.as_object()?;
-            let name = object
-                .get("name")?
-                .as_str()
-                .filter(|name| offered.contains(name))?;
-            if object.keys().any(|k| {
-                !matches!(
-                    k.as_str(),
-                    "name" | "arguments" | "parameters" | "type" | "id"
-                )
-            }) {
+            let name = object.get("name")?.as_str().filter(|name| offered.contains(name))?;
+            if object.keys().any(|k| !matches!(k.as_str(), "name" | "arguments" | "parameters" | "type" | "id")) {
                 return None;
             }
             let arguments = object.get("arguments").or_else(|| object.get("parameters"));
@@ -684,23 +621,12 @@ impl Decoder {
             (self.blocks - 1, String::new())
         });
         text.push_str(&piece);
-        out.push(StreamEvent::TextDelta {
-            index: *index,
-            text: piece,
-        });
+        out.push(StreamEvent::TextDelta { index: *index, text: piece });
     }
 
-    fn tool_delta(
-        &mut self,
-        position: usize,
-        delta: WireToolCallDelta,
-        out: &mut Vec<StreamEvent>,
-    ) {
+    fn tool_delta(&mut self, position: usize, delta: WireToolCallDelta, out: &mut Vec<StreamEvent>) {
         let key = delta.index.unwrap_or(position as u64);
-        let (name, arguments) = delta
-            .function
-            .map(|f| (f.name, f.arguments))
-            .unwrap_or_default();
+        let (name, arguments) = delta.function.map(|f| (f.name, f.arguments)).unwrap_or_default();
         let slot = match self.tool_index.get(&key) {
             Some(&slot) => slot,
             None => {
@@ -708,18 +634,8 @@ impl Decoder {
                 self.blocks += 1;
                 let id = tool_call_id(delta.id.as_deref(), self.tools.len());
                 let name = name.clone().unwrap_or_default();
-                out.push(StreamEvent::ToolUseStart {
-                    index: block,
-                    id: id.clone(),
-                    name: name.clone(),
-                });
-                self.tools.push(ToolAcc {
-                    block,
-                    id,
-                    name,
-                    arguments: String::new(),
-                    object: None,
-                });
+                out.push(StreamEvent::ToolUseStart { index: block, id: id.clone(), name: name.clone() });
+                self.tools.push(ToolAcc { block, id, name, arguments: String::new(), object: None });
                 self.tool_index.insert(key, self.tools.len() - 1);
                 self.tools.len() - 1
             }
@@ -731,16 +647,10 @@ impl Decoder {
         match arguments {
             Some(Value::String(piece)) if !piece.is_empty() => {
                 tool.arguments.push_str(&piece);
-                out.push(StreamEvent::ToolInputDelta {
-                    index: tool.block,
-                    partial_json: piece,
-                });
+                out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: piece });
             }
             Some(object @ Value::Object(_)) => {
-                out.push(StreamEvent::ToolInputDelta {
-                    index: tool.block,
-                    partial_json: object.to_string(),
-                });
+                out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: object.to_string() });
                 tool.object = Some(object);
             }
             _ => {}
@@ -749,23 +659,18 @@ impl Decoder {
 }
 
 impl SseDecoder for Decoder {
-    fn event(
-        &mut self,
-        _name: &str,
-        data: &str,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), LlmError> {
+    fn event(&mut self, _name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
         }
-        let value: Value = serde_json::from_str(data)
-            .map_err(|e| self.malformed(format!("invalid JSON in a chunk: {e}")))?;
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid JSON in a chunk: {e}")))?;
         if let Some(message) = error_message(&value) {
             return Err(self.malformed(format!("error event: {message}")));
         }
-        let chunk: WireChunk = serde_json::from_value(value)
-            .map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
+        let chunk: WireChunk =
+            serde_json::from_value(value).map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
         if self.id.is_none() {
             self.id = chunk.id;
         }
@@ -795,11 +700,7 @@ impl SseDecoder for Decoder {
 
     fn finish(&mut self, out: &mut Vec<StreamEvent>) -> Result<ChatResponse, LlmError> {
         let finish_reason = self.finish_reason.take().ok_or_else(|| {
-            let what = if self.done {
-                "no finish_reason"
-            } else {
-                "the stream ended before a finish_reason"
-            };
+            let what = if self.done { "no finish_reason" } else { "the stream ended before a finish_reason" };
             self.malformed(what)
         })?;
         let mut blocks: Vec<(usize, ContentBlock)> = Vec::new();
@@ -815,38 +716,21 @@ impl SseDecoder for Decoder {
         }
         blocks.sort_by_key(|(index, _)| *index);
         let content: Vec<ContentBlock> = blocks.into_iter().map(|(_, block)| block).collect();
-        let has_tool_calls = content
-            .iter()
-            .any(|b| matches!(b, ContentBlock::ToolUse(_)));
+        let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
         let mut response = ChatResponse {
-            message: Message {
-                role: Role::Assistant,
-                content,
-            },
+            message: Message { role: Role::Assistant, content },
             stop_reason: stop_reason(&finish_reason, has_tool_calls),
             usage: self.usage.unwrap_or_default(),
-            model: self
-                .response_model
-                .take()
-                .unwrap_or_else(|| self.model.clone()),
+            model: self.response_model.take().unwrap_or_else(|| self.model.clone()),
             id: self.id.take(),
         };
         let offered: Vec<&str> = self.text_tools.iter().map(String::as_str).collect();
         for index in apply_text_tool_calls(&mut response, &offered) {
             if let ContentBlock::ToolUse(tool) = &response.message.content[index] {
-                out.push(StreamEvent::ToolUseStart {
-                    index,
-                    id: tool.id.clone(),
-                    name: tool.name.clone(),
-                });
-                let partial_json = tool
-                    .invalid_input
-                    .as_ref()
-                    .map_or_else(|| tool.input.to_string(), |i| i.raw.clone());
-                out.push(StreamEvent::ToolInputDelta {
-                    index,
-                    partial_json,
-                });
+                out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
+                let partial_json =
+                    tool.invalid_input.as_ref().map_or_else(|| tool.input.to_string(), |i| i.raw.clone());
+                out.push(StreamEvent::ToolInputDelta { index, partial_json });
             }
         }
         Ok(response)
@@ -880,12 +764,7 @@ mod tests {
     }
 
     fn spec(name: &'static str) -> Arc<ToolSpec> {
-        ToolRegistry::new()
-            .with(Named(name))
-            .unwrap()
-            .spec(name)
-            .unwrap()
-            .clone()
+        ToolRegistry::new().with(Named(name)).unwrap().spec(name).unwrap().clone()
     }
 
     #[test]
@@ -897,20 +776,9 @@ mod tests {
                 Message {
                     role: Role::Assistant,
                     content: vec![
-                        ContentBlock::Provider {
-                            provider: "anthropic".into(),
-                            raw: json!({"type": "thinking"}),
-                        },
-                        ContentBlock::ToolUse(ToolUse::new(
-                            "c1",
-                            "get_weather",
-                            json!({"city": "Paris"}),
-                        )),
-                        ContentBlock::ToolUse(ToolUse::from_raw_arguments(
-                            "c2",
-                            "get_weather",
-                            "{\"city\": Rome}",
-                        )),
+                        ContentBlock::Provider { provider: "anthropic".into(), raw: json!({"type": "thinking"}) },
+                        ContentBlock::ToolUse(ToolUse::new("c1", "get_weather", json!({"city": "Paris"}))),
+                        ContentBlock::ToolUse(ToolUse::from_raw_arguments("c2", "get_weather", "{\"city\": Rome}")),
                     ],
                 },
                 Message {
@@ -989,39 +857,17 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
-            Usage {
-                input_tokens: 20,
-                output_tokens: 7,
-                cache_creation_input_tokens: 0,
-                cache_read_input_tokens: 8
-            }
+            Usage { input_tokens: 20, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 8 }
         );
-        assert_eq!(
-            (response.id.as_deref(), response.model.as_str()),
-            (Some("chatcmpl-1"), "gpt-x-2025")
-        );
+        assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("chatcmpl-1"), "gpt-x-2025"));
         let content = &response.message.content;
         assert_eq!(content[0], ContentBlock::text("Checking."));
+        assert_eq!(content[1], ContentBlock::ToolUse(ToolUse::new("c1", "w", json!({"city": "Paris"}))));
+        assert_eq!(content[2], ContentBlock::ToolUse(ToolUse::new("call_1", "w", json!({}))));
+        assert_eq!(content[3], ContentBlock::ToolUse(ToolUse::new("c3", "w", json!({"city": "Rome"}))));
+        let ContentBlock::ToolUse(bad) = &content[4] else { panic!("{content:?}") };
         assert_eq!(
-            content[1],
-            ContentBlock::ToolUse(ToolUse::new("c1", "w", json!({"city": "Paris"})))
-        );
-        assert_eq!(
-            content[2],
-            ContentBlock::ToolUse(ToolUse::new("call_1", "w", json!({})))
-        );
-        assert_eq!(
-            content[3],
-            ContentBlock::ToolUse(ToolUse::new("c3", "w", json!({"city": "Rome"})))
-        );
-        let ContentBlock::ToolUse(bad) = &content[4] else {
-            panic!("{content:?}")
-        };
-        assert_eq!(
-            (
-                bad.input.clone(),
-                bad.invalid_input.as_ref().unwrap().raw.as_str()
-            ),
+            (bad.input.clone(), bad.invalid_input.as_ref().unwrap().raw.as_str()),
             (Value::Null, "{\"city\": Rome")
         );
 
@@ -1030,20 +876,13 @@ mod tests {
             ("stop", true, StopReason::ToolUse),
             ("function_call", true, StopReason::ToolUse),
             ("length", false, StopReason::MaxTokens),
-            (
-                "content_filter",
-                false,
-                StopReason::Other("content_filter".into()),
-            ),
+            ("content_filter", false, StopReason::Other("content_filter".into())),
         ] {
             assert_eq!(stop_reason(finish, tools), want);
         }
         let minimal = json!({"choices": [{"message": {"content": null}, "finish_reason": "stop"}]});
         let response = decode_response(minimal.to_string().as_bytes(), "local").unwrap();
-        assert_eq!(
-            (response.model.as_str(), response.id.clone(), response.usage),
-            ("local", None, Usage::default())
-        );
+        assert_eq!((response.model.as_str(), response.id.clone(), response.usage), ("local", None, Usage::default()));
         assert!(response.message.content.is_empty());
     }
 
@@ -1062,36 +901,19 @@ mod tests {
                 "{body}"
             );
         }
-        assert!(
-            err(r#"{"error": "model crashed"}"#)
-                .to_string()
-                .contains("model crashed")
-        );
+        assert!(err(r#"{"error": "model crashed"}"#).to_string().contains("model crashed"));
     }
 
     #[test]
     fn text_tool_calls_are_parsed_when_offered() {
         let offered = ["get_weather", "get_time"];
-        let (calls, rest) = parse_text_tool_calls(
-            r#" {"name": "get_weather", "arguments": {"city": "Paris"}} "#,
-            &offered,
-        )
-        .unwrap();
-        assert_eq!(
-            calls,
-            vec![ToolUse::new(
-                "call_0",
-                "get_weather",
-                json!({"city": "Paris"})
-            )]
-        );
+        let (calls, rest) =
+            parse_text_tool_calls(r#" {"name": "get_weather", "arguments": {"city": "Paris"}} "#, &offered).unwrap();
+        assert_eq!(calls, vec![ToolUse::new("call_0", "get_weather", json!({"city": "Paris"}))]);
         assert_eq!(rest, "");
         let fenced = "```json\n{\"name\": \"get_time\", \"parameters\": {}}\n```";
         let (calls, rest) = parse_text_tool_calls(fenced, &offered).unwrap();
-        assert_eq!(
-            (calls, rest.as_str()),
-            (vec![ToolUse::new("call_0", "get_time", json!({}))], "")
-        );
+        assert_eq!((calls, rest.as_str()), (vec![ToolUse::new("call_0", "get_time", json!({}))], ""));
         let prose = "I'll check.\n```\n[{\"name\": \"get_time\"}, {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}]\n```\nOne moment.";
         let (calls, rest) = parse_text_tool_calls(prose, &offered).unwrap();
         assert_eq!(
@@ -1102,12 +924,8 @@ mod tests {
             ]
         );
         assert_eq!(rest, "I'll check.\n\nOne moment.");
-        let second_fence =
-            "```rust\nfn main() {}\n```\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```";
-        assert_eq!(
-            parse_text_tool_calls(second_fence, &offered).unwrap().1,
-            "```rust\nfn main() {}\n```"
-        );
+        let second_fence = "```rust\nfn main() {}\n```\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```";
+        assert_eq!(parse_text_tool_calls(second_fence, &offered).unwrap().1, "```rust\nfn main() {}\n```");
 
         for text in [
             r#"{"name": "delete_everything", "arguments": {}}"#,
@@ -1126,10 +944,7 @@ mod tests {
     #[test]
     fn text_tool_calls_only_replace_plain_replies() {
         let reply = |content| ChatResponse {
-            message: Message {
-                role: Role::Assistant,
-                content,
-            },
+            message: Message { role: Role::Assistant, content },
             stop_reason: StopReason::EndTurn,
             usage: Usage::default(),
             model: "m".into(),
@@ -1137,34 +952,21 @@ mod tests {
         };
         let json_text = r#"{"name": "get_time", "arguments": {}}"#;
         let mut response = reply(vec![ContentBlock::text(json_text)]);
-        assert_eq!(
-            apply_text_tool_calls(&mut response, &[]),
-            Vec::<usize>::new(),
-            "no tools offered"
-        );
+        assert_eq!(apply_text_tool_calls(&mut response, &[]), Vec::<usize>::new(), "no tools offered");
         assert_eq!(response.stop_reason, StopReason::EndTurn);
         assert_eq!(apply_text_tool_calls(&mut response, &["get_time"]), vec![0]);
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.message.content,
-            vec![ContentBlock::ToolUse(ToolUse::new(
-                "call_0",
-                "get_time",
-                json!({})
-            ))]
+            vec![ContentBlock::ToolUse(ToolUse::new("call_0", "get_time", json!({})))]
         );
-        let mut with_calls = reply(vec![
-            ContentBlock::text(json_text),
-            ContentBlock::ToolUse(ToolUse::new("c", "get_time", json!({}))),
-        ]);
+        let mut with_calls =
+            reply(vec![ContentBlock::text(json_text), ContentBlock::ToolUse(ToolUse::new("c", "get_time", json!({})))]);
         assert!(apply_text_tool_calls(&mut with_calls, &["get_time"]).is_empty());
         assert_eq!(with_calls.message.content.len(), 2);
     }
 
-    fn run_stream(
-        chunks: &[&str],
-        text_tools: Vec<&str>,
-    ) -> (Vec<StreamEvent>, Result<ChatResponse, LlmError>) {
+    fn run_stream(chunks: &[&str], text_tools: Vec<&str>) -> (Vec<StreamEvent>, Result<ChatResponse, LlmError>) {
         let mut decoder = Decoder::new("gpt-x", text_tools);
         let mut out = Vec::new();
         for chunk in chunks {
@@ -1186,12 +988,19 @@ mod tests {
             chunk(json!({"role": "assistant", "content": ""}), Value::Null),
             chunk(json!({"content": "Let me "}), Value::Null),
             chunk(json!({"content": "check."}), Value::Null),
-            chunk(json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "w", "arguments": ""}}]}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "w", "arguments": ""}}]}),
+                Value::Null,
+            ),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}), Value::Null),
-            chunk(json!({"tool_calls": [{"index": 1, "id": "c2", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Rome\"}"}}]}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "c2", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Rome\"}"}}]}),
+                Value::Null,
+            ),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}), Value::Null),
             chunk(json!({}), json!("tool_calls")),
-            json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}}).to_string(),
+            json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}})
+                .to_string(),
             "[DONE]".to_owned(),
         ];
         let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
@@ -1199,36 +1008,13 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                StreamEvent::TextDelta {
-                    index: 0,
-                    text: "Let me ".into()
-                },
-                StreamEvent::TextDelta {
-                    index: 0,
-                    text: "check.".into()
-                },
-                StreamEvent::ToolUseStart {
-                    index: 1,
-                    id: "c1".into(),
-                    name: "w".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 1,
-                    partial_json: "{\"city\":".into()
-                },
-                StreamEvent::ToolUseStart {
-                    index: 2,
-                    id: "c2".into(),
-                    name: "w".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 2,
-                    partial_json: "{\"city\":\"Rome\"}".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 1,
-                    partial_json: "\"Paris\"}".into()
-                },
+                StreamEvent::TextDelta { index: 0, text: "Let me ".into() },
+                StreamEvent::TextDelta { index: 0, text: "check.".into() },
+                StreamEvent::ToolUseStart { index: 1, id: "c1".into(), name: "w".into() },
+                StreamEvent::ToolInputDelta { index: 1, partial_json: "{\"city\":".into() },
+                StreamEvent::ToolUseStart { index: 2, id: "c2".into(), name: "w".into() },
+                StreamEvent::ToolInputDelta { index: 2, partial_json: "{\"city\":\"Rome\"}".into() },
+                StreamEvent::ToolInputDelta { index: 1, partial_json: "\"Paris\"}".into() },
             ]
         );
         let response = response.unwrap();
@@ -1242,65 +1028,41 @@ mod tests {
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(response.usage, Usage::new(9, 4));
-        assert_eq!(
-            (response.id.as_deref(), response.model.as_str()),
-            (Some("chatcmpl-1"), "gpt-x-2025")
-        );
+        assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("chatcmpl-1"), "gpt-x-2025"));
     }
 
     #[test]
     fn stream_text_tool_calls_become_events() {
         let text = r#"{"name": "get_time", "arguments": {}}"#;
         let content =
-            json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]})
-                .to_string();
+            json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}).to_string();
         let (events, response) = run_stream(&[&content, "[DONE]"], vec!["get_time"]);
         let response = response.unwrap();
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.message.content,
-            vec![ContentBlock::ToolUse(ToolUse::new(
-                "call_0",
-                "get_time",
-                json!({})
-            ))]
+            vec![ContentBlock::ToolUse(ToolUse::new("call_0", "get_time", json!({})))]
         );
         assert_eq!(
             events[1..],
             [
-                StreamEvent::ToolUseStart {
-                    index: 0,
-                    id: "call_0".into(),
-                    name: "get_time".into()
-                },
-                StreamEvent::ToolInputDelta {
-                    index: 0,
-                    partial_json: "{}".into()
-                },
+                StreamEvent::ToolUseStart { index: 0, id: "call_0".into(), name: "get_time".into() },
+                StreamEvent::ToolInputDelta { index: 0, partial_json: "{}".into() },
             ]
         );
     }
 
     #[test]
     fn stream_errors() {
-        let (_, r) = run_stream(
-            &[r#"{"choices": [{"index": 0, "delta": {"content": "hi"}}]}"#],
-            vec![],
-        );
-        assert!(
-            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("finish_reason"))
-        );
+        let (_, r) = run_stream(&[r#"{"choices": [{"index": 0, "delta": {"content": "hi"}}]}"#], vec![]);
+        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("finish_reason")));
         let (_, r) = run_stream(&[r#"{"error": {"message": "out of memory"}}"#], vec![]);
-        assert!(
-            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("out of memory"))
-        );
+        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("out of memory")));
         let (_, r) = run_stream(&["{nope"], vec![]);
         assert!(matches!(r, Err(LlmError::MalformedResponse { .. })));
         // A stream that ends after its finish_reason without [DONE] is accepted.
         let (_, r) = run_stream(
-            &[
-                r#"{"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}"#,
-            ],
+            &[r#"{"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}"#],
             vec![],
         );
         assert_eq!(r.unwrap().message.text(), "hi");
@@ -1309,27 +1071,14 @@ mod tests {
     #[test]
     fn env_configuration() {
         let lookup = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| (*v).to_owned())
-            }
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
         };
         let model = OpenAi::from_lookup(&lookup(&[])).unwrap();
-        assert_eq!(
-            (model.api_key.clone(), model.base_url.as_str()),
-            (None, OpenAi::DEFAULT_BASE_URL)
-        );
-        let model = OpenAi::from_lookup(&lookup(&[
-            ("OPENAI_API_KEY", ""),
-            ("OPENAI_BASE_URL", "http://localhost:11434/v1"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (model.api_key.clone(), model.base_url.as_str()),
-            (None, "http://localhost:11434/v1")
-        );
+        assert_eq!((model.api_key.clone(), model.base_url.as_str()), (None, OpenAi::DEFAULT_BASE_URL));
+        let model =
+            OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", ""), ("OPENAI_BASE_URL", "http://localhost:11434/v1")]))
+                .unwrap();
+        assert_eq!((model.api_key.clone(), model.base_url.as_str()), (None, "http://localhost:11434/v1"));
         let model = OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", "sk-secret")])).unwrap();
         assert_eq!(model.api_key, Some(ApiKey::new("sk-secret")));
         assert!(!format!("{model:?}").contains("secret"));

@@ -65,7 +65,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
     assert_eq!(reply.usage, Usage::new(120, 30), "usage summed over the run");
 
     let user = Message::user("Weather in Berlin and Oslo?");
-    let calls = tool_calls(&[("call_a", json!({"location": "Berlin"})), ("call_b", json!({"location": "Oslo"}))]).message;
+    let calls =
+        tool_calls(&[("call_a", json!({"location": "Berlin"})), ("call_b", json!({"location": "Oslo"}))]).message;
     let results = Message::tool_results([
         ToolResult { tool_use_id: "call_a".into(), content: "Mostly sunny in Berlin, 14C.".into(), is_error: false },
         ToolResult { tool_use_id: "call_b".into(), content: "Mostly sunny in Oslo, 14C.".into(), is_error: false },
@@ -102,7 +103,7 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
                    "required": ["location"], "additionalProperties": false})
         );
     }
-    assert_eq!(requests[0].messages, [user.clone()]);
+    assert_eq!(requests[0].messages, std::slice::from_ref(&user));
     assert_eq!(requests[1].messages, [user, calls, results]);
 
     let record = runtime.store().load_run(reply.run_id).await.unwrap();

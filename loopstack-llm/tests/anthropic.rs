@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::{Reply, Server, anthropic_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
 use loopstack_llm::{
-    Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, RetryPolicy,
-    Role, StopReason, StreamEvent, ToolResult, ToolUse, Usage,
+    Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, RetryPolicy, Role, StopReason,
+    StreamEvent, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 
@@ -18,12 +18,7 @@ const KEY: &str = "sk-ant-test-secret-key";
 /// A model for `server` whose retry delays are recorded instead of slept.
 fn claude(server: &Server) -> (Anthropic, Arc<Mutex<Vec<Duration>>>) {
     let (sleeps, hook) = recorded_sleeps();
-    (
-        Anthropic::new(KEY)
-            .base_url(server.url())
-            .__sleep_with(hook),
-        sleeps,
-    )
+    (Anthropic::new(KEY).base_url(server.url()).__sleep_with(hook), sleeps)
 }
 
 fn hello() -> ChatRequest {
@@ -79,42 +74,21 @@ fn tools_stream() -> String {
             "stop_reason": null, "usage": {"input_tokens": 40, "output_tokens": 1},
         }}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-        delta(
-            0,
-            json!({"type": "thinking_delta", "thinking": "Two cities: "}),
-        ),
-        delta(
-            0,
-            json!({"type": "thinking_delta", "thinking": "two calls."}),
-        ),
-        delta(
-            0,
-            json!({"type": "signature_delta", "signature": "c2lnbmF0dXJl"}),
-        ),
+        delta(0, json!({"type": "thinking_delta", "thinking": "Two cities: "})),
+        delta(0, json!({"type": "thinking_delta", "thinking": "two calls."})),
+        delta(0, json!({"type": "signature_delta", "signature": "c2lnbmF0dXJl"})),
         json!({"type": "content_block_stop", "index": 0}),
         json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
         delta(1, json!({"type": "text_delta", "text": "Checking both."})),
         json!({"type": "content_block_stop", "index": 1}),
         json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {}}}),
         delta(2, json!({"type": "input_json_delta", "partial_json": ""})),
-        delta(
-            2,
-            json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Pa"}),
-        ),
-        delta(
-            2,
-            json!({"type": "input_json_delta", "partial_json": "ris\"}"}),
-        ),
+        delta(2, json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Pa"})),
+        delta(2, json!({"type": "input_json_delta", "partial_json": "ris\"}"})),
         json!({"type": "content_block_stop", "index": 2}),
         json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_02", "name": "get_weather", "input": {}}}),
-        delta(
-            3,
-            json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Zü"}),
-        ),
-        delta(
-            3,
-            json!({"type": "input_json_delta", "partial_json": "rich\", \"units\": [\"°C\"]}"}),
-        ),
+        delta(3, json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Zü"})),
+        delta(3, json!({"type": "input_json_delta", "partial_json": "rich\", \"units\": [\"°C\"]}"})),
         json!({"type": "content_block_stop", "index": 3}),
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}}),
         json!({"type": "message_stop"}),
@@ -122,10 +96,7 @@ fn tools_stream() -> String {
 }
 
 /// Collects a stream: its events before `Done`, and the response of `Done`.
-async fn collect(
-    model: &Anthropic,
-    request: &ChatRequest,
-) -> Result<(Vec<StreamEvent>, ChatResponse), LlmError> {
+async fn collect(model: &Anthropic, request: &ChatRequest) -> Result<(Vec<StreamEvent>, ChatResponse), LlmError> {
     let mut stream = model.stream(request);
     let mut events = Vec::new();
     while let Some(event) = stream.next().await {
@@ -157,37 +128,15 @@ async fn encodes_the_request_body_and_headers() {
             Message {
                 role: Role::Assistant,
                 content: vec![
-                    ContentBlock::Provider {
-                        provider: "anthropic".into(),
-                        raw: thinking.clone(),
-                    },
-                    ContentBlock::Provider {
-                        provider: "openai".into(),
-                        raw: json!({"type": "reasoning"}),
-                    },
-                    ContentBlock::ToolUse(ToolUse::new(
-                        "toolu_1",
-                        "get_weather",
-                        json!({"city": "Paris"}),
-                    )),
-                    ContentBlock::ToolUse(ToolUse::new(
-                        "toolu_2",
-                        "get_weather",
-                        json!({"city": "Rome"}),
-                    )),
+                    ContentBlock::Provider { provider: "anthropic".into(), raw: thinking.clone() },
+                    ContentBlock::Provider { provider: "openai".into(), raw: json!({"type": "reasoning"}) },
+                    ContentBlock::ToolUse(ToolUse::new("toolu_1", "get_weather", json!({"city": "Paris"}))),
+                    ContentBlock::ToolUse(ToolUse::new("toolu_2", "get_weather", json!({"city": "Rome"}))),
                 ],
             },
             Message::tool_results([
-                ToolResult {
-                    tool_use_id: "toolu_1".into(),
-                    content: "sunny, 21 °C".into(),
-                    is_error: false,
-                },
-                ToolResult {
-                    tool_use_id: "toolu_2".into(),
-                    content: "service unavailable".into(),
-                    is_error: true,
-                },
+                ToolResult { tool_use_id: "toolu_1".into(), content: "sunny, 21 °C".into(), is_error: false },
+                ToolResult { tool_use_id: "toolu_2".into(), content: "service unavailable".into(), is_error: true },
             ]),
         ],
     )
@@ -200,10 +149,7 @@ async fn encodes_the_request_body_and_headers() {
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     let sent = &requests[0];
-    assert_eq!(
-        (sent.method.as_str(), sent.path.as_str()),
-        ("POST", "/v1/messages")
-    );
+    assert_eq!((sent.method.as_str(), sent.path.as_str()), ("POST", "/v1/messages"));
     assert_eq!(sent.header("x-api-key"), Some(KEY));
     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(sent.header("content-type"), Some("application/json"));
@@ -239,11 +185,7 @@ async fn encodes_the_request_body_and_headers() {
 
 #[tokio::test]
 async fn max_tokens_comes_from_the_request_or_the_model_default() {
-    let server = Server::start(vec![
-        Reply::json(200, text_reply()),
-        Reply::json(200, text_reply()),
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(200, text_reply()), Reply::json(200, text_reply())]).await;
     let (model, _) = claude(&server);
     let model = model.default_max_tokens(1000);
     model.chat(&hello()).await.unwrap();
@@ -259,19 +201,11 @@ async fn decodes_a_plain_reply() {
     let server = Server::start(vec![Reply::json(200, text_reply())]).await;
     let (model, _) = claude(&server);
     let response = model.chat(&hello()).await.unwrap();
-    assert_eq!(
-        response.message,
-        Message::assistant("Bonjour ! ☀️ Il fait beau.")
-    );
+    assert_eq!(response.message, Message::assistant("Bonjour ! ☀️ Il fait beau."));
     assert_eq!(response.stop_reason, StopReason::EndTurn);
     assert_eq!(
         response.usage,
-        Usage {
-            input_tokens: 12,
-            output_tokens: 9,
-            cache_creation_input_tokens: 2,
-            cache_read_input_tokens: 5
-        }
+        Usage { input_tokens: 12, output_tokens: 9, cache_creation_input_tokens: 2, cache_read_input_tokens: 5 }
     );
     assert_eq!(response.model, "claude-test-2025");
     assert_eq!(response.id.as_deref(), Some("msg_01"));
@@ -291,27 +225,15 @@ async fn decodes_thinking_and_parallel_tool_calls() {
                 raw: json!({"type": "thinking", "thinking": "Two cities: two calls.", "signature": "c2lnbmF0dXJl"}),
             },
             ContentBlock::text("Checking both."),
-            ContentBlock::ToolUse(ToolUse::new(
-                "toolu_01",
-                "get_weather",
-                json!({"city": "Paris"})
-            )),
-            ContentBlock::ToolUse(ToolUse::new(
-                "toolu_02",
-                "get_weather",
-                json!({"city": "Zürich", "units": ["°C"]})
-            )),
+            ContentBlock::ToolUse(ToolUse::new("toolu_01", "get_weather", json!({"city": "Paris"}))),
+            ContentBlock::ToolUse(ToolUse::new("toolu_02", "get_weather", json!({"city": "Zürich", "units": ["°C"]}))),
         ]
     );
 }
 
 #[tokio::test]
 async fn a_streamed_text_reply_equals_the_plain_reply() {
-    let server = Server::start(vec![
-        Reply::json(200, text_reply()),
-        Reply::sse(text_stream()),
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(200, text_reply()), Reply::sse(text_stream())]).await;
     let (model, _) = claude(&server);
     let chat = model.chat(&hello()).await.unwrap();
     let (events, streamed) = collect(&model, &hello()).await.unwrap();
@@ -319,18 +241,9 @@ async fn a_streamed_text_reply_equals_the_plain_reply() {
     assert_eq!(
         events,
         vec![
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "Bonjour ! ".into()
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "☀️ Il fait".into()
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: " beau.".into()
-            },
+            StreamEvent::TextDelta { index: 0, text: "Bonjour ! ".into() },
+            StreamEvent::TextDelta { index: 0, text: "☀️ Il fait".into() },
+            StreamEvent::TextDelta { index: 0, text: " beau.".into() },
         ]
     );
     let sent = &server.requests()[1];
@@ -353,36 +266,13 @@ async fn a_streamed_tool_reply_split_at_odd_byte_boundaries_equals_the_plain_rep
     assert_eq!(
         events,
         vec![
-            StreamEvent::TextDelta {
-                index: 1,
-                text: "Checking both.".into()
-            },
-            StreamEvent::ToolUseStart {
-                index: 2,
-                id: "toolu_01".into(),
-                name: "get_weather".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 2,
-                partial_json: "{\"city\": \"Pa".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 2,
-                partial_json: "ris\"}".into()
-            },
-            StreamEvent::ToolUseStart {
-                index: 3,
-                id: "toolu_02".into(),
-                name: "get_weather".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 3,
-                partial_json: "{\"city\": \"Zü".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 3,
-                partial_json: "rich\", \"units\": [\"°C\"]}".into()
-            },
+            StreamEvent::TextDelta { index: 1, text: "Checking both.".into() },
+            StreamEvent::ToolUseStart { index: 2, id: "toolu_01".into(), name: "get_weather".into() },
+            StreamEvent::ToolInputDelta { index: 2, partial_json: "{\"city\": \"Pa".into() },
+            StreamEvent::ToolInputDelta { index: 2, partial_json: "ris\"}".into() },
+            StreamEvent::ToolUseStart { index: 3, id: "toolu_02".into(), name: "get_weather".into() },
+            StreamEvent::ToolInputDelta { index: 3, partial_json: "{\"city\": \"Zü".into() },
+            StreamEvent::ToolInputDelta { index: 3, partial_json: "rich\", \"units\": [\"°C\"]}".into() },
         ]
     );
     let (_, again) = collect(&model, &hello()).await.unwrap();
@@ -424,9 +314,7 @@ async fn not_found_is_not_retried() {
     let server = Server::start(vec![Reply::json(404, body), Reply::json(200, text_reply())]).await;
     let (model, sleeps) = claude(&server);
     let err = model.chat(&hello()).await.unwrap_err();
-    assert!(
-        matches!(&err, LlmError::InvalidRequest { status: 404, message, .. } if message == "model: claude-nope")
-    );
+    assert!(matches!(&err, LlmError::InvalidRequest { status: 404, message, .. } if message == "model: claude-nope"));
     assert_eq!(server.requests().len(), 1);
     assert_eq!(server.unused_replies(), 1);
     assert!(sleeps.lock().unwrap().is_empty());
@@ -434,36 +322,26 @@ async fn not_found_is_not_retried() {
 
 #[tokio::test]
 async fn rate_limits_honour_retry_after_then_succeed() {
-    let limited =
-        json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}});
+    let limited = json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}});
     let server = Server::start(vec![
         Reply::json(429, limited.clone()).header("retry-after", "7"),
-        Reply::json(429, limited)
-            .header("retry-after", "30")
-            .header("retry-after-ms", "1500"),
+        Reply::json(429, limited).header("retry-after", "30").header("retry-after-ms", "1500"),
         Reply::json(200, text_reply()),
     ])
     .await;
     let (model, sleeps) = claude(&server);
     let response = model.chat(&hello()).await.unwrap();
     assert_eq!(response.message.text(), "Bonjour ! ☀️ Il fait beau.");
-    assert_eq!(
-        *sleeps.lock().unwrap(),
-        vec![Duration::from_secs(7), Duration::from_millis(1500)]
-    );
+    assert_eq!(*sleeps.lock().unwrap(), vec![Duration::from_secs(7), Duration::from_millis(1500)]);
     assert_eq!(server.requests().len(), 3);
 }
 
 #[tokio::test]
 async fn overloaded_and_server_errors_are_retried_with_backoff() {
-    let overloaded =
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
     let server = Server::start(vec![
         Reply::json(529, overloaded),
-        Reply::json(
-            500,
-            json!({"type": "error", "error": {"type": "api_error", "message": "Internal"}}),
-        ),
+        Reply::json(500, json!({"type": "error", "error": {"type": "api_error", "message": "Internal"}})),
         Reply::raw(503, "text/html", "<html>upstream down</html>"),
         Reply::json(200, text_reply()),
     ])
@@ -475,22 +353,15 @@ async fn overloaded_and_server_errors_are_retried_with_backoff() {
     let policy = RetryPolicy::default();
     for (retry, delay) in sleeps.iter().enumerate() {
         let base = policy.backoff(retry as u32);
-        assert!(
-            *delay <= base && *delay >= base.mul_f64(0.75),
-            "retry {retry}: {delay:?} for a backoff of {base:?}"
-        );
+        assert!(*delay <= base && *delay >= base.mul_f64(0.75), "retry {retry}: {delay:?} for a backoff of {base:?}");
     }
     let bodies: Vec<Value> = server.requests().into_iter().map(|r| r.body).collect();
-    assert!(
-        bodies.windows(2).all(|w| w[0] == w[1]),
-        "every attempt sends the same body"
-    );
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "every attempt sends the same body");
 }
 
 #[tokio::test]
 async fn exhausted_retries_return_the_typed_error() {
-    let overloaded =
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
     let server = Server::start(vec![Reply::json(529, overloaded); 5]).await;
     let (model, sleeps) = claude(&server);
     let err = model.chat(&hello()).await.unwrap_err();
@@ -506,10 +377,7 @@ async fn exhausted_retries_return_the_typed_error() {
     let (model, _) = claude(&server);
     let model = model.retry_policy(RetryPolicy::new().max_retries(1));
     let err = model.chat(&hello()).await.unwrap_err();
-    assert!(
-        matches!(err, LlmError::Server { status: 500, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, LlmError::Server { status: 500, .. }), "{err:?}");
     assert_eq!(server.requests().len(), 2);
 }
 
@@ -529,9 +397,7 @@ async fn a_refused_connection_is_a_connection_error_after_the_retries() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let (sleeps, hook) = recorded_sleeps();
-    let model = Anthropic::new(KEY)
-        .base_url(format!("http://{addr}"))
-        .__sleep_with(hook);
+    let model = Anthropic::new(KEY).base_url(format!("http://{addr}")).__sleep_with(hook);
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(
         matches!(&err, LlmError::Connection { provider: "anthropic", model, .. } if model == "claude-test"),
@@ -556,9 +422,7 @@ async fn a_stalled_server_times_out_without_retry() {
 
 #[tokio::test]
 async fn a_stream_that_goes_silent_times_out() {
-    let start = anthropic_sse(&[
-        json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}}),
-    ]);
+    let start = anthropic_sse(&[json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}})]);
     let server = Server::start(vec![Reply::sse(start).then_hang()]).await;
     let (model, _) = claude(&server);
     let model = model.timeout(Duration::from_millis(200));
@@ -569,15 +433,8 @@ async fn a_stream_that_goes_silent_times_out() {
 #[tokio::test]
 async fn malformed_replies_are_malformed_response_errors() {
     let server = Server::start(vec![
-        Reply::raw(
-            200,
-            "application/json",
-            "{\"id\": \"msg\", \"content\": [tru",
-        ),
-        Reply::json(
-            200,
-            json!({"id": "msg", "model": "m", "stop_reason": "end_turn"}),
-        ),
+        Reply::raw(200, "application/json", "{\"id\": \"msg\", \"content\": [tru"),
+        Reply::json(200, json!({"id": "msg", "model": "m", "stop_reason": "end_turn"})),
         Reply::sse("event: message_start\ndata: {not json}\n\n"),
     ])
     .await;
@@ -591,11 +448,7 @@ async fn malformed_replies_are_malformed_response_errors() {
     }
     let err = collect(&model, &hello()).await.unwrap_err();
     assert!(matches!(err, LlmError::MalformedResponse { .. }), "{err:?}");
-    assert_eq!(
-        server.requests().len(),
-        3,
-        "malformed replies are not retried"
-    );
+    assert_eq!(server.requests().len(), 3, "malformed replies are not retried");
 }
 
 #[tokio::test]
@@ -608,44 +461,23 @@ async fn an_error_event_mid_stream_ends_the_stream() {
             json!({"type": "error", "error": {"type": kind, "message": "it broke"}}),
         ])
     };
-    let server = Server::start(vec![
-        Reply::sse(stream("api_error")),
-        Reply::sse(stream("overloaded_error")),
-    ])
-    .await;
+    let server = Server::start(vec![Reply::sse(stream("api_error")), Reply::sse(stream("overloaded_error"))]).await;
     let (model, sleeps) = claude(&server);
     let request = hello();
     let items: Vec<_> = model.stream(&request).collect().await;
     assert_eq!(items.len(), 2);
-    assert_eq!(
-        items[0].as_ref().unwrap(),
-        &StreamEvent::TextDelta {
-            index: 0,
-            text: "Hal".into()
-        }
-    );
-    assert!(
-        matches!(&items[1], Err(LlmError::MalformedResponse { message, .. }) if message.contains("it broke"))
-    );
+    assert_eq!(items[0].as_ref().unwrap(), &StreamEvent::TextDelta { index: 0, text: "Hal".into() });
+    assert!(matches!(&items[1], Err(LlmError::MalformedResponse { message, .. }) if message.contains("it broke")));
     let err = collect(&model, &request).await.unwrap_err();
     assert!(matches!(err, LlmError::Overloaded { .. }), "{err:?}");
-    assert_eq!(
-        server.requests().len(),
-        2,
-        "a started stream is not retried"
-    );
+    assert_eq!(server.requests().len(), 2, "a started stream is not retried");
     assert!(sleeps.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
 async fn a_stream_is_retried_before_it_starts() {
-    let overloaded =
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
-    let server = Server::start(vec![
-        Reply::json(529, overloaded),
-        Reply::sse(text_stream()),
-    ])
-    .await;
+    let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let server = Server::start(vec![Reply::json(529, overloaded), Reply::sse(text_stream())]).await;
     let (model, sleeps) = claude(&server);
     let (_, response) = collect(&model, &hello()).await.unwrap();
     assert_eq!(response.message.text(), "Bonjour ! ☀️ Il fait beau.");
@@ -663,27 +495,10 @@ async fn the_base_url_may_end_in_v1() {
         let server = Server::start(vec![Reply::json(200, text_reply())]).await;
         let model = Anthropic::new(KEY).base_url(format!("{}{suffix}", server.url()));
         model.chat(&hello()).await.unwrap();
-        assert_eq!(
-            server.requests()[0].path,
-            "/v1/messages",
-            "base ending in {suffix:?}"
-        );
+        assert_eq!(server.requests()[0].path, "/v1/messages", "base ending in {suffix:?}");
     }
-    let err = Anthropic::new(KEY)
-        .base_url("not a url")
-        .chat(&hello())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LlmError::Config {
-                provider: "anthropic",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let err = Anthropic::new(KEY).base_url("not a url").chat(&hello()).await.unwrap_err();
+    assert!(matches!(err, LlmError::Config { provider: "anthropic", .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -694,10 +509,7 @@ async fn the_key_never_shows_in_debug_output() {
         .retry_policy(RetryPolicy::disabled());
     let debug = format!("{model:?} {model:#?}");
     assert!(!debug.contains(KEY) && !debug.contains("secret"), "{debug}");
-    assert!(
-        debug.contains("<redacted>") && debug.contains("http://127.0.0.1:1"),
-        "{debug}"
-    );
+    assert!(debug.contains("<redacted>") && debug.contains("http://127.0.0.1:1"), "{debug}");
     assert_eq!(model.provider(), "anthropic");
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(!format!("{err} {err:?}").contains(KEY));

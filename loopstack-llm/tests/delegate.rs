@@ -20,13 +20,7 @@ struct Probe {
 
 impl Probe {
     fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            options: ToolOptions::new(),
-            active: Arc::default(),
-            max_seen: Arc::default(),
-            barrier: None,
-        }
+        Self { name, options: ToolOptions::new(), active: Arc::default(), max_seen: Arc::default(), barrier: None }
     }
 }
 
@@ -162,7 +156,8 @@ async fn calls_run_concurrently_by_default() {
     probe.options = ToolOptions::new().timeout(Duration::from_secs(10));
     let max_seen = probe.max_seen.clone();
     let delegate = LlmDelegateToolCalls::new(ToolRegistry::new().with(probe).unwrap());
-    let message = assistant(vec![call("a", "weather", json!({"city": "A"})), call("b", "weather", json!({"city": "B"}))]);
+    let message =
+        assistant(vec![call("a", "weather", json!({"city": "A"})), call("b", "weather", json!({"city": "B"}))]);
     let result = delegate.run(&RunContext::detached("t"), &message, &offered(&["weather"])).await;
     assert_eq!(result.error_count, 0, "{result:?}");
     assert_eq!(max_seen.load(Ordering::SeqCst), 2);
@@ -197,7 +192,10 @@ async fn the_concurrency_limit_and_exclusive_tools_are_respected() {
     ]);
     let result = delegate.run(&RunContext::detached("t"), &message, &offered(&["weather", "solo"])).await;
     assert_eq!(result.error_count, 0);
-    assert_eq!(result.results.iter().map(|r| r.tool_use_id.as_str()).collect::<Vec<_>>(), ["w0", "w1", "s0", "w2", "w3"]);
+    assert_eq!(
+        result.results.iter().map(|r| r.tool_use_id.as_str()).collect::<Vec<_>>(),
+        ["w0", "w1", "s0", "w2", "w3"]
+    );
     assert_eq!(solo_max.load(Ordering::SeqCst), 1, "the exclusive tool never ran beside another call");
     assert!(other_max.load(Ordering::SeqCst) >= 2, "the concurrent calls still overlapped");
 }

@@ -9,8 +9,8 @@ use common::{Reply, Server, openai_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
 use loopstack_core::ToolSpec;
 use loopstack_llm::{
-    ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, OpenAi, RetryPolicy,
-    Role, StopReason, StreamEvent, ToolResult, ToolUse, Usage,
+    ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, OpenAi, RetryPolicy, Role, StopReason,
+    StreamEvent, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 
@@ -19,13 +19,7 @@ const KEY: &str = "sk-proj-test-secret-key";
 /// A model for `server` whose retry delays are recorded instead of slept.
 fn gpt(server: &Server) -> (OpenAi, Arc<Mutex<Vec<Duration>>>) {
     let (sleeps, hook) = recorded_sleeps();
-    (
-        OpenAi::new()
-            .api_key(KEY)
-            .base_url(server.url())
-            .__sleep_with(hook),
-        sleeps,
-    )
+    (OpenAi::new().api_key(KEY).base_url(server.url()).__sleep_with(hook), sleeps)
 }
 
 fn hello() -> ChatRequest {
@@ -54,10 +48,7 @@ fn completion(message: Value, finish_reason: &str) -> Value {
 }
 
 fn text_reply() -> Value {
-    completion(
-        json!({"role": "assistant", "content": "Bonjour ! ☀️ Il fait beau.", "refusal": null}),
-        "stop",
-    )
+    completion(json!({"role": "assistant", "content": "Bonjour ! ☀️ Il fait beau.", "refusal": null}), "stop")
 }
 
 fn chunk(delta: Value, finish_reason: Value) -> Value {
@@ -78,10 +69,7 @@ fn usage_chunk() -> Value {
 
 fn text_stream() -> String {
     openai_sse(&[
-        chunk(
-            json!({"role": "assistant", "content": "", "refusal": null}),
-            Value::Null,
-        ),
+        chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null),
         chunk(json!({"content": "Bonjour ! "}), Value::Null),
         chunk(json!({"content": "☀️ Il fait"}), Value::Null),
         chunk(json!({"content": " beau."}), Value::Null),
@@ -126,10 +114,7 @@ fn tools_stream() -> String {
 }
 
 /// Collects a stream: its events before `Done`, and the response of `Done`.
-async fn collect(
-    model: &OpenAi,
-    request: &ChatRequest,
-) -> Result<(Vec<StreamEvent>, ChatResponse), LlmError> {
+async fn collect(model: &OpenAi, request: &ChatRequest) -> Result<(Vec<StreamEvent>, ChatResponse), LlmError> {
     let mut stream = model.stream(request);
     let mut events = Vec::new();
     while let Some(event) = stream.next().await {
@@ -156,24 +141,12 @@ async fn encodes_the_request_body_and_headers() {
                 role: Role::Assistant,
                 content: vec![
                     ContentBlock::text("Checking."),
-                    ContentBlock::ToolUse(ToolUse::new(
-                        "call_a",
-                        "get_weather",
-                        json!({"city": "Paris"}),
-                    )),
-                    ContentBlock::ToolUse(ToolUse::from_raw_arguments(
-                        "call_b",
-                        "get_weather",
-                        "{\"city\": Rome",
-                    )),
+                    ContentBlock::ToolUse(ToolUse::new("call_a", "get_weather", json!({"city": "Paris"}))),
+                    ContentBlock::ToolUse(ToolUse::from_raw_arguments("call_b", "get_weather", "{\"city\": Rome")),
                 ],
             },
             Message::tool_results([
-                ToolResult {
-                    tool_use_id: "call_a".into(),
-                    content: "sunny".into(),
-                    is_error: false,
-                },
+                ToolResult { tool_use_id: "call_a".into(), content: "sunny".into(), is_error: false },
                 ToolResult {
                     tool_use_id: "call_b".into(),
                     content: "arguments are not valid JSON".into(),
@@ -192,14 +165,8 @@ async fn encodes_the_request_body_and_headers() {
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     let sent = &requests[0];
-    assert_eq!(
-        (sent.method.as_str(), sent.path.as_str()),
-        ("POST", "/v1/chat/completions")
-    );
-    assert_eq!(
-        sent.header("authorization"),
-        Some(format!("Bearer {KEY}").as_str())
-    );
+    assert_eq!((sent.method.as_str(), sent.path.as_str()), ("POST", "/v1/chat/completions"));
+    assert_eq!(sent.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
     assert_eq!(sent.header("content-type"), Some("application/json"));
     assert_eq!(sent.header("x-api-key"), None);
     assert_eq!(
@@ -235,10 +202,7 @@ async fn without_a_key_there_is_no_authorization_header() {
     model.chat(&hello()).await.unwrap();
     let sent = &server.requests()[0];
     assert_eq!(sent.header("authorization"), None);
-    assert_eq!(
-        sent.body,
-        json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Hello"}]})
-    );
+    assert_eq!(sent.body, json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Hello"}]}));
 }
 
 #[tokio::test]
@@ -246,19 +210,11 @@ async fn decodes_a_plain_reply() {
     let server = Server::start(vec![Reply::json(200, text_reply())]).await;
     let (model, _) = gpt(&server);
     let response = model.chat(&hello()).await.unwrap();
-    assert_eq!(
-        response.message,
-        Message::assistant("Bonjour ! ☀️ Il fait beau.")
-    );
+    assert_eq!(response.message, Message::assistant("Bonjour ! ☀️ Il fait beau."));
     assert_eq!(response.stop_reason, StopReason::EndTurn);
     assert_eq!(
         response.usage,
-        Usage {
-            input_tokens: 25,
-            output_tokens: 11,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: 16
-        }
+        Usage { input_tokens: 25, output_tokens: 11, cache_creation_input_tokens: 0, cache_read_input_tokens: 16 }
     );
     assert_eq!(response.model, "gpt-test-2025");
     assert_eq!(response.id.as_deref(), Some("chatcmpl-01"));
@@ -271,18 +227,12 @@ async fn finish_reasons_are_mapped() {
         ("content_filter", StopReason::Other("content_filter".into())),
         ("eos_token", StopReason::Other("eos_token".into())),
     ];
-    let replies = cases
-        .iter()
-        .map(|(finish, _)| Reply::json(200, completion(json!({"content": "x"}), finish)))
-        .collect();
+    let replies =
+        cases.iter().map(|(finish, _)| Reply::json(200, completion(json!({"content": "x"}), finish))).collect();
     let server = Server::start(replies).await;
     let (model, _) = gpt(&server);
     for (finish, want) in cases {
-        assert_eq!(
-            model.chat(&hello()).await.unwrap().stop_reason,
-            want,
-            "{finish}"
-        );
+        assert_eq!(model.chat(&hello()).await.unwrap().stop_reason, want, "{finish}");
     }
 }
 
@@ -295,16 +245,8 @@ async fn decodes_parallel_tool_calls() {
     assert_eq!(
         response.message.content,
         vec![
-            ContentBlock::ToolUse(ToolUse::new(
-                "call_a",
-                "get_weather",
-                json!({"city": "Paris"})
-            )),
-            ContentBlock::ToolUse(ToolUse::new(
-                "call_b",
-                "get_weather",
-                json!({"city": "Zürich", "units": ["°C"]})
-            )),
+            ContentBlock::ToolUse(ToolUse::new("call_a", "get_weather", json!({"city": "Paris"}))),
+            ContentBlock::ToolUse(ToolUse::new("call_b", "get_weather", json!({"city": "Zürich", "units": ["°C"]}))),
         ]
     );
 }
@@ -323,26 +265,15 @@ async fn invalid_json_arguments_are_kept_as_invalid_input() {
     let response = model.chat(&with_tools()).await.unwrap();
     let calls: Vec<&ToolUse> = response.message.tool_uses().collect();
     assert_eq!(calls[0].input, Value::Null, "never an invented {{}}");
-    let invalid = calls[0]
-        .invalid_input
-        .as_ref()
-        .expect("the raw arguments are kept");
+    let invalid = calls[0].invalid_input.as_ref().expect("the raw arguments are kept");
     assert_eq!(invalid.raw, "{\"city\": 'Paris'");
     assert!(!invalid.error.is_empty());
-    assert_eq!(
-        *calls[1],
-        ToolUse::new("call_y", "get_weather", json!({})),
-        "empty arguments are {{}}"
-    );
+    assert_eq!(*calls[1], ToolUse::new("call_y", "get_weather", json!({})), "empty arguments are {{}}");
 }
 
 #[tokio::test]
 async fn a_streamed_text_reply_equals_the_plain_reply() {
-    let server = Server::start(vec![
-        Reply::json(200, text_reply()),
-        Reply::sse(text_stream()),
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(200, text_reply()), Reply::sse(text_stream())]).await;
     let (model, _) = gpt(&server);
     let chat = model.chat(&hello()).await.unwrap();
     let (events, streamed) = collect(&model, &hello()).await.unwrap();
@@ -350,18 +281,9 @@ async fn a_streamed_text_reply_equals_the_plain_reply() {
     assert_eq!(
         events,
         vec![
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "Bonjour ! ".into()
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: "☀️ Il fait".into()
-            },
-            StreamEvent::TextDelta {
-                index: 0,
-                text: " beau.".into()
-            },
+            StreamEvent::TextDelta { index: 0, text: "Bonjour ! ".into() },
+            StreamEvent::TextDelta { index: 0, text: "☀️ Il fait".into() },
+            StreamEvent::TextDelta { index: 0, text: " beau.".into() },
         ]
     );
     let sent = &server.requests()[1];
@@ -384,32 +306,12 @@ async fn a_streamed_tool_reply_split_at_odd_byte_boundaries_equals_the_plain_rep
     assert_eq!(
         events,
         vec![
-            StreamEvent::ToolUseStart {
-                index: 0,
-                id: "call_a".into(),
-                name: "get_weather".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 0,
-                partial_json: "{\"city\":".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 0,
-                partial_json: "\"Paris\"}".into()
-            },
-            StreamEvent::ToolUseStart {
-                index: 1,
-                id: "call_b".into(),
-                name: "get_weather".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 1,
-                partial_json: "{\"city\":\"Zü".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 1,
-                partial_json: "rich\",\"units\":[\"°C\"]}".into()
-            },
+            StreamEvent::ToolUseStart { index: 0, id: "call_a".into(), name: "get_weather".into() },
+            StreamEvent::ToolInputDelta { index: 0, partial_json: "{\"city\":".into() },
+            StreamEvent::ToolInputDelta { index: 0, partial_json: "\"Paris\"}".into() },
+            StreamEvent::ToolUseStart { index: 1, id: "call_b".into(), name: "get_weather".into() },
+            StreamEvent::ToolInputDelta { index: 1, partial_json: "{\"city\":\"Zü".into() },
+            StreamEvent::ToolInputDelta { index: 1, partial_json: "rich\",\"units\":[\"°C\"]}".into() },
         ]
     );
     let (_, again) = collect(&model, &with_tools()).await.unwrap();
@@ -419,11 +321,7 @@ async fn a_streamed_tool_reply_split_at_odd_byte_boundaries_equals_the_plain_rep
 #[tokio::test]
 async fn text_tool_calls_are_off_by_default() {
     let text = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
-    let server = Server::start(vec![Reply::json(
-        200,
-        completion(json!({"content": text}), "stop"),
-    )])
-    .await;
+    let server = Server::start(vec![Reply::json(200, completion(json!({"content": text}), "stop"))]).await;
     let (model, _) = gpt(&server);
     let response = model.chat(&with_tools()).await.unwrap();
     assert_eq!(response.message, Message::assistant(text));
@@ -433,8 +331,7 @@ async fn text_tool_calls_are_off_by_default() {
 #[tokio::test]
 async fn text_tool_calls_when_enabled() {
     let unfenced = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
-    let fenced =
-        "Sure.\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```";
+    let fenced = "Sure.\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```";
     let bare_fence = "```\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}\n```";
     let not_offered = r#"{"name": "launch_rocket", "arguments": {}}"#;
     let replies = [unfenced, fenced, bare_fence, not_offered]
@@ -447,35 +344,20 @@ async fn text_tool_calls_when_enabled() {
     assert_eq!(response.stop_reason, StopReason::ToolUse);
     assert_eq!(
         response.message.content,
-        vec![ContentBlock::ToolUse(ToolUse::new(
-            "call_0",
-            "get_weather",
-            json!({"city": "Paris"})
-        ))]
+        vec![ContentBlock::ToolUse(ToolUse::new("call_0", "get_weather", json!({"city": "Paris"})))]
     );
     let response = model.chat(&with_tools()).await.unwrap();
     assert_eq!(
         response.message.content,
         vec![
             ContentBlock::text("Sure."),
-            ContentBlock::ToolUse(ToolUse::new(
-                "call_0",
-                "get_weather",
-                json!({"city": "Rome"})
-            )),
+            ContentBlock::ToolUse(ToolUse::new("call_0", "get_weather", json!({"city": "Rome"}))),
         ]
     );
     let response = model.chat(&with_tools()).await.unwrap();
-    assert_eq!(
-        response.message.tool_uses().next().unwrap().input,
-        json!({"city": "Oslo"})
-    );
+    assert_eq!(response.message.tool_uses().next().unwrap().input, json!({"city": "Oslo"}));
     let response = model.chat(&with_tools()).await.unwrap();
-    assert_eq!(
-        response.message,
-        Message::assistant(not_offered),
-        "a tool that was not offered stays text"
-    );
+    assert_eq!(response.message, Message::assistant(not_offered), "a tool that was not offered stays text");
     assert_eq!(response.stop_reason, StopReason::EndTurn);
 }
 
@@ -483,14 +365,8 @@ async fn text_tool_calls_when_enabled() {
 async fn streamed_text_tool_calls_equal_the_plain_reply() {
     let text = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
     let stream = openai_sse(&[
-        chunk(
-            json!({"role": "assistant", "content": "```json\n{\"name\": \"get_"}),
-            Value::Null,
-        ),
-        chunk(
-            json!({"content": "weather\", \"arguments\": {\"city\": \"Paris\"}}\n```"}),
-            Value::Null,
-        ),
+        chunk(json!({"role": "assistant", "content": "```json\n{\"name\": \"get_"}), Value::Null),
+        chunk(json!({"content": "weather\", \"arguments\": {\"city\": \"Paris\"}}\n```"}), Value::Null),
         chunk(json!({}), json!("stop")),
         usage_chunk(),
     ]);
@@ -508,15 +384,8 @@ async fn streamed_text_tool_calls_equal_the_plain_reply() {
     assert_eq!(
         events[2..],
         [
-            StreamEvent::ToolUseStart {
-                index: 0,
-                id: "call_0".into(),
-                name: "get_weather".into()
-            },
-            StreamEvent::ToolInputDelta {
-                index: 0,
-                partial_json: "{\"city\":\"Paris\"}".into()
-            },
+            StreamEvent::ToolUseStart { index: 0, id: "call_0".into(), name: "get_weather".into() },
+            StreamEvent::ToolInputDelta { index: 0, partial_json: "{\"city\":\"Paris\"}".into() },
         ]
     );
 }
@@ -539,12 +408,11 @@ async fn unauthorized_is_an_authentication_error_and_not_retried() {
 
 #[tokio::test]
 async fn bad_request_carries_the_api_message() {
-    let body = json!({"error": {"message": "'messages' must contain at least one item.", "type": "invalid_request_error"}});
-    let server = Server::start(vec![
-        Reply::json(400, body),
-        Reply::json(404, json!({"error": "model \"tiny\" not found"})),
-    ])
-    .await;
+    let body =
+        json!({"error": {"message": "'messages' must contain at least one item.", "type": "invalid_request_error"}});
+    let server =
+        Server::start(vec![Reply::json(400, body), Reply::json(404, json!({"error": "model \"tiny\" not found"}))])
+            .await;
     let (model, _) = gpt(&server);
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(
@@ -570,20 +438,14 @@ async fn rate_limits_honour_retry_after_then_succeed() {
     .await;
     let (model, sleeps) = gpt(&server);
     model.chat(&hello()).await.unwrap();
-    assert_eq!(
-        *sleeps.lock().unwrap(),
-        vec![Duration::from_secs(7), Duration::from_millis(250)]
-    );
+    assert_eq!(*sleeps.lock().unwrap(), vec![Duration::from_secs(7), Duration::from_millis(250)]);
     assert_eq!(server.requests().len(), 3);
 }
 
 #[tokio::test]
 async fn a_retry_after_beyond_the_policy_is_returned_at_once() {
     let limited = json!({"error": {"message": "Rate limit reached"}});
-    let server = Server::start(vec![
-        Reply::json(429, limited).header("retry-after", "3600"),
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(429, limited).header("retry-after", "3600")]).await;
     let (model, sleeps) = gpt(&server);
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(
@@ -598,10 +460,7 @@ async fn a_retry_after_beyond_the_policy_is_returned_at_once() {
 #[tokio::test]
 async fn server_errors_are_retried_then_succeed() {
     let server = Server::start(vec![
-        Reply::json(
-            500,
-            json!({"error": {"message": "The server had an error"}}),
-        ),
+        Reply::json(500, json!({"error": {"message": "The server had an error"}})),
         Reply::json(502, json!({})),
         Reply::json(408, json!({})),
         Reply::json(200, text_reply()),
@@ -614,21 +473,14 @@ async fn server_errors_are_retried_then_succeed() {
     assert_eq!(sleeps.len(), 3);
     for (retry, delay) in sleeps.iter().enumerate() {
         let base = policy.backoff(retry as u32);
-        assert!(
-            *delay <= base && *delay >= base.mul_f64(0.75),
-            "retry {retry}: {delay:?} for a backoff of {base:?}"
-        );
+        assert!(*delay <= base && *delay >= base.mul_f64(0.75), "retry {retry}: {delay:?} for a backoff of {base:?}");
     }
 }
 
 #[tokio::test]
 async fn exhausted_retries_return_the_typed_error() {
     let limited = json!({"error": {"message": "Rate limit reached"}});
-    let server = Server::start(vec![
-        Reply::json(429, limited).header("retry-after", "1");
-        4
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(429, limited).header("retry-after", "1"); 4]).await;
     let (model, sleeps) = gpt(&server);
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(
@@ -638,21 +490,10 @@ async fn exhausted_retries_return_the_typed_error() {
     assert_eq!(server.requests().len(), 4);
     assert_eq!(*sleeps.lock().unwrap(), vec![Duration::from_secs(1); 3]);
 
-    let server = Server::start(vec![
-        Reply::json(503, json!({"error": {"message": "down"}}));
-        2
-    ])
-    .await;
+    let server = Server::start(vec![Reply::json(503, json!({"error": {"message": "down"}})); 2]).await;
     let (model, _) = gpt(&server);
-    let err = model
-        .retry_policy(RetryPolicy::disabled())
-        .chat(&hello())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, LlmError::Server { status: 503, message, .. } if message == "down"),
-        "{err:?}"
-    );
+    let err = model.retry_policy(RetryPolicy::disabled()).chat(&hello()).await.unwrap_err();
+    assert!(matches!(&err, LlmError::Server { status: 503, message, .. } if message == "down"), "{err:?}");
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -671,10 +512,7 @@ async fn a_stalled_server_times_out_without_retry() {
     let (model, sleeps) = gpt(&server);
     let model = model.timeout(Duration::from_millis(200));
     let err = model.chat(&hello()).await.unwrap_err();
-    assert!(
-        matches!(&err, LlmError::Timeout { provider: "openai", model, .. } if model == "gpt-test"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, LlmError::Timeout { provider: "openai", model, .. } if model == "gpt-test"), "{err:?}");
     let err = collect(&model, &hello()).await.unwrap_err();
     assert!(matches!(err, LlmError::Timeout { .. }), "{err:?}");
     assert_eq!(server.requests().len(), 2);
@@ -689,17 +527,8 @@ async fn a_stream_that_goes_silent_times_out() {
     let model = model.timeout(Duration::from_millis(200));
     let request = hello();
     let items: Vec<_> = model.stream(&request).collect().await;
-    assert_eq!(
-        items[0].as_ref().unwrap(),
-        &StreamEvent::TextDelta {
-            index: 0,
-            text: "Hi".into()
-        }
-    );
-    assert!(
-        matches!(items[1], Err(LlmError::Timeout { .. })),
-        "{items:?}"
-    );
+    assert_eq!(items[0].as_ref().unwrap(), &StreamEvent::TextDelta { index: 0, text: "Hi".into() });
+    assert!(matches!(items[1], Err(LlmError::Timeout { .. })), "{items:?}");
     assert_eq!(items.len(), 2);
 }
 
@@ -735,27 +564,10 @@ async fn the_base_url_may_end_in_v1() {
         let server = Server::start(vec![Reply::json(200, text_reply())]).await;
         let model = OpenAi::new().base_url(format!("{}{suffix}", server.url()));
         model.chat(&hello()).await.unwrap();
-        assert_eq!(
-            server.requests()[0].path,
-            "/v1/chat/completions",
-            "base ending in {suffix:?}"
-        );
+        assert_eq!(server.requests()[0].path, "/v1/chat/completions", "base ending in {suffix:?}");
     }
-    let err = OpenAi::new()
-        .base_url("localhost:11434")
-        .chat(&hello())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LlmError::Config {
-                provider: "openai",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let err = OpenAi::new().base_url("localhost:11434").chat(&hello()).await.unwrap_err();
+    assert!(matches!(err, LlmError::Config { provider: "openai", .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -763,13 +575,7 @@ async fn the_key_never_shows_in_debug_output() {
     let model = OpenAi::new().api_key(KEY).text_tool_calls(true);
     let debug = format!("{model:?} {model:#?}");
     assert!(!debug.contains(KEY) && !debug.contains("secret"), "{debug}");
-    assert!(
-        debug.contains("<redacted>") && debug.contains("https://api.openai.com"),
-        "{debug}"
-    );
-    assert!(
-        !format!("{:?}", OpenAi::new()).contains("redacted"),
-        "no key, nothing to redact"
-    );
+    assert!(debug.contains("<redacted>") && debug.contains("https://api.openai.com"), "{debug}");
+    assert!(!format!("{:?}", OpenAi::new()).contains("redacted"), "no key, nothing to redact");
     assert_eq!(model.provider(), "openai");
 }

@@ -81,22 +81,12 @@ impl Reply {
 
     /// Never answers.
     pub fn stall() -> Self {
-        Self {
-            status: 0,
-            headers: Vec::new(),
-            body: Vec::new(),
-            mode: Mode::Stall,
-        }
+        Self { status: 0, headers: Vec::new(), body: Vec::new(), mode: Mode::Stall }
     }
 
     /// Closes the connection without answering.
     pub fn close() -> Self {
-        Self {
-            status: 0,
-            headers: Vec::new(),
-            body: Vec::new(),
-            mode: Mode::Close,
-        }
+        Self { status: 0, headers: Vec::new(), body: Vec::new(), mode: Mode::Close }
     }
 }
 
@@ -115,10 +105,7 @@ impl Request {
     /// The first value of a header.
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -138,14 +125,9 @@ impl Server {
     /// Starts a server answering with `script`, in order. Requests beyond the script get
     /// a 418 (not retried by the clients) saying so.
     pub async fn start(script: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the test server");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the test server");
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State {
-            script: Mutex::new(script.into()),
-            requests: Mutex::default(),
-        });
+        let state = Arc::new(State { script: Mutex::new(script.into()), requests: Mutex::default() });
         let accepting = state.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
@@ -211,17 +193,10 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
         }
         let body_bytes: Vec<u8> = buf.drain(..head_end + length).skip(head_end).collect();
         let body = serde_json::from_slice(&body_bytes).unwrap_or(Value::Null);
-        state.requests.lock().unwrap().push(Request {
-            method,
-            path,
-            headers,
-            body,
-        });
+        state.requests.lock().unwrap().push(Request { method, path, headers, body });
 
         let reply = state.script.lock().unwrap().pop_front();
-        let reply = reply.unwrap_or_else(|| {
-            Reply::raw(418, "text/plain", "test server: no scripted reply left")
-        });
+        let reply = reply.unwrap_or_else(|| Reply::raw(418, "text/plain", "test server: no scripted reply left"));
         if write_reply(&mut socket, reply).await.is_err() {
             return;
         }
@@ -257,9 +232,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
                     break;
                 }
                 let (piece, tail) = rest.split_at(size.min(rest.len()));
-                socket
-                    .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
-                    .await?;
+                socket.write_all(format!("{:x}\r\n", piece.len()).as_bytes()).await?;
                 socket.write_all(piece).await?;
                 socket.write_all(b"\r\n").await?;
                 socket.flush().await?;
@@ -270,9 +243,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
         Mode::Hang => {
             // An empty chunk would end the body.
             if !reply.body.is_empty() {
-                socket
-                    .write_all(format!("{:x}\r\n", reply.body.len()).as_bytes())
-                    .await?;
+                socket.write_all(format!("{:x}\r\n", reply.body.len()).as_bytes()).await?;
                 socket.write_all(&reply.body).await?;
                 socket.write_all(b"\r\n").await?;
             }
@@ -288,16 +259,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
 
 /// An Anthropic-style event stream: `event: <type>` and `data: <json>` per event.
 pub fn anthropic_sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| {
-            format!(
-                "event: {}\ndata: {}\n\n",
-                e["type"].as_str().unwrap_or("message"),
-                e
-            )
-        })
-        .collect()
+    events.iter().map(|e| format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap_or("message"), e)).collect()
 }
 
 /// An OpenAI-style event stream: `data: <json>` per chunk, then `data: [DONE]`.
@@ -308,10 +270,8 @@ pub fn openai_sse(chunks: &[Value]) -> String {
 }
 
 /// A sleep hook that records each retry delay and returns at once.
-pub fn recorded_sleeps() -> (
-    Arc<Mutex<Vec<Duration>>>,
-    impl Fn(Duration) -> std::future::Ready<()> + Send + Sync + 'static,
-) {
+pub fn recorded_sleeps()
+-> (Arc<Mutex<Vec<Duration>>>, impl Fn(Duration) -> std::future::Ready<()> + Send + Sync + 'static) {
     let delays = Arc::new(Mutex::new(Vec::new()));
     let recorder = delays.clone();
     (delays, move |d| {
@@ -344,12 +304,6 @@ impl Tool for SpecTool {
 
 /// The spec of a tool with this name, description and input schema.
 pub fn tool_spec(name: &'static str, description: &'static str, schema: Value) -> Arc<ToolSpec> {
-    let tools = ToolRegistry::new()
-        .with(SpecTool {
-            name,
-            description,
-            schema,
-        })
-        .expect("a valid tool");
+    let tools = ToolRegistry::new().with(SpecTool { name, description, schema }).expect("a valid tool");
     tools.spec(name).expect("registered").clone()
 }

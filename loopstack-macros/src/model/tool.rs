@@ -391,7 +391,7 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
             }
         }
     }
-    let common = args.as_ref().and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "type"));
+    let common = args.as_ref().and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "`impl` block"));
     match (cx.is_ok(), common) {
         (true, Some(c)) => {
             cx.check().expect("no errors");
