@@ -1,4 +1,32 @@
-//! The LLM layer of loopstack (docs filled in later).
+//! The LLM layer of [loopstack](https://docs.rs/loopstack): talking to models and
+//! running the tools they ask for.
+//!
+//! - Provider-neutral [`Message`]s with [`ContentBlock`]s, [`StopReason`] and [`Usage`].
+//! - The object-safe [`ChatModel`] trait, with [`Anthropic`] (Messages API) and
+//!   [`OpenAi`] (Chat Completions, also Ollama, llama.cpp's server and vLLM through
+//!   the base URL), both streaming, retrying and with typed [`LlmError`]s; and the
+//!   [`ScriptedModel`] for tests and offline runs.
+//! - Workflow steps: [`LlmGenerateText`] (one model turn from the run's conversation,
+//!   saved as an [`LlmMessageDocument`]) and [`LlmDelegateToolCalls`] (every tool call
+//!   of a message, each failure a result the model sees).
+//! - The ready-made [`Agent`] loop, itself a `#[workflow]`.
+//!
+//! ```
+//! use loopstack_core::{Runtime, ToolRegistry};
+//! use loopstack_llm::{Agent, ChatModel, ChatRequest, Message, ScriptedModel};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // A model computed from the request, like a stub server: it answers the last message.
+//! let model = ScriptedModel::from_fn(|req: &ChatRequest| {
+//!     let last = req.messages.last().map(Message::text).unwrap_or_default();
+//!     Ok(ScriptedModel::new().text_response(format!("You said: {last}")))
+//! });
+//! let agent = Agent::new(model.clone(), "echo-1", ToolRegistry::new());
+//! let reply = agent.ask(&Runtime::new(), "hello").await?;
+//! assert_eq!(reply.text, "You said: hello");
+//! assert_eq!(model.requests()[0].model, "echo-1");
+//! # Ok::<(), loopstack_llm::AgentError>(()) }).unwrap();
+//! ```
 
 mod agent;
 mod delegate;
