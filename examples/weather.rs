@@ -336,8 +336,15 @@ mod tests {
             assert_eq!(docs[i].metadata["model"], "scripted-weather");
             assert_eq!(docs[i].metadata["usage"]["input_tokens"], 50);
         }
-        let steps: Vec<String> =
-            runtime.store().load_run(report.run_id).await.unwrap().history.into_iter().map(|s| s.transition).collect();
+        let steps: Vec<String> = runtime
+            .store()
+            .load_run(report.run_id)
+            .await
+            .unwrap()
+            .history
+            .into_iter()
+            .map(|s| s.transition.into_owned())
+            .collect();
         assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
 
         // The model saw the offered tool with its schema, and the conversation so far.

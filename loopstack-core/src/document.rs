@@ -1,5 +1,7 @@
 //! Documents: what a run saves, in order.
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -20,13 +22,13 @@ pub struct Document {
     /// Position of the document's first version in the run, from 0.
     pub seq: u64,
     /// The document type, such as `llm_message`.
-    pub doc_type: String,
+    pub doc_type: Cow<'static, str>,
     /// The key; saving the same key again replaces the document.
     pub key: Option<String>,
     /// 1 for the first save of a key, then 2, 3, ...
     pub version: u32,
     /// Tags, such as `conversation`.
-    pub tags: Vec<String>,
+    pub tags: Vec<Cow<'static, str>>,
     /// Free-form metadata, such as the provider and the token usage.
     pub metadata: Map<String, Value>,
     /// The content, as JSON.
@@ -97,7 +99,7 @@ pub trait DocumentType: Serialize + DeserializeOwned {
 #[must_use = "options do nothing until passed to `RunContext::save_with`"]
 pub struct SaveOptions {
     pub(crate) key: Option<String>,
-    pub(crate) tags: Vec<String>,
+    pub(crate) tags: Vec<Cow<'static, str>>,
     pub(crate) metadata: Map<String, Value>,
 }
 
@@ -114,7 +116,7 @@ impl SaveOptions {
     }
 
     /// Adds a tag.
-    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+    pub fn tag(mut self, tag: impl Into<Cow<'static, str>>) -> Self {
         self.tags.push(tag.into());
         self
     }

@@ -1,5 +1,6 @@
 //! The runtime that drives runs, and the context a transition sees.
 
+use std::borrow::Cow;
 use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 
@@ -207,7 +208,7 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
             let state = wf.init(input);
             let value = serde_json::value::to_raw_value(&state).map_err(state_error(name, run_id))?;
             store.create_run(RunRecord::new(run_id, name, value)).await?;
-            (state, RunStart { run_id, place: crate::START.to_owned(), step: 0 }, None)
+            (state, RunStart { run_id, place: Cow::Borrowed(crate::START), step: 0 }, None)
         }
         Mode::Resume(run_id) | Mode::Signal(run_id, ..) => {
             let record = store.load_run(run_id).await?;
@@ -269,7 +270,7 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
 /// Where a drive starts: the parts of the stored run it needs.
 struct RunStart {
     run_id: RunId,
-    place: String,
+    place: Cow<'static, str>,
     step: u64,
 }
 
@@ -348,7 +349,7 @@ async fn run_loop<W: Workflow>(
             run_id,
             step,
             transition: StepRecord::new(step, t.name, from, t.to),
-            place: t.to.to_owned(),
+            place: Cow::Borrowed(t.to),
             status,
             state: value,
             documents: std::mem::take(&mut cx.pending),
@@ -489,14 +490,20 @@ impl RunContext {
         let mut options = options;
         for tag in T::default_tags().iter().rev() {
             if !options.tags.iter().any(|t| t == tag) {
-                options.tags.insert(0, (*tag).to_owned());
+                options.tags.insert(0, Cow::Borrowed(*tag));
             }
         }
         Ok(self.save_raw(T::TYPE, content, options))
     }
 
     /// Saves an untyped document whose content is already JSON.
-    pub fn save_raw(&mut self, doc_type: &str, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
+    pub fn save_raw(
+        &mut self,
+        doc_type: impl Into<Cow<'static, str>>,
+        content: Box<RawValue>,
+        options: SaveOptions,
+    ) -> &Arc<Document> {
+        let doc_type = doc_type.into();
         let SaveOptions { key, tags, metadata } = options;
         let existing = key
             .as_ref()
@@ -505,16 +512,7 @@ impl RunContext {
             Some(i) => (self.docs[i].seq, self.docs[i].version + 1),
             None => (self.next_seq(), 1),
         };
-        let doc = Arc::new(Document {
-            seq,
-            doc_type: doc_type.to_owned(),
-            key,
-            version,
-            tags,
-            metadata,
-            content,
-            step: self.step + 1,
-        });
+        let doc = Arc::new(Document { seq, doc_type, key, version, tags, metadata, content, step: self.step + 1 });
         self.pending.push(doc.clone());
         match existing {
             Some(i) => {

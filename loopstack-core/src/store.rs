@@ -1,5 +1,6 @@
 //! Where runs and their documents are kept.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -97,16 +98,21 @@ pub struct StepRecord {
     /// The step number, from 1.
     pub step: u64,
     /// The transition method's name.
-    pub transition: String,
+    pub transition: Cow<'static, str>,
     /// The place it left.
-    pub from: String,
+    pub from: Cow<'static, str>,
     /// The place it reached.
-    pub to: String,
+    pub to: Cow<'static, str>,
 }
 
 impl StepRecord {
     /// A record of one step.
-    pub fn new(step: u64, transition: impl Into<String>, from: impl Into<String>, to: impl Into<String>) -> Self {
+    pub fn new(
+        step: u64,
+        transition: impl Into<Cow<'static, str>>,
+        from: impl Into<Cow<'static, str>>,
+        to: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Self { step, transition: transition.into(), from: from.into(), to: to.into() }
     }
 }
@@ -122,7 +128,7 @@ pub struct RunRecord {
     /// Where the run stands.
     pub status: RunStatus,
     /// The place of the last checkpoint.
-    pub place: String,
+    pub place: Cow<'static, str>,
     /// How many transitions the run has taken.
     pub step: u64,
     /// The workflow state of the last checkpoint, as JSON.
@@ -140,7 +146,7 @@ impl RunRecord {
             run_id,
             workflow: workflow.into(),
             status: RunStatus::Running,
-            place: crate::START.to_owned(),
+            place: Cow::Borrowed(crate::START),
             step: 0,
             state,
             error: None,
@@ -162,7 +168,7 @@ pub struct Checkpoint {
     /// The transition taken.
     pub transition: StepRecord,
     /// The place reached.
-    pub place: String,
+    pub place: Cow<'static, str>,
     /// The status after the step.
     pub status: RunStatus,
     /// The state after the step, as JSON.

@@ -185,8 +185,7 @@ async fn a_run_reaches_end_and_commits_every_step() {
     let record = rt.store().load_run(report.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
     assert_eq!(record.place, "end");
-    let taken: Vec<_> =
-        record.history.iter().map(|h| (h.transition.as_str(), h.from.as_str(), h.to.as_str())).collect();
+    let taken: Vec<_> = record.history.iter().map(|h| (&*h.transition, &*h.from, &*h.to)).collect();
     assert_eq!(taken, [("begin", "start", "a"), ("high", "a", "b"), ("finish", "b", "end")]);
     assert_eq!(serde_json::from_str::<State>(record.state.get()).unwrap(), report.state);
 
@@ -290,7 +289,7 @@ async fn wait_and_signal_with_a_typed_payload() {
     assert!(matches!(&err, RunError::InvalidSignalPayload { signal: "approve", .. }), "{err:?}");
     assert!(err.to_string().contains("still waiting"));
     let record = rt.store().load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Waiting, "waiting", 2));
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Waiting, "waiting", 2));
     assert_eq!(rt.store().documents(run_id).await.unwrap().len(), 2);
 
     let report = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
@@ -319,7 +318,7 @@ async fn cancelling_stops_the_run_at_the_next_await_and_drops_its_work() {
     assert!(matches!(err, RunError::Cancelled { place: "b", .. }), "{err:?}");
     assert!(wf.dropped.load(Ordering::SeqCst), "the transition's future was dropped");
     let record = rt.store().load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Cancelled, "b", 2));
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Cancelled, "b", 2));
     // A cancelled run is finished.
     let err = rt.resume(&wf, run_id).await.unwrap_err();
     assert!(matches!(err, RunError::InvalidStatus { status: RunStatus::Cancelled, .. }), "{err:?}");
@@ -341,7 +340,7 @@ async fn a_crashed_run_resumes_from_its_last_checkpoint() {
     }
     assert!(wf.dropped.load(Ordering::SeqCst));
     let record = rt.store().load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.place.as_str(), record.step), (RunStatus::Running, "b", 2));
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "b", 2));
 
     // Another runtime over the same store picks the run up where it stopped.
     let other = Runtime::with_shared_store(rt.store().clone());

@@ -79,7 +79,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
     let messages: Vec<Message> = docs.iter().map(|d| d.read().unwrap()).collect();
     assert_eq!(messages, [user.clone(), calls.clone(), results.clone(), answer]);
     for doc in &docs {
-        assert_eq!((doc.doc_type.as_str(), doc.tags.as_slice()), ("llm_message", &["conversation".to_owned()][..]));
+        assert_eq!(doc.doc_type, "llm_message");
+        assert_eq!(doc.tags, ["conversation"]);
     }
     assert_eq!(docs[0].metadata.len(), 0);
     assert_eq!(
@@ -108,7 +109,7 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
 
     let record = runtime.store().load_run(reply.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
-    let steps: Vec<&str> = record.history.iter().map(|s| s.transition.as_str()).collect();
+    let steps: Vec<&str> = record.history.iter().map(|s| &*s.transition).collect();
     assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
     model.assert_finished();
 }
