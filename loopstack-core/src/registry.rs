@@ -123,10 +123,12 @@ impl ToolRegistry {
         let Value::Object(obj) = &input_schema else {
             return Err(RegistryError::InvalidSchema(name));
         };
+        // Unknown arguments are dropped only where the schema is a plain closed object;
+        // for enums (`oneOf`/`anyOf`) and open objects the tool sees everything.
+        let closed = obj.get("additionalProperties") == Some(&Value::Bool(false))
+            && !["oneOf", "anyOf", "allOf"].iter().any(|k| obj.contains_key(*k));
         let known_args = match obj.get("properties") {
-            Some(Value::Object(props)) if obj.get("additionalProperties") != Some(&Value::Bool(true)) => {
-                Some(props.keys().cloned().collect())
-            }
+            Some(Value::Object(props)) if closed => Some(props.keys().cloned().collect()),
             _ => None,
         };
         let spec = Arc::new(ToolSpec {

@@ -390,8 +390,9 @@ pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Res
 }
 
 /// The JSON Schema of a tool's arguments, in the shape providers accept: an inlined
-/// `type: object` schema (no `$ref` or `$defs`), without `$schema` and `title`, with
-/// `additionalProperties: false` on every object that lists properties.
+/// `type: object` schema (no `$ref` or `$defs`, except for a type that contains
+/// itself), without `$schema` and `title`, with `additionalProperties: false` on every
+/// object that lists properties and does not say otherwise.
 ///
 /// `required` lists the fields that are not `Option` (schemars' rule).
 pub fn tool_input_schema<T: schemars::JsonSchema>() -> Value {
@@ -406,7 +407,11 @@ pub fn tool_input_schema<T: schemars::JsonSchema>() -> Value {
         map.remove("title");
         map.remove("$schema");
         map.entry("type").or_insert_with(|| Value::String("object".into()));
-        map.entry("properties").or_insert_with(|| Value::Object(Default::default()));
+        // An enum of argument shapes is a `oneOf`/`anyOf` of objects: adding an empty
+        // `properties` (closed below) would forbid every argument.
+        if !["oneOf", "anyOf", "allOf"].iter().any(|k| map.contains_key(*k)) {
+            map.entry("properties").or_insert_with(|| Value::Object(Default::default()));
+        }
     }
     close_objects(&mut value);
     value
@@ -416,7 +421,8 @@ fn close_objects(value: &mut Value) {
     let Value::Object(map) = value else { return };
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         props.values_mut().for_each(close_objects);
-        map.insert("additionalProperties".into(), Value::Bool(false));
+        // An explicit `additionalProperties` (a flattened map, say) is kept.
+        map.entry("additionalProperties").or_insert(Value::Bool(false));
         map.entry("required").or_insert_with(|| Value::Array(Vec::new()));
     }
     for key in ["items", "additionalProperties", "not", "if", "then", "else"] {

@@ -182,3 +182,80 @@ fn outputs_keep_text_as_text() {
     let err: ToolError = "x".parse::<i32>().unwrap_err().into();
     assert_eq!(ToolOutput::from(err), ToolOutput::error("invalid digit found in string"));
 }
+
+/// What to look up: an enum of argument shapes.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(dead_code)] // read through Debug
+enum Lookup {
+    /// By city.
+    City { name: String },
+    /// By coordinates.
+    Coordinates { lat: f64, lon: f64 },
+}
+
+/// Flattened extra fields.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)] // read through Debug
+struct Tagged {
+    label: String,
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, String>,
+}
+
+struct Shaped;
+
+#[async_trait::async_trait]
+impl Tool for Shaped {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+    fn description(&self) -> &str {
+        "Enum arguments."
+    }
+    fn input_schema(&self) -> Value {
+        tool_input_schema::<Lookup>()
+    }
+    async fn call(&self, args: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: Lookup = parse_tool_arguments(self.name(), args)?;
+        Ok(ToolOutput::text(format!("{args:?}")))
+    }
+}
+
+struct Open;
+
+#[async_trait::async_trait]
+impl Tool for Open {
+    fn name(&self) -> &str {
+        "tagged"
+    }
+    fn description(&self) -> &str {
+        "Flattened arguments."
+    }
+    fn input_schema(&self) -> Value {
+        tool_input_schema::<Tagged>()
+    }
+    async fn call(&self, args: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: Tagged = parse_tool_arguments(self.name(), args)?;
+        Ok(ToolOutput::text(format!("{args:?}")))
+    }
+}
+
+#[tokio::test]
+async fn enum_and_flattened_arguments_reach_the_tool() {
+    let schema = tool_input_schema::<Lookup>();
+    assert_eq!(schema["type"], "object");
+    assert!(schema.get("properties").is_none(), "{schema}");
+    assert_eq!(schema["oneOf"].as_array().unwrap().len(), 2);
+    assert!(schema["oneOf"].as_array().unwrap().iter().all(|s| s["additionalProperties"] == false));
+
+    let tagged = tool_input_schema::<Tagged>();
+    assert_eq!(tagged["additionalProperties"], json!({"type": "string"}));
+
+    let tools = ToolRegistry::new().with(Shaped).unwrap().with(Open).unwrap();
+    let cx = ToolContext::new("c", "lookup");
+    let out = tools.call("lookup", json!({"kind": "coordinates", "lat": 1.5, "lon": 2.0}), &cx).await.unwrap();
+    assert_eq!(out.to_text(), "Coordinates { lat: 1.5, lon: 2.0 }");
+    let out = tools.call("tagged", json!({"label": "x", "color": "red"}), &cx).await.unwrap();
+    assert_eq!(out.to_text(), r#"Tagged { label: "x", extra: {"color": "red"} }"#);
+}
