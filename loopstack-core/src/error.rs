@@ -20,12 +20,12 @@ pub enum StoreError {
     /// A run with this id already exists.
     #[error("run {0} already exists")]
     RunExists(RunId),
-    /// Another writer committed this run first (optimistic concurrency).
-    #[error("run {run_id}: expected to commit step {expected}, but the stored run is at step {found}")]
+    /// Another writer moved this run on first (optimistic concurrency).
+    #[error("run {run_id} was moved on by another writer: expected it at step {expected}, found step {found}")]
     Conflict {
         /// The run.
         run_id: RunId,
-        /// The step the writer expected to write.
+        /// The step the writer expected the stored run to be at.
         expected: u64,
         /// The step the store holds.
         found: u64,

@@ -57,7 +57,7 @@ pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
-pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable};
+pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable, panic_message};
 pub use store::{Checkpoint, MemoryStore, RunId, RunRecord, RunStatus, StepRecord, Store};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

@@ -4,6 +4,9 @@ use std::borrow::Cow;
 use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -250,12 +253,17 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
         match &outcome {
             Ok(RunOutcome::Completed) => tracing::info!(steps = cx.step, "run completed"),
             Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
+            // A refused signal leaves the run as it was.
             Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. }) => {}
+            // Another driver committed this run first: the run is theirs, not failed.
+            Err(RunError::Store(StoreError::Conflict { .. })) => {
+                tracing::warn!("another driver committed this run first; this drive stops");
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "run failed");
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
-                if let Err(store_err) = cx.store.set_status(run_id, status, Some(e.to_string())).await {
+                if let Err(store_err) = cx.store.set_status(run_id, cx.step, status, Some(e.to_string())).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
             }
@@ -265,6 +273,19 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
     }
     .instrument(span)
     .await
+}
+
+fn mismatch(workflow: &'static str, run_id: RunId) -> impl FnOnce(crate::UnknownPlace) -> RunError {
+    move |e| RunError::Mismatch { workflow, run_id, reason: e.to_string() }
+}
+
+/// The text of a panic's payload (`&str` or `String`), for error messages.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Where a drive starts: the parts of the stored run it needs.
@@ -287,7 +308,7 @@ async fn run_loop<W: Workflow>(
     loop {
         let from = cx.place;
         let (index, payload) = if let Some((sig, payload)) = signal.take() {
-            let route = def.route(from, |i| wf.guard(i, state)).expect("place checked on load");
+            let route = def.route(from, |i| wf.guard(i, state)).map_err(mismatch(name, run_id))?;
             let signals = match route {
                 Route::Wait { signals } => signals,
                 _ => Vec::new(),
@@ -305,11 +326,11 @@ async fn run_loop<W: Workflow>(
                 }
             }
         } else {
-            match def.route(from, |i| wf.guard(i, state)).expect("place checked on load") {
+            match def.route(from, |i| wf.guard(i, state)).map_err(mismatch(name, run_id))? {
                 Route::End => return Ok(RunOutcome::Completed),
                 Route::Fire { index, .. } => (index, None),
                 Route::Wait { signals } => {
-                    cx.store.set_status(run_id, RunStatus::Waiting, None).await?;
+                    cx.store.set_status(run_id, cx.step, RunStatus::Waiting, None).await?;
                     return Ok(RunOutcome::Waiting { place: from, signals });
                 }
                 Route::DeadEnd { false_guards } => {
@@ -327,7 +348,15 @@ async fn run_loop<W: Workflow>(
         let step = cx.step + 1;
         let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
         let token = cx.cancellation.clone();
-        let result = cancellable(&token, wf.transition(index, state, cx, payload).instrument(span.clone())).await;
+        let transition = AssertUnwindSafe(wf.transition(index, state, cx, payload).instrument(span.clone()));
+        let result = match cancellable(&token, transition.catch_unwind()).await {
+            None => None,
+            Some(Ok(result)) => Some(result),
+            // A panicking transition fails its run like an error does; the task lives on.
+            Some(Err(panic)) => Some(Err(TransitionError::Failed(
+                format!("the transition panicked: {}", panic_message(panic.as_ref())).into(),
+            ))),
+        };
         match result {
             None => {
                 cx.rollback();

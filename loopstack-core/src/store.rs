@@ -191,8 +191,16 @@ pub trait Store: Send + Sync + 'static {
     /// Commits one transition atomically.
     async fn commit(&self, checkpoint: Checkpoint) -> Result<(), StoreError>;
 
-    /// Changes a run's status without a transition (waiting, failed, cancelled).
-    async fn set_status(&self, run_id: RunId, status: RunStatus, error: Option<String>) -> Result<(), StoreError>;
+    /// Changes a run's status without a transition (waiting, failed, cancelled), if
+    /// the stored run is still at `step`; otherwise another driver has moved it on and
+    /// the store refuses with [`StoreError::Conflict`].
+    async fn set_status(
+        &self,
+        run_id: RunId,
+        step: u64,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), StoreError>;
 
     /// Loads a run.
     async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError>;
@@ -200,8 +208,14 @@ pub trait Store: Send + Sync + 'static {
     /// The current version of each of the run's documents, in the order first saved.
     async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError>;
 
-    /// Every version of the run's document with this key, oldest first.
-    async fn document_history(&self, run_id: RunId, key: &str) -> Result<Vec<Arc<Document>>, StoreError>;
+    /// Every version of the run's document of type `doc_type` with this key, oldest
+    /// first.
+    async fn document_history(
+        &self,
+        run_id: RunId,
+        doc_type: &str,
+        key: &str,
+    ) -> Result<Vec<Arc<Document>>, StoreError>;
 }
 
 /// A [`Store`] in memory: fast, and gone with the process.
@@ -260,7 +274,7 @@ impl Store for MemoryStore {
         let mut runs = self.lock();
         let run = runs.get_mut(&cp.run_id).ok_or(StoreError::RunNotFound(cp.run_id))?;
         if run.record.step + 1 != cp.step {
-            return Err(StoreError::Conflict { run_id: cp.run_id, expected: cp.step, found: run.record.step });
+            return Err(StoreError::Conflict { run_id: cp.run_id, expected: cp.step - 1, found: run.record.step });
         }
         for doc in cp.documents {
             let existing = doc.key.as_ref().and_then(|key| {
@@ -281,9 +295,18 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn set_status(&self, run_id: RunId, status: RunStatus, error: Option<String>) -> Result<(), StoreError> {
+    async fn set_status(
+        &self,
+        run_id: RunId,
+        step: u64,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
         let mut runs = self.lock();
         let run = runs.get_mut(&run_id).ok_or(StoreError::RunNotFound(run_id))?;
+        if run.record.step != step {
+            return Err(StoreError::Conflict { run_id, expected: step, found: run.record.step });
+        }
         run.record.status = status;
         run.record.error = error;
         Ok(())
@@ -297,9 +320,14 @@ impl Store for MemoryStore {
         self.lock().get(&run_id).map(|r| r.current.clone()).ok_or(StoreError::RunNotFound(run_id))
     }
 
-    async fn document_history(&self, run_id: RunId, key: &str) -> Result<Vec<Arc<Document>>, StoreError> {
+    async fn document_history(
+        &self,
+        run_id: RunId,
+        doc_type: &str,
+        key: &str,
+    ) -> Result<Vec<Arc<Document>>, StoreError> {
         let runs = self.lock();
         let run = runs.get(&run_id).ok_or(StoreError::RunNotFound(run_id))?;
-        Ok(run.versions.iter().filter(|d| d.key.as_deref() == Some(key)).cloned().collect())
+        Ok(run.versions.iter().filter(|d| d.doc_type == doc_type && d.key.as_deref() == Some(key)).cloned().collect())
     }
 }

@@ -17,6 +17,7 @@ struct State {
     wait: bool,
     spin: bool,
     fail: bool,
+    panic: bool,
     log: Vec<String>,
     approved_by: Option<String>,
 }
@@ -110,11 +111,14 @@ impl Workflow for Demo {
             cx.save(&Note { text: format!("{name} ran") }).map_err(TransitionError::failed)?;
             match name {
                 "approve" => {
+                    // An await point, so two concurrent signals interleave here.
+                    tokio::task::yield_now().await;
                     let a: Approval = serde_json::from_value(payload.unwrap_or(Value::Null))
                         .map_err(|e| TransitionError::InvalidPayload(e.to_string()))?;
                     s.approved_by = Some(a.approved_by);
                 }
                 "finish" if s.fail => return Err(TransitionError::failed("the finish line moved")),
+                "finish" if s.panic => panic!("the finish line exploded"),
                 "finish" if self.hang.swap(false, Ordering::SeqCst) => {
                     let _flag = DropFlag(self.dropped.clone());
                     self.started.notify_one();
@@ -437,7 +441,7 @@ async fn keyed_documents_replace_in_place_and_keep_history() {
     assert_eq!(current, [(Some("plan"), "final".into(), 3), (Some("other"), "x".into(), 1)]);
     assert_eq!(docs[0].metadata["by"], json!(1));
     assert!(docs[0].has_tag("notes") && docs[0].has_tag("t"));
-    let history = rt.store().document_history(report.run_id, "plan").await.unwrap();
+    let history = rt.store().document_history(report.run_id, "note", "plan").await.unwrap();
     let versions: Vec<(u32, String)> = history.iter().map(|d| (d.version, d.read::<Note>().unwrap().text)).collect();
     assert_eq!(versions, [(1, "draft".into()), (2, "draft 2".into()), (3, "final".into())]);
 }
@@ -473,4 +477,44 @@ fn check_reports_shadowing_and_unreachable_places() {
         ),
         "{errors:?}"
     );
+}
+
+#[tokio::test]
+async fn a_panicking_transition_fails_its_run_not_the_task() {
+    let rt = Runtime::new();
+    let err = rt
+        .start(
+            &Demo::default(),
+            state(|s| {
+                s.high = true;
+                s.panic = true;
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::Transition { transition: "finish", place: "b", .. }), "{err:?}");
+    assert!(err.to_string().contains("the transition panicked: the finish line exploded"), "{err}");
+    let record = rt.store().load_run(err.run_id().unwrap()).await.unwrap();
+    assert_eq!((record.status, &*record.place), (RunStatus::Failed, "b"));
+}
+
+#[tokio::test]
+async fn of_two_concurrent_signals_one_wins_and_the_run_is_not_marked_failed() {
+    let rt = Runtime::new();
+    let wf = Demo::default();
+    let run_id = rt.start(&wf, state(|s| s.wait = true)).await.unwrap().run_id;
+    let (a, b) = tokio::join!(
+        rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).into_future(),
+        rt.signal(&wf, run_id, "approve", json!({"approved_by": "bob"})).into_future(),
+    );
+    let (won, lost) = match (a, b) {
+        (Ok(won), Err(lost)) | (Err(lost), Ok(won)) => (won, lost),
+        other => panic!("exactly one signal must win: {other:?}"),
+    };
+    assert_eq!(won.outcome, RunOutcome::Completed);
+    assert!(matches!(lost, RunError::Store(StoreError::Conflict { expected: 2, found: 3, .. })), "{lost:?}");
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed, "the loser did not overwrite the winner's status");
+    assert_eq!(record.error, None);
+    assert_eq!(record.history.len(), 3);
 }

@@ -180,11 +180,7 @@ impl LlmDelegateToolCalls {
         match tokio::time::timeout(timeout, invocation).await {
             Err(_) => ToolOutput::error(format!("tool `{name}` timed out after {}", fmt_duration(timeout))),
             Ok(Err(panic)) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".to_owned());
+                let what = loopstack_core::panic_message(panic.as_ref());
                 tracing::error!(tool = name, call_id = cx.call_id(), panic = %what, "tool panicked");
                 ToolOutput::error(format!("tool `{name}` failed: it panicked: {what}"))
             }
