@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use loopstack::llm::{
-    Agent, AgentError, ChatRequest, ChatResponse, ContentBlock, LlmDelegateToolCalls, LlmError, Message, Role,
-    ScriptedModel, StopReason, ToolUse, Usage,
+    Agent, AgentError, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
+    ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use loopstack::{MemoryStore, Runtime};
@@ -174,8 +174,8 @@ impl Framework {
         let tool_calls = Arc::new(AtomicU64::new(0));
         let tool = WeatherTool { calls: tool_calls.clone(), latency: w.tool_latency() };
         let tools = ToolRegistry::new().with(tool).expect("one tool");
-        let agent = Agent::new(model.clone(), "bench", tools.clone())
-            .delegate(LlmDelegateToolCalls::new(tools).concurrency(FANOUT));
+        // Default settings: tools run concurrently (up to 64 at once) without tuning.
+        let agent = Agent::new(model.clone(), "bench", tools);
         let store = MemoryStore::new();
         Self { agent: Arc::new(agent), runtime: Runtime::with_store(store.clone()), store, model, tool_calls }
     }

@@ -15,7 +15,7 @@ use crate::message::{Message, ToolResult, ToolUse};
 /// The default per-tool timeout.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default number of tool calls run at once.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+pub const DEFAULT_CONCURRENCY: usize = 64;
 
 /// The result of one tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,7 +43,9 @@ impl From<&ToolCallResult> for ToolResult {
 pub struct DelegateResult {
     /// Exactly one result per call, in call order.
     pub results: Vec<ToolCallResult>,
-    /// Whether every call has its result.
+    /// Whether every call has its result. In-process tools always give one (a failure
+    /// is an error result), so this is `true` today; it is `false` for calls still
+    /// pending elsewhere, such as tools that run as waiting sub-workflows.
     pub all_completed: bool,
     /// How many results are errors.
     pub error_count: usize,
@@ -118,10 +120,15 @@ impl LlmDelegateToolCalls {
                     .with_index(index)
                     .with_run_id(run_id)
                     .with_cancellation(cancellation.clone());
-                self.run_one(call, tcx, offered, &exclusive)
+                self.run_one(call, tcx, offered, &exclusive).map(move |result| (index, result))
             })
             .collect();
-        let results: Vec<ToolCallResult> = futures::stream::iter(calls).buffered(self.concurrency).collect().await;
+        // Unordered, so one slow call does not hold back the start of later ones; the
+        // results are put back in call order below.
+        let mut indexed: Vec<(usize, ToolCallResult)> =
+            futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await;
+        indexed.sort_unstable_by_key(|(index, _)| *index);
+        let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
         let error_count = results.iter().filter(|r| r.is_error).count();
         DelegateResult { all_completed: results.len() == message.tool_uses().count(), error_count, results }
     }

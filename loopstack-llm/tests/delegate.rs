@@ -16,11 +16,19 @@ struct Probe {
     active: Arc<AtomicUsize>,
     max_seen: Arc<AtomicUsize>,
     barrier: Option<Arc<tokio::sync::Barrier>>,
+    notify: Arc<tokio::sync::Notify>,
 }
 
 impl Probe {
     fn new(name: &'static str) -> Self {
-        Self { name, options: ToolOptions::new(), active: Arc::default(), max_seen: Arc::default(), barrier: None }
+        Self {
+            name,
+            options: ToolOptions::new(),
+            active: Arc::default(),
+            max_seen: Arc::default(),
+            barrier: None,
+            notify: Arc::default(),
+        }
     }
 }
 
@@ -55,6 +63,14 @@ impl Tool for Probe {
         }
         self.active.fetch_sub(1, Ordering::SeqCst);
         match self.name {
+            "waiter" => {
+                self.notify.notified().await;
+                Ok(ToolOutput::text("woken"))
+            }
+            "notifier" => {
+                self.notify.notify_one();
+                Ok(ToolOutput::text("notified"))
+            }
             "failing" => Err(ToolError::new(format!("no data for {}", args.city))),
             "panicking" => panic!("sensor exploded"),
             "hanging" => std::future::pending().await,
@@ -205,4 +221,27 @@ fn zero_timeout_means_a_day() {
     let opts = ToolOptions::new().timeout(Duration::ZERO);
     assert_eq!(opts.effective_timeout(Duration::from_secs(30)), Duration::from_secs(86_400));
     assert_eq!(ToolOptions::new().effective_timeout(Duration::from_secs(30)), Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn a_slow_call_does_not_hold_back_later_ones() {
+    // Two slots. The waiter blocks until the third call runs; with results held in
+    // order inside the limit, the finished second call would keep the third from
+    // starting and the waiter would time out.
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let mut waiter = Probe::new("waiter");
+    waiter.notify = notify.clone();
+    waiter.options = ToolOptions::new().timeout(Duration::from_secs(10));
+    let mut notifier = Probe::new("notifier");
+    notifier.notify = notify;
+    let tools = ToolRegistry::new().with(waiter).unwrap().with(notifier).unwrap().with(Probe::new("weather")).unwrap();
+    let delegate = LlmDelegateToolCalls::new(tools).concurrency(2);
+    let message = assistant(vec![
+        call("w", "waiter", json!({"city": "A"})),
+        call("f", "weather", json!({"city": "B"})),
+        call("n", "notifier", json!({"city": "C"})),
+    ]);
+    let result = delegate.run(&RunContext::detached("t"), &message, &offered(&["waiter", "weather", "notifier"])).await;
+    let got: Vec<(&str, &str)> = result.results.iter().map(|r| (r.tool_use_id.as_str(), r.content.as_str())).collect();
+    assert_eq!(got, [("w", "woken"), ("f", "Sunny in B"), ("n", "notified")]);
 }
