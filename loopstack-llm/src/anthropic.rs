@@ -433,8 +433,13 @@ impl Decoder {
             ContentBlock::Provider { raw, .. } => Block::Raw { value: raw, json: String::new() },
             ContentBlock::ToolResult(_) => unreachable!("decode_block makes no tool results"),
         };
-        if self.blocks.len() <= index {
-            self.blocks.resize_with(index + 1, || None);
+        // Blocks arrive in order; an index far beyond them is a broken stream, not a
+        // reason to allocate.
+        if index > self.blocks.len() {
+            return Err(self.malformed(format!("content block {index} started before block {}", self.blocks.len())));
+        }
+        if self.blocks.len() == index {
+            self.blocks.push(None);
         }
         self.blocks[index] = Some(block);
         Ok(())
@@ -828,6 +833,14 @@ mod tests {
         let (_, r) =
             run_stream(&[start.clone(), json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})]);
         assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("boom")));
+        // A block index far beyond the blocks so far is refused, not allocated.
+        let (_, r) = run_stream(&[
+            start.clone(),
+            json!({"type": "content_block_start", "index": 1_000_000_000_000u64, "content_block": {"type": "text", "text": ""}}),
+        ]);
+        assert!(
+            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("started before"))
+        );
         let (_, r) = run_stream(std::slice::from_ref(&start));
         assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("message_stop")));
         let (_, r) = run_stream(&[

@@ -306,7 +306,9 @@ impl Transport {
                 if !response.status().is_success() {
                     return Err(response_failure(call, response).await);
                 }
-                response.bytes().await.map_err(|e| transport_failure(call, e))
+                // The server accepted and answered the request (and billed it): a body
+                // cut off now is not sent again, so one call is never paid for twice.
+                response.bytes().await.map_err(|e| Failure { retryable: false, ..transport_failure(call, e) })
             };
             tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
         })

@@ -67,6 +67,7 @@ pub struct OpenAi {
     api_key: Option<ApiKey>,
     base_url: String,
     text_tool_calls: bool,
+    completion_tokens_field: Option<bool>,
     transport: Transport,
 }
 
@@ -101,6 +102,7 @@ impl OpenAi {
             api_key: None,
             base_url: Self::DEFAULT_BASE_URL.to_owned(),
             text_tool_calls: false,
+            completion_tokens_field: None,
             transport: Transport::new(),
         }
     }
@@ -164,6 +166,20 @@ impl OpenAi {
         self
     }
 
+    /// Whether the output token limit is sent as `max_completion_tokens` (which
+    /// OpenAI's reasoning models require) instead of `max_tokens` (which local servers
+    /// understand). Unset, it is `max_completion_tokens` for `api.openai.com` and
+    /// `max_tokens` for any other base URL.
+    pub fn max_completion_tokens(mut self, enabled: bool) -> Self {
+        self.completion_tokens_field = Some(enabled);
+        self
+    }
+
+    fn token_limit_field(&self) -> &'static str {
+        let official = self.base_url.contains("://api.openai.com");
+        if self.completion_tokens_field.unwrap_or(official) { "max_completion_tokens" } else { "max_tokens" }
+    }
+
     /// Test hook: `sleep` is awaited instead of each retry delay, and receives it.
     #[doc(hidden)]
     pub fn __sleep_with<F, Fut>(mut self, sleep: F) -> Self
@@ -184,7 +200,7 @@ impl OpenAi {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let accept = if stream { "text/event-stream" } else { "application/json" };
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
-        let body = encode_request(request, stream);
+        let body = encode_request(request, stream, self.token_limit_field());
         let body = serde_json::to_vec(&body).map_err(|e| malformed(PROVIDER, &request.model, e.to_string()))?;
         Ok(Call { provider: PROVIDER, model: &request.model, url, headers, body: body.into() })
     }
@@ -233,7 +249,7 @@ impl ChatModel for OpenAi {
 // Encoding
 
 /// The JSON body of a Chat Completions request.
-fn encode_request(request: &ChatRequest, stream: bool) -> Value {
+fn encode_request(request: &ChatRequest, stream: bool, token_limit_field: &str) -> Value {
     let mut messages = Vec::new();
     if let Some(system) = &request.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -257,7 +273,7 @@ fn encode_request(request: &ChatRequest, stream: bool) -> Value {
         body.insert("tools".into(), tools);
     }
     if let Some(max_tokens) = request.max_tokens {
-        body.insert("max_tokens".into(), max_tokens.into());
+        body.insert(token_limit_field.into(), max_tokens.into());
     }
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), http::f32_value(temperature));
@@ -625,10 +641,17 @@ impl Decoder {
     }
 
     fn tool_delta(&mut self, position: usize, delta: WireToolCallDelta, out: &mut Vec<StreamEvent>) {
-        let key = delta.index.unwrap_or(position as u64);
         let (name, arguments) = delta.function.map(|f| (f.name, f.arguments)).unwrap_or_default();
-        let slot = match self.tool_index.get(&key) {
-            Some(&slot) => slot,
+        // Servers that leave out `index` are matched by call id: a new id is a new call,
+        // and a piece without id or index continues the call before it.
+        let existing = match (delta.index, delta.id.as_deref()) {
+            (Some(key), _) => self.tool_index.get(&key).copied(),
+            (None, Some(id)) => self.tools.iter().position(|t| t.id == id),
+            (None, None) => self.tools.len().checked_sub(1),
+        };
+        let key = delta.index.unwrap_or(u64::MAX - position as u64 - self.tools.len() as u64);
+        let slot = match existing {
+            Some(slot) => slot,
             None => {
                 let block = self.blocks;
                 self.blocks += 1;
@@ -806,7 +829,7 @@ mod tests {
         .temperature(0.7);
         request.stop_sequences = vec!["END".into()];
         assert_eq!(
-            encode_request(&request, false),
+            encode_request(&request, false, "max_tokens"),
             json!({
                 "model": "gpt-x",
                 "messages": [
@@ -831,7 +854,7 @@ mod tests {
             })
         );
         assert_eq!(
-            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true),
+            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, "max_tokens"),
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                    "stream": true, "stream_options": {"include_usage": true}})
         );
@@ -1050,6 +1073,41 @@ mod tests {
                 StreamEvent::ToolInputDelta { index: 0, partial_json: "{}".into() },
             ]
         );
+    }
+
+    #[test]
+    fn stream_tool_calls_without_index_are_told_apart_by_id() {
+        let call = |id: Option<&str>, name: Option<&str>, args: &str| {
+            let mut tc = json!({"function": {"arguments": args}});
+            if let Some(id) = id {
+                tc["id"] = json!(id);
+                tc["type"] = json!("function");
+            }
+            if let Some(name) = name {
+                tc["function"]["name"] = json!(name);
+            }
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [tc]}}]}).to_string()
+        };
+        let chunks = [
+            call(Some("a"), Some("get_weather"), r#"{"location":"#),
+            call(None, None, r#""Oslo"}"#),
+            call(Some("b"), Some("get_weather"), r#"{"location":"Rome"}"#),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        ];
+        let chunks: Vec<&str> = chunks.iter().map(String::as_str).chain(["[DONE]"]).collect();
+        let (_, response) = run_stream(&chunks, vec![]);
+        let response = response.unwrap();
+        let calls: Vec<(&str, &Value)> = response.message.tool_uses().map(|t| (t.id.as_str(), &t.input)).collect();
+        assert_eq!(calls, [("a", &json!({"location": "Oslo"})), ("b", &json!({"location": "Rome"}))]);
+    }
+
+    #[test]
+    fn the_token_limit_field_follows_the_server() {
+        assert_eq!(OpenAi::new().token_limit_field(), "max_completion_tokens");
+        let local = OpenAi::new().base_url("http://localhost:11434/v1");
+        assert_eq!(local.token_limit_field(), "max_tokens");
+        assert_eq!(local.max_completion_tokens(true).token_limit_field(), "max_completion_tokens");
+        assert_eq!(OpenAi::new().max_completion_tokens(false).token_limit_field(), "max_tokens");
     }
 
     #[test]

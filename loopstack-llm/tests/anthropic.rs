@@ -392,6 +392,17 @@ async fn a_dropped_connection_is_retried() {
 }
 
 #[tokio::test]
+async fn a_body_cut_off_after_success_is_not_sent_again() {
+    // The server answered 200 (and billed the call): retrying would pay for it twice.
+    let server = Server::start(vec![Reply::json(200, text_reply()).truncated(), Reply::json(200, text_reply())]).await;
+    let (model, sleeps) = claude(&server);
+    let err = model.chat(&hello()).await.unwrap_err();
+    assert!(matches!(&err, LlmError::Connection { provider: "anthropic", .. }), "{err:?}");
+    assert_eq!(server.requests().len(), 1);
+    assert!(sleeps.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_a_connection_error_after_the_retries() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -28,6 +28,8 @@ enum Mode {
     Stall,
     /// Closes the connection without answering.
     Close,
+    /// Announces a longer body than it sends, then closes the connection.
+    Truncate,
 }
 
 /// One scripted reply.
@@ -76,6 +78,12 @@ impl Reply {
     /// Sends the head and the body, then never ends the body (stays silent).
     pub fn then_hang(mut self) -> Self {
         self.mode = Mode::Hang;
+        self
+    }
+
+    /// Sends the head and part of the body, then closes the connection.
+    pub fn truncated(mut self) -> Self {
+        self.mode = Mode::Truncate;
         self
     }
 
@@ -213,7 +221,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             while socket.read(&mut sink).await? > 0 {}
             return stop();
         }
-        Mode::Whole | Mode::Pieces(_) | Mode::Hang => {}
+        Mode::Whole | Mode::Pieces(_) | Mode::Hang | Mode::Truncate => {}
     }
     let mut head = format!("HTTP/1.1 {} Test\r\n", reply.status);
     for (name, value) in &reply.headers {
@@ -221,6 +229,7 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
     }
     match &reply.mode {
         Mode::Pieces(_) | Mode::Hang => head.push_str("transfer-encoding: chunked\r\n\r\n"),
+        Mode::Truncate => head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len() + 100)),
         _ => head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len())),
     }
     socket.write_all(head.as_bytes()).await?;
@@ -250,6 +259,11 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             socket.flush().await?;
             let mut sink = [0u8; 1024];
             while socket.read(&mut sink).await? > 0 {}
+            return Err(std::io::Error::other("closed"));
+        }
+        Mode::Truncate => {
+            socket.write_all(&reply.body).await?;
+            socket.flush().await?;
             return Err(std::io::Error::other("closed"));
         }
         _ => socket.write_all(&reply.body).await?,
