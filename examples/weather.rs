@@ -87,7 +87,8 @@ impl ToolCallWorkflow {
     }
 
     fn has_tool_calls(&self, state: &ToolCallState) -> bool {
-        state.llm_result.as_ref().is_some_and(|r| r.stop_reason == StopReason::ToolUse)
+        // The stop reason says tool use and there is a call to make.
+        state.llm_result.as_ref().is_some_and(GenerateResult::wants_tools)
     }
 
     fn all_tools_complete(&self, state: &ToolCallState) -> bool {
@@ -195,6 +196,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if args.mermaid {
+        // The diagram needs no model: draw it from the transition table.
+        let options = GenerateOptions::new("scripted", "scripted-weather");
+        let workflow = ToolCallWorkflow::new(Models::new().with(scripted_weather_model()), options)?;
+        println!("{}", workflow.mermaid());
+        return Ok(());
+    }
     if args.provider == "scripted" {
         println!(
             "Running offline with the scripted model: no API key or network needed (use --provider anthropic|openai for a real model)."
@@ -206,13 +214,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let model = args.model.unwrap_or_else(|| default_model.to_owned());
     let options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
     let workflow = ToolCallWorkflow::new(models, options)?;
-    if args.mermaid {
-        println!("{}", workflow.mermaid());
-        return Ok(());
-    }
 
     let runtime = Runtime::new();
-    let report = runtime.start(&workflow, args.question).await?;
+    // A model that keeps calling tools is stopped after 40 transitions (13 model turns).
+    let report = runtime.start(&workflow, args.question).max_steps(40).await?;
     let store = runtime.store();
 
     println!("\nConversation:");
@@ -254,8 +259,9 @@ mod tests {
     }
 
     fn turn(stop_reason: StopReason) -> GenerateResult {
+        let call = serde_json::json!({"type": "tool_use", "id": "c", "name": "get_weather", "input": {}});
         serde_json::from_value(serde_json::json!({
-            "message": {"role": "assistant", "content": []},
+            "message": {"role": "assistant", "content": [call]},
             "stop_reason": stop_reason,
             "usage": {"input_tokens": 0, "output_tokens": 0},
             "provider": "scripted",
@@ -296,6 +302,14 @@ mod tests {
             wf.route(P::AwaitingTools, &state).unwrap(),
             Route::DeadEnd { false_guards: vec!["all_tools_complete"] }
         );
+    }
+
+    #[test]
+    fn the_diagram_matches_the_readme() {
+        let wf = workflow(ScriptedModel::new());
+        let readme = include_str!("../README.md");
+        let diagram = wf.mermaid();
+        assert!(readme.contains(&format!("```mermaid\n{diagram}```")), "README diagram is stale:\n{diagram}");
     }
 
     #[test]

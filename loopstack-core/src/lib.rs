@@ -53,6 +53,12 @@ mod store;
 mod tool;
 mod workflow;
 
+/// The schemars loopstack builds tool schemas with; derive `JsonSchema` from this version.
+pub use ::schemars;
+/// The serde loopstack uses.
+pub use ::serde;
+/// The serde_json loopstack uses.
+pub use ::serde_json;
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use futures::future::BoxFuture;
@@ -71,11 +77,11 @@ pub use workflow::{
 /// What generated code reaches for. Not public API: it may change in any release.
 #[doc(hidden)]
 pub mod __private {
+    pub use ::schemars;
+    pub use ::serde;
+    pub use ::serde_json;
     pub use async_trait::async_trait;
     pub use futures::future::BoxFuture;
-    pub use schemars;
-    pub use serde;
-    pub use serde_json;
     pub use std::boxed::Box;
     pub use std::option::Option::{self, None, Some};
     pub use std::result::Result::{self, Err, Ok};

@@ -374,6 +374,22 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
     }
 }
 
+impl ToolError {
+    /// A handler failure from a boxed error (`From` cannot cover it: it would overlap
+    /// the conversion from every `std::error::Error`). Use it as
+    /// `.map_err(ToolError::from_boxed)?`.
+    pub fn from_boxed(err: crate::BoxError) -> Self {
+        let mut message = err.to_string();
+        let mut source = err.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Self::new(message)
+    }
+}
+
 /// Deserializes a tool's arguments, turning a mismatch into an
 /// [`ToolErrorKind::InvalidArguments`] error whose text says what was wrong and where.
 pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
