@@ -150,19 +150,12 @@ pub struct Drive<'a, W: Workflow> {
     mode: Mode<W::Input>,
     run_id: Option<RunId>,
     max_steps: u64,
-    cancellation: CancellationToken,
+    cancellation: Option<CancellationToken>,
 }
 
 impl<'a, W: Workflow> Drive<'a, W> {
     fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
-        Self {
-            runtime,
-            workflow,
-            mode,
-            run_id: None,
-            max_steps: runtime.max_steps,
-            cancellation: CancellationToken::new(),
-        }
+        Self { runtime, workflow, mode, run_id: None, max_steps: runtime.max_steps, cancellation: None }
     }
 
     /// Sets the step limit for this run.
@@ -181,7 +174,7 @@ impl<'a, W: Workflow> Drive<'a, W> {
     /// transition in flight is dropped with everything it started, and the run is
     /// recorded as cancelled at its last checkpoint.
     pub fn cancel_on(mut self, token: CancellationToken) -> Self {
-        self.cancellation = token;
+        self.cancellation = Some(token);
         self
     }
 }
@@ -246,10 +239,14 @@ async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunE
     let place =
         def.place(&start.place).map_err(|e| RunError::Mismatch { workflow: name, run_id, reason: e.to_string() })?;
     let documents = if start.step == 0 { Vec::new() } else { store.documents(run_id).await? };
+    // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
+    // to race a cancellation future.
+    let watch_cancellation = cancellation.is_some();
+    let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(store.clone(), run_id, name, place, start.step, documents, cancellation);
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
-        let outcome = run_loop(wf, &mut state, &mut cx, signal, max_steps).await;
+        let outcome = run_loop(wf, &mut state, &mut cx, signal, max_steps, watch_cancellation).await;
         match &outcome {
             Ok(RunOutcome::Completed) => tracing::info!(steps = cx.step, "run completed"),
             Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
@@ -301,6 +298,7 @@ async fn run_loop<W: Workflow>(
     cx: &mut RunContext,
     mut signal: Option<(String, Value)>,
     max_steps: u64,
+    watch_cancellation: bool,
 ) -> Result<RunOutcome, RunError> {
     let def = wf.definition();
     let name = def.name();
@@ -347,9 +345,13 @@ async fn run_loop<W: Workflow>(
         let t = &def.transitions()[index];
         let step = cx.step + 1;
         let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
-        let token = cx.cancellation.clone();
+        let token = watch_cancellation.then(|| cx.cancellation.clone());
         let transition = AssertUnwindSafe(wf.transition(index, state, cx, payload).instrument(span.clone()));
-        let result = match cancellable(&token, transition.catch_unwind()).await {
+        let finished = match &token {
+            Some(token) => cancellable(token, transition.catch_unwind()).await,
+            None => Some(transition.catch_unwind().await),
+        };
+        let result = match finished {
             None => None,
             Some(Ok(result)) => Some(result),
             // A panicking transition fails its run like an error does; the task lives on.

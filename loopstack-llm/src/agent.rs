@@ -75,14 +75,18 @@ pub struct AgentState {
     /// Tokens used by all turns.
     pub usage: Usage,
     /// Why the last model turn stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stop: Option<StopReason>,
     /// How many tool calls the last model turn asked for.
     pub last_tool_calls: usize,
     /// Whether the last batch of tool calls completed, and its error count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_completed: Option<(bool, usize)>,
     /// Set when the run ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AgentStatus>,
     /// The final answer's text, set when the run ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
 

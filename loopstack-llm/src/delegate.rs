@@ -124,9 +124,12 @@ impl LlmDelegateToolCalls {
             })
             .collect();
         // Unordered, so one slow call does not hold back the start of later ones; the
-        // results are put back in call order below.
-        let mut indexed: Vec<(usize, ToolCallResult)> =
-            futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await;
+        // results are put back in call order below. A single call needs no machinery.
+        let mut indexed: Vec<(usize, ToolCallResult)> = if calls.len() == 1 {
+            futures::future::join_all(calls).await
+        } else {
+            futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await
+        };
         indexed.sort_unstable_by_key(|(index, _)| *index);
         let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
         let error_count = results.iter().filter(|r| r.is_error).count();
