@@ -173,6 +173,13 @@ impl Agent {
 
     /// Runs the agent on `prompt` and returns its answer. The run and its documents
     /// stay in the runtime's store.
+    ///
+    /// An error from a step comes back as the step's own [`AgentError`]. To keep the
+    /// failed run's id and the transition that failed, drive the same workflow yourself:
+    /// `runtime.start(&agent, prompt).run_id(id).await` returns the
+    /// [`RunError`](loopstack_core::RunError), whose
+    /// [`transition_source`](loopstack_core::RunError::transition_source) downcasts to
+    /// `AgentError`.
     pub async fn ask(&self, runtime: &Runtime, prompt: impl Into<String>) -> Result<AgentReply, AgentError> {
         let report = runtime.start(self, prompt.into()).await.map_err(|err| match err {
             RunError::Transition { source, .. } if source.is::<AgentError>() => {
