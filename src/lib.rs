@@ -46,7 +46,7 @@ pub use loopstack_llm as llm;
 
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///
-/// It brings [`Result`](crate::Result), whose error defaults to [`BoxError`], into
+/// It brings [`Result`], whose error defaults to [`BoxError`], into
 /// scope in place of the standard one; `Result<T, E>` keeps working as usual.
 pub mod prelude {
     pub use loopstack_core::{
