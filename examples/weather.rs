@@ -241,7 +241,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("\nTransitions:");
-    for step in store.load_run(report.run_id).await?.history {
+    for step in store.history(report.run_id).await? {
         println!("  {:>2}. {} -> {} ({})", step.step, step.from, step.to, step.transition);
     }
     println!("\nTokens: {} input, {} output", usage.input_tokens, usage.output_tokens);
@@ -352,10 +352,9 @@ mod tests {
         }
         let steps: Vec<String> = runtime
             .store()
-            .load_run(report.run_id)
+            .history(report.run_id)
             .await
             .unwrap()
-            .history
             .into_iter()
             .map(|s| s.transition.into_owned())
             .collect();

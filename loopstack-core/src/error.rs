@@ -1,6 +1,6 @@
 //! Error types of the core crate.
 
-use crate::RunId;
+use crate::{RunId, RunStatus, Timestamp};
 
 /// A boxed error, the error type of transitions and the source of many typed errors.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -30,9 +30,81 @@ pub enum StoreError {
         /// The step the store holds.
         found: u64,
     },
+    /// The run was claimed by another drive since this one claimed it: this drive's
+    /// writes are refused (a fencing token).
+    #[error(
+        "run {run_id} was taken over by another driver: this drive holds epoch {epoch}, the run is at epoch {current}"
+    )]
+    Fenced {
+        /// The run.
+        run_id: RunId,
+        /// The epoch the writer holds.
+        epoch: u64,
+        /// The run's epoch in the store.
+        current: u64,
+    },
+    /// The run is completed, failed or cancelled and takes no more writes.
+    #[error("run {run_id} is {status} and takes no more writes")]
+    Finished {
+        /// The run.
+        run_id: RunId,
+        /// Its final status.
+        status: RunStatus,
+    },
+    /// A claim expected the run in another status.
+    #[error("run {run_id} is {status}")]
+    InvalidStatus {
+        /// The run.
+        run_id: RunId,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// A worker's claim found the run leased by a live driver.
+    #[error("run {run_id} is leased by `{owner}` until {until}")]
+    Leased {
+        /// The run.
+        run_id: RunId,
+        /// The lease's holder.
+        owner: String,
+        /// When the lease runs out.
+        until: Timestamp,
+    },
+    /// A signal arrived after the driver read the inbox; it must read it again.
+    #[error("a signal arrived for run {run_id} while it was parking")]
+    SignalArrived {
+        /// The run.
+        run_id: RunId,
+    },
+    /// No pending signal with this id is in the run's inbox.
+    #[error("run {run_id} has no pending signal {signal}")]
+    SignalNotFound {
+        /// The run.
+        run_id: RunId,
+        /// The signal's id.
+        signal: u64,
+    },
+    /// The run has no checkpoint at this step.
+    #[error("run {run_id} has no checkpoint at step {step}")]
+    CheckpointNotFound {
+        /// The run.
+        run_id: RunId,
+        /// The step asked for.
+        step: u64,
+    },
+    /// The store holds data it cannot read (a wrong status name, a bad id).
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
     /// The backend failed (connection, query, serialization).
     #[error("store backend error: {0}")]
     Backend(#[source] BoxError),
+}
+
+impl StoreError {
+    /// Whether the error means another drive owns the run now (a lost race, a
+    /// takeover): this drive stops without recording anything.
+    pub fn is_lost_run(&self) -> bool {
+        matches!(self, Self::Conflict { .. } | Self::Fenced { .. } | Self::Finished { .. })
+    }
 }
 
 /// Why a run stopped with an error.
@@ -159,6 +231,51 @@ pub enum RunError {
         #[source]
         source: serde_json::Error,
     },
+    /// The run stands at a place the workflow no longer has: its transition table
+    /// changed since the run was started.
+    #[error(
+        "run {run_id} stands at place `{place}`, which workflow `{workflow}` no longer has: the run was started with \
+         transition table {stored_hash}, this build has {current_hash}"
+    )]
+    DefinitionChanged {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The stored place.
+        place: String,
+        /// The hash stored with the run.
+        stored_hash: String,
+        /// The hash of this build's table.
+        current_hash: String,
+    },
+    /// A guard panicked while the run was routed at `place`; the run keeps its last
+    /// checkpoint and is marked failed.
+    #[error("workflow `{workflow}` (run {run_id}): a guard panicked at place `{place}`: {message}")]
+    GuardPanicked {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The place being routed.
+        place: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+    /// A wait transition refused its signal by returning an error; the run is still
+    /// waiting and the signal is recorded as rejected.
+    #[error("workflow `{workflow}` (run {run_id}): signal `{signal}` was refused: {source}; the run is still waiting")]
+    SignalRefused {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The signal (wait transition) name.
+        signal: &'static str,
+        /// What the transition returned.
+        #[source]
+        source: BoxError,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -180,6 +297,9 @@ impl RunError {
             | Self::InvalidSignalPayload { run_id, .. }
             | Self::InvalidStatus { run_id, .. }
             | Self::Mismatch { run_id, .. }
+            | Self::DefinitionChanged { run_id, .. }
+            | Self::GuardPanicked { run_id, .. }
+            | Self::SignalRefused { run_id, .. }
             | Self::State { run_id, .. } => Some(*run_id),
             Self::Store(_) => None,
         }
@@ -191,7 +311,7 @@ impl RunError {
     /// `err.transition_source().and_then(|e| e.downcast_ref::<MyError>())`.
     pub fn transition_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {
-            Self::Transition { source, .. } => Some(source.as_ref()),
+            Self::Transition { source, .. } | Self::SignalRefused { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

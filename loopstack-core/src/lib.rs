@@ -45,11 +45,12 @@
 //! # Ok::<(), RunError>(()) }).unwrap();
 //! ```
 
+mod context;
 mod document;
 mod error;
 mod registry;
 mod runtime;
-mod store;
+pub mod store;
 mod tool;
 mod workflow;
 
@@ -59,12 +60,16 @@ pub use ::schemars;
 pub use ::serde;
 /// The serde_json loopstack uses.
 pub use ::serde_json;
+pub use context::RunContext;
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
-pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunContext, RunOutcome, RunReport, Runtime, cancellable, panic_message};
-pub use store::{Checkpoint, MemoryStore, RunId, RunRecord, RunStatus, StepRecord, Store};
+pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, cancellable, panic_message};
+pub use store::{
+    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, RunId, RunPage, RunQuery, RunRecord,
+    RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
     IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,

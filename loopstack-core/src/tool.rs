@@ -128,6 +128,7 @@ pub struct ToolContext {
     tool_name: String,
     index: usize,
     run_id: Option<RunId>,
+    step: Option<u64>,
     cancellation: CancellationToken,
 }
 
@@ -139,6 +140,7 @@ impl ToolContext {
             tool_name: tool_name.into(),
             index: 0,
             run_id: None,
+            step: None,
             cancellation: CancellationToken::new(),
         }
     }
@@ -154,6 +156,14 @@ impl ToolContext {
     #[must_use]
     pub fn with_run_id(mut self, run_id: RunId) -> Self {
         self.run_id = Some(run_id);
+        self
+    }
+
+    /// Sets the step of the run the call is made in (the step its transition will
+    /// commit as).
+    #[must_use]
+    pub fn with_step(mut self, step: u64) -> Self {
+        self.step = Some(step);
         self
     }
 
@@ -182,6 +192,24 @@ impl ToolContext {
     /// The run the call belongs to, when it is made from a run.
     pub fn run_id(&self) -> Option<RunId> {
         self.run_id
+    }
+
+    /// The step of the run the call is made in.
+    pub fn step(&self) -> Option<u64> {
+        self.step
+    }
+
+    /// A key that names this call for good: `{run_id}/{step}/{call_id}`.
+    ///
+    /// A transition interrupted by a crash runs again when its run resumes (runs are
+    /// checkpointed per transition: at least once), and so do the tool calls it
+    /// made; the retried call has the same key. A tool whose side effect must happen
+    /// once (a payment, an email) passes it to the service it calls as an
+    /// idempotency key, or records it next to the effect and checks it first.
+    /// Outside a run (a tool called directly) there is no key.
+    pub fn idempotency_key(&self) -> Option<String> {
+        let (run_id, step) = (self.run_id?, self.step?);
+        Some(format!("{run_id}/{step}/{}", self.call_id))
     }
 
     /// Cancelled when the run is cancelled; long-running tools may watch it.

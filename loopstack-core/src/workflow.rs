@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::context::RunContext;
 use crate::error::BoxError;
-use crate::runtime::RunContext;
 
 /// The initial place of every workflow.
 pub const START: &str = "start";
@@ -144,6 +144,7 @@ pub struct Definition {
     places: &'static [&'static str],
     transitions: &'static [TransitionDef],
     order: OnceLock<Vec<Vec<usize>>>,
+    hash: OnceLock<String>,
 }
 
 /// The routing decision at one place for one state.
@@ -199,12 +200,42 @@ impl Definition {
         places: &'static [&'static str],
         transitions: &'static [TransitionDef],
     ) -> Self {
-        Self { name, places, transitions, order: OnceLock::new() }
+        Self { name, places, transitions, order: OnceLock::new(), hash: OnceLock::new() }
     }
 
     /// The workflow's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// A stable hash of the table (FNV-1a over its places and transitions with their
+    /// places, priorities, guards and wait marks), as 16 hex digits. Stores keep it
+    /// with each run, so resuming a run whose place a later build removed names both
+    /// tables. It is the same on every platform and build.
+    pub fn hash(&self) -> &str {
+        self.hash.get_or_init(|| {
+            let mut h = Fnv::default();
+            h.str(self.name);
+            for p in self.places {
+                h.str(p);
+            }
+            h.byte(0xff);
+            for t in self.transitions {
+                h.str(t.name);
+                for f in t.from {
+                    h.str(f);
+                }
+                h.byte(0xfe);
+                h.str(t.to);
+                match t.priority {
+                    Some(p) => h.bytes(&p.to_le_bytes()),
+                    None => h.byte(0xfd),
+                }
+                h.str(t.guard.unwrap_or("\u{0}"));
+                h.byte(u8::from(t.wait));
+            }
+            format!("{:016x}", h.0)
+        })
     }
 
     /// Every place, as stable snake_case names.
@@ -391,6 +422,30 @@ impl Definition {
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+}
+
+/// 64-bit FNV-1a, for [`Definition::hash`]: stable across builds, unlike std's hasher.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn byte(&mut self, b: u8) {
+        self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.byte(b);
+        }
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+        self.byte(0);
     }
 }
 

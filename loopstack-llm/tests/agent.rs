@@ -109,7 +109,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
 
     let record = runtime.store().load_run(reply.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
-    let steps: Vec<&str> = record.history.iter().map(|s| &*s.transition).collect();
+    let history = runtime.store().history(reply.run_id).await.unwrap();
+    let steps: Vec<&str> = history.iter().map(|s| &*s.transition).collect();
     assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
     model.assert_finished();
 }

@@ -171,7 +171,8 @@ async fn a_full_run_reaches_end() {
     let record = runtime.store().load_run(report.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);
     assert_eq!(record.place, "end");
-    let places: Vec<(&str, &str)> = record.history.iter().map(|s| (&*s.from, &*s.to)).collect();
+    let history = runtime.store().history(report.run_id).await.unwrap();
+    let places: Vec<(&str, &str)> = history.iter().map(|s| (&*s.from, &*s.to)).collect();
     assert_eq!(places[..3], [("start", "ready"), ("ready", "prompt_executed"), ("prompt_executed", "awaiting_tools")]);
 }
 

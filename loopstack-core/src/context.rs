@@ -1,0 +1,229 @@
+//! The context a transition sees: the run's documents, its id, place and step.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use crate::document::{Document, DocumentType, SaveOptions};
+use crate::store::{MemoryStore, RunId, Store};
+
+/// What a transition method can reach: the run's documents, its id and place, and
+/// its cancellation.
+///
+/// Documents saved during a transition are visible to later reads of the same
+/// transition at once, and reach the store together with the new state when the
+/// transition completes. If the transition fails, none of them are kept.
+pub struct RunContext {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) run_id: RunId,
+    workflow: &'static str,
+    pub(crate) place: &'static str,
+    pub(crate) step: u64,
+    docs: Vec<Arc<Document>>,
+    /// Positions in `docs` of the keyed documents, by key (any type): a keyed save
+    /// finds its document without scanning the run.
+    keyed: HashMap<String, Vec<usize>>,
+    committed_len: usize,
+    undo: Vec<(usize, Arc<Document>)>,
+    pub(crate) pending: Vec<Arc<Document>>,
+    pub(crate) cancellation: CancellationToken,
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("run_id", &self.run_id)
+            .field("workflow", &self.workflow)
+            .field("place", &self.place)
+            .field("step", &self.step)
+            .field("documents", &self.docs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunContext {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        run_id: RunId,
+        workflow: &'static str,
+        place: &'static str,
+        step: u64,
+        docs: Vec<Arc<Document>>,
+        cancellation: CancellationToken,
+    ) -> Self {
+        let mut keyed: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, d) in docs.iter().enumerate() {
+            if let Some(key) = &d.key {
+                keyed.entry(key.clone()).or_default().push(i);
+            }
+        }
+        let committed_len = docs.len();
+        Self {
+            store,
+            run_id,
+            workflow,
+            place,
+            step,
+            docs,
+            keyed,
+            committed_len,
+            undo: Vec::new(),
+            pending: Vec::new(),
+            cancellation,
+        }
+    }
+
+    /// A context outside any runtime, over a fresh in-memory run: for unit tests of
+    /// code that takes a `&mut RunContext`. Documents saved here are never committed.
+    pub fn detached(workflow: &'static str) -> Self {
+        Self::new(
+            Arc::new(MemoryStore::new()),
+            RunId::new(),
+            workflow,
+            crate::START,
+            0,
+            Vec::new(),
+            CancellationToken::new(),
+        )
+    }
+
+    pub(crate) fn committed(&mut self, step: u64, place: &'static str) {
+        self.step = step;
+        self.place = place;
+        self.committed_len = self.docs.len();
+        self.undo.clear();
+    }
+
+    pub(crate) fn rollback(&mut self) {
+        for doc in &self.pending {
+            let seq = doc.seq as usize;
+            if let (Some(key), true) = (&doc.key, seq >= self.committed_len)
+                && let Some(positions) = self.keyed.get_mut(key)
+            {
+                positions.retain(|&p| p != seq);
+                if positions.is_empty() {
+                    self.keyed.remove(key);
+                }
+            }
+        }
+        self.docs.truncate(self.committed_len);
+        for (i, doc) in self.undo.drain(..).rev() {
+            self.docs[i] = doc;
+        }
+        self.pending.clear();
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> RunId {
+        self.run_id
+    }
+
+    /// The workflow's name.
+    pub fn workflow(&self) -> &'static str {
+        self.workflow
+    }
+
+    /// The place the running transition left from.
+    pub fn place(&self) -> &'static str {
+        self.place
+    }
+
+    /// How many transitions completed before this one; the running transition
+    /// commits as step `step() + 1`.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Cancelled when the run is cancelled.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancellation
+    }
+
+    /// The store the run is kept in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Saves a typed document with the type's default tags.
+    pub fn save<T: DocumentType>(&mut self, doc: &T) -> Result<&Arc<Document>, serde_json::Error> {
+        self.save_with(doc, SaveOptions::new())
+    }
+
+    /// Saves a typed document with a key, tags and metadata.
+    pub fn save_with<T: DocumentType>(
+        &mut self,
+        doc: &T,
+        options: SaveOptions,
+    ) -> Result<&Arc<Document>, serde_json::Error> {
+        let content = serde_json::value::to_raw_value(doc)?;
+        let mut options = options;
+        for tag in T::default_tags().iter().rev() {
+            if !options.tags.iter().any(|t| t == tag) {
+                options.tags.insert(0, Cow::Borrowed(*tag));
+            }
+        }
+        Ok(self.save_raw(T::TYPE, content, options))
+    }
+
+    fn find_keyed(&self, doc_type: &str, key: &str) -> Option<usize> {
+        self.keyed.get(key)?.iter().copied().find(|&i| self.docs[i].doc_type == doc_type)
+    }
+
+    /// Saves an untyped document whose content is already JSON.
+    pub fn save_raw(
+        &mut self,
+        doc_type: impl Into<Cow<'static, str>>,
+        content: Box<RawValue>,
+        options: SaveOptions,
+    ) -> &Arc<Document> {
+        let doc_type = doc_type.into();
+        let SaveOptions { key, tags, metadata } = options;
+        let existing = key.as_deref().and_then(|k| self.find_keyed(&doc_type, k));
+        let (seq, version) = match existing {
+            Some(i) => (self.docs[i].seq, self.docs[i].version + 1),
+            None => (self.docs.len() as u64, 1),
+        };
+        if let (None, Some(k)) = (existing, &key) {
+            self.keyed.entry(k.clone()).or_default().push(self.docs.len());
+        }
+        let doc = Arc::new(Document { seq, doc_type, key, version, tags, metadata, content, step: self.step + 1 });
+        self.pending.push(doc.clone());
+        match existing {
+            Some(i) => {
+                let old = std::mem::replace(&mut self.docs[i], doc);
+                if i < self.committed_len {
+                    self.undo.push((i, old));
+                }
+                &self.docs[i]
+            }
+            None => {
+                self.docs.push(doc);
+                self.docs.last().expect("just pushed")
+            }
+        }
+    }
+
+    /// The run's documents (current versions, in the order first saved), including
+    /// those this transition saved so far.
+    pub fn documents(&self) -> &[Arc<Document>] {
+        &self.docs
+    }
+
+    /// The run's documents of type `T`, read as `T`, in order.
+    pub fn documents_of<T: DocumentType>(&self) -> Result<Vec<T>, serde_json::Error> {
+        self.docs.iter().filter(|d| d.doc_type == T::TYPE).map(|d| d.read()).collect()
+    }
+
+    /// The most recent document of type `T`.
+    pub fn latest<T: DocumentType>(&self) -> Option<Result<T, serde_json::Error>> {
+        self.docs.iter().rev().find(|d| d.doc_type == T::TYPE).map(|d| d.read())
+    }
+
+    /// The current document of type `T` with this key.
+    pub fn get<T: DocumentType>(&self, key: &str) -> Option<Result<T, serde_json::Error>> {
+        self.find_keyed(T::TYPE, key).map(|i| self.docs[i].read())
+    }
+}

@@ -1,0 +1,200 @@
+//! The driver: turns a [`Drive`] into a claimed run, runs the loop, and records how
+//! the drive ended.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use tracing::Instrument as _;
+
+use super::run_loop::{LeaseCfg, RunLoop};
+use super::{Drive, Mode, RunOutcome, RunReport};
+use crate::context::RunContext;
+use crate::document::Document;
+use crate::error::{RunError, StoreError};
+use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus, Timestamp};
+use crate::workflow::{Route, Workflow};
+
+pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
+    move |source| RunError::State { workflow, run_id, source }
+}
+
+/// Checks that a stored run can be driven by `wf`: its workflow, its place (naming
+/// both table hashes when the place is gone) and its state.
+fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(&'static str, W::State), RunError> {
+    let def = wf.definition();
+    let (name, run_id) = (def.name(), record.run_id);
+    if record.workflow != name {
+        return Err(RunError::Mismatch {
+            workflow: name,
+            run_id,
+            reason: format!("the run belongs to workflow `{}`", record.workflow),
+        });
+    }
+    let place = def.place(&record.place).map_err(|e| {
+        if record.definition_hash == def.hash() {
+            RunError::Mismatch { workflow: name, run_id, reason: e.to_string() }
+        } else {
+            RunError::DefinitionChanged {
+                workflow: name,
+                run_id,
+                place: record.place.to_string(),
+                stored_hash: record.definition_hash.clone(),
+                current_hash: def.hash().to_owned(),
+            }
+        }
+    })?;
+    let state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
+    Ok((place, state))
+}
+
+fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(StoreError) -> RunError {
+    move |e| match e {
+        StoreError::InvalidStatus { run_id, status } | StoreError::Finished { run_id, status } => {
+            RunError::InvalidStatus { workflow, run_id, status, action }
+        }
+        other => RunError::Store(other),
+    }
+}
+
+/// A drive ready to loop: the claimed run and where it starts.
+struct Ready<S> {
+    record: RunRecord,
+    place: &'static str,
+    state: S,
+    documents: Vec<Arc<Document>>,
+    own_signal: Option<u64>,
+}
+
+pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
+    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation } = d;
+    let def = wf.definition();
+    let name = def.name();
+    let store = &runtime.store;
+    let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
+    let new_lease =
+        || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: Timestamp::now().add(l.duration) });
+    let claim = |expect: &[RunStatus]| {
+        let claim = Claim::new(expect.to_vec());
+        match new_lease() {
+            Some(l) => claim.lease(l),
+            None => claim,
+        }
+    };
+
+    let ready: Ready<W::State> = match mode {
+        Mode::Start(input) => {
+            let run_id = run_id.unwrap_or_default();
+            let state = wf.init(input);
+            let value = serde_json::value::to_raw_value(&state).map_err(state_error(name, run_id))?;
+            let mut new = NewRun::new(run_id, name, def.hash(), value);
+            if let Some(l) = new_lease() {
+                new = new.lease(l);
+            }
+            let record = store.create_run(new).await?;
+            Ready { record, place: crate::START, state, documents: Vec::new(), own_signal: None }
+        }
+        Mode::Resume(id) | Mode::Retry(id) => {
+            let (expect, action): (&[RunStatus], _) = match mode {
+                Mode::Retry(_) => (&[RunStatus::Failed, RunStatus::Cancelled], "be retried"),
+                _ => (&[RunStatus::Queued, RunStatus::Running, RunStatus::Waiting], "be resumed"),
+            };
+            // Check before claiming, so a run this build cannot drive is left as it was.
+            check_run(wf, &store.load_run(id).await?)?;
+            let record = store.claim(id, &claim(expect)).await.map_err(invalid_status(name, action))?;
+            let (place, state) = check_run(wf, &record)?;
+            let documents = store.documents(id).await?;
+            Ready { record, place, state, documents, own_signal: None }
+        }
+        Mode::Fork(source, step) => {
+            check_run(wf, &store.load_run(source).await?)?;
+            let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
+            let (place, state) = check_run(wf, &record)?;
+            let documents = store.documents(record.run_id).await?;
+            Ready { record, place, state, documents, own_signal: None }
+        }
+        Mode::Signal(id, signal, payload) => {
+            let stored = store.load_run(id).await?;
+            let (place, state) = check_run(wf, &stored)?;
+            if stored.status.is_finished() {
+                return Err(RunError::InvalidStatus {
+                    workflow: name,
+                    run_id: id,
+                    status: stored.status,
+                    action: "take a signal",
+                });
+            }
+            // Refuse what can never be delivered before storing anything.
+            let enabled: Vec<&'static str> = if stored.status == RunStatus::Waiting {
+                match super::run_loop::route(wf, place, &state, id)? {
+                    Route::Wait { signals } => signals,
+                    _ => Vec::new(),
+                }
+            } else {
+                def.transitions().iter().filter(|t| t.wait).map(|t| t.name).collect()
+            };
+            if !enabled.contains(&signal.as_str()) {
+                return Err(RunError::UnknownSignal { workflow: name, run_id: id, place, signal, expected: enabled });
+            }
+            let raw: Box<RawValue> = serde_json::value::to_raw_value(&payload).map_err(state_error(name, id))?;
+            let receipt = store.send_signal(id, &signal, raw).await.map_err(invalid_status(name, "take a signal"))?;
+            match store.claim(id, &claim(&[RunStatus::Waiting])).await {
+                Ok(record) => {
+                    let (place, state) = check_run(wf, &record)?;
+                    let documents = store.documents(id).await?;
+                    Ready { record, place, state, documents, own_signal: Some(receipt.id) }
+                }
+                // Another driver holds the run (or it has not parked yet): the signal
+                // waits in its inbox for that driver.
+                Err(StoreError::InvalidStatus { .. }) => {
+                    return Ok(RunReport {
+                        run_id: id,
+                        outcome: RunOutcome::Queued { signal: receipt.id },
+                        state,
+                        steps: stored.step,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+
+    let Ready { record, place, mut state, documents, own_signal } = ready;
+    let run_id = record.run_id;
+    // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
+    // to race a cancellation future.
+    let watch_cancellation = cancellation.is_some();
+    let cancellation = cancellation.unwrap_or_default();
+    let mut cx = RunContext::new(store.clone(), run_id, name, place, record.step, documents, cancellation);
+    let epoch = record.epoch;
+    let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
+    async move {
+        let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal };
+        let outcome = run_loop.run(&mut state, &mut cx).await;
+        match &outcome {
+            Ok(RunOutcome::Completed) => tracing::info!(steps = cx.step, "run completed"),
+            Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
+            Ok(_) => {}
+            // A refused signal leaves the run waiting; the loop parked it again.
+            Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. }) => {
+                tracing::info!(error = %outcome.as_ref().err().map(ToString::to_string).unwrap_or_default(), "signal refused");
+            }
+            // Another driver owns this run now: the run is theirs, not failed.
+            Err(RunError::Store(e)) if e.is_lost_run() => {
+                tracing::warn!(error = %e, "another driver owns this run; this drive stops");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "run failed");
+                let status =
+                    if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
+                let fence = crate::store::Fence { epoch, step: cx.step };
+                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string())).await {
+                    tracing::error!(error = %store_err, "could not record the run's failure");
+                }
+            }
+        }
+        let outcome = outcome?;
+        Ok(RunReport { run_id, outcome, state, steps: cx.step })
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,289 @@
+//! The runtime that drives runs: its public face ([`Runtime`], [`Drive`]), the
+//! driver that claims and finishes a drive (`driver`) and the loop of transitions
+//! (`run_loop`).
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{RunError, StoreError};
+use crate::store::{Claim, MemoryStore, RunId, RunStatus, Store};
+use crate::workflow::Workflow;
+
+mod driver;
+mod run_loop;
+
+/// The default limit of transitions per drive.
+pub const DEFAULT_MAX_STEPS: u64 = 1_000;
+
+/// Drives workflow runs and keeps them in a [`Store`].
+///
+/// Cloning is cheap; clones share the store.
+///
+/// ```
+/// # use loopstack_core::*;
+/// # async fn demo<W: Workflow>(wf: W, input: W::Input) -> Result<(), RunError> {
+/// let runtime = Runtime::new(); // an in-memory store
+/// let report = runtime.start(&wf, input).max_steps(50).await?;
+/// match report.outcome {
+///     RunOutcome::Completed => println!("done after {} steps", report.steps),
+///     RunOutcome::Waiting { place, signals } => println!("waiting at {place} for {signals:?}"),
+///     other => println!("{other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Durability
+///
+/// Every transition is committed to the store with its state and documents, so a run
+/// whose process dies resumes from its last checkpoint ([`Runtime::resume`]). The
+/// transition that was running when the process died runs again: transitions run
+/// at least once, their commits happen exactly once. A tool with a side effect that
+/// must happen once uses [`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key).
+#[derive(Clone)]
+pub struct Runtime {
+    store: Arc<dyn Store>,
+    max_steps: u64,
+    owner: Arc<str>,
+    lease: Option<Duration>,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("max_steps", &self.max_steps)
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a drive of a run ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// The run reached `end`.
+    Completed,
+    /// The run waits at `place` for one of `signals`.
+    Waiting {
+        /// The place.
+        place: &'static str,
+        /// The wait transitions that accept a signal.
+        signals: Vec<&'static str>,
+    },
+    /// The signal was stored in the run's inbox, but another driver holds the run;
+    /// that driver delivers it when the run waits where the signal is enabled (or
+    /// records it as rejected).
+    Queued {
+        /// The signal's id in the run's inbox.
+        signal: u64,
+    },
+}
+
+/// What a caller gets back from driving a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RunReport<S> {
+    /// The run's id, for [`Runtime::signal`], [`Runtime::resume`] and the store.
+    pub run_id: RunId,
+    /// Completed, waiting, or (for a signal) queued.
+    pub outcome: RunOutcome,
+    /// The state after the last transition: the run's result.
+    pub state: S,
+    /// How many transitions the run has taken in all.
+    pub steps: u64,
+}
+
+impl Runtime {
+    /// A runtime with an in-memory store.
+    pub fn new() -> Self {
+        Self::with_store(MemoryStore::new())
+    }
+
+    /// A runtime with the given store.
+    pub fn with_store(store: impl Store) -> Self {
+        Self::with_shared_store(Arc::new(store))
+    }
+
+    /// A runtime with a shared store.
+    pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
+        let lease = store.lease_duration();
+        let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
+        Self { store, max_steps: DEFAULT_MAX_STEPS, owner: owner.into(), lease }
+    }
+
+    /// Sets the default step limit of a drive (1,000 unless set): how many
+    /// transitions one start, resume, signal or retry may take.
+    #[must_use]
+    pub fn max_steps(mut self, max_steps: u64) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Sets how long this runtime's hold on a run it drives lasts without renewal
+    /// (the store's default unless set; `None` takes no lease). The runtime renews
+    /// it with every commit and, while a transition runs, every third of it.
+    #[must_use]
+    pub fn lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Names this runtime in the leases it takes (a process id and a random suffix
+    /// unless set).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into().into();
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Starts a run of `workflow` with `input`; await the returned builder to drive it
+    /// until `end`, a wait, or a failure.
+    pub fn start<'a, W: Workflow>(&'a self, workflow: &'a W, input: W::Input) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Start(input))
+    }
+
+    /// Continues a run from its last checkpoint: one whose process died while it
+    /// ran, or a queued one. It takes the run over from any other driver (whose
+    /// writes are then refused). A waiting run stays waiting, unless a signal is in
+    /// its inbox.
+    pub fn resume<'a, W: Workflow>(&'a self, workflow: &'a W, run_id: RunId) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Resume(run_id))
+    }
+
+    /// Restarts a failed or cancelled run from its last checkpoint: after a provider
+    /// outage, a fixed bug, a raised limit. The step limit counts from here.
+    pub fn retry<'a, W: Workflow>(&'a self, workflow: &'a W, run_id: RunId) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Retry(run_id))
+    }
+
+    /// Starts a new run from step `step` of run `source` (its state, place and
+    /// documents as they were after that step) and drives it: time travel, to try
+    /// another path from a past point. The new run's id is the report's.
+    pub fn fork<'a, W: Workflow>(&'a self, workflow: &'a W, source: RunId, step: u64) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Fork(source, step))
+    }
+
+    /// Sends a signal to a run: stores it in the run's inbox, then, if the run is
+    /// waiting, fires the wait transition named `signal` with `payload` and drives
+    /// the run on.
+    ///
+    /// A signal the workflow does not have, or one that is not enabled where the run
+    /// waits, is an error and nothing is stored. A payload that does not deserialize,
+    /// or a wait transition that returns an error, refuses the signal: the run keeps
+    /// waiting, the signal is recorded as rejected, and the caller gets the error. If
+    /// another driver holds the run, the signal waits in the inbox
+    /// ([`RunOutcome::Queued`]) and is delivered exactly once.
+    pub fn signal<'a, W: Workflow>(
+        &'a self,
+        workflow: &'a W,
+        run_id: RunId,
+        signal: impl Into<String>,
+        payload: Value,
+    ) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Signal(run_id, signal.into(), payload))
+    }
+
+    /// Cancels a run that has not finished, wherever it is: a waiting run is
+    /// cancelled at once, and a run another driver holds is taken over (that driver's
+    /// next write is refused). The run keeps its last checkpoint.
+    pub async fn cancel(&self, run_id: RunId, reason: impl Into<String>) -> Result<(), StoreError> {
+        let claimed =
+            self.store.claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting])).await?;
+        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.into())).await
+    }
+}
+
+pub(crate) enum Mode<I> {
+    Start(I),
+    Resume(RunId),
+    Retry(RunId),
+    Fork(RunId, u64),
+    Signal(RunId, String, Value),
+}
+
+/// A run to drive; await it. Set options with its methods first.
+#[must_use = "a run does nothing until awaited"]
+pub struct Drive<'a, W: Workflow> {
+    runtime: &'a Runtime,
+    workflow: &'a W,
+    mode: Mode<W::Input>,
+    run_id: Option<RunId>,
+    max_steps: u64,
+    cancellation: Option<CancellationToken>,
+}
+
+impl<'a, W: Workflow> Drive<'a, W> {
+    fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
+        Self { runtime, workflow, mode, run_id: None, max_steps: runtime.max_steps, cancellation: None }
+    }
+
+    /// Sets the step limit for this drive.
+    pub fn max_steps(mut self, max_steps: u64) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Gives a new run (started or forked) this id; ignored otherwise.
+    pub fn run_id(mut self, run_id: RunId) -> Self {
+        self.run_id = Some(run_id);
+        self
+    }
+
+    /// Cancels the run when `token` is cancelled: it stops at its next await, the
+    /// transition in flight is dropped with everything it started, and the run is
+    /// recorded as cancelled at its last checkpoint.
+    pub fn cancel_on(mut self, token: CancellationToken) -> Self {
+        self.cancellation = Some(token);
+        self
+    }
+}
+
+impl<'a, W: Workflow> IntoFuture for Drive<'a, W> {
+    type Output = Result<RunReport<W::State>, RunError>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(driver::drive(self))
+    }
+}
+
+/// The text of a panic's payload (`&str` or `String`), for error messages.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Runs a future, returning `None` if `token` is cancelled first. Dropping the future
+/// drops everything it started.
+pub async fn cancellable<F: Future>(token: &CancellationToken, fut: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = token.cancelled() => None,
+        r = fut => Some(r),
+    }
+}
+
+impl From<StoreError> for crate::TransitionError {
+    fn from(e: StoreError) -> Self {
+        Self::Failed(Box::new(e))
+    }
+}

@@ -1,0 +1,253 @@
+//! The loop of one drive: route, run a transition, commit, until the run ends, waits
+//! or fails.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::RunOutcome;
+use super::driver::state_error;
+use crate::context::RunContext;
+use crate::error::{RunError, StoreError};
+use crate::store::{Checkpoint, Fence, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
+use crate::workflow::{END, Route, TransitionError, Workflow};
+
+/// The lease a drive holds and renews.
+pub(super) struct LeaseCfg {
+    pub(super) owner: Arc<str>,
+    pub(super) duration: Duration,
+}
+
+/// Routes at `place`, turning a panicking guard into an error instead of an unwind.
+pub(super) fn route<W: Workflow>(wf: &W, place: &str, state: &W::State, run_id: RunId) -> Result<Route, RunError> {
+    let def = wf.definition();
+    let name = def.name();
+    match std::panic::catch_unwind(AssertUnwindSafe(|| def.route(place, |i| wf.guard(i, state)))) {
+        Ok(Ok(route)) => Ok(route),
+        Ok(Err(unknown)) => Err(RunError::Mismatch { workflow: name, run_id, reason: unknown.to_string() }),
+        Err(panic) => Err(RunError::GuardPanicked {
+            workflow: name,
+            run_id,
+            place: def.place(place).unwrap_or(crate::START),
+            message: super::panic_message(panic.as_ref()),
+        }),
+    }
+}
+
+/// Why a transition did not finish.
+enum Interrupted {
+    Cancelled,
+    /// The lease could not be renewed because another driver took the run.
+    Lost(StoreError),
+}
+
+/// Awaits a transition, racing the run's cancellation (if watched) and renewing the
+/// lease (if held) while it runs. No timer exists unless a lease is held.
+async fn supervise<F: Future>(
+    fut: F,
+    token: Option<&CancellationToken>,
+    heartbeat: Option<(&dyn Store, RunId, u64, Duration)>,
+) -> Result<F::Output, Interrupted> {
+    let Some((store, run_id, epoch, lease)) = heartbeat else {
+        return match token {
+            None => Ok(fut.await),
+            Some(token) => super::cancellable(token, fut).await.ok_or(Interrupted::Cancelled),
+        };
+    };
+    let mut fut = std::pin::pin!(fut);
+    let cancelled = async {
+        match token {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut cancelled = std::pin::pin!(cancelled);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut cancelled => return Err(Interrupted::Cancelled),
+            r = &mut fut => return Ok(r),
+            () = tokio::time::sleep(lease / 3) => {
+                match store.heartbeat(run_id, epoch, Timestamp::now().add(lease)).await {
+                    Ok(()) => {}
+                    Err(e @ StoreError::Fenced { .. }) => return Err(Interrupted::Lost(e)),
+                    // A missed renewal is not fatal: the next one, or the commit, renews it.
+                    Err(e) => tracing::warn!(error = %e, "could not renew the run's lease"),
+                }
+            }
+        }
+    }
+}
+
+pub(super) struct RunLoop<'a, W> {
+    pub(super) wf: &'a W,
+    pub(super) epoch: u64,
+    pub(super) max_steps: u64,
+    pub(super) watch_cancellation: bool,
+    pub(super) lease: Option<&'a LeaseCfg>,
+    /// The inbox id of the signal this drive was started for: tried first, and its
+    /// refusal is this drive's error.
+    pub(super) own_signal: Option<u64>,
+}
+
+impl<W: Workflow> RunLoop<'_, W> {
+    pub(super) async fn run(mut self, state: &mut W::State, cx: &mut RunContext) -> Result<RunOutcome, RunError> {
+        let wf = self.wf;
+        let def = wf.definition();
+        let name = def.name();
+        let run_id = cx.run_id;
+        let first_step = cx.step;
+        // The error of this drive's own signal, once it was refused; returned when
+        // the run has parked again.
+        let mut own_error: Option<RunError> = None;
+        loop {
+            let from = cx.place;
+            let fence = Fence { epoch: self.epoch, step: cx.step };
+            let (index, payload, signal) = match route(wf, from, state, run_id)? {
+                Route::End => return Ok(RunOutcome::Completed),
+                Route::Fire { index, .. } => (index, None, None),
+                Route::DeadEnd { false_guards } => {
+                    return Err(RunError::DeadEnd { workflow: name, run_id, place: from, false_guards });
+                }
+                Route::Wait { signals } => {
+                    let inbox = cx.store.inbox(run_id).await?;
+                    match self
+                        .pick_signal(cx.store.as_ref(), run_id, from, &signals, inbox.pending, &mut own_error)
+                        .await?
+                    {
+                        Some(s) => {
+                            let index = def.transition(&s.name).expect("a picked signal names a transition").0;
+                            let payload: Value =
+                                serde_json::from_str(s.payload.get()).map_err(state_error(name, run_id))?;
+                            (index, Some(payload), Some(s.id))
+                        }
+                        None => match cx.store.park(run_id, fence, inbox.seq, &signals).await {
+                            Ok(()) => {
+                                return match own_error {
+                                    Some(e) => Err(e),
+                                    None => Ok(RunOutcome::Waiting { place: from, signals }),
+                                };
+                            }
+                            // A signal arrived while parking: read the inbox again.
+                            Err(StoreError::SignalArrived { .. }) => continue,
+                            Err(e) => return Err(e.into()),
+                        },
+                    }
+                }
+            };
+            if cx.cancellation.is_cancelled() {
+                return Err(RunError::Cancelled { workflow: name, run_id, place: from });
+            }
+            if cx.step - first_step >= self.max_steps {
+                return Err(RunError::StepLimit { workflow: name, run_id, limit: self.max_steps, place: from });
+            }
+            let t = &def.transitions()[index];
+            let step = cx.step + 1;
+            let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
+            let token = self.watch_cancellation.then(|| cx.cancellation.clone());
+            // The store handle is cloned only when a lease is renewed during the transition.
+            let store = self.lease.map(|l| (cx.store.clone(), l.duration));
+            let heartbeat = store.as_ref().map(|(store, lease)| (store.as_ref(), run_id, self.epoch, *lease));
+            let transition = AssertUnwindSafe(wf.transition(index, state, cx, payload).instrument(span.clone()));
+            let result = match supervise(transition.catch_unwind(), token.as_ref(), heartbeat).await {
+                Ok(Ok(result)) => result,
+                // A panicking transition fails its run like an error does; the task lives on.
+                Ok(Err(panic)) => Err(TransitionError::Failed(
+                    format!("the transition panicked: {}", super::panic_message(panic.as_ref())).into(),
+                )),
+                Err(Interrupted::Cancelled) => {
+                    cx.rollback();
+                    return Err(RunError::Cancelled { workflow: name, run_id, place: from });
+                }
+                Err(Interrupted::Lost(e)) => {
+                    cx.rollback();
+                    return Err(e.into());
+                }
+            };
+            if let Err(err) = result {
+                cx.rollback();
+                let Some(id) = signal else {
+                    let source = match err {
+                        TransitionError::Failed(source) => source,
+                        TransitionError::InvalidPayload(reason) => reason.into(),
+                    };
+                    return Err(RunError::Transition {
+                        workflow: name,
+                        run_id,
+                        transition: t.name,
+                        place: from,
+                        source,
+                    });
+                };
+                // A wait transition that fails refuses its signal: the run keeps waiting.
+                let error = match err {
+                    TransitionError::InvalidPayload(reason) => {
+                        RunError::InvalidSignalPayload { workflow: name, run_id, signal: t.name, reason }
+                    }
+                    TransitionError::Failed(source) => {
+                        RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
+                    }
+                };
+                cx.store.reject_signal(run_id, self.epoch, id, &error.to_string()).await?;
+                if self.own_signal == Some(id) {
+                    own_error = Some(error);
+                }
+                continue;
+            }
+            let value = serde_json::value::to_raw_value(&*state).map_err(state_error(name, run_id))?;
+            let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
+            let mut checkpoint =
+                Checkpoint::new(run_id, fence, StepRecord::new(step, t.name, from, t.to), status, value);
+            checkpoint.documents = std::mem::take(&mut cx.pending);
+            checkpoint.signal = signal;
+            checkpoint.lease_until = self.lease.map(|l| Timestamp::now().add(l.duration));
+            cx.store.commit(checkpoint).await?;
+            cx.committed(step, t.to);
+            if signal.is_some() && signal == self.own_signal {
+                self.own_signal = None;
+            }
+            span.in_scope(|| tracing::debug!("transition committed"));
+        }
+    }
+
+    /// Picks the signal to deliver at a wait: this drive's own signal first, then
+    /// the inbox in order of arrival. Signals not enabled here are rejected.
+    async fn pick_signal(
+        &mut self,
+        store: &dyn Store,
+        run_id: RunId,
+        place: &'static str,
+        enabled: &[&'static str],
+        mut pending: Vec<SignalRecord>,
+        own_error: &mut Option<RunError>,
+    ) -> Result<Option<SignalRecord>, RunError> {
+        if let Some(pos) = self.own_signal.and_then(|own| pending.iter().position(|s| s.id == own)) {
+            let own = pending.remove(pos);
+            pending.insert(0, own);
+        }
+        for s in pending {
+            if enabled.contains(&s.name.as_str()) {
+                return Ok(Some(s));
+            }
+            let error = RunError::UnknownSignal {
+                workflow: self.wf.definition().name(),
+                run_id,
+                place,
+                signal: s.name.clone(),
+                expected: enabled.to_vec(),
+            };
+            store.reject_signal(run_id, self.epoch, s.id, &error.to_string()).await?;
+            if self.own_signal == Some(s.id) {
+                self.own_signal = None;
+                *own_error = Some(error);
+            }
+        }
+        Ok(None)
+    }
+}

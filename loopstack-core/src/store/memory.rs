@@ -1,0 +1,429 @@
+//! The in-memory store.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::value::RawValue;
+
+use super::{
+    CheckpointRecord, Claim, Fence, Inbox, NewRun, RunId, RunPage, RunQuery, RunRecord, RunStatus, SignalReceipt,
+    SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
+};
+use crate::document::Document;
+use crate::error::StoreError;
+
+/// A [`Store`] in memory: fast, and gone with the process. For tests, benchmarks
+/// and runs that need not outlive their process; `loopstack-store` has SQLite and
+/// PostgreSQL stores behind the same trait.
+///
+/// It keeps every run, with all its checkpoints, document versions and signals,
+/// until [`MemoryStore::remove`] drops it, or, with
+/// [`MemoryStore::keep_finished`], until more than that many finished runs are held
+/// (the oldest-finished go first). Runs that have not finished are never evicted.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    runs: HashMap<RunId, MemRun>,
+    /// Finished runs, oldest-finished first, when a bound is set.
+    finished: VecDeque<RunId>,
+    keep_finished: Option<usize>,
+}
+
+#[derive(Debug)]
+struct MemRun {
+    record: RunRecord,
+    checkpoints: Vec<CheckpointRecord>,
+    /// The current version of each document, by `seq`.
+    current: Vec<Arc<Document>>,
+    /// Every version, in the order saved.
+    versions: Vec<Arc<Document>>,
+    signals: Vec<SignalRecord>,
+}
+
+impl MemRun {
+    fn apply_documents(&mut self, documents: Vec<Arc<Document>>) {
+        for doc in documents {
+            // `seq` is the document's position in the run: a new document is the next
+            // one, a new version replaces its own; no search by key.
+            let seq = usize::try_from(doc.seq).unwrap_or(usize::MAX);
+            if seq < self.current.len() {
+                self.current[seq] = doc.clone();
+            } else {
+                self.current.push(doc.clone());
+            }
+            self.versions.push(doc);
+        }
+    }
+
+    fn reject_pending(&mut self, reason: &str) {
+        for s in &mut self.signals {
+            if s.status == SignalStatus::Pending {
+                s.status = SignalStatus::Rejected { reason: reason.to_owned() };
+            }
+        }
+    }
+}
+
+impl MemoryStore {
+    /// An empty store without a bound.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps at most `n` finished runs, evicting the oldest-finished beyond that.
+    #[must_use]
+    pub fn keep_finished(self, n: usize) -> Self {
+        self.lock().keep_finished = Some(n);
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a run half-written: every write
+        // below happens after all its checks.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many runs the store holds.
+    pub fn len(&self) -> usize {
+        self.lock().runs.len()
+    }
+
+    /// Whether the store holds no run.
+    pub fn is_empty(&self) -> bool {
+        self.lock().runs.is_empty()
+    }
+
+    /// Removes a run and everything of it, returning whether it existed.
+    pub fn remove(&self, run_id: RunId) -> bool {
+        self.lock().runs.remove(&run_id).is_some()
+    }
+}
+
+impl Inner {
+    fn run(&mut self, run_id: RunId) -> Result<&mut MemRun, StoreError> {
+        self.runs.get_mut(&run_id).ok_or(StoreError::RunNotFound(run_id))
+    }
+
+    fn get(&self, run_id: RunId) -> Result<&MemRun, StoreError> {
+        self.runs.get(&run_id).ok_or(StoreError::RunNotFound(run_id))
+    }
+
+    fn finished(&mut self, run_id: RunId) {
+        let Some(keep) = self.keep_finished else { return };
+        self.finished.push_back(run_id);
+        while self.finished.len() > keep {
+            if let Some(old) = self.finished.pop_front() {
+                // A retried run may have been reopened since; only finished ones go.
+                if self.runs.get(&old).is_some_and(|r| r.record.status.is_finished()) {
+                    self.runs.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+fn step_zero(state: Box<RawValue>, at: Timestamp) -> CheckpointRecord {
+    CheckpointRecord {
+        step: StepRecord { step: 0, transition: Cow::Borrowed(""), from: "".into(), to: crate::START.into(), at },
+        state,
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        let mut inner = self.lock();
+        if inner.runs.contains_key(&run.run_id) {
+            return Err(StoreError::RunExists(run.run_id));
+        }
+        let now = Timestamp::now();
+        let record = RunRecord {
+            run_id: run.run_id,
+            workflow: run.workflow,
+            status: run.status,
+            place: Cow::Borrowed(crate::START),
+            step: 0,
+            state: run.state.clone(),
+            error: None,
+            definition_hash: run.definition_hash,
+            parent: run.parent,
+            forked_from: None,
+            epoch: u64::from(run.status != RunStatus::Queued),
+            signal_seq: 0,
+            waiting_for: Vec::new(),
+            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
+            lease_until: run.lease.map(|l| l.until),
+            created_at: now,
+            updated_at: now,
+        };
+        inner.runs.insert(
+            run.run_id,
+            MemRun {
+                record: record.clone(),
+                checkpoints: vec![step_zero(run.state, now)],
+                current: Vec::new(),
+                versions: Vec::new(),
+                signals: Vec::new(),
+            },
+        );
+        Ok(record)
+    }
+
+    async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(run_id)?;
+        check_claim(&run.record, claim)?;
+        let r = &mut run.record;
+        r.status = RunStatus::Running;
+        r.epoch += 1;
+        r.error = None;
+        r.waiting_for.clear();
+        r.lease_owner = claim.lease.as_ref().map(|l| l.owner.clone());
+        r.lease_until = claim.lease.as_ref().map(|l| l.until);
+        r.updated_at = Timestamp::now();
+        Ok(r.clone())
+    }
+
+    async fn commit(&self, cp: super::Checkpoint) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(cp.run_id)?;
+        let r = &run.record;
+        check_fence(cp.run_id, r.status, r.epoch, r.step, cp.fence)?;
+        if let Some(id) = cp.signal {
+            match run.signals.get(usize::try_from(id).unwrap_or(usize::MAX).wrapping_sub(1)) {
+                Some(s) if s.status == SignalStatus::Pending => {}
+                _ => return Err(StoreError::SignalNotFound { run_id: cp.run_id, signal: id }),
+            }
+        }
+        let step = cp.transition.step;
+        if let Some(id) = cp.signal {
+            run.signals[(id - 1) as usize].status = SignalStatus::Delivered { step };
+        }
+        run.apply_documents(cp.documents);
+        let r = &mut run.record;
+        r.step = step;
+        r.place = cp.transition.to.clone();
+        r.status = cp.status;
+        r.state = cp.state.clone();
+        r.updated_at = cp.transition.at;
+        if cp.lease_until.is_some() {
+            r.lease_until = cp.lease_until;
+        }
+        run.checkpoints.push(CheckpointRecord { step: cp.transition, state: cp.state });
+        if cp.status.is_finished() {
+            run.reject_pending("the run ended before the signal was delivered");
+            inner.finished(cp.run_id);
+        }
+        Ok(())
+    }
+
+    async fn set_status(
+        &self,
+        run_id: RunId,
+        fence: Fence,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(run_id)?;
+        let r = &mut run.record;
+        check_fence(run_id, r.status, r.epoch, r.step, fence)?;
+        r.status = status;
+        r.error = error;
+        r.updated_at = Timestamp::now();
+        r.lease_owner = None;
+        r.lease_until = None;
+        if status.is_finished() {
+            run.reject_pending("the run ended before the signal was delivered");
+            inner.finished(run_id);
+        }
+        Ok(())
+    }
+
+    async fn park(&self, run_id: RunId, fence: Fence, inbox_seq: u64, signals: &[&str]) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let r = &mut inner.run(run_id)?.record;
+        check_fence(run_id, r.status, r.epoch, r.step, fence)?;
+        if r.signal_seq != inbox_seq {
+            return Err(StoreError::SignalArrived { run_id });
+        }
+        r.status = RunStatus::Waiting;
+        r.waiting_for = signals.iter().map(|s| (*s).to_owned()).collect();
+        r.lease_owner = None;
+        r.lease_until = None;
+        r.updated_at = Timestamp::now();
+        Ok(())
+    }
+
+    async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let r = &mut inner.run(run_id)?.record;
+        if r.epoch != epoch {
+            return Err(StoreError::Fenced { run_id, epoch, current: r.epoch });
+        }
+        r.lease_until = Some(until);
+        Ok(())
+    }
+
+    async fn send_signal(
+        &self,
+        run_id: RunId,
+        name: &str,
+        payload: Box<RawValue>,
+    ) -> Result<SignalReceipt, StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(run_id)?;
+        if run.record.status.is_finished() {
+            return Err(StoreError::Finished { run_id, status: run.record.status });
+        }
+        run.record.signal_seq += 1;
+        let id = run.record.signal_seq;
+        run.signals.push(SignalRecord {
+            id,
+            name: name.to_owned(),
+            payload,
+            status: SignalStatus::Pending,
+            received_at: Timestamp::now(),
+        });
+        Ok(SignalReceipt { id, status: run.record.status })
+    }
+
+    async fn inbox(&self, run_id: RunId) -> Result<Inbox, StoreError> {
+        let inner = self.lock();
+        let run = inner.get(run_id)?;
+        let pending = run.signals.iter().filter(|s| s.status == SignalStatus::Pending).cloned().collect();
+        Ok(Inbox { pending, seq: run.record.signal_seq })
+    }
+
+    async fn reject_signal(&self, run_id: RunId, epoch: u64, signal: u64, reason: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(run_id)?;
+        if run.record.epoch != epoch {
+            return Err(StoreError::Fenced { run_id, epoch, current: run.record.epoch });
+        }
+        match run.signals.get_mut(usize::try_from(signal).unwrap_or(usize::MAX).wrapping_sub(1)) {
+            Some(s) if s.status == SignalStatus::Pending => {
+                s.status = SignalStatus::Rejected { reason: reason.to_owned() };
+                Ok(())
+            }
+            _ => Err(StoreError::SignalNotFound { run_id, signal }),
+        }
+    }
+
+    async fn signals(&self, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError> {
+        Ok(self.lock().get(run_id)?.signals.clone())
+    }
+
+    async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError> {
+        let mut inner = self.lock();
+        if inner.runs.contains_key(&new_run) {
+            return Err(StoreError::RunExists(new_run));
+        }
+        let src = inner.get(source)?;
+        let checkpoint = src
+            .checkpoints
+            .iter()
+            .find(|c| c.step.step == step)
+            .ok_or(StoreError::CheckpointNotFound { run_id: source, step })?
+            .clone();
+        let now = Timestamp::now();
+        let record = RunRecord {
+            run_id: new_run,
+            workflow: src.record.workflow.clone(),
+            status: RunStatus::Running,
+            place: checkpoint.step.to.clone(),
+            step,
+            state: checkpoint.state.clone(),
+            error: None,
+            definition_hash: src.record.definition_hash.clone(),
+            parent: None,
+            forked_from: Some((source, step)),
+            epoch: 1,
+            signal_seq: 0,
+            waiting_for: Vec::new(),
+            lease_owner: None,
+            lease_until: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let mut run = MemRun {
+            record: record.clone(),
+            checkpoints: src.checkpoints.iter().take_while(|c| c.step.step <= step).cloned().collect(),
+            current: Vec::new(),
+            versions: Vec::new(),
+            signals: Vec::new(),
+        };
+        run.apply_documents(src.versions.iter().filter(|d| d.step <= step).cloned().collect());
+        inner.runs.insert(new_run, run);
+        Ok(record)
+    }
+
+    async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
+        Ok(self.lock().get(run_id)?.record.clone())
+    }
+
+    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        let inner = self.lock();
+        let mut runs: Vec<&RunRecord> = inner
+            .runs
+            .values()
+            .map(|r| &r.record)
+            .filter(|r| query.before.is_none_or(|b| r.run_id < b) && query.matches(r))
+            .collect();
+        runs.sort_unstable_by(|a, b| b.run_id.cmp(&a.run_id));
+        let size = query.page_size() as usize;
+        let next = (runs.len() > size).then(|| runs[size - 1].run_id);
+        Ok(RunPage { runs: runs.into_iter().take(size).cloned().collect(), next })
+    }
+
+    async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(self.lock().get(run_id)?.checkpoints.iter().skip(1).map(|c| c.step.clone()).collect())
+    }
+
+    async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
+        let inner = self.lock();
+        let run = inner.get(run_id)?;
+        run.checkpoints
+            .iter()
+            .find(|c| c.step.step == step)
+            .cloned()
+            .ok_or(StoreError::CheckpointNotFound { run_id, step })
+    }
+
+    async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
+        Ok(self.lock().get(run_id)?.current.clone())
+    }
+
+    async fn documents_at(&self, run_id: RunId, step: u64) -> Result<Vec<Arc<Document>>, StoreError> {
+        let inner = self.lock();
+        let run = inner.get(run_id)?;
+        let mut current: Vec<Arc<Document>> = Vec::new();
+        for doc in run.versions.iter().filter(|d| d.step <= step) {
+            match usize::try_from(doc.seq) {
+                Ok(seq) if seq < current.len() => current[seq] = doc.clone(),
+                _ => current.push(doc.clone()),
+            }
+        }
+        Ok(current)
+    }
+
+    async fn document_versions(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
+        Ok(self.lock().get(run_id)?.versions.clone())
+    }
+
+    async fn document_history(
+        &self,
+        run_id: RunId,
+        doc_type: &str,
+        key: &str,
+    ) -> Result<Vec<Arc<Document>>, StoreError> {
+        let inner = self.lock();
+        let run = inner.get(run_id)?;
+        Ok(run.versions.iter().filter(|d| d.doc_type == doc_type && d.key.as_deref() == Some(key)).cloned().collect())
+    }
+}

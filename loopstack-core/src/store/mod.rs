@@ -1,0 +1,677 @@
+//! Where runs, their checkpoints, documents and signals are kept.
+//!
+//! The [`Store`] trait is what the [`Runtime`](crate::Runtime) writes through. Its
+//! contract, which every implementation keeps (the conformance tests of
+//! `loopstack-store` check [`MemoryStore`] and the SQL stores against it):
+//!
+//! - **One commit per transition, all or nothing.** A [`Checkpoint`] carries the run
+//!   row's new place, step, status and state, the transition's checkpoint row and the
+//!   documents it saved; a database store writes them in one transaction.
+//! - **Fencing.** Every drive of a run first [claims](Store::claim) it, which raises
+//!   the run's `epoch`; every write of the drive carries that epoch and its step
+//!   ([`Fence`]), and the store refuses a write whose epoch or step is stale
+//!   ([`StoreError::Fenced`], [`StoreError::Conflict`]). A driver that lost its run to
+//!   another (a takeover after a crash, a retry, a second signal) cannot write.
+//! - **Finished is final.** A completed, failed or cancelled run takes no commit and no
+//!   status change ([`StoreError::Finished`]); only a [claim](Store::claim) that
+//!   expects a finished status (a retry) reopens it.
+//! - **Signals are kept.** A signal is written to the run's inbox before anything
+//!   acts on it, is delivered by the commit of the transition it fires (so exactly
+//!   once), or is rejected with a recorded reason; a run parks as waiting only if no
+//!   signal arrived since the driver last read its inbox ([`StoreError::SignalArrived`]).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::document::Document;
+use crate::error::StoreError;
+
+mod memory;
+mod time;
+
+pub use memory::MemoryStore;
+pub use time::Timestamp;
+
+/// The id of a run: a UUID (version 7, so ids sort by creation time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(pub uuid::Uuid);
+
+impl RunId {
+    /// A new, unique id: the current Unix time in milliseconds and 74 random bits.
+    pub fn new() -> Self {
+        // The random bits come from a fast thread-local generator rather than the
+        // operating system: a run id needs uniqueness, not secrecy, and a system call per
+        // run is measurable in the overhead benchmark.
+        let millis =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let mut random = [0u8; 10];
+        random[..8].copy_from_slice(&fastrand::u64(..).to_le_bytes());
+        random[8..].copy_from_slice(&fastrand::u16(..).to_le_bytes());
+        Self(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid())
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::str::FromStr for RunId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
+    }
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Created, not yet driven: a worker will claim it.
+    Queued,
+    /// Being driven (or it was, when its driver died: resume it).
+    Running,
+    /// Parked at a place until a signal arrives; held by no task.
+    Waiting,
+    /// Reached `end`.
+    Completed,
+    /// Stopped with an error; the state is that of the last checkpoint.
+    Failed,
+    /// Cancelled by its caller.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [Self; 6] =
+        [Self::Queued, Self::Running, Self::Waiting, Self::Completed, Self::Failed, Self::Cancelled];
+
+    /// The stable snake_case name, as stores write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the run ended: completed, failed or cancelled.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown run status `{s}`")))
+    }
+}
+
+/// One transition a run took: a row of its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StepRecord {
+    /// The step number, from 1.
+    pub step: u64,
+    /// The transition method's name.
+    pub transition: Cow<'static, str>,
+    /// The place it left.
+    pub from: Cow<'static, str>,
+    /// The place it reached.
+    pub to: Cow<'static, str>,
+    /// When it was committed.
+    pub at: Timestamp,
+}
+
+impl StepRecord {
+    /// A record of one step, committed now.
+    pub fn new(
+        step: u64,
+        transition: impl Into<Cow<'static, str>>,
+        from: impl Into<Cow<'static, str>>,
+        to: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self { step, transition: transition.into(), from: from.into(), to: to.into(), at: Timestamp::now() }
+    }
+}
+
+/// A stored checkpoint: a step and the state it left the run in.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CheckpointRecord {
+    /// The step (step 0 is the run's initial state, transition `""`).
+    pub step: StepRecord,
+    /// The workflow state after the step, as JSON.
+    pub state: Box<RawValue>,
+}
+
+/// A run as the store keeps it: one narrow row, rewritten by each commit. The
+/// growing data (checkpoints, documents, signals) lives in append-only records
+/// read with their own methods.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The run's id.
+    pub run_id: RunId,
+    /// The workflow's name.
+    pub workflow: String,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// The place of the last checkpoint.
+    pub place: Cow<'static, str>,
+    /// How many transitions the run has taken.
+    pub step: u64,
+    /// The workflow state of the last checkpoint, as JSON.
+    pub state: Box<RawValue>,
+    /// The error that failed (or cancelled) the run.
+    pub error: Option<String>,
+    /// The hash of the transition table the run was started (or last driven) with:
+    /// [`Definition::hash`](crate::Definition::hash).
+    pub definition_hash: String,
+    /// The run that started this one, for child runs.
+    pub parent: Option<RunId>,
+    /// The run and step this one was forked from.
+    pub forked_from: Option<(RunId, u64)>,
+    /// The fencing token: raised by every [claim](Store::claim).
+    pub epoch: u64,
+    /// How many signals the run has received in all.
+    pub signal_seq: u64,
+    /// The signals (wait transitions) the run accepts while waiting.
+    pub waiting_for: Vec<String>,
+    /// Who holds the run while it is driven, if it holds a lease.
+    pub lease_owner: Option<String>,
+    /// Until when that lease holds; a worker may take over a running run after it.
+    pub lease_until: Option<Timestamp>,
+    /// When the run was created.
+    pub created_at: Timestamp,
+    /// When the run row last changed.
+    pub updated_at: Timestamp,
+}
+
+impl RunRecord {
+    /// The fence of this run as loaded: its epoch and step.
+    pub fn fence(&self) -> Fence {
+        Fence { epoch: self.epoch, step: self.step }
+    }
+}
+
+/// A run to create.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NewRun {
+    /// The run's id.
+    pub run_id: RunId,
+    /// The workflow's name.
+    pub workflow: String,
+    /// The hash of the workflow's transition table.
+    pub definition_hash: String,
+    /// The initial state, as JSON.
+    pub state: Box<RawValue>,
+    /// [`RunStatus::Running`] for a run its creator drives at once (epoch 1), or
+    /// [`RunStatus::Queued`] for one a worker will claim (epoch 0).
+    pub status: RunStatus,
+    /// The parent run, for child runs.
+    pub parent: Option<RunId>,
+    /// The lease the creator holds while it drives.
+    pub lease: Option<Lease>,
+}
+
+impl NewRun {
+    /// A run that its creator drives at once.
+    pub fn new(
+        run_id: RunId,
+        workflow: impl Into<String>,
+        definition_hash: impl Into<String>,
+        state: Box<RawValue>,
+    ) -> Self {
+        Self {
+            run_id,
+            workflow: workflow.into(),
+            definition_hash: definition_hash.into(),
+            state,
+            status: RunStatus::Running,
+            parent: None,
+            lease: None,
+        }
+    }
+
+    /// Makes it a queued run, for a worker to claim.
+    #[must_use]
+    pub fn queued(mut self) -> Self {
+        self.status = RunStatus::Queued;
+        self
+    }
+
+    /// Records its parent run.
+    #[must_use]
+    pub fn parent(mut self, parent: RunId) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Sets the creator's lease.
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+/// A driver's hold on a run: who, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holder, such as a worker's id.
+    pub owner: String,
+    /// When the lease runs out unless renewed.
+    pub until: Timestamp,
+}
+
+/// What a write of a drive must match in the stored run: the epoch of its claim and
+/// the step it last committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// The epoch of the drive's claim.
+    pub epoch: u64,
+    /// The step the run is at.
+    pub step: u64,
+}
+
+/// A request to drive a run, for [`Store::claim`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Claim {
+    /// The statuses the run may be in; anything else is [`StoreError::InvalidStatus`].
+    pub expect: Vec<RunStatus>,
+    /// The lease to take, if any.
+    pub lease: Option<Lease>,
+    /// When set, a running run is claimed only if its lease ran out before this
+    /// time (workers); when unset, the claim takes a running run over (an explicit
+    /// resume after a crash), and fencing stops the old driver.
+    pub lease_expired_at: Option<Timestamp>,
+}
+
+impl Claim {
+    /// A claim of a run in one of `expect`, without a lease.
+    pub fn new(expect: impl Into<Vec<RunStatus>>) -> Self {
+        Self { expect: expect.into(), lease: None, lease_expired_at: None }
+    }
+
+    /// Takes a lease.
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Claims a running run only if its lease ran out before `now`.
+    #[must_use]
+    pub fn only_expired(mut self, now: Timestamp) -> Self {
+        self.lease_expired_at = Some(now);
+        self
+    }
+}
+
+/// What one transition commits, all or nothing.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Checkpoint {
+    /// The run.
+    pub run_id: RunId,
+    /// The drive's epoch and the step before this one; the store refuses a stale one.
+    pub fence: Fence,
+    /// The transition taken; its `step` is `fence.step + 1`.
+    pub transition: StepRecord,
+    /// The status after the step: running, or completed at `end`.
+    pub status: RunStatus,
+    /// The state after the step, as JSON.
+    pub state: Box<RawValue>,
+    /// The documents the transition saved, in order (new documents and new versions).
+    pub documents: Vec<Arc<Document>>,
+    /// The inbox signal this transition delivered, for a wait transition.
+    pub signal: Option<u64>,
+    /// The drive's lease, renewed by the commit.
+    pub lease_until: Option<Timestamp>,
+}
+
+impl Checkpoint {
+    /// A checkpoint of one transition.
+    pub fn new(run_id: RunId, fence: Fence, transition: StepRecord, status: RunStatus, state: Box<RawValue>) -> Self {
+        Self { run_id, fence, transition, status, state, documents: Vec::new(), signal: None, lease_until: None }
+    }
+
+    /// The step being written.
+    pub fn step(&self) -> u64 {
+        self.transition.step
+    }
+}
+
+/// Where a signal in a run's inbox stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+#[non_exhaustive]
+pub enum SignalStatus {
+    /// Received, not yet acted on.
+    Pending,
+    /// Fired its wait transition, committed as `step`.
+    Delivered {
+        /// The step that delivered it.
+        step: u64,
+    },
+    /// Refused, with the reason; the run went on as if it had not arrived.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A signal in a run's inbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SignalRecord {
+    /// Its number in the run's inbox, from 1, in order of arrival.
+    pub id: u64,
+    /// The wait transition it names.
+    pub name: String,
+    /// Its payload, as JSON.
+    pub payload: Box<RawValue>,
+    /// Where it stands.
+    pub status: SignalStatus,
+    /// When it arrived.
+    pub received_at: Timestamp,
+}
+
+/// A run's pending signals and its signal count when they were read, for
+/// [`Store::park`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Inbox {
+    /// The pending signals, oldest first.
+    pub pending: Vec<SignalRecord>,
+    /// The run's [`signal_seq`](RunRecord::signal_seq) at the read.
+    pub seq: u64,
+}
+
+/// What [`Store::send_signal`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SignalReceipt {
+    /// The signal's id in the run's inbox.
+    pub id: u64,
+    /// The run's status when the signal was stored.
+    pub status: RunStatus,
+}
+
+/// A filter over runs, for [`Store::list_runs`]: newest first, a page at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunQuery {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// Only runs in one of these statuses (any when empty).
+    pub status: Vec<RunStatus>,
+    /// Only runs at this place.
+    pub place: Option<String>,
+    /// Only children of this run.
+    pub parent: Option<RunId>,
+    /// Only runs created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only runs created before this time.
+    pub created_before: Option<Timestamp>,
+    /// Only runs older than this one (the previous page's [`RunPage::next`]).
+    pub before: Option<RunId>,
+    /// The page size, 1 to 1,000 (50 by default).
+    pub limit: u32,
+}
+
+impl Default for RunQuery {
+    fn default() -> Self {
+        Self {
+            workflow: None,
+            status: Vec::new(),
+            place: None,
+            parent: None,
+            created_after: None,
+            created_before: None,
+            before: None,
+            limit: 50,
+        }
+    }
+}
+
+impl RunQuery {
+    /// Every run, 50 a page.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only runs of `workflow`.
+    #[must_use]
+    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
+        self.workflow = Some(workflow.into());
+        self
+    }
+
+    /// Only runs in `status` (call again to allow several).
+    #[must_use]
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.status.push(status);
+        self
+    }
+
+    /// Only runs at `place`.
+    #[must_use]
+    pub fn place(mut self, place: impl Into<String>) -> Self {
+        self.place = Some(place.into());
+        self
+    }
+
+    /// Only children of `parent`.
+    #[must_use]
+    pub fn parent(mut self, parent: RunId) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Only runs created in `[after, before)`.
+    #[must_use]
+    pub fn created_between(mut self, after: Option<Timestamp>, before: Option<Timestamp>) -> Self {
+        self.created_after = after;
+        self.created_before = before;
+        self
+    }
+
+    /// The page after the one that returned `next`.
+    #[must_use]
+    pub fn before(mut self, next: RunId) -> Self {
+        self.before = Some(next);
+        self
+    }
+
+    /// The page size, clamped to 1..=1000.
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The page size as stores apply it.
+    pub fn page_size(&self) -> u32 {
+        self.limit.clamp(1, 1000)
+    }
+
+    /// Whether `run` passes the filter (the paging cursor aside); what every store's
+    /// query must agree with.
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+            && (self.status.is_empty() || self.status.contains(&run.status))
+            && self.place.as_ref().is_none_or(|p| *p == run.place)
+            && self.parent.is_none_or(|p| run.parent == Some(p))
+            && self.created_after.is_none_or(|t| run.created_at >= t)
+            && self.created_before.is_none_or(|t| run.created_at < t)
+    }
+}
+
+/// One page of runs, newest first.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RunPage {
+    /// The runs.
+    pub runs: Vec<RunRecord>,
+    /// Pass to [`RunQuery::before`] for the next page; `None` on the last.
+    pub next: Option<RunId>,
+}
+
+/// Keeps runs, their checkpoints, documents and signals. The module docs state the
+/// contract every implementation keeps.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records a new run at `start`, step 0, and its step-0 checkpoint; a `running`
+    /// run gets epoch 1, a `queued` one epoch 0.
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
+
+    /// Takes a run for a drive: if its status is one of `claim.expect` (and, for a
+    /// running run with `lease_expired_at`, its lease ran out), it becomes running,
+    /// its epoch rises by one, its error is cleared and `claim.lease` is recorded.
+    /// Returns the run as claimed.
+    async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError>;
+
+    /// Commits one transition atomically: the run row, its checkpoint, its documents,
+    /// and the delivery of the signal it consumed. Refused, writing nothing, if the
+    /// run finished ([`StoreError::Finished`]), was claimed since
+    /// ([`StoreError::Fenced`]) or is not at `fence.step` ([`StoreError::Conflict`]).
+    async fn commit(&self, checkpoint: Checkpoint) -> Result<(), StoreError>;
+
+    /// Ends a drive without a transition: failed or cancelled with `error`, or
+    /// running / queued to hand the run on. Refused like [`Store::commit`]. A run that
+    /// becomes finished has its pending signals rejected.
+    async fn set_status(
+        &self,
+        run_id: RunId,
+        fence: Fence,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), StoreError>;
+
+    /// Parks a run as waiting for `signals`, unless a signal arrived after the inbox
+    /// read whose count was `inbox_seq` ([`StoreError::SignalArrived`]: read the
+    /// inbox again). Refused like [`Store::commit`].
+    async fn park(&self, run_id: RunId, fence: Fence, inbox_seq: u64, signals: &[&str]) -> Result<(), StoreError>;
+
+    /// Extends a drive's lease.
+    async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError>;
+
+    /// Puts a signal in a run's inbox. Refused for a finished run.
+    async fn send_signal(&self, run_id: RunId, name: &str, payload: Box<RawValue>)
+    -> Result<SignalReceipt, StoreError>;
+
+    /// The run's pending signals, oldest first, with its signal count.
+    async fn inbox(&self, run_id: RunId) -> Result<Inbox, StoreError>;
+
+    /// Rejects a pending signal with a reason (fenced like a commit, but allowed on
+    /// a run of any status).
+    async fn reject_signal(&self, run_id: RunId, epoch: u64, signal: u64, reason: &str) -> Result<(), StoreError>;
+
+    /// Every signal the run received, oldest first.
+    async fn signals(&self, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError>;
+
+    /// Starts a new run from step `step` of `source`: its state, place, history and
+    /// documents as they were after that step; the new run is running at epoch 1
+    /// and records where it came from.
+    async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError>;
+
+    /// Loads a run.
+    async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError>;
+
+    /// Runs that pass a filter, newest first, one page.
+    async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError>;
+
+    /// The transitions the run took, in order, with their times.
+    async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// The checkpoint of one step (0 is the initial state).
+    async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError>;
+
+    /// The current version of each of the run's documents, in the order first saved.
+    async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError>;
+
+    /// The documents as they were after step `step`: each one's latest version saved
+    /// at or before it.
+    async fn documents_at(&self, run_id: RunId, step: u64) -> Result<Vec<Arc<Document>>, StoreError>;
+
+    /// Every version of every document of the run, in the order saved.
+    async fn document_versions(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError>;
+
+    /// Every version of the run's document of type `doc_type` with this key, oldest
+    /// first.
+    async fn document_history(
+        &self,
+        run_id: RunId,
+        doc_type: &str,
+        key: &str,
+    ) -> Result<Vec<Arc<Document>>, StoreError>;
+
+    /// The lease a runtime takes on this store's runs while it drives them, if the
+    /// store is shared between processes. `None` (the default, and
+    /// [`MemoryStore`]'s) means no other process can see the runs.
+    fn lease_duration(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+/// The checks of a fenced write, shared by the stores: the run is not finished, its
+/// epoch and step match.
+pub fn check_fence(run_id: RunId, status: RunStatus, epoch: u64, step: u64, fence: Fence) -> Result<(), StoreError> {
+    if status.is_finished() {
+        return Err(StoreError::Finished { run_id, status });
+    }
+    if epoch != fence.epoch {
+        return Err(StoreError::Fenced { run_id, epoch: fence.epoch, current: epoch });
+    }
+    if step != fence.step {
+        return Err(StoreError::Conflict { run_id, expected: fence.step, found: step });
+    }
+    Ok(())
+}
+
+/// The checks of a claim, shared by the stores.
+pub fn check_claim(run: &RunRecord, claim: &Claim) -> Result<(), StoreError> {
+    if !claim.expect.contains(&run.status) {
+        return Err(StoreError::InvalidStatus { run_id: run.run_id, status: run.status });
+    }
+    if let (RunStatus::Running, Some(now)) = (run.status, claim.lease_expired_at)
+        && run.lease_until.is_some_and(|until| until > now)
+    {
+        return Err(StoreError::Leased {
+            run_id: run.run_id,
+            owner: run.lease_owner.clone().unwrap_or_default(),
+            until: run.lease_until.unwrap_or(now),
+        });
+    }
+    Ok(())
+}
