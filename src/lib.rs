@@ -27,18 +27,28 @@
 //! - Tools: [`Tool`], [`ToolRegistry`], [`ToolContext`], [`ToolOutput`], [`ToolError`].
 //! - Workflows: [`Workflow`], [`Definition`], [`WorkflowExt`] (routing without running,
 //!   Mermaid diagrams), [`RunContext`] (documents), [`Runtime`], [`RunError`].
-//! - Storage: [`Store`] and [`MemoryStore`]; a transition's documents and state are
-//!   committed together.
+//! - Storage: [`Store`], with [`MemoryStore`] for tests, `SqliteStore` (feature
+//!   `sqlite`, default) and `PostgresStore` (feature `postgres`); a transition's
+//!   documents and state are committed together, and runs resume after a crash.
 //! - Models and the agent loop: [`llm`] (messages, the Anthropic and OpenAI providers,
 //!   [`llm::ScriptedModel`], `LlmGenerateText`, `LlmDelegateToolCalls`, [`llm::Agent`]).
 //!
 //! Features: `macros` (default) for the two macros; `anthropic` and `openai` (default)
-//! for the HTTP providers, which pull in reqwest with rustls.
+//! for the HTTP providers, which pull in reqwest with rustls; `sqlite` (default) and
+//! `postgres` for the durable stores.
 
 pub use loopstack_core::*;
 
 #[cfg(feature = "macros")]
 pub use loopstack_macros::{tool, workflow};
+
+/// Runs in one SQLite file: the durable default (feature `sqlite`).
+#[cfg(feature = "sqlite")]
+pub use loopstack_store::SqliteStore;
+
+/// Runs in PostgreSQL, shared by many workers (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use loopstack_store::PostgresStore;
 
 /// The LLM layer: messages, providers, the scripted model, tool delegation and the
 /// agent loop.

@@ -17,7 +17,6 @@ use serde_json::{Map, Value};
 /// run's list keeps its position) and raises its `version`; the store keeps the old
 /// versions as history.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
 pub struct Document {
     /// Position of the document's first version in the run, from 0.
     pub seq: u64,

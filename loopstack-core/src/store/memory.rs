@@ -413,7 +413,9 @@ impl Store for MemoryStore {
     }
 
     async fn document_versions(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
-        Ok(self.lock().get(run_id)?.versions.clone())
+        let mut versions = self.lock().get(run_id)?.versions.clone();
+        versions.sort_by_key(|d| (d.step, d.seq, d.version));
+        Ok(versions)
     }
 
     async fn document_history(

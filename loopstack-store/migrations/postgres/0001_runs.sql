@@ -1,0 +1,64 @@
+-- Runs, their checkpoints, documents and signals. The run row is narrow and
+-- rewritten per commit; everything that grows is append-only.
+-- JSON is kept as TEXT, not jsonb: jsonb reorders keys and rounds numbers, and a
+-- checkpoint must read back exactly as it was written.
+CREATE TABLE runs (
+    run_id          UUID PRIMARY KEY,
+    workflow        TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    place           TEXT NOT NULL,
+    step            BIGINT NOT NULL,
+    state           TEXT NOT NULL,
+    error           TEXT,
+    definition_hash TEXT NOT NULL,
+    parent          UUID,
+    forked_from     UUID,
+    forked_step     BIGINT,
+    epoch           BIGINT NOT NULL,
+    signal_seq      BIGINT NOT NULL DEFAULT 0,
+    waiting_for     TEXT NOT NULL DEFAULT '[]',
+    lease_owner     TEXT,
+    lease_until     BIGINT,
+    created_at      BIGINT NOT NULL,
+    updated_at      BIGINT NOT NULL
+);
+
+CREATE INDEX runs_by_status ON runs (status, run_id);
+CREATE INDEX runs_by_workflow ON runs (workflow, run_id);
+CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL;
+
+CREATE TABLE checkpoints (
+    run_id     UUID NOT NULL,
+    step       BIGINT NOT NULL,
+    transition TEXT NOT NULL,
+    from_place TEXT NOT NULL,
+    to_place   TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    at         BIGINT NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+
+CREATE TABLE documents (
+    run_id   UUID NOT NULL,
+    seq      BIGINT NOT NULL,
+    version  BIGINT NOT NULL,
+    doc_type TEXT NOT NULL,
+    doc_key  TEXT,
+    tags     TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    content  TEXT NOT NULL,
+    step     BIGINT NOT NULL,
+    PRIMARY KEY (run_id, seq, version)
+);
+
+CREATE TABLE signals (
+    run_id      UUID NOT NULL,
+    id          BIGINT NOT NULL,
+    name        TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    step        BIGINT,
+    reason      TEXT,
+    received_at BIGINT NOT NULL,
+    PRIMARY KEY (run_id, id)
+);

@@ -1,0 +1,38 @@
+//! Durable stores for [loopstack](https://docs.rs/loopstack) runs, behind the
+//! [`Store`](loopstack_core::Store) trait: [`SqliteStore`] (one file; the embedded
+//! default, feature `sqlite`) and [`PostgresStore`] (many workers; feature
+//! `postgres`).
+//!
+//! Both keep the same schema shape: a narrow `runs` row per run, rewritten by each
+//! commit under a compare-and-set on its epoch and step, and append-only
+//! `checkpoints`, `documents` and `signals`. One transition is one database
+//! transaction. Queries are checked at run time, so the crate builds without a
+//! database; the schema is embedded and migrated when a store opens.
+//!
+//! ```
+//! use loopstack_core::{RunQuery, RunStatus, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), loopstack_core::StoreError> {
+//! let store = loopstack_store::SqliteStore::memory().await?;
+//! let waiting = store.list_runs(&RunQuery::new().status(RunStatus::Waiting)).await?;
+//! assert!(waiting.runs.is_empty());
+//! # Ok(()) }
+//! ```
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
+/// The lease a runtime takes on a run of a SQL store while it drives it, unless the
+/// store is set otherwise: renewed with every commit and every 10 s in between.
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(30);

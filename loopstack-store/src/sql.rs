@@ -1,0 +1,685 @@
+//! What the SQLite and PostgreSQL stores share: the SQL (numbered `$n` parameters
+//! work in both), value conversions, embedded migrations, and the `Store`
+//! implementation itself, written once as a macro over the sqlx database type.
+
+use std::borrow::Cow;
+
+use futures::future::BoxFuture;
+use loopstack_core::serde_json::value::RawValue;
+use loopstack_core::{RunStatus, StoreError};
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+
+pub(crate) fn backend(e: sqlx::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+/// Steps, epochs and ids are `u64` in Rust and `BIGINT` in SQL.
+pub(crate) fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn to_u64(n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| corrupt(format!("negative counter {n}")))
+}
+
+pub(crate) fn raw(text: String) -> Result<Box<RawValue>, StoreError> {
+    RawValue::from_string(text).map_err(corrupt)
+}
+
+/// Statuses as `,a,b,` for `$n LIKE ('%,' || status || ',%')`: one parameter for a
+/// set, the same in both dialects.
+pub(crate) fn status_set(statuses: &[RunStatus]) -> String {
+    let mut s = String::from(",");
+    for st in statuses {
+        s.push_str(st.as_str());
+        s.push(',');
+    }
+    s
+}
+
+/// The migrations, embedded in the binary: the schema is created and upgraded on
+/// first use, with no files at run time.
+#[derive(Debug)]
+pub(crate) struct Embedded(pub(crate) &'static [(i64, &'static str, &'static str)]);
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(self) -> BoxFuture<'static, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|&(version, description, sql)| {
+                    Migration::new(
+                        version,
+                        Cow::Borrowed(description),
+                        MigrationType::Simple,
+                        Cow::Borrowed(sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+pub(crate) async fn migrator(migrations: Embedded) -> Result<Migrator, StoreError> {
+    Migrator::new(migrations).await.map_err(|e| StoreError::Backend(Box::new(e)))
+}
+
+pub(crate) const FINISHED: &str = "('completed', 'failed', 'cancelled')";
+
+pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, state, error, definition_hash, parent, \
+     forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, lease_until, created_at, updated_at";
+
+pub(crate) const DOC_COLUMNS: &str = "seq, version, doc_type, doc_key, tags, metadata, content, step";
+
+pub(crate) const SIGNAL_COLUMNS: &str = "id, name, payload, status, step, reason, received_at";
+
+/// A query string built once from the shared column lists.
+macro_rules! sql_static {
+    ($name:ident = $($part:expr),+ $(,)?) => {
+        static $name: LazyLock<String> = LazyLock::new(|| [$($part),+].concat());
+    };
+}
+
+pub(crate) use sql_static;
+
+/// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`.
+macro_rules! sql_store {
+    ($store:ident, $db:ty) => {
+        use std::sync::{Arc, LazyLock};
+
+        use loopstack_core::serde_json;
+        use loopstack_core::serde_json::value::RawValue;
+        use loopstack_core::store::{check_claim, check_fence};
+        use loopstack_core::{
+            CheckpointRecord, Claim, Document, Fence, Inbox, NewRun, RunId, RunPage, RunQuery, RunRecord, RunStatus,
+            SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, StoreError, Timestamp,
+        };
+        use sqlx::Row as _;
+
+        use crate::sql::{
+            DOC_COLUMNS, FINISHED, RUN_COLUMNS, SIGNAL_COLUMNS, backend, corrupt, raw, status_set, to_i64, to_u64,
+        };
+
+        type DbRow = <$db as sqlx::Database>::Row;
+
+        crate::sql::sql_static!(SELECT_RUN = "SELECT ", RUN_COLUMNS, " FROM runs WHERE run_id = $1");
+        crate::sql::sql_static!(CLAIM = "UPDATE runs SET status = 'running', epoch = epoch + 1, error = NULL, waiting_for = '[]', \
+            lease_owner = $2, lease_until = $3, updated_at = $4 \
+            WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
+            AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
+            RETURNING ", RUN_COLUMNS);
+        crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
+            lease_until = COALESCE($9, lease_until) \
+            WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
+        crate::sql::sql_static!(SET_STATUS = "UPDATE runs SET status = $4, error = $5, updated_at = $6, lease_owner = NULL, \
+            lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
+        crate::sql::sql_static!(PARK = "UPDATE runs SET status = 'waiting', waiting_for = $5, lease_owner = NULL, lease_until = NULL, \
+            updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
+            AND status NOT IN ", FINISHED);
+        crate::sql::sql_static!(NEXT_SIGNAL = "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND status NOT IN ",
+            FINISHED, " RETURNING signal_seq, status");
+        crate::sql::sql_static!(PENDING_SIGNALS = "SELECT ", SIGNAL_COLUMNS,
+            " FROM signals WHERE run_id = $1 AND status = 'pending' ORDER BY id");
+        crate::sql::sql_static!(ALL_SIGNALS = "SELECT ", SIGNAL_COLUMNS, " FROM signals WHERE run_id = $1 ORDER BY id");
+        crate::sql::sql_static!(LIST_RUNS = "SELECT ", RUN_COLUMNS, " FROM runs WHERE ($1 IS NULL OR workflow = $1) \
+            AND ($2 = ',' OR $2 LIKE ('%,' || status || ',%')) AND ($3 IS NULL OR place = $3) \
+            AND ($4 IS NULL OR parent = $4) AND ($5 IS NULL OR created_at >= $5) \
+            AND ($6 IS NULL OR created_at < $6) AND ($7 IS NULL OR run_id < $7) \
+            ORDER BY run_id DESC LIMIT $8");
+        crate::sql::sql_static!(DOCUMENTS_AT = "SELECT ", DOC_COLUMNS, " FROM documents d WHERE d.run_id = $1 AND d.step <= $2 \
+            AND d.version = (SELECT MAX(v.version) FROM documents v \
+            WHERE v.run_id = d.run_id AND v.seq = d.seq AND v.step <= $2) ORDER BY d.seq");
+        crate::sql::sql_static!(DOCUMENT_VERSIONS = "SELECT ", DOC_COLUMNS,
+            " FROM documents WHERE run_id = $1 ORDER BY step, seq, version");
+        crate::sql::sql_static!(DOCUMENT_HISTORY = "SELECT ", DOC_COLUMNS,
+            " FROM documents WHERE run_id = $1 AND doc_type = $2 AND doc_key = $3 ORDER BY version");
+
+        const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
+            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, \
+            lease_until, created_at, updated_at) \
+            VALUES ($1, $2, $3, 'start', 0, $4, NULL, $5, $6, NULL, NULL, $7, 0, '[]', $8, $9, $10, $10) \
+            ON CONFLICT (run_id) DO NOTHING";
+        const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
+            state, at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        const INSERT_DOCUMENT: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+        const INSERT_SIGNAL: &str = "INSERT INTO signals (run_id, id, name, payload, status, step, reason, \
+            received_at) VALUES ($1, $2, $3, $4, 'pending', NULL, NULL, $5)";
+        const DELIVER_SIGNAL: &str =
+            "UPDATE signals SET status = 'delivered', step = $3 WHERE run_id = $1 AND id = $2 AND status = 'pending'";
+        const REJECT_SIGNAL: &str = "UPDATE signals SET status = 'rejected', reason = $4 \
+            WHERE run_id = $1 AND id = $3 AND status = 'pending' \
+            AND EXISTS (SELECT 1 FROM runs WHERE run_id = $1 AND epoch = $2)";
+        const REJECT_PENDING: &str =
+            "UPDATE signals SET status = 'rejected', reason = $2 WHERE run_id = $1 AND status = 'pending'";
+        const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
+        const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
+        const HISTORY: &str = "SELECT step, transition, from_place, to_place, at FROM checkpoints \
+            WHERE run_id = $1 AND step > 0 ORDER BY step";
+        const CHECKPOINT: &str = "SELECT step, transition, from_place, to_place, at, state FROM checkpoints \
+            WHERE run_id = $1 AND step = $2";
+        const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
+            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, \
+            lease_until, created_at, updated_at) \
+            SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', NULL, \
+            NULL, $6, $6 FROM runs WHERE run_id = $1";
+        const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
+            state, at) SELECT $2, step, transition, from_place, to_place, state, at FROM checkpoints \
+            WHERE run_id = $1 AND step <= $3";
+        const FORK_DOCUMENTS: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) SELECT $2, seq, version, doc_type, doc_key, tags, metadata, content, step \
+            FROM documents WHERE run_id = $1 AND step <= $3";
+        const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
+
+        const ENDED: &str = "the run ended before the signal was delivered";
+
+        fn run_from_row(row: &DbRow) -> Result<RunRecord, StoreError> {
+            let get_err = |e: sqlx::Error| corrupt(e);
+            let status: String = row.try_get("status").map_err(get_err)?;
+            let waiting: String = row.try_get("waiting_for").map_err(get_err)?;
+            let forked_from: Option<uuid::Uuid> = row.try_get("forked_from").map_err(get_err)?;
+            let forked_step: Option<i64> = row.try_get("forked_step").map_err(get_err)?;
+            let parent: Option<uuid::Uuid> = row.try_get("parent").map_err(get_err)?;
+            let lease_until: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
+            let mut record = RunRecord {
+                run_id: RunId(row.try_get("run_id").map_err(get_err)?),
+                workflow: row.try_get("workflow").map_err(get_err)?,
+                status: status.parse()?,
+                place: std::borrow::Cow::Owned(row.try_get("place").map_err(get_err)?),
+                step: to_u64(row.try_get("step").map_err(get_err)?)?,
+                state: raw(row.try_get("state").map_err(get_err)?)?,
+                error: row.try_get("error").map_err(get_err)?,
+                definition_hash: row.try_get("definition_hash").map_err(get_err)?,
+                parent: parent.map(RunId),
+                forked_from: None,
+                epoch: to_u64(row.try_get("epoch").map_err(get_err)?)?,
+                signal_seq: to_u64(row.try_get("signal_seq").map_err(get_err)?)?,
+                waiting_for: serde_json::from_str(&waiting).map_err(corrupt)?,
+                lease_owner: row.try_get("lease_owner").map_err(get_err)?,
+                lease_until: lease_until.map(Timestamp::from_millis),
+                created_at: Timestamp::from_millis(row.try_get("created_at").map_err(get_err)?),
+                updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(get_err)?),
+            };
+            if let (Some(id), Some(step)) = (forked_from, forked_step) {
+                record.forked_from = Some((RunId(id), to_u64(step)?));
+            }
+            Ok(record)
+        }
+
+        fn step_from_row(row: &DbRow) -> Result<StepRecord, StoreError> {
+            let get_err = |e: sqlx::Error| corrupt(e);
+            let transition: String = row.try_get("transition").map_err(get_err)?;
+            let from: String = row.try_get("from_place").map_err(get_err)?;
+            let to: String = row.try_get("to_place").map_err(get_err)?;
+            let mut step = StepRecord::new(to_u64(row.try_get("step").map_err(get_err)?)?, transition, from, to);
+            step.at = Timestamp::from_millis(row.try_get("at").map_err(get_err)?);
+            Ok(step)
+        }
+
+        fn document_from_row(row: &DbRow) -> Result<Arc<Document>, StoreError> {
+            let get_err = |e: sqlx::Error| corrupt(e);
+            let tags: String = row.try_get("tags").map_err(get_err)?;
+            let metadata: String = row.try_get("metadata").map_err(get_err)?;
+            let version: i64 = row.try_get("version").map_err(get_err)?;
+            Ok(Arc::new(Document {
+                seq: to_u64(row.try_get("seq").map_err(get_err)?)?,
+                doc_type: std::borrow::Cow::Owned(row.try_get("doc_type").map_err(get_err)?),
+                key: row.try_get("doc_key").map_err(get_err)?,
+                version: u32::try_from(version).map_err(corrupt)?,
+                tags: serde_json::from_str(&tags).map_err(corrupt)?,
+                metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
+                content: raw(row.try_get("content").map_err(get_err)?)?,
+                step: to_u64(row.try_get("step").map_err(get_err)?)?,
+            }))
+        }
+
+        fn signal_from_row(row: &DbRow) -> Result<SignalRecord, StoreError> {
+            let get_err = |e: sqlx::Error| corrupt(e);
+            let status: String = row.try_get("status").map_err(get_err)?;
+            let step: Option<i64> = row.try_get("step").map_err(get_err)?;
+            let reason: Option<String> = row.try_get("reason").map_err(get_err)?;
+            let status = match status.as_str() {
+                "pending" => SignalStatus::Pending,
+                "delivered" => SignalStatus::Delivered { step: to_u64(step.unwrap_or_default())? },
+                "rejected" => SignalStatus::Rejected { reason: reason.unwrap_or_default() },
+                other => return Err(corrupt(format!("unknown signal status `{other}`"))),
+            };
+            Ok(SignalRecord {
+                id: to_u64(row.try_get("id").map_err(get_err)?)?,
+                name: row.try_get("name").map_err(get_err)?,
+                payload: raw(row.try_get("payload").map_err(get_err)?)?,
+                status,
+                received_at: Timestamp::from_millis(row.try_get("received_at").map_err(get_err)?),
+            })
+        }
+
+        impl $store {
+            async fn load(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
+                let row = sqlx::query(&SELECT_RUN).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
+                row.map(|r| run_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))
+            }
+
+            /// Why a fenced write matched no row.
+            async fn fence_error(&self, run_id: RunId, fence: Fence) -> StoreError {
+                match self.load(run_id).await {
+                    Ok(r) => match check_fence(run_id, r.status, r.epoch, r.step, fence) {
+                        Err(e) => e,
+                        Ok(()) => StoreError::SignalArrived { run_id },
+                    },
+                    Err(e) => e,
+                }
+            }
+
+            async fn exists(&self, run_id: RunId) -> Result<(), StoreError> {
+                let row = sqlx::query(RUN_EXISTS).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
+                row.map(|_| ()).ok_or(StoreError::RunNotFound(run_id))
+            }
+
+            async fn fetch_documents(
+                &self,
+                sql: &'static str,
+                run_id: RunId,
+                step: Option<u64>,
+                key: Option<(&str, &str)>,
+            ) -> Result<Vec<Arc<Document>>, StoreError> {
+                let mut q = sqlx::query(sql).bind(run_id.0);
+                if let Some(step) = step {
+                    q = q.bind(to_i64(step));
+                }
+                if let Some((doc_type, key)) = key {
+                    q = q.bind(doc_type.to_owned()).bind(key.to_owned());
+                }
+                let rows = q.fetch_all(&self.pool).await.map_err(backend)?;
+                if rows.is_empty() {
+                    self.exists(run_id).await?;
+                }
+                rows.iter().map(document_from_row).collect()
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl Store for $store {
+            async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+                let now = Timestamp::now().as_millis();
+                let epoch: i64 = i64::from(run.status != RunStatus::Queued);
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                let done = sqlx::query(INSERT_RUN)
+                    .bind(run.run_id.0)
+                    .bind(&run.workflow)
+                    .bind(run.status.as_str())
+                    .bind(run.state.get())
+                    .bind(&run.definition_hash)
+                    .bind(run.parent.map(|p| p.0))
+                    .bind(epoch)
+                    .bind(run.lease.as_ref().map(|l| l.owner.clone()))
+                    .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::RunExists(run.run_id));
+                }
+                sqlx::query(INSERT_CHECKPOINT)
+                    .bind(run.run_id.0)
+                    .bind(0_i64)
+                    .bind("")
+                    .bind("")
+                    .bind(loopstack_core::START)
+                    .bind(run.state.get())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+                self.load(run.run_id).await
+            }
+
+            async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
+                let row = sqlx::query(&CLAIM)
+                    .bind(run_id.0)
+                    .bind(claim.lease.as_ref().map(|l| l.owner.clone()))
+                    .bind(claim.lease.as_ref().map(|l| l.until.as_millis()))
+                    .bind(Timestamp::now().as_millis())
+                    .bind(status_set(&claim.expect))
+                    .bind(claim.lease_expired_at.map(Timestamp::as_millis))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                match row {
+                    Some(row) => run_from_row(&row),
+                    None => {
+                        let current = self.load(run_id).await?;
+                        check_claim(&current, claim)?;
+                        // It changed between the two statements: report it as taken.
+                        Err(StoreError::InvalidStatus { run_id, status: current.status })
+                    }
+                }
+            }
+
+            async fn commit(&self, cp: loopstack_core::Checkpoint) -> Result<(), StoreError> {
+                let step = cp.transition.step;
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                // The run row first: it takes the write lock (SQLite) or the row lock
+                // (PostgreSQL) before anything is read.
+                let done = sqlx::query(&COMMIT_RUN)
+                    .bind(cp.run_id.0)
+                    .bind(to_i64(cp.fence.epoch))
+                    .bind(to_i64(cp.fence.step))
+                    .bind(to_i64(step))
+                    .bind(&*cp.transition.to)
+                    .bind(cp.status.as_str())
+                    .bind(cp.state.get())
+                    .bind(cp.transition.at.as_millis())
+                    .bind(cp.lease_until.map(Timestamp::as_millis))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    drop(tx);
+                    return Err(self.fence_error(cp.run_id, cp.fence).await);
+                }
+                sqlx::query(INSERT_CHECKPOINT)
+                    .bind(cp.run_id.0)
+                    .bind(to_i64(step))
+                    .bind(&*cp.transition.transition)
+                    .bind(&*cp.transition.from)
+                    .bind(&*cp.transition.to)
+                    .bind(cp.state.get())
+                    .bind(cp.transition.at.as_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                for doc in &cp.documents {
+                    sqlx::query(INSERT_DOCUMENT)
+                        .bind(cp.run_id.0)
+                        .bind(to_i64(doc.seq))
+                        .bind(i64::from(doc.version))
+                        .bind(&*doc.doc_type)
+                        .bind(doc.key.as_deref())
+                        .bind(serde_json::to_string(&doc.tags).map_err(corrupt)?)
+                        .bind(serde_json::to_string(&doc.metadata).map_err(corrupt)?)
+                        .bind(doc.content.get())
+                        .bind(to_i64(doc.step))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                }
+                if let Some(id) = cp.signal {
+                    let done = sqlx::query(DELIVER_SIGNAL)
+                        .bind(cp.run_id.0)
+                        .bind(to_i64(id))
+                        .bind(to_i64(step))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                    if done.rows_affected() == 0 {
+                        return Err(StoreError::SignalNotFound { run_id: cp.run_id, signal: id });
+                    }
+                }
+                if cp.status.is_finished() {
+                    sqlx::query(REJECT_PENDING)
+                        .bind(cp.run_id.0)
+                        .bind(ENDED)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                }
+                tx.commit().await.map_err(backend)
+            }
+
+            async fn set_status(
+                &self,
+                run_id: RunId,
+                fence: Fence,
+                status: RunStatus,
+                error: Option<String>,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                let done = sqlx::query(&SET_STATUS)
+                    .bind(run_id.0)
+                    .bind(to_i64(fence.epoch))
+                    .bind(to_i64(fence.step))
+                    .bind(status.as_str())
+                    .bind(error)
+                    .bind(Timestamp::now().as_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    drop(tx);
+                    return Err(self.fence_error(run_id, fence).await);
+                }
+                if status.is_finished() {
+                    sqlx::query(REJECT_PENDING).bind(run_id.0).bind(ENDED).execute(&mut *tx).await.map_err(backend)?;
+                }
+                tx.commit().await.map_err(backend)
+            }
+
+            async fn park(
+                &self,
+                run_id: RunId,
+                fence: Fence,
+                inbox_seq: u64,
+                signals: &[&str],
+            ) -> Result<(), StoreError> {
+                let done = sqlx::query(&PARK)
+                    .bind(run_id.0)
+                    .bind(to_i64(fence.epoch))
+                    .bind(to_i64(fence.step))
+                    .bind(to_i64(inbox_seq))
+                    .bind(serde_json::to_string(signals).map_err(corrupt)?)
+                    .bind(Timestamp::now().as_millis())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    // Not fenced and not finished: the signal count moved.
+                    return Err(self.fence_error(run_id, fence).await);
+                }
+                Ok(())
+            }
+
+            async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
+                let done = sqlx::query(HEARTBEAT)
+                    .bind(run_id.0)
+                    .bind(to_i64(epoch))
+                    .bind(until.as_millis())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    let current = self.load(run_id).await?;
+                    return Err(StoreError::Fenced { run_id, epoch, current: current.epoch });
+                }
+                Ok(())
+            }
+
+            async fn send_signal(
+                &self,
+                run_id: RunId,
+                name: &str,
+                payload: Box<RawValue>,
+            ) -> Result<SignalReceipt, StoreError> {
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                let row =
+                    sqlx::query(&NEXT_SIGNAL).bind(run_id.0).fetch_optional(&mut *tx).await.map_err(backend)?;
+                let Some(row) = row else {
+                    drop(tx);
+                    let current = self.load(run_id).await?;
+                    return Err(StoreError::Finished { run_id, status: current.status });
+                };
+                let id: i64 = row.try_get("signal_seq").map_err(corrupt)?;
+                let status: String = row.try_get("status").map_err(corrupt)?;
+                sqlx::query(INSERT_SIGNAL)
+                    .bind(run_id.0)
+                    .bind(id)
+                    .bind(name)
+                    .bind(payload.get())
+                    .bind(Timestamp::now().as_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+                Ok(SignalReceipt { id: to_u64(id)?, status: status.parse()? })
+            }
+
+            async fn inbox(&self, run_id: RunId) -> Result<Inbox, StoreError> {
+                // The count first: a signal arriving between the two reads makes the
+                // count stale, so parking fails and the driver reads again.
+                let row = sqlx::query(SIGNAL_SEQ).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
+                let seq: i64 = row.ok_or(StoreError::RunNotFound(run_id))?.try_get("signal_seq").map_err(corrupt)?;
+                let rows = sqlx::query(&PENDING_SIGNALS).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
+                let pending = rows.iter().map(signal_from_row).collect::<Result<_, _>>()?;
+                Ok(Inbox { pending, seq: to_u64(seq)? })
+            }
+
+            async fn reject_signal(
+                &self,
+                run_id: RunId,
+                epoch: u64,
+                signal: u64,
+                reason: &str,
+            ) -> Result<(), StoreError> {
+                let done = sqlx::query(REJECT_SIGNAL)
+                    .bind(run_id.0)
+                    .bind(to_i64(epoch))
+                    .bind(to_i64(signal))
+                    .bind(reason)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    let current = self.load(run_id).await?;
+                    if current.epoch != epoch {
+                        return Err(StoreError::Fenced { run_id, epoch, current: current.epoch });
+                    }
+                    return Err(StoreError::SignalNotFound { run_id, signal });
+                }
+                Ok(())
+            }
+
+            async fn signals(&self, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError> {
+                let rows = sqlx::query(&ALL_SIGNALS).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
+                if rows.is_empty() {
+                    self.exists(run_id).await?;
+                }
+                rows.iter().map(signal_from_row).collect()
+            }
+
+            async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError> {
+                self.exists(source).await?;
+                if self.exists(new_run).await.is_ok() {
+                    return Err(StoreError::RunExists(new_run));
+                }
+                let checkpoint = self.checkpoint(source, step).await?;
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                sqlx::query(FORK_RUN)
+                    .bind(source.0)
+                    .bind(new_run.0)
+                    .bind(&*checkpoint.step.to)
+                    .bind(to_i64(step))
+                    .bind(checkpoint.state.get())
+                    .bind(Timestamp::now().as_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                for sql in [FORK_CHECKPOINTS, FORK_DOCUMENTS] {
+                    sqlx::query(sql)
+                        .bind(source.0)
+                        .bind(new_run.0)
+                        .bind(to_i64(step))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                }
+                tx.commit().await.map_err(backend)?;
+                self.load(new_run).await
+            }
+
+            async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
+                self.load(run_id).await
+            }
+
+            async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+                let size = query.page_size();
+                let rows = sqlx::query(&LIST_RUNS)
+                    .bind(query.workflow.as_deref())
+                    .bind(status_set(&query.status))
+                    .bind(query.place.as_deref())
+                    .bind(query.parent.map(|p| p.0))
+                    .bind(query.created_after.map(Timestamp::as_millis))
+                    .bind(query.created_before.map(Timestamp::as_millis))
+                    .bind(query.before.map(|b| b.0))
+                    .bind(i64::from(size) + 1)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                let mut runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>, _>>()?;
+                let next = if runs.len() > size as usize {
+                    runs.truncate(size as usize);
+                    runs.last().map(|r| r.run_id)
+                } else {
+                    None
+                };
+                Ok(RunPage { runs, next })
+            }
+
+            async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
+                let rows = sqlx::query(HISTORY).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
+                if rows.is_empty() {
+                    self.exists(run_id).await?;
+                }
+                rows.iter().map(step_from_row).collect()
+            }
+
+            async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
+                let row = sqlx::query(CHECKPOINT)
+                    .bind(run_id.0)
+                    .bind(to_i64(step))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                let Some(row) = row else {
+                    self.exists(run_id).await?;
+                    return Err(StoreError::CheckpointNotFound { run_id, step });
+                };
+                let state = raw(row.try_get("state").map_err(corrupt)?)?;
+                Ok(CheckpointRecord { step: step_from_row(&row)?, state })
+            }
+
+            async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
+                self.fetch_documents(&DOCUMENTS_AT, run_id, Some(i64::MAX as u64), None).await
+            }
+
+            async fn documents_at(&self, run_id: RunId, step: u64) -> Result<Vec<Arc<Document>>, StoreError> {
+                self.fetch_documents(&DOCUMENTS_AT, run_id, Some(step), None).await
+            }
+
+            async fn document_versions(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
+                self.fetch_documents(&DOCUMENT_VERSIONS, run_id, None, None).await
+            }
+
+            async fn document_history(
+                &self,
+                run_id: RunId,
+                doc_type: &str,
+                key: &str,
+            ) -> Result<Vec<Arc<Document>>, StoreError> {
+                self.fetch_documents(&DOCUMENT_HISTORY, run_id, None, Some((doc_type, key))).await
+            }
+
+            fn lease_duration(&self) -> Option<std::time::Duration> {
+                self.lease
+            }
+        }
+    };
+}
+
+pub(crate) use sql_store;

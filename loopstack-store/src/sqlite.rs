@@ -1,0 +1,82 @@
+//! The SQLite store.
+
+use std::path::Path;
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+/// The SQLite migrations, in order.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("../migrations/sqlite/0001_runs.sql"))];
+
+/// A [`Store`](loopstack_core::Store) in one SQLite file: the embedded default.
+///
+/// The file is opened in WAL mode with `synchronous = FULL` (a committed transition
+/// survives a power cut), a busy timeout for the one-writer-at-a-time rule, and
+/// short transactions: one per commit, never held across a model call. The schema
+/// is created and migrated when the store opens.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), loopstack_core::StoreError> {
+/// use loopstack_store::SqliteStore;
+/// let dir = std::env::temp_dir().join(format!("loopstack-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = SqliteStore::open(dir.join("runs.db")).await?;
+/// let runtime = loopstack_core::Runtime::with_store(store);
+/// # let _ = runtime; std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    lease: Option<Duration>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store at `path` and brings its schema up to date.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, loopstack_core::StoreError> {
+        let options = SqliteConnectOptions::new().filename(path.as_ref()).create_if_missing(true);
+        Self::connect_with(options, 4).await
+    }
+
+    /// A store in memory, private to this value and its clones (one connection):
+    /// the SQL store's behaviour without a file, for tests.
+    pub async fn memory() -> Result<Self, loopstack_core::StoreError> {
+        let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(crate::sql::backend)?;
+        Self::connect_with(options, 1).await
+    }
+
+    async fn connect_with(options: SqliteConnectOptions, connections: u32) -> Result<Self, loopstack_core::StoreError> {
+        let options = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connections)
+            // An in-memory database lives as long as its connection.
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(crate::sql::backend)?;
+        let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
+        migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
+        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE) })
+    }
+
+    /// Sets the lease runtimes take on runs they drive (30 s unless set; `None` for
+    /// none: then only an explicit resume takes over a run whose process died).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The connection pool, for queries of your own.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+crate::sql::sql_store!(SqliteStore, sqlx::Sqlite);

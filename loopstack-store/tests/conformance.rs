@@ -1,0 +1,408 @@
+//! One suite of store behaviour, run against every store: `MemoryStore`, SQLite (a
+//! file) and PostgreSQL (its own schema per test run; `LOOPSTACK_DATABASE_URL`, by
+//! default the local server). The PostgreSQL test fails, never skips, when the
+//! server is unreachable: `.ci/run` starts it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::BoxFuture;
+use loopstack_core::serde_json::{self, Value, json};
+use loopstack_core::*;
+use loopstack_store::{PostgresStore, SqliteStore};
+
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct State {
+    wait: bool,
+    log: Vec<String>,
+    approved_by: Option<String>,
+    /// Floats and odd text that must survive a checkpoint exactly.
+    reading: f64,
+    label: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl DocumentType for Note {
+    const TYPE: &'static str = "note";
+}
+
+/// `begin` saves a note and a keyed counter; `work` updates the counter; at
+/// `review` the run waits for `approve` unless `wait` is false; `approve` fails for
+/// "mallory".
+#[derive(Default)]
+struct Review {
+    /// `work` hangs once while this is set (a crash in the middle of a transition).
+    hang: AtomicBool,
+    started: tokio::sync::Notify,
+}
+
+static DEF: Definition = Definition::new(
+    "review",
+    &[START, "drafted", "review", END],
+    &[
+        TransitionDef::new("begin", &[START], "drafted"),
+        TransitionDef::new("work", &["drafted"], "review"),
+        TransitionDef::new("auto", &["review"], END).guard("no_wait"),
+        TransitionDef::new("approve", &["review"], END).wait(|| json!({"type": "object"})),
+    ],
+);
+
+impl Workflow for Review {
+    type State = State;
+    type Input = State;
+    fn definition(&self) -> &'static Definition {
+        &DEF
+    }
+    fn init(&self, s: State) -> State {
+        s
+    }
+    fn guard(&self, t: usize, s: &State) -> bool {
+        t != 2 || !s.wait
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        s: &'a mut State,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            let name = DEF.transitions()[t].name;
+            s.log.push(name.to_owned());
+            cx.save(&Note { text: format!("{name} ran") }).map_err(TransitionError::failed)?;
+            match name {
+                "begin" => {
+                    cx.save_with(&Note { text: "count 1".into() }, SaveOptions::new().key("count").tag("counter"))
+                        .map_err(TransitionError::failed)?;
+                }
+                "work" => {
+                    if self.hang.swap(false, Ordering::SeqCst) {
+                        self.started.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    cx.save_with(&Note { text: "count 2".into() }, SaveOptions::new().key("count").tag("counter"))
+                        .map_err(TransitionError::failed)?;
+                }
+                "approve" => {
+                    let who = payload.as_ref().and_then(|p| p["approved_by"].as_str()).map(str::to_owned);
+                    let Some(who) = who else {
+                        return Err(TransitionError::InvalidPayload("`approved_by` must be a string".into()));
+                    };
+                    if who == "mallory" {
+                        return Err(TransitionError::failed("mallory may not approve"));
+                    }
+                    s.approved_by = Some(who);
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+fn input(wait: bool) -> State {
+    State {
+        wait,
+        reading: 2.017_351_698_988_807e285,
+        label: "naïve \u{1F600} \"quoted\" \\ \u{7f}".into(),
+        ..State::default()
+    }
+}
+
+fn texts(docs: &[Arc<Document>]) -> Vec<String> {
+    docs.iter().map(|d| d.read::<Note>().unwrap().text).collect()
+}
+
+async fn suite(store: Arc<dyn Store>) {
+    // First, while no other run of the suite waits: the filters must find exactly its runs.
+    queries_filter_and_page(&store).await;
+    a_run_commits_every_step_with_its_documents_and_checkpoints(&store).await;
+    signals_are_kept_delivered_once_and_refusals_keep_the_run_waiting(&store).await;
+    a_signal_before_the_run_parks_waits_in_the_inbox(&store).await;
+    fenced_and_finished_writes_are_refused(&store).await;
+    claims_respect_status_and_live_leases(&store).await;
+    a_crashed_transition_runs_again_on_resume(&store).await;
+    retry_and_fork(&store).await;
+}
+
+async fn a_run_commits_every_step_with_its_documents_and_checkpoints(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let report = rt.start(&Review::default(), input(false)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let run_id = report.run_id;
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, &*record.place, record.step, record.epoch), (RunStatus::Completed, "end", 3, 1));
+    assert_eq!(record.definition_hash, DEF.hash());
+    let state: State = serde_json::from_str(record.state.get()).unwrap();
+    assert_eq!(state, report.state);
+    assert_eq!(state.reading.to_bits(), 2.017_351_698_988_807e285_f64.to_bits(), "floats round-trip exactly");
+    assert_eq!(state.label, input(false).label);
+
+    let history = store.history(run_id).await.unwrap();
+    let taken: Vec<_> = history.iter().map(|h| (h.step, &*h.transition, &*h.from, &*h.to)).collect();
+    assert_eq!(
+        taken,
+        [(1, "begin", "start", "drafted"), (2, "work", "drafted", "review"), (3, "auto", "review", "end")]
+    );
+    assert!(history.windows(2).all(|w| w[0].at <= w[1].at));
+    let zero = store.checkpoint(run_id, 0).await.unwrap();
+    assert_eq!(serde_json::from_str::<State>(zero.state.get()).unwrap(), input(false));
+    let two: State = serde_json::from_str(store.checkpoint(run_id, 2).await.unwrap().state.get()).unwrap();
+    assert_eq!(two.log, ["begin", "work"]);
+
+    let docs = store.documents(run_id).await.unwrap();
+    assert_eq!(texts(&docs), ["begin ran", "count 2", "work ran", "auto ran"]);
+    assert_eq!(docs[1].version, 2);
+    assert_eq!(docs[1].tags, ["counter"]);
+    assert_eq!(texts(&store.documents_at(run_id, 1).await.unwrap()), ["begin ran", "count 1"]);
+    let history = store.document_history(run_id, "note", "count").await.unwrap();
+    assert_eq!(history.iter().map(|d| (d.version, d.step)).collect::<Vec<_>>(), [(1, 1), (2, 2)]);
+    assert_eq!(store.document_versions(run_id).await.unwrap().len(), 5);
+}
+
+async fn signals_are_kept_delivered_once_and_refusals_keep_the_run_waiting(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review::default();
+    let report = rt.start(&wf, input(true)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
+    let run_id = report.run_id;
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.waiting_for.as_slice()), (RunStatus::Waiting, ["approve".to_owned()].as_slice()));
+    assert_eq!(record.lease_until, None, "a waiting run holds no lease");
+
+    // Unknown: refused, nothing stored.
+    let err = rt.signal(&wf, run_id, "reject", json!({})).await.unwrap_err();
+    assert!(matches!(err, RunError::UnknownSignal { .. }), "{err:?}");
+    assert!(store.signals(run_id).await.unwrap().is_empty());
+    // A bad payload and a refusing transition: recorded as rejected, the run waits.
+    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": 7})).await.unwrap_err();
+    assert!(matches!(err, RunError::InvalidSignalPayload { .. }), "{err:?}");
+    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "mallory"})).await.unwrap_err();
+    assert!(matches!(err, RunError::SignalRefused { .. }), "{err:?}");
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step), (RunStatus::Waiting, 2));
+    assert_eq!(store.documents(run_id).await.unwrap().len(), 3, "refused transitions saved nothing");
+
+    let done = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    assert_eq!(done.outcome, RunOutcome::Completed);
+    assert_eq!(done.state.approved_by.as_deref(), Some("ada"));
+    let signals = store.signals(run_id).await.unwrap();
+    let statuses: Vec<_> = signals.iter().map(|s| (s.id, s.status.clone())).collect();
+    assert!(matches!(&statuses[0].1, SignalStatus::Rejected { reason } if reason.contains("invalid")), "{statuses:?}");
+    assert!(matches!(&statuses[1].1, SignalStatus::Rejected { reason } if reason.contains("mallory")), "{statuses:?}");
+    assert_eq!(statuses[2], (3, SignalStatus::Delivered { step: 3 }));
+    assert_eq!(signals[2].payload.get(), r#"{"approved_by":"ada"}"#);
+    // A finished run takes no more signals.
+    let err = store.send_signal(run_id, "approve", serde_json::value::to_raw_value(&json!({})).unwrap()).await;
+    assert!(matches!(err, Err(StoreError::Finished { status: RunStatus::Completed, .. })), "{err:?}");
+}
+
+async fn a_signal_before_the_run_parks_waits_in_the_inbox(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review::default();
+    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
+    // Another driver takes the run (as a resume would) and so holds it `running`.
+    let claimed = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
+    let queued = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    assert_eq!(queued.outcome, RunOutcome::Queued { signal: 1 });
+    // That driver cannot park over the signal it has not read.
+    let err = store.park(run_id, claimed.fence(), claimed.signal_seq, &["approve"]).await.unwrap_err();
+    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
+    let inbox = store.inbox(run_id).await.unwrap();
+    assert_eq!((inbox.seq, inbox.pending.len()), (1, 1));
+    // Resuming delivers it, once.
+    let report = rt.resume(&wf, run_id).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.approved_by.as_deref(), Some("ada"));
+    assert_eq!(store.signals(run_id).await.unwrap()[0].status, SignalStatus::Delivered { step: 3 });
+    assert!(store.inbox(run_id).await.unwrap().pending.is_empty());
+}
+
+async fn fenced_and_finished_writes_are_refused(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review::default();
+    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
+    let first = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
+    let second = store.claim(run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+    assert_eq!(second.epoch, first.epoch + 1);
+    let state = serde_json::value::to_raw_value(&input(true)).unwrap();
+    let cp = |fence: Fence| {
+        Checkpoint::new(
+            run_id,
+            fence,
+            StepRecord::new(fence.step + 1, "approve", "review", END),
+            RunStatus::Completed,
+            state.clone(),
+        )
+    };
+    // The first driver was taken over: its commit is refused and writes nothing.
+    let err = store.commit(cp(first.fence())).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Fenced { epoch, current, .. } if epoch == first.epoch && current == second.epoch)
+    );
+    let err = store.commit(cp(Fence { epoch: second.epoch, step: 1 })).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { expected: 1, found: 2, .. }), "{err:?}");
+    assert_eq!(store.history(run_id).await.unwrap().len(), 2);
+    // The live driver fails the run; nothing revives it.
+    store.set_status(run_id, second.fence(), RunStatus::Failed, Some("boom".into())).await.unwrap();
+    let err = store.commit(cp(second.fence())).await.unwrap_err();
+    assert!(matches!(err, StoreError::Finished { status: RunStatus::Failed, .. }), "{err:?}");
+    let err = store.set_status(run_id, second.fence(), RunStatus::Running, None).await.unwrap_err();
+    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
+    let err = store.park(run_id, second.fence(), 0, &["approve"]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step, record.error.as_deref()), (RunStatus::Failed, 2, Some("boom")));
+}
+
+async fn claims_respect_status_and_live_leases(store: &Arc<dyn Store>) {
+    let run_id = RunId::new();
+    let state = serde_json::value::to_raw_value(&input(false)).unwrap();
+    let now = Timestamp::now();
+    let lease = Lease { owner: "worker-a".into(), until: now.add(std::time::Duration::from_secs(60)) };
+    let created = store.create_run(NewRun::new(run_id, "review", DEF.hash(), state).lease(lease)).await.unwrap();
+    assert_eq!(
+        (created.status, created.epoch, created.lease_owner.as_deref()),
+        (RunStatus::Running, 1, Some("worker-a"))
+    );
+    let err = store.create_run(NewRun::new(run_id, "review", DEF.hash(), created.state.clone())).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunExists(id) if id == run_id));
+    // A worker may not take a run whose lease is live...
+    let worker = Claim::new([RunStatus::Running]).only_expired(now);
+    let err = store.claim(run_id, &worker).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Leased { owner, .. } if owner == "worker-a"), "{err:?}");
+    // ...but may once it ran out.
+    let later = Claim::new([RunStatus::Running]).only_expired(now.add(std::time::Duration::from_secs(61)));
+    let taken = store.claim(run_id, &later).await.unwrap();
+    assert_eq!(taken.epoch, 2);
+    store.heartbeat(run_id, 2, now.add(std::time::Duration::from_secs(5))).await.unwrap();
+    let err = store.heartbeat(run_id, 1, now).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { epoch: 1, current: 2, .. }), "{err:?}");
+    let err = store.claim(run_id, &Claim::new([RunStatus::Failed])).await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidStatus { status: RunStatus::Running, .. }), "{err:?}");
+    let err = store.load_run(RunId::new()).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunNotFound(_)));
+}
+
+async fn a_crashed_transition_runs_again_on_resume(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review { hang: AtomicBool::new(true), ..Review::default() };
+    let run_id = RunId::new();
+    {
+        let run = rt.start(&wf, input(false)).run_id(run_id).into_future();
+        tokio::select! {
+            _ = run => panic!("the run cannot finish while `work` hangs"),
+            () = wf.started.notified() => {}
+        }
+    }
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "drafted", 1));
+    let report = Runtime::with_shared_store(store.clone()).resume(&wf, run_id).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.log, ["begin", "work", "auto"], "the interrupted transition ran again from its checkpoint");
+    assert_eq!(texts(&store.documents(run_id).await.unwrap()), ["begin ran", "count 2", "work ran", "auto ran"]);
+}
+
+async fn retry_and_fork(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review::default();
+    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
+    rt.cancel(run_id, "changed my mind").await.unwrap();
+    assert_eq!(store.load_run(run_id).await.unwrap().status, RunStatus::Cancelled);
+    let retried = rt.retry(&wf, run_id).await.unwrap();
+    assert_eq!(retried.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.error.as_deref()), (RunStatus::Waiting, None));
+
+    let fork = rt.fork(&wf, run_id, 1).await.unwrap();
+    assert_ne!(fork.run_id, run_id);
+    assert_eq!(fork.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
+    assert_eq!(fork.state.log, ["begin", "work"]);
+    let record = store.load_run(fork.run_id).await.unwrap();
+    assert_eq!(record.forked_from, Some((run_id, 1)));
+    assert_eq!(texts(&store.documents(fork.run_id).await.unwrap()), ["begin ran", "count 2", "work ran"]);
+    assert_eq!(store.history(fork.run_id).await.unwrap().len(), 2);
+    let err = store.fork(run_id, 7, RunId::new()).await.unwrap_err();
+    assert!(matches!(err, StoreError::CheckpointNotFound { step: 7, .. }), "{err:?}");
+}
+
+async fn queries_filter_and_page(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let wf = Review::default();
+    let t0 = Timestamp::now();
+    let mut waiting = Vec::new();
+    for i in 0..5 {
+        let report = rt.start(&wf, input(i % 2 == 0)).await.unwrap();
+        if i % 2 == 0 {
+            waiting.push(report.run_id);
+        }
+    }
+    let query = RunQuery::new().workflow("review").status(RunStatus::Waiting).place("review");
+    let all = store.list_runs(&query.clone().created_between(Some(t0), None).limit(100)).await.unwrap();
+    let ids: Vec<RunId> = all.runs.iter().map(|r| r.run_id).collect();
+    waiting.reverse();
+    assert_eq!(ids, waiting, "newest first");
+    assert!(all.runs.iter().all(|r| r.waiting_for == ["approve"]));
+    // Two a page.
+    let first = store.list_runs(&query.clone().created_between(Some(t0), None).limit(2)).await.unwrap();
+    assert_eq!(first.runs.len(), 2);
+    let next = first.next.expect("a second page");
+    let second = store.list_runs(&query.clone().created_between(Some(t0), None).limit(2).before(next)).await.unwrap();
+    assert_eq!(second.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), &waiting[2..]);
+    assert_eq!(second.next, None);
+    let none = store.list_runs(&RunQuery::new().workflow("no_such_workflow")).await.unwrap();
+    assert!(none.runs.is_empty() && none.next.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_keeps_the_contract() {
+    suite(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_keeps_the_contract() {
+    let dir = tempdir("conformance");
+    suite(Arc::new(SqliteStore::open(dir.join("runs.db")).await.unwrap())).await;
+    // Reopening the file finds everything (and migrates nothing twice).
+    let again = SqliteStore::open(dir.join("runs.db")).await.unwrap();
+    assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_store_keeps_the_contract() {
+    suite(Arc::new(SqliteStore::memory().await.unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_keeps_the_contract() {
+    let (url, schema) = pg_schema("conformance");
+    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+    });
+    suite(Arc::new(store.clone())).await;
+    // A second store on the same schema sees the same runs.
+    let again = PostgresStore::connect_schema(&url, &schema).await.unwrap();
+    assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
+    drop_schema(&store, &schema).await;
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("loopstack-{name}-{}-{}", std::process::id(), RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn pg_schema(name: &str) -> (String, String) {
+    let url = std::env::var("LOOPSTACK_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    (url, format!("loopstack_test_{name}_{}", RunId::new().0.simple()))
+}
+
+async fn drop_schema(store: &PostgresStore, schema: &str) {
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+}
