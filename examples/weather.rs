@@ -5,6 +5,9 @@
 //! cargo run --example weather                                  # offline, scripted model
 //! cargo run --example weather -- --question "How is the weather in Oslo?"
 //! cargo run --example weather -- --mermaid                     # print the diagram and exit
+//! cargo run --example weather -- --db runs.db                  # keep runs in runs.db (default weather.db)
+//! cargo run --example weather -- --resume RUN_ID               # resume a run whose process died
+//! cargo run --example weather -- --db memory                   # keep nothing
 //! ANTHROPIC_API_KEY=... cargo run --example weather -- --provider anthropic
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai --model gpt-4o-mini
 //! OPENAI_BASE_URL=http://localhost:11434/v1 cargo run --example weather -- --provider openai --model llama3.2
@@ -141,6 +144,8 @@ struct Args {
     model: Option<String>,
     question: String,
     mermaid: bool,
+    db: String,
+    resume: Option<RunId>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -149,6 +154,8 @@ fn parse_args() -> Result<Args, String> {
         model: None,
         question: "How is the weather in Berlin?".into(),
         mermaid: false,
+        db: "weather.db".into(),
+        resume: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -158,8 +165,15 @@ fn parse_args() -> Result<Args, String> {
             "--model" => args.model = Some(value()?),
             "--question" => args.question = value()?,
             "--mermaid" => args.mermaid = true,
+            "--db" => args.db = value()?,
+            "--resume" => {
+                let id = value()?;
+                args.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
+            }
             "-h" | "--help" => {
-                return Err("usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT] [--mermaid]".into());
+                return Err("usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT] \
+                            [--db PATH|memory] [--resume RUN_ID] [--mermaid]"
+                    .into());
             }
             other => return Err(format!("unknown flag `{other}`; see --help")),
         }
@@ -215,9 +229,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
     let workflow = ToolCallWorkflow::new(models, options)?;
 
-    let runtime = Runtime::new();
+    let runtime = if args.db == "memory" {
+        Runtime::new()
+    } else {
+        Runtime::with_store(loopstack::SqliteStore::open(&args.db).await?)
+    };
     // A model that keeps calling tools is stopped after 40 transitions (13 model turns).
-    let report = runtime.start(&workflow, args.question).max_steps(40).await?;
+    let report = match args.resume {
+        Some(run_id) => {
+            println!("Resuming run {run_id} from {}", args.db);
+            runtime.resume(&workflow, run_id).max_steps(40).await?
+        }
+        None => {
+            let run_id = RunId::new();
+            // Printed before the first transition, so a run whose process dies can be resumed.
+            println!("Run {run_id} (store: {})", args.db);
+            runtime.start(&workflow, args.question).run_id(run_id).max_steps(40).await?
+        }
+    };
     let store = runtime.store();
 
     println!("\nConversation:");
