@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use eventsource_stream::{EventStreamError, Eventsource as _};
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -24,6 +23,7 @@ use tracing::field::Empty;
 use crate::error::LlmError;
 use crate::message::Usage;
 use crate::model::{ChatResponse, StreamEvent};
+use crate::sse::{FeedError, SseParser};
 
 /// The default request timeout: 10 minutes, as in Anthropic's and OpenAI's own SDKs. A
 /// non-streamed reply of a few thousand tokens, or any reply of a local model on a CPU,
@@ -35,6 +35,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest error body kept in an error message when the body is not the API's JSON.
 const MAX_ERROR_BODY: usize = 500;
+
+/// How much of an error response's body is read: 64 KiB. The API's JSON error is far
+/// smaller; the rest of a larger body (a proxy's page, or a broken server's endless
+/// one) is not read, so an error costs little memory and time whatever its size.
+const MAX_ERROR_BODY_READ: usize = 64 << 10;
 
 const USER_AGENT: &str = concat!("loopstack-llm/", env!("CARGO_PKG_VERSION"));
 
@@ -292,6 +297,12 @@ impl Transport {
         client.post(call.url.clone()).headers(call.headers.clone()).body(call.body.clone())
     }
 
+    /// The deadline of an attempt starting now (a timeout too long to add is a year).
+    fn deadline(&self) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        now.checked_add(self.timeout).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+    }
+
     fn timeout_failure(&self, call: &Call<'_>) -> Failure {
         Failure::fatal(LlmError::Timeout { provider: call.provider, model: call.model.to_owned(), after: self.timeout })
     }
@@ -315,16 +326,21 @@ impl Transport {
         .await
     }
 
-    /// Sends `call` and returns its successful response once its headers arrived,
-    /// retrying per the policy. The timeout covers each attempt until the headers.
-    async fn open(&self, call: &Call<'_>) -> Result<reqwest::Response, LlmError> {
+    /// Sends `call` and returns its successful response once its headers arrived, with
+    /// the deadline of the attempt that got it (the timeout after that attempt
+    /// started), retrying per the policy.
+    async fn open(&self, call: &Call<'_>) -> Result<(reqwest::Response, tokio::time::Instant), LlmError> {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
+            let deadline = self.deadline();
             let attempt = async {
                 let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
                 if response.status().is_success() { Ok(response) } else { Err(response_failure(call, response).await) }
             };
-            tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(result) => result.map(|response| (response, deadline)),
+                Err(_) => Err(self.timeout_failure(call)),
+            }
         })
         .await
     }
@@ -377,8 +393,12 @@ impl Transport {
     }
 
     /// Sends `call` and streams its server-sent events through `decoder`. Retries happen
-    /// only before the response starts. The timeout covers the wait for the response
-    /// headers, then each wait for the next event.
+    /// only before the response starts. The timeout is a deadline for the whole
+    /// attempt: the wait for the response headers and the whole stream after them,
+    /// whatever the server sends (a server trickling bytes or events forever still ends
+    /// in [`LlmError::Timeout`]). Lines and events are bounded by
+    /// [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) and
+    /// [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES).
     pub(crate) fn post_sse<'a, D: SseDecoder + 'a>(
         &'a self,
         call: Call<'a>,
@@ -405,69 +425,106 @@ impl Transport {
         span: &tracing::Span,
         started: Instant,
     ) -> (Vec<Result<StreamEvent, LlmError>>, Option<SseState<'a, D>>) {
-        let fail = |error: LlmError| {
+        // The events decoded before an error are yielded before it.
+        let fail_after = |out: Vec<StreamEvent>, error: LlmError| {
             record_outcome(span, started, Err(&error));
-            (vec![Err(error)], Some(SseState::End))
+            let items = out.into_iter().map(Ok).chain([Err(error)]).collect();
+            (items, Some(SseState::End))
         };
-        let (provider, model, mut events, mut decoder) = match state {
+        let fail = |error: LlmError| fail_after(Vec::new(), error);
+        let mut reading = match state {
             SseState::End => return (Vec::new(), None),
             SseState::Start(call, decoder) => {
                 return match self.open(&call).await {
-                    Ok(response) => {
-                        let events = response.bytes_stream().eventsource().boxed();
-                        let reading = SseState::Reading { provider: call.provider, model: call.model, events, decoder };
-                        (Vec::new(), Some(reading))
+                    Ok((response, deadline)) => {
+                        let reading = Reading {
+                            provider: call.provider,
+                            model: call.model,
+                            body: response.bytes_stream().boxed(),
+                            parser: SseParser::new(),
+                            decoder,
+                            deadline,
+                        };
+                        (Vec::new(), Some(SseState::Reading(reading)))
                     }
                     Err(error) => fail(error),
                 };
             }
-            SseState::Reading { provider, model, events, decoder } => (provider, model, events, decoder),
+            SseState::Reading(reading) => reading,
         };
+        let timeout = |r: &Reading<'a, D>| LlmError::Timeout {
+            provider: r.provider,
+            model: r.model.to_owned(),
+            after: self.timeout,
+        };
+        let mut out = Vec::new();
         loop {
-            let Ok(next) = tokio::time::timeout(self.timeout, events.next()).await else {
-                return fail(LlmError::Timeout { provider, model: model.to_owned(), after: self.timeout });
+            // Checked before each read too: a body that is always ready (a server
+            // flooding bytes) would never let the timer below fire.
+            if tokio::time::Instant::now() >= reading.deadline {
+                return fail_after(out, timeout(&reading));
+            }
+            let Ok(next) = tokio::time::timeout_at(reading.deadline, reading.body.next()).await else {
+                return fail_after(out, timeout(&reading));
             };
-            let mut out = Vec::new();
-            match next {
-                Some(Ok(event)) => {
-                    if let Err(error) = decoder.event(&event.event, &event.data, &mut out) {
-                        return fail(error);
-                    }
-                    if !decoder.is_complete() {
-                        if out.is_empty() {
-                            continue;
+            let complete = match next {
+                Some(Ok(chunk)) => {
+                    let Reading { parser, decoder, .. } = &mut reading;
+                    let fed = parser.feed(&chunk, &mut |name: &str, data: &str| {
+                        decoder.event(name, data, &mut out)?;
+                        Ok(decoder.is_complete())
+                    });
+                    match fed {
+                        Ok(complete) => complete,
+                        Err(FeedError::Handler(error)) => return fail_after(out, error),
+                        Err(FeedError::Stream(error)) => {
+                            return fail_after(out, malformed(reading.provider, reading.model, error.to_string()));
                         }
-                        let items = out.into_iter().map(Ok).collect();
-                        return (items, Some(SseState::Reading { provider, model, events, decoder }));
                     }
-                }
-                Some(Err(EventStreamError::Transport(e))) => {
-                    return fail(LlmError::Connection { provider, model: model.to_owned(), source: Box::new(e) });
                 }
                 Some(Err(e)) => {
-                    return fail(malformed(provider, model, format!("invalid event stream: {e}")));
+                    let (provider, model) = (reading.provider, reading.model.to_owned());
+                    return fail_after(out, LlmError::Connection { provider, model, source: Box::new(e) });
                 }
-                None => {}
+                // The body ended.
+                None => true,
+            };
+            if !complete {
+                if out.is_empty() {
+                    continue;
+                }
+                let items = out.into_iter().map(Ok).collect();
+                return (items, Some(SseState::Reading(reading)));
             }
             // The provider said the response is complete, or the body ended.
-            return match decoder.finish(&mut out) {
+            return match reading.decoder.finish(&mut out) {
                 Ok(response) => {
                     record_outcome(span, started, Ok(&response.usage));
                     out.push(StreamEvent::Done(response));
                     (out.into_iter().map(Ok).collect(), Some(SseState::End))
                 }
-                Err(error) => fail(error),
+                Err(error) => fail_after(out, error),
             };
         }
     }
 }
 
-type SseEvents = BoxStream<'static, Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>;
+type SseBody = BoxStream<'static, reqwest::Result<Bytes>>;
 
 enum SseState<'a, D> {
     Start(Call<'a>, D),
-    Reading { provider: &'static str, model: &'a str, events: SseEvents, decoder: D },
+    Reading(Reading<'a, D>),
     End,
+}
+
+/// A stream being read: its body, parser, decoder and deadline.
+struct Reading<'a, D> {
+    provider: &'static str,
+    model: &'a str,
+    body: SseBody,
+    parser: SseParser,
+    decoder: D,
+    deadline: tokio::time::Instant,
 }
 
 /// A provider's decoder of streamed events into [`StreamEvent`]s and a [`ChatResponse`].
@@ -498,8 +555,21 @@ fn transport_failure(call: &Call<'_>, error: reqwest::Error) -> Failure {
 async fn response_failure(call: &Call<'_>, response: reqwest::Response) -> Failure {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = response.bytes().await.unwrap_or_default();
+    let body = read_bounded(response, MAX_ERROR_BODY_READ).await;
     status_failure(call.provider, call.model, status, &headers, &body)
+}
+
+/// The first `limit` bytes of a body (fewer if it ends or fails first); the rest is
+/// not read, and dropping the response closes its connection.
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(limit - body.len())]),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
 }
 
 /// The typed error of an unsuccessful HTTP status, and whether to retry it.

@@ -55,10 +55,14 @@ pub mod anthropic;
 mod http;
 #[cfg(feature = "openai")]
 pub mod openai;
+#[cfg(feature = "http")]
+mod sse;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::Anthropic;
 #[cfg(feature = "http")]
 pub use http::RetryPolicy;
+#[cfg(feature = "http")]
+pub use sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};
 #[cfg(feature = "openai")]
 pub use openai::OpenAi;

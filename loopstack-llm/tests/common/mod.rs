@@ -30,6 +30,9 @@ enum Mode {
     Close,
     /// Announces a longer body than it sends, then closes the connection.
     Truncate,
+    /// The body, in chunked transfer encoding, sent again and again until the client
+    /// hangs up: a body without end.
+    Endless,
 }
 
 /// One scripted reply.
@@ -84,6 +87,14 @@ impl Reply {
     /// Sends the head and part of the body, then closes the connection.
     pub fn truncated(mut self) -> Self {
         self.mode = Mode::Truncate;
+        self
+    }
+
+    /// Sends the head, then `body` as a chunk again and again, never ending the body,
+    /// until the client hangs up.
+    pub fn endless(mut self) -> Self {
+        assert!(!self.body.is_empty());
+        self.mode = Mode::Endless;
         self
     }
 
@@ -221,14 +232,14 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             while socket.read(&mut sink).await? > 0 {}
             return stop();
         }
-        Mode::Whole | Mode::Pieces(_) | Mode::Hang | Mode::Truncate => {}
+        Mode::Whole | Mode::Pieces(_) | Mode::Hang | Mode::Truncate | Mode::Endless => {}
     }
     let mut head = format!("HTTP/1.1 {} Test\r\n", reply.status);
     for (name, value) in &reply.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     match &reply.mode {
-        Mode::Pieces(_) | Mode::Hang => head.push_str("transfer-encoding: chunked\r\n\r\n"),
+        Mode::Pieces(_) | Mode::Hang | Mode::Endless => head.push_str("transfer-encoding: chunked\r\n\r\n"),
         Mode::Truncate => head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len() + 100)),
         _ => head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len())),
     }
@@ -260,6 +271,18 @@ async fn write_reply(socket: &mut TcpStream, reply: Reply) -> std::io::Result<()
             let mut sink = [0u8; 1024];
             while socket.read(&mut sink).await? > 0 {}
             return Err(std::io::Error::other("closed"));
+        }
+        Mode::Endless => {
+            let mut chunk = format!("{:x}\r\n", reply.body.len()).into_bytes();
+            chunk.extend_from_slice(&reply.body);
+            chunk.extend_from_slice(b"\r\n");
+            // Until a write fails: the client hung up. Yielding between writes lets the
+            // client (on the same runtime) read.
+            loop {
+                socket.write_all(&chunk).await?;
+                socket.flush().await?;
+                tokio::task::yield_now().await;
+            }
         }
         Mode::Truncate => {
             socket.write_all(&reply.body).await?;
