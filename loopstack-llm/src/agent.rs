@@ -14,7 +14,11 @@ use crate::model::ChatModel;
 pub const DEFAULT_MAX_TURNS: u32 = 10;
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
-/// the model stops for any reason other than tool use.
+/// a model turn has no tool calls.
+///
+/// A turn with tool calls is a tool-use turn whatever its stop reason (`end_turn`,
+/// `max_tokens` ...): its calls are run and answered, so a conversation never ends in
+/// unanswered calls.
 ///
 /// It is itself a `#[workflow]`:
 ///
@@ -215,7 +219,7 @@ impl Agent {
             return Err(AgentError::TurnBudgetExceeded { max_turns: self.max_turns, conversation: conversation(cx)? });
         }
         let result = self.generate.call(cx, &self.options).await?;
-        state.turns += 1;
+        state.turns = state.turns.saturating_add(1);
         state.usage += result.usage;
         state.last_tool_calls = result.message.tool_uses().count();
         state.last_stop = Some(result.stop_reason);
@@ -261,9 +265,10 @@ impl Agent {
         Ok(())
     }
 
-    /// Whether the last turn asked for tools.
+    /// Whether the last turn asked for tools: its message has tool calls, whatever
+    /// the stop reason (see [`GenerateResult::wants_tools`](crate::GenerateResult::wants_tools)).
     pub fn has_tool_calls(&self, state: &AgentState) -> bool {
-        state.last_stop == Some(StopReason::ToolUse) && state.last_tool_calls > 0
+        state.last_tool_calls > 0
     }
 
     /// Whether every call of the last batch has its result.

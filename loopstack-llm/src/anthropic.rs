@@ -19,12 +19,16 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tracing::Instrument as _;
 
 use crate::error::LlmError;
 use crate::http::{self, ApiKey, Call, RetryPolicy, SseDecoder, Transport, malformed};
-use crate::message::{ContentBlock, Message, Role, StopReason, ToolUse, Usage};
+use crate::message::{
+    ContentBlock, MAX_JSON_DEPTH, Message, Role, StopReason, ToolUse, Usage, nests_deeper_than, too_deep,
+    value_deeper_than,
+};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent};
 
 const PROVIDER: &str = "anthropic";
@@ -42,8 +46,16 @@ const PROVIDER: &str = "anthropic";
 /// | retries | [`RetryPolicy::default`]: 3, backoff 0.5 s doubling up to 8 s | [`Anthropic::retry_policy`] |
 /// | `max_tokens` when the request has none | 4096 | [`Anthropic::default_max_tokens`] |
 ///
-/// The timeout covers a whole non-streamed call; for a stream it covers the wait for
-/// the response to start and then each wait for the next event.
+/// The timeout is a deadline for each whole attempt, whatever the server sends: a
+/// non-streamed call until its body is read, a stream from the request until its last
+/// event (a server that keeps sending pings or bytes forever still times out; raise
+/// the timeout for very long streamed replies). An error response's body is read up to
+/// 64 KiB; a line of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES)
+/// long and an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond,
+/// the stream ends in [`LlmError::MalformedResponse`]). Tool inputs nested deeper than
+/// [`MAX_JSON_DEPTH`] are not parsed: they are kept as
+/// [`ToolUse::invalid_input`](crate::ToolUse::invalid_input) and answered with an error
+/// result.
 ///
 /// Content blocks the crate has no type for (`thinking`, `redacted_thinking`, server
 /// tools) come back as [`ContentBlock::Provider`] with provider `"anthropic"` and are
@@ -262,14 +274,30 @@ fn encode_block(block: &ContentBlock) -> Option<Value> {
 // ---------------------------------------------------------------------------------------
 // Decoding
 
+/// A response body. Content blocks are kept as raw text until each is decoded, so
+/// that tool arguments are checked for their depth before they are parsed.
 #[derive(Deserialize)]
 struct WireMessage {
-    id: String,
-    model: String,
-    content: Vec<Value>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    error: Option<Value>,
+    id: Option<String>,
+    model: Option<String>,
+    content: Option<Vec<Box<RawValue>>>,
     stop_reason: Option<String>,
     #[serde(default)]
     usage: WireUsage,
+}
+
+/// The fields of a content block the decoder reads; `input` stays raw text.
+#[derive(Deserialize)]
+struct WireBlock {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    text: Option<String>,
+    input: Option<Box<RawValue>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -297,16 +325,19 @@ impl WireUsage {
 
 /// Decodes a non-streamed response body.
 fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
-    let value: Value =
+    let wire: WireMessage =
         serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
-    if value.get("type").and_then(Value::as_str) == Some("error") {
-        return Err(error_event(&value, model));
+    if wire.kind.as_deref() == Some("error") {
+        return Err(error_event(wire.error.as_ref(), model));
     }
-    let wire: WireMessage = serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
+    let missing = |field: &str| malformed(PROVIDER, model, format!("missing field `{field}`"));
+    let id = wire.id.ok_or_else(|| missing("id"))?;
+    let response_model = wire.model.ok_or_else(|| missing("model"))?;
     let content = wire
         .content
-        .into_iter()
-        .map(decode_block)
+        .ok_or_else(|| missing("content"))?
+        .iter()
+        .map(|block| decode_raw_block(block.get()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|m| malformed(PROVIDER, model, m))?;
     let stop_reason = wire.stop_reason.ok_or_else(|| malformed(PROVIDER, model, "missing stop_reason"))?;
@@ -316,9 +347,38 @@ fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
         message: Message { role: Role::Assistant, content },
         stop_reason: StopReason::parse(&stop_reason),
         usage,
-        model: wire.model,
-        id: Some(wire.id),
+        model: response_model,
+        id: Some(id),
     })
+}
+
+/// Decodes a content block of a response body from its text. A tool call's input is
+/// read with [`ToolUse::from_raw_arguments`], so input nested too deep is an error
+/// result, not a failed response; a provider block nested too deep is refused.
+fn decode_raw_block(raw: &str) -> Result<ContentBlock, String> {
+    let block: WireBlock = serde_json::from_str(raw).map_err(|e| format!("invalid content block: {e}"))?;
+    let field = |value: Option<String>, name: &str| value.ok_or_else(|| format!("a content block has no `{name}`"));
+    match block.kind.as_deref() {
+        Some("text") => Ok(ContentBlock::text(field(block.text, "text")?)),
+        Some("tool_use") => {
+            let (id, name) = (field(block.id, "id")?, field(block.name, "name")?);
+            Ok(ContentBlock::ToolUse(match block.input {
+                Some(input) => ToolUse::from_raw_arguments(id, name, input.get()),
+                None => ToolUse::new(id, name, json!({})),
+            }))
+        }
+        Some(_) => Ok(ContentBlock::Provider { provider: PROVIDER.into(), raw: parse_provider_json(raw)? }),
+        None => Err("a content block has no `type`".into()),
+    }
+}
+
+/// Parses JSON of a provider block (a server tool's input, say), refusing it when it
+/// nests deeper than [`MAX_JSON_DEPTH`].
+fn parse_provider_json(raw: &str) -> Result<Value, String> {
+    if nests_deeper_than(raw.as_bytes(), MAX_JSON_DEPTH) {
+        return Err(format!("a content block is refused: {}", too_deep()));
+    }
+    serde_json::from_str(raw).map_err(|e| format!("invalid content block: {e}"))
 }
 
 fn decode_block(block: Value) -> Result<ContentBlock, String> {
@@ -333,7 +393,10 @@ fn decode_block(block: Value) -> Result<ContentBlock, String> {
         Some("text") => Ok(ContentBlock::text(str_field("text")?)),
         Some("tool_use") => {
             let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
-            Ok(ContentBlock::ToolUse(ToolUse::new(str_field("id")?, str_field("name")?, input)))
+            Ok(ContentBlock::ToolUse(ToolUse::checked(str_field("id")?, str_field("name")?, input)))
+        }
+        Some(_) if value_deeper_than(&block, MAX_JSON_DEPTH) => {
+            Err(format!("a content block is refused: {}", too_deep()))
         }
         Some(_) => Ok(ContentBlock::Provider { provider: PROVIDER.into(), raw: block }),
         None => Err("a content block has no `type`".into()),
@@ -341,8 +404,7 @@ fn decode_block(block: Value) -> Result<ContentBlock, String> {
 }
 
 /// The error of an `error` object: `{"type": "error", "error": {"type", "message"}}`.
-fn error_event(value: &Value, model: &str) -> LlmError {
-    let error = value.get("error");
+fn error_event(error: Option<&Value>, model: &str) -> LlmError {
     let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or("unknown_error");
     let message = error.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("no message").to_owned();
     let model = model.to_owned();
@@ -361,10 +423,9 @@ fn error_event(value: &Value, model: &str) -> LlmError {
 /// A content block being streamed.
 enum Block {
     Text(String),
+    /// A tool call; `json` collects its `input_json_delta`s, which replace its input.
     Tool {
-        id: String,
-        name: String,
-        input: Value,
+        tool: ToolUse,
         json: String,
     },
     /// A block kept raw; `json` collects `input_json_delta`s (server tools) for `input`.
@@ -428,7 +489,7 @@ impl Decoder {
             }
             ContentBlock::ToolUse(tool) => {
                 out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
-                Block::Tool { id: tool.id, name: tool.name, input: tool.input, json: String::new() }
+                Block::Tool { tool, json: String::new() }
             }
             ContentBlock::Provider { raw, .. } => Block::Raw { value: raw, json: String::new() },
             ContentBlock::ToolResult(_) => unreachable!("decode_block makes no tool results"),
@@ -518,7 +579,7 @@ impl SseDecoder for Decoder {
                 }
             }
             "message_stop" => self.complete = true,
-            "error" => return Err(error_event(&value, &self.model)),
+            "error" => return Err(error_event(value.get("error"), &self.model)),
             // ping, content_block_stop, and events added later.
             _ => {}
         }
@@ -542,16 +603,19 @@ impl SseDecoder for Decoder {
             let block = block.ok_or_else(|| self.malformed(format!("content block {index} never started")))?;
             content.push(match block {
                 Block::Text(text) => ContentBlock::Text { text },
-                Block::Tool { id, name, input, json } if json.trim().is_empty() => {
-                    ContentBlock::ToolUse(ToolUse::new(id, name, input))
-                }
-                Block::Tool { id, name, json, .. } => {
-                    ContentBlock::ToolUse(ToolUse::from_raw_arguments(id, name, &json))
+                Block::Tool { tool, json } if json.trim().is_empty() => ContentBlock::ToolUse(tool),
+                Block::Tool { tool, json } => {
+                    ContentBlock::ToolUse(ToolUse::from_raw_arguments(tool.id, tool.name, &json))
                 }
                 Block::Raw { value, json } if json.trim().is_empty() => {
                     ContentBlock::Provider { provider: PROVIDER.into(), raw: value }
                 }
                 Block::Raw { mut value, json } => {
+                    if nests_deeper_than(json.as_bytes(), MAX_JSON_DEPTH) {
+                        return Err(
+                            self.malformed(format!("the input of content block {index} is refused: {}", too_deep()))
+                        );
+                    }
                     let input: Value = serde_json::from_str(&json)
                         .map_err(|e| self.malformed(format!("invalid input of content block {index}: {e}")))?;
                     value["input"] = input;

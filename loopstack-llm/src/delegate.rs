@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt as _, StreamExt as _};
 use loopstack_core::{RunContext, ToolContext, ToolOutput, ToolRegistry};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::RwLock;
 use tracing::Instrument as _;
 
 use crate::error::AgentError;
-use crate::message::{Message, ToolResult, ToolUse};
+use crate::message::{Message, ToolResult, ToolUse, duplicate_ids};
 
 /// The default per-tool timeout.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -56,10 +57,18 @@ pub struct DelegateResult {
 ///
 /// Every failure becomes a result the model sees, and the run goes on: an unknown tool
 /// or one not offered in that turn (the error names the tools that are), arguments that
-/// are not valid JSON or do not deserialize, a handler that returns an error or panics,
-/// and a call that outlives its timeout. Calls run concurrently (at most
+/// are not valid JSON (or nest deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH)),
+/// that are not a JSON object (`null`, a number, a string, an array: checked here, for
+/// every tool) or do not deserialize, a handler that returns an error or panics, and a
+/// call that outlives its timeout. Calls run concurrently (at most
 /// [`DEFAULT_CONCURRENCY`] at once unless set); a tool whose options say it is not
 /// concurrent runs alone.
+///
+/// Each call gets exactly one result, and no two results share an id: a call that
+/// repeats the id of an earlier call in the message is not run, and its error result
+/// (saying why) carries the id `<id>_dup<n>` (`n` from 2). Messages from
+/// [`LlmGenerateText`](crate::LlmGenerateText) never have repeated ids: it renames them
+/// the same way before it saves the message, so there every call runs.
 #[derive(Debug, Clone)]
 pub struct LlmDelegateToolCalls {
     tools: ToolRegistry,
@@ -110,17 +119,21 @@ impl LlmDelegateToolCalls {
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
         let cancellation = cx.cancellation().clone();
+        // Calls that repeat the id of an earlier call are not run: each gets an error
+        // result under a new id (empty when the ids are unique, the usual case).
+        let renamed = duplicate_ids(message);
         // The futures are made first and streamed second: a closure inside the stream
         // would make the future's `Send` bound fail to hold for all lifetimes.
         let calls: Vec<_> = message
             .tool_uses()
             .enumerate()
             .map(|(index, call)| {
+                let duplicate = renamed.iter().find(|(i, _)| *i == index).map(|(_, id)| id.as_str());
                 let tcx = ToolContext::new(call.id.clone(), call.name.clone())
                     .with_index(index)
                     .with_run_id(run_id)
                     .with_cancellation(cancellation.clone());
-                self.run_one(call, tcx, offered, &exclusive).map(move |result| (index, result))
+                self.run_one(call, tcx, offered, &exclusive, duplicate).map(move |result| (index, result))
             })
             .collect();
         // Unordered, so one slow call does not hold back the start of later ones; the
@@ -142,7 +155,21 @@ impl LlmDelegateToolCalls {
         cx: ToolContext,
         offered: &[String],
         exclusive: &RwLock<()>,
+        duplicate: Option<&str>,
     ) -> ToolCallResult {
+        if let Some(new_id) = duplicate {
+            tracing::warn!(tool = %call.name, call_id = %call.id, new_id, "a tool call repeats the id of an earlier call");
+            return ToolCallResult {
+                tool_use_id: new_id.to_owned(),
+                name: call.name.clone(),
+                content: format!(
+                    "this call to `{}` was not run: its id `{}` is the id of an earlier call in the same message, \
+                     and every call needs an id of its own",
+                    call.name, call.id
+                ),
+                is_error: true,
+            };
+        }
         let span = tracing::info_span!(
             "loopstack.tool",
             tool = %call.name,
@@ -179,6 +206,13 @@ impl LlmDelegateToolCalls {
                 bad.error
             ));
         }
+        if !call.input.is_object() {
+            return ToolOutput::error(format!(
+                "the arguments of this call to `{name}` must be a JSON object of its parameters, not {}; \
+                 call the tool again with a JSON object",
+                json_kind(&call.input)
+            ));
+        }
         let spec = self.tools.spec(name).expect("checked above");
         let timeout = spec.options.effective_timeout(self.default_timeout);
         let _guard = if spec.options.concurrent {
@@ -197,6 +231,18 @@ impl LlmDelegateToolCalls {
             Ok(Ok(Err(err))) => err.into(),
             Ok(Ok(Ok(output))) => output,
         }
+    }
+}
+
+/// What a JSON value is, as the model would say it.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

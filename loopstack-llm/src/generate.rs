@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument as _;
 
 use crate::error::AgentError;
-use crate::message::{Message, StopReason, Usage};
+use crate::message::{Message, StopReason, Usage, rename_duplicate_ids};
 use crate::model::{ChatModel, ChatRequest};
 
 /// The type name of message documents.
@@ -157,9 +157,12 @@ pub struct GenerateResult {
 }
 
 impl GenerateResult {
-    /// Whether the model stopped to have tools called.
+    /// Whether the model asked for tools: the message has tool calls, whatever the
+    /// stop reason (Anthropic may send calls with `end_turn`, a local server with
+    /// `stop`, and a reply cut at `max_tokens` may hold calls); they must be answered
+    /// before the conversation goes on.
     pub fn wants_tools(&self) -> bool {
-        self.stop_reason == StopReason::ToolUse && self.message.tool_uses().next().is_some()
+        self.message.tool_uses().next().is_some()
     }
 }
 
@@ -167,6 +170,11 @@ impl GenerateResult {
 /// conversation, offers only the listed tools (schemas from the registry, computed at
 /// registration), saves the assistant message as a document (metadata: provider,
 /// model, usage, stop reason) and returns it.
+///
+/// Tool call ids are made unique before the message is saved: a call that repeats the
+/// id of an earlier call in the same reply gets the id `<id>_dup<n>` (`n` from 2), and
+/// a warning is logged. Every call then has an id of its own, runs, and gets its own
+/// result, and the conversation sent back to the provider stays consistent.
 #[derive(Debug, Clone)]
 pub struct LlmGenerateText {
     models: Models,
@@ -217,7 +225,10 @@ impl LlmGenerateText {
             latency_ms = tracing::field::Empty,
         );
         let started = Instant::now();
-        let response = model.chat(&request).instrument(span.clone()).await?;
+        let mut response = model.chat(&request).instrument(span.clone()).await?;
+        for (old, new) in rename_duplicate_ids(&mut response.message) {
+            span.in_scope(|| tracing::warn!(id = %old, new_id = %new, "the model repeated a tool call id; renamed"));
+        }
         span.record("input_tokens", response.usage.input_tokens);
         span.record("output_tokens", response.usage.output_tokens);
         span.record("stop_reason", response.stop_reason.as_str());

@@ -46,7 +46,9 @@ pub use generate::{
 pub use scripted::ScriptedModel;
 
 pub use error::LlmError;
-pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
+pub use message::{
+    ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
+};
 pub use model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};
 
 #[cfg(feature = "anthropic")]
@@ -62,7 +64,7 @@ mod sse;
 pub use anthropic::Anthropic;
 #[cfg(feature = "http")]
 pub use http::RetryPolicy;
-#[cfg(feature = "http")]
-pub use sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};
 #[cfg(feature = "openai")]
 pub use openai::OpenAi;
+#[cfg(feature = "http")]
+pub use sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};

@@ -48,10 +48,17 @@ impl ToolUse {
 
     /// A tool call from a raw argument string: parsed when it is JSON, kept as
     /// [`InvalidInput`] when it is not. An empty string is `{}`.
+    ///
+    /// Arguments nested deeper than [`MAX_JSON_DEPTH`] are not parsed (a linear scan of
+    /// the text finds them first): they are kept as [`InvalidInput`] too, with the
+    /// text shortened to its first [`MAX_REFUSED_TEXT`] bytes and `...`.
     pub fn from_raw_arguments(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
             return Self::new(id, name, Value::Object(Default::default()));
+        }
+        if nests_deeper_than(trimmed.as_bytes(), MAX_JSON_DEPTH) {
+            return Self::refused(id, name, raw);
         }
         match serde_json::from_str::<Value>(trimmed) {
             Ok(input) => Self::new(id, name, input),
@@ -62,6 +69,99 @@ impl ToolUse {
                 invalid_input: Some(InvalidInput { raw: raw.to_owned(), error: e.to_string() }),
             },
         }
+    }
+
+    /// A tool call from parsed arguments, refused like [`ToolUse::from_raw_arguments`]
+    /// refuses text when they nest deeper than [`MAX_JSON_DEPTH`].
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn checked(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        if value_deeper_than(&input, MAX_JSON_DEPTH) {
+            // The value came from a parser with a depth limit (serde_json's 128), so
+            // writing it out does not recurse without bound.
+            return Self::refused(id, name, &input.to_string());
+        }
+        Self::new(id, name, input)
+    }
+
+    /// A call whose arguments nest too deep: no input, the text shortened.
+    fn refused(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            input: Value::Null,
+            invalid_input: Some(InvalidInput { raw: shorten(raw, MAX_REFUSED_TEXT), error: too_deep() }),
+        }
+    }
+}
+
+/// The deepest nesting of arrays and objects accepted in JSON a model wrote: 64
+/// levels (`{}` is one level, `{"a": [1]}` two).
+///
+/// Tool arguments nested deeper are not parsed: the call becomes an error result the
+/// model reads, saying so, and the run goes on. The bound keeps every message well
+/// within what serde_json reads back (128 levels, with the message's own levels
+/// around the arguments), and no reply can build a value deep enough to overflow the
+/// stack when it is dropped.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// How much of a refused text (arguments nested too deep) is kept in
+/// [`InvalidInput::raw`]: 512 bytes, then `...`.
+pub const MAX_REFUSED_TEXT: usize = 512;
+
+pub(crate) fn too_deep() -> String {
+    format!("JSON nested more than {MAX_JSON_DEPTH} levels deep is not accepted")
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `...` when cut.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}...", &text[..cut])
+}
+
+/// Whether the JSON text nests arrays and objects deeper than `limit`: one pass over
+/// the bytes counting `[` and `{` outside strings, stopping as soon as it knows. Text
+/// that is not JSON is scanned all the same; the parser finds what else is wrong.
+pub(crate) fn nests_deeper_than(text: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether a value nests arrays and objects deeper than `limit`; recurses at most
+/// `limit + 1` levels, however deep the value.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn value_deeper_than(value: &Value, limit: usize) -> bool {
+    match value {
+        Value::Array(items) => limit == 0 || items.iter().any(|v| value_deeper_than(v, limit - 1)),
+        Value::Object(map) => limit == 0 || map.values().any(|v| value_deeper_than(v, limit - 1)),
+        _ => false,
     }
 }
 
@@ -218,6 +318,61 @@ impl Message {
     }
 }
 
+/// The calls of `message` whose id repeats the id of an earlier call, by call index,
+/// each with a new id that no call of the message has: `<id>_dup<n>`, `n` from 2 (a
+/// form Anthropic's id pattern accepts). Empty, without allocating, when the ids are
+/// unique.
+pub(crate) fn duplicate_ids(message: &Message) -> Vec<(usize, String)> {
+    const PAIRWISE: usize = 32;
+    let count = message.tool_uses().count();
+    if count < 2 {
+        return Vec::new();
+    }
+    let unique = if count <= PAIRWISE {
+        message.tool_uses().enumerate().all(|(i, a)| message.tool_uses().skip(i + 1).all(|b| a.id != b.id))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(count);
+        message.tool_uses().all(|t| seen.insert(t.id.as_str()))
+    };
+    if unique {
+        return Vec::new();
+    }
+    let mut taken: std::collections::HashSet<String> = message.tool_uses().map(|t| t.id.clone()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut renamed = Vec::new();
+    for (index, call) in message.tool_uses().enumerate() {
+        if seen.insert(call.id.as_str()) {
+            continue;
+        }
+        let new_id =
+            (2..).map(|n| format!("{}_dup{n}", call.id)).find(|id| !taken.contains(id)).expect("an unused id is found");
+        taken.insert(new_id.clone());
+        renamed.push((index, new_id));
+    }
+    renamed
+}
+
+/// Gives the calls of `message` that repeat the id of an earlier call new ids (see
+/// [`duplicate_ids`]); returns the `(old, new)` ids.
+pub(crate) fn rename_duplicate_ids(message: &mut Message) -> Vec<(String, String)> {
+    let renamed = duplicate_ids(message);
+    if renamed.is_empty() {
+        return Vec::new();
+    }
+    let mut changes = Vec::with_capacity(renamed.len());
+    let calls = message.content.iter_mut().filter_map(|b| match b {
+        ContentBlock::ToolUse(t) => Some(t),
+        _ => None,
+    });
+    let mut renamed = renamed.into_iter().peekable();
+    for (index, call) in calls.enumerate() {
+        if let Some((_, new_id)) = renamed.next_if(|(i, _)| *i == index) {
+            changes.push((std::mem::replace(&mut call.id, new_id.clone()), new_id));
+        }
+    }
+    changes
+}
+
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StopReason {
@@ -297,12 +452,14 @@ impl Usage {
         Self { input_tokens, output_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 }
     }
 
-    /// Input plus output tokens.
+    /// Input plus output tokens, at most `u64::MAX`.
     pub const fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 }
 
+/// Sums each count, saturating at `u64::MAX`: a provider or script reporting absurd
+/// counts never panics (debug builds) or wraps around (release builds).
 impl Add for Usage {
     type Output = Self;
     fn add(mut self, rhs: Self) -> Self {
@@ -311,12 +468,14 @@ impl Add for Usage {
     }
 }
 
+/// Adds each count, saturating at `u64::MAX`, as [`Add`] does.
 impl AddAssign for Usage {
     fn add_assign(&mut self, rhs: Self) {
-        self.input_tokens += rhs.input_tokens;
-        self.output_tokens += rhs.output_tokens;
-        self.cache_creation_input_tokens += rhs.cache_creation_input_tokens;
-        self.cache_read_input_tokens += rhs.cache_read_input_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(rhs.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(rhs.output_tokens);
+        self.cache_creation_input_tokens =
+            self.cache_creation_input_tokens.saturating_add(rhs.cache_creation_input_tokens);
+        self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(rhs.cache_read_input_tokens);
     }
 }
 
@@ -348,6 +507,62 @@ mod tests {
         assert!(err.to_string().contains("unknown variant `image`"), "{err}");
         let err = serde_json::from_value::<ContentBlock>(json!({"type": "tool_use", "name": "x"})).unwrap_err();
         assert!(err.to_string().contains("missing field `id`"), "{err}");
+    }
+
+    #[test]
+    fn the_depth_scan_counts_brackets_outside_strings() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(!nests_deeper_than(nested(64).as_bytes(), 64));
+        assert!(nests_deeper_than(nested(65).as_bytes(), 64));
+        assert!(nests_deeper_than(format!("{{\"a\": {}}}", nested(64)).as_bytes(), 64));
+        // Brackets in strings, escaped quotes included, do not count.
+        let in_string = format!(r#"{{"a": "{}\"{}", "b": [1]}}"#, "[".repeat(100), "{".repeat(100));
+        assert!(!nests_deeper_than(in_string.as_bytes(), 2));
+        assert!(nests_deeper_than(in_string.as_bytes(), 1));
+        // Siblings do not add up.
+        assert!(!nests_deeper_than(nested(3).repeat(1000).as_bytes(), 3));
+        let value: Value = serde_json::from_str(&nested(65)).unwrap();
+        assert!(value_deeper_than(&value, 64) && !value_deeper_than(&value, 65));
+        assert!(!value_deeper_than(&json!(3), 0) && value_deeper_than(&json!({}), 0));
+    }
+
+    #[test]
+    fn arguments_nested_too_deep_are_refused_before_parsing() {
+        let deep = format!("{}{}", "[".repeat(20_000), "]".repeat(20_000));
+        let call = ToolUse::from_raw_arguments("c", "t", &deep);
+        assert_eq!(call.input, Value::Null);
+        let bad = call.invalid_input.unwrap();
+        assert_eq!(bad.error, "JSON nested more than 64 levels deep is not accepted");
+        assert_eq!(bad.raw, format!("{}...", &deep[..MAX_REFUSED_TEXT]));
+        let value: Value = serde_json::from_str(&format!("{}{}", "[".repeat(100), "]".repeat(100))).unwrap();
+        assert!(ToolUse::checked("c", "t", value).invalid_input.is_some());
+        assert_eq!(ToolUse::checked("c", "t", json!({"a": [1]})), ToolUse::new("c", "t", json!({"a": [1]})));
+        assert_eq!(shorten("é".repeat(300).as_str(), 5), "éé...");
+    }
+
+    #[test]
+    fn repeated_ids_get_new_ones() {
+        let message = |ids: &[&str]| Message {
+            role: Role::Assistant,
+            content: ids.iter().map(|id| ContentBlock::ToolUse(ToolUse::new(*id, "t", json!({})))).collect(),
+        };
+        assert!(duplicate_ids(&message(&["a", "b", "c"])).is_empty());
+        assert_eq!(duplicate_ids(&message(&["a", "a", "a_dup2", "a"])), [(1, "a_dup3".into()), (3, "a_dup4".into())]);
+        let many: Vec<String> = (0..100).map(|i| format!("c{}", i % 50)).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let mut m = message(&many);
+        assert_eq!(duplicate_ids(&m).len(), 50);
+        let renamed = rename_duplicate_ids(&mut m);
+        assert_eq!(renamed[0], ("c0".to_owned(), "c0_dup2".to_owned()));
+        assert!(duplicate_ids(&m).is_empty());
+        assert!(rename_duplicate_ids(&mut m).is_empty());
+    }
+
+    #[test]
+    fn usage_saturates() {
+        let max = Usage::new(u64::MAX, u64::MAX);
+        assert_eq!(max + Usage::new(1, 2), max);
+        assert_eq!(max.total(), u64::MAX);
     }
 
     #[test]

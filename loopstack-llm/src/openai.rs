@@ -22,6 +22,8 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tracing::Instrument as _;
 
@@ -48,14 +50,21 @@ const PROVIDER: &str = "openai";
 ///
 /// The base URL may end in `/v1` (`http://localhost:11434/v1`, as Ollama documents it)
 /// or not (`http://localhost:8080`); `/v1/chat/completions` is appended without doubling
-/// `/v1`. The timeout covers a whole non-streamed call; for a stream it covers the wait
-/// for the response to start and then each wait for the next chunk.
+/// `/v1`. The timeout is a deadline for each whole attempt, whatever the server sends:
+/// a non-streamed call until its body is read, a stream from the request until its last
+/// chunk (a server that keeps sending forever still times out; raise the timeout for
+/// very long streamed replies). An error response's body is read up to 64 KiB; a line
+/// of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) long and
+/// an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond, the
+/// stream ends in [`LlmError::MalformedResponse`]).
 ///
 /// How messages map: the system prompt is the first `system` message; each
 /// [`ToolResult`] is a `tool` message (the API has no error flag: an error result's
 /// content is prefixed with `Error: `); tool arguments that were not valid JSON are sent
-/// back as the model wrote them. In replies, arguments that are not valid JSON are kept
-/// in [`ToolUse::invalid_input`], a missing tool-call id becomes `call_<n>`, and a reply
+/// back as the model wrote them (shortened, when refused for their depth). In replies, arguments that are not valid JSON are kept
+/// in [`ToolUse::invalid_input`], as are arguments (a string, an object, or written as
+/// text) nested deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), which are not
+/// parsed; a missing tool-call id becomes `call_<n>`, and a reply
 /// with tool calls whose `finish_reason` is `stop` (some local servers) stops with
 /// [`StopReason::ToolUse`]. `input_tokens` is the API's `prompt_tokens`, which includes
 /// the cached tokens also counted in `cache_read_input_tokens`.
@@ -335,12 +344,15 @@ fn tool_result_text(result: &ToolResult) -> String {
 // ---------------------------------------------------------------------------------------
 // Decoding
 
+/// A response body. Tool call arguments are kept as raw text until each call is
+/// decoded, so that they are checked for their depth before they are parsed.
 #[derive(Deserialize)]
 struct WireResponse {
     id: Option<String>,
     model: Option<String>,
-    choices: Vec<WireChoice>,
+    choices: Option<Vec<WireChoice>>,
     usage: Option<WireUsage>,
+    error: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -364,7 +376,7 @@ struct WireToolCall {
 #[derive(Deserialize)]
 struct WireFunction {
     name: String,
-    arguments: Option<Value>,
+    arguments: Option<Box<RawValue>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -405,12 +417,15 @@ fn tool_call_id(id: Option<&str>, n: usize) -> String {
 }
 
 /// A tool call from its arguments as sent: a JSON string (usually), or an object (some
-/// local servers); absent or `null` is `{}`.
-fn tool_use(id: String, name: String, arguments: Option<&Value>) -> ToolUse {
-    match arguments {
-        Some(Value::String(raw)) => ToolUse::from_raw_arguments(id, name, raw),
-        None | Some(Value::Null) => ToolUse::new(id, name, json!({})),
-        Some(other) => ToolUse::new(id, name, other.clone()),
+/// local servers); absent or `null` is `{}`. Either way the arguments are read by
+/// [`ToolUse::from_raw_arguments`], which refuses them when they nest too deep.
+fn tool_use(id: String, name: String, arguments: Option<&RawValue>) -> ToolUse {
+    match arguments.map(RawValue::get) {
+        None | Some("null") => ToolUse::new(id, name, json!({})),
+        Some(raw) => match raw.starts_with('"').then(|| serde_json::from_str::<String>(raw)) {
+            Some(Ok(text)) => ToolUse::from_raw_arguments(id, name, &text),
+            _ => ToolUse::from_raw_arguments(id, name, raw),
+        },
     }
 }
 
@@ -425,22 +440,21 @@ fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
     }
 }
 
-/// The API's message of an error object a server sent with a success status.
-fn error_message(value: &Value) -> Option<String> {
-    let error = value.get("error")?;
-    let message = error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message");
-    Some(message.to_owned())
+/// The API's message of an error object (the `error` field) a server sent with a
+/// success status.
+fn error_message(error: &Value) -> String {
+    error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message").to_owned()
 }
 
 /// Decodes a non-streamed response body.
 fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
-    let value: Value =
+    let wire: WireResponse =
         serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
-    if let Some(message) = error_message(&value) {
-        return Err(malformed(PROVIDER, model, format!("error in response: {message}")));
+    if let Some(error) = &wire.error {
+        return Err(malformed(PROVIDER, model, format!("error in response: {}", error_message(error))));
     }
-    let wire: WireResponse = serde_json::from_value(value).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
-    let choice = wire.choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
+    let choices = wire.choices.ok_or_else(|| malformed(PROVIDER, model, "missing field `choices`"))?;
+    let choice = choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
     let mut content = Vec::new();
     let text = content_text(choice.message.content.as_ref());
     if !text.is_empty() {
@@ -448,7 +462,7 @@ fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
     }
     for (n, call) in choice.message.tool_calls.into_iter().flatten().enumerate() {
         let id = tool_call_id(call.id.as_deref(), n);
-        content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_ref())));
+        content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_deref())));
     }
     let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
     let finish_reason = choice.finish_reason.ok_or_else(|| malformed(PROVIDER, model, "missing finish_reason"))?;
@@ -515,28 +529,40 @@ fn parse_text_tool_calls(text: &str, offered: &[&str]) -> Option<(Vec<ToolUse>, 
     None
 }
 
+/// A tool call written as text; the arguments stay raw text until they are checked
+/// for their depth.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextCall {
+    name: String,
+    arguments: Option<Box<RawValue>>,
+    parameters: Option<Box<RawValue>>,
+    #[serde(rename = "type")]
+    _kind: Option<IgnoredAny>,
+    #[serde(rename = "id")]
+    _id: Option<IgnoredAny>,
+}
+
 /// `{"name", "arguments" | "parameters"}` or an array of them, every name offered.
 fn json_tool_calls(json: &str, offered: &[&str]) -> Option<Vec<ToolUse>> {
-    let value: Value = serde_json::from_str(json.trim()).ok()?;
-    let items = match value {
-        Value::Array(items) if !items.is_empty() => items,
-        Value::Object(_) => vec![value],
+    let json = json.trim();
+    let items = match json.as_bytes().first()? {
+        b'[' => serde_json::from_str::<Vec<TextCall>>(json).ok().filter(|items| !items.is_empty())?,
+        b'{' => vec![serde_json::from_str::<TextCall>(json).ok()?],
         _ => return None,
     };
     items
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(n, item)| {
-            let object = item.as_object()?;
-            let name = object.get("name")?.as_str().filter(|name| offered.contains(name))?;
-            if object.keys().any(|k| !matches!(k.as_str(), "name" | "arguments" | "parameters" | "type" | "id")) {
+            if !offered.contains(&item.name.as_str()) {
                 return None;
             }
-            let arguments = object.get("arguments").or_else(|| object.get("parameters"));
-            if arguments.is_some_and(|a| !a.is_object() && !a.is_string() && !a.is_null()) {
+            let arguments = item.arguments.or(item.parameters);
+            if arguments.as_deref().is_some_and(|a| !a.get().starts_with(['{', '"', 'n'])) {
                 return None;
             }
-            Some(tool_use(format!("call_{n}"), name.to_owned(), arguments))
+            Some(tool_use(format!("call_{n}"), item.name, arguments.as_deref()))
         })
         .collect()
 }
@@ -551,6 +577,7 @@ struct WireChunk {
     #[serde(default)]
     choices: Vec<WireChunkChoice>,
     usage: Option<WireUsage>,
+    error: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -577,7 +604,7 @@ struct WireToolCallDelta {
 #[derive(Deserialize)]
 struct WireFunctionDelta {
     name: Option<String>,
-    arguments: Option<Value>,
+    arguments: Option<Box<RawValue>>,
 }
 
 /// A tool call being streamed.
@@ -586,8 +613,8 @@ struct ToolAcc {
     id: String,
     name: String,
     arguments: String,
-    /// Arguments some servers send whole, as an object.
-    object: Option<Value>,
+    /// Arguments some servers send whole, as an object (its JSON text).
+    object: Option<String>,
 }
 
 /// Assembles the chunks of a streamed Chat Completions response. Content blocks are
@@ -667,16 +694,18 @@ impl Decoder {
         if tool.name.is_empty() {
             tool.name = name.unwrap_or_default();
         }
-        match arguments {
-            Some(Value::String(piece)) if !piece.is_empty() => {
-                tool.arguments.push_str(&piece);
-                out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: piece });
+        let Some(raw) = arguments.as_deref().map(RawValue::get) else { return };
+        if raw.starts_with('"') {
+            match serde_json::from_str::<String>(raw) {
+                Ok(piece) if !piece.is_empty() => {
+                    tool.arguments.push_str(&piece);
+                    out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: piece });
+                }
+                _ => {}
             }
-            Some(object @ Value::Object(_)) => {
-                out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: object.to_string() });
-                tool.object = Some(object);
-            }
-            _ => {}
+        } else if raw.starts_with('{') {
+            out.push(StreamEvent::ToolInputDelta { index: tool.block, partial_json: raw.to_owned() });
+            tool.object = Some(raw.to_owned());
         }
     }
 }
@@ -687,13 +716,10 @@ impl SseDecoder for Decoder {
             self.done = true;
             return Ok(());
         }
-        let value: Value =
-            serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid JSON in a chunk: {e}")))?;
-        if let Some(message) = error_message(&value) {
-            return Err(self.malformed(format!("error event: {message}")));
+        let chunk: WireChunk = serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
+        if let Some(error) = &chunk.error {
+            return Err(self.malformed(format!("error event: {}", error_message(error))));
         }
-        let chunk: WireChunk =
-            serde_json::from_value(value).map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
         if self.id.is_none() {
             self.id = chunk.id;
         }
@@ -731,10 +757,8 @@ impl SseDecoder for Decoder {
             blocks.push((index, ContentBlock::Text { text }));
         }
         for tool in std::mem::take(&mut self.tools) {
-            let call = match tool.object {
-                Some(object) => ToolUse::new(tool.id, tool.name, object),
-                None => ToolUse::from_raw_arguments(tool.id, tool.name, &tool.arguments),
-            };
+            let arguments = tool.object.as_deref().unwrap_or(&tool.arguments);
+            let call = ToolUse::from_raw_arguments(tool.id, tool.name, arguments);
             blocks.push((tool.block, ContentBlock::ToolUse(call)));
         }
         blocks.sort_by_key(|(index, _)| *index);

@@ -233,7 +233,7 @@ impl ChatModel for ScriptedModel {
             })?,
         };
         let mut totals = lock(&self.inner.totals);
-        totals.0 += 1;
+        totals.0 = totals.0.saturating_add(1);
         totals.1 += response.usage;
         Ok(response)
     }
