@@ -17,6 +17,12 @@
 //! - W2: each model turn awaits 20 ms; N runs started at once: wall time, peak RSS and
 //!   memory per in-flight run.
 //! - W3: 64 tool calls per run, each awaiting 50 ms: median wall time per run.
+//! - W4: the W1 loop with every transition checkpointed to a database
+//!   (`--store sqlite|postgres`; PostgreSQL at `LOOPSTACK_DATABASE_URL`, by default the
+//!   local server): runs/s, microseconds per run, and rows and bytes the database grew
+//!   by per run. Its baseline writes, per step, one plain sqlx transaction that updates
+//!   a run row and inserts the step's new documents, at the same durability settings
+//!   (SQLite WAL with synchronous=FULL; PostgreSQL synchronous commit).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -30,7 +36,8 @@ use loopstack::llm::{
     ToolUse, Usage,
 };
 use loopstack::prelude::*;
-use loopstack::{MemoryStore, Runtime};
+use loopstack::{MemoryStore, RunId, Runtime, Store};
+use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::{Value, json};
 
 const QUESTION: &str = "What is the weather in Berlin?";
@@ -43,6 +50,7 @@ enum Workload {
     W1,
     W2,
     W3,
+    W4,
 }
 
 impl Workload {
@@ -60,6 +68,7 @@ impl Workload {
             Self::W1 => (2000, 50),
             Self::W2 => (2000, 20),
             Self::W3 => (20, 2),
+            Self::W4 => (500, 20),
         }
     }
 }
@@ -70,11 +79,19 @@ struct Args {
     warmup: usize,
     baseline: bool,
     compare: bool,
+    store: DbKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DbKind {
+    Sqlite,
+    Postgres,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut workload = None;
     let (mut n, mut warmup, mut baseline, mut compare) = (None, None, false, false);
+    let mut store = DbKind::Sqlite;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -84,19 +101,29 @@ fn parse_args() -> Result<Args, String> {
                     "W1" => Workload::W1,
                     "W2" => Workload::W2,
                     "W3" => Workload::W3,
-                    other => return Err(format!("unknown workload `{other}`; use W1, W2 or W3")),
+                    "W4" => Workload::W4,
+                    other => return Err(format!("unknown workload `{other}`; use W1, W2, W3 or W4")),
                 })
             }
             "--n" => n = Some(value()?.parse().map_err(|e| format!("--n: {e}"))?),
             "--warmup" => warmup = Some(value()?.parse().map_err(|e| format!("--warmup: {e}"))?),
             "--baseline" => baseline = true,
             "--compare" => compare = true,
+            "--store" => {
+                store = match value()?.as_str() {
+                    "sqlite" => DbKind::Sqlite,
+                    "postgres" => DbKind::Postgres,
+                    other => return Err(format!("unknown store `{other}`; use sqlite or postgres")),
+                }
+            }
             other => return Err(format!("unknown flag `{other}`")),
         }
     }
-    let workload = workload.ok_or("usage: bench --workload W1|W2|W3 [--n N] [--warmup K] [--baseline | --compare]")?;
+    let workload = workload.ok_or(
+        "usage: bench --workload W1|W2|W3|W4 [--n N] [--warmup K] [--baseline | --compare] [--store sqlite|postgres]",
+    )?;
     let (dn, dw) = workload.defaults();
-    Ok(Args { workload, n: n.unwrap_or(dn), warmup: warmup.unwrap_or(dw), baseline, compare })
+    Ok(Args { workload, n: n.unwrap_or(dn), warmup: warmup.unwrap_or(dw), baseline, compare, store })
 }
 
 // ---------------------------------------------------------------- the framework side
@@ -159,7 +186,9 @@ fn decide(request: &ChatRequest, fanout: usize) -> Result<ChatResponse, LlmError
 struct Framework {
     agent: Arc<Agent>,
     runtime: Runtime,
-    store: MemoryStore,
+    /// The in-memory store the finished runs are dropped from (W1-W3); `None` when
+    /// the runs are kept in a database (W4).
+    store: Option<MemoryStore>,
     model: ScriptedModel,
     tool_calls: Arc<AtomicU64>,
 }
@@ -177,7 +206,21 @@ impl Framework {
         // Default settings: tools run concurrently (up to 64 at once) without tuning.
         let agent = Agent::new(model.clone(), "bench", tools);
         let store = MemoryStore::new();
-        Self { agent: Arc::new(agent), runtime: Runtime::with_store(store.clone()), store, model, tool_calls }
+        Self {
+            agent: Arc::new(agent),
+            runtime: Runtime::with_store(store.clone()),
+            store: Some(store),
+            model,
+            tool_calls,
+        }
+    }
+
+    /// The W1 loop over a durable store.
+    fn durable(w: Workload, store: Arc<dyn Store>) -> Self {
+        let mut fw = Self::new(w);
+        fw.runtime = Runtime::with_shared_store(store);
+        fw.store = None;
+        fw
     }
 
     fn counts(&self) -> (u64, u64) {
@@ -189,7 +232,9 @@ impl Framework {
         async move {
             let reply = agent.ask(&runtime, QUESTION).await.map_err(|e: AgentError| e.to_string())?;
             // A long-running service drops finished runs from an in-memory store.
-            store.remove(reply.run_id);
+            if let Some(store) = store {
+                store.remove(reply.run_id);
+            }
             if reply.text == ANSWER { Ok(()) } else { Err(format!("wrong answer: {}", reply.text)) }
         }
     }
@@ -365,7 +410,7 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-async fn measure(args: &Args, subject: &dyn Subject) -> Value {
+async fn measure(args: &Args, subject: &dyn Subject, db: Option<&Db>) -> Value {
     let w = args.workload;
     let mut errors = Vec::new();
     for _ in 0..args.warmup {
@@ -374,12 +419,22 @@ async fn measure(args: &Args, subject: &dyn Subject) -> Value {
         }
     }
     let before = subject.counts();
+    let db_before = match db {
+        Some(db) => match db.size().await {
+            Ok(size) => Some(size),
+            Err(e) => {
+                errors.push(format!("could not measure the database: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
     let (rss_before, _) = rss_kb();
     reset_peak_rss();
     let started = Instant::now();
     let mut walls = Vec::new();
     match w {
-        Workload::W1 | Workload::W3 => {
+        Workload::W1 | Workload::W3 | Workload::W4 => {
             for _ in 0..args.n {
                 let t = Instant::now();
                 if let Err(e) = subject.run_one().await {
@@ -403,8 +458,12 @@ async fn measure(args: &Args, subject: &dyn Subject) -> Value {
     let (_, peak) = rss_kb();
     let after = subject.counts();
     let (model_calls, tool_calls) = (after.0 - before.0, after.1 - before.1);
+    let growth = match (db, db_before) {
+        (Some(db), Some(before)) => Some(db.size().await.map(|after| (after.0 - before.0, after.1 - before.1))),
+        _ => None,
+    };
     let n = args.n as u64;
-    let ok = errors.is_empty() && model_calls == 2 * n && tool_calls == n * w.calls_per_run() as u64;
+    let mut ok = errors.is_empty() && model_calls == 2 * n && tool_calls == n * w.calls_per_run() as u64;
     if let Some(e) = errors.first() {
         eprintln!("{} runs failed; first error: {e}", errors.len());
     }
@@ -423,6 +482,22 @@ async fn measure(args: &Args, subject: &dyn Subject) -> Value {
     });
     match w {
         Workload::W1 => out["us_per_run"] = json!(round(wall.as_secs_f64() * 1e6 / args.n as f64, 2)),
+        Workload::W4 => {
+            out["us_per_run"] = json!(round(wall.as_secs_f64() * 1e6 / args.n as f64, 2));
+            out["store"] = json!(format!("{:?}", args.store).to_lowercase());
+            match growth {
+                Some(Ok((rows, bytes))) => {
+                    out["rows_per_run"] = json!(round(rows as f64 / args.n as f64, 2));
+                    out["db_bytes_per_run"] = json!(round(bytes as f64 / args.n as f64, 1));
+                }
+                Some(Err(e)) => {
+                    eprintln!("could not measure the database: {e}");
+                    ok = false;
+                }
+                None => ok = false,
+            }
+            out["ok"] = json!(ok);
+        }
         Workload::W2 => {
             out["kb_per_inflight_run"] = json!(round(peak.saturating_sub(rss_before) as f64 / args.n as f64, 2))
         }
@@ -454,6 +529,8 @@ fn compare(args: &Args) -> ExitCode {
             &args.n.to_string(),
             "--warmup",
             &args.warmup.to_string(),
+            "--store",
+            if args.store == DbKind::Postgres { "postgres" } else { "sqlite" },
         ]);
         if baseline {
             cmd.arg("--baseline");
@@ -476,7 +553,7 @@ fn compare(args: &Args) -> ExitCode {
         _ => Value::Null,
     };
     let key = match args.workload {
-        Workload::W1 => "us_per_run",
+        Workload::W1 | Workload::W4 => "us_per_run",
         Workload::W2 => "kb_per_inflight_run",
         Workload::W3 => "wall_ms",
     };
@@ -500,12 +577,262 @@ fn main() -> ExitCode {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     let out = rt.block_on(async {
+        if args.workload == Workload::W4 {
+            let db = match Db::open(args.store, args.baseline).await {
+                Ok(db) => db,
+                Err(e) => return json!({"workload": "W4", "ok": false, "error": e}),
+            };
+            let out = if args.baseline {
+                measure(&args, &DurableBaseline { inner: Baseline::new(args.workload), db: db.clone() }, Some(&db))
+                    .await
+            } else {
+                let fw = Framework::durable(args.workload, db.store.clone().expect("a framework store"));
+                measure(&args, &fw, Some(&db)).await
+            };
+            db.cleanup().await;
+            return out;
+        }
         if args.baseline {
-            measure(&args, &Baseline::new(args.workload)).await
+            measure(&args, &Baseline::new(args.workload), None).await
         } else {
-            measure(&args, &Framework::new(args.workload)).await
+            measure(&args, &Framework::new(args.workload), None).await
         }
     });
     println!("{out}");
     if out["ok"] == true { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}
+
+// ---------------------------------------------------------------- W4: the database
+
+/// The database of a W4 run: the framework's store or the baseline's tables, and how
+/// to read its size.
+#[derive(Clone)]
+struct Db {
+    kind: DbKind,
+    sqlite: Option<sqlx::SqlitePool>,
+    postgres: Option<sqlx::PgPool>,
+    /// The framework's store (absent for the baseline).
+    store: Option<Arc<dyn Store>>,
+    dir: Option<std::path::PathBuf>,
+    schema: Option<String>,
+}
+
+const BASELINE_SQLITE: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS bench_runs (run_id BLOB PRIMARY KEY, step INTEGER NOT NULL, state TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS bench_documents (run_id BLOB NOT NULL, seq INTEGER NOT NULL, content TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
+];
+const BASELINE_POSTGRES: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS bench_runs (run_id UUID PRIMARY KEY, step BIGINT NOT NULL, state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS bench_documents (run_id UUID NOT NULL, seq BIGINT NOT NULL, content TEXT NOT NULL, PRIMARY KEY (run_id, seq))",
+];
+
+impl Db {
+    async fn open(kind: DbKind, baseline: bool) -> Result<Self, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let mut db = Self { kind, sqlite: None, postgres: None, store: None, dir: None, schema: None };
+        match kind {
+            DbKind::Sqlite => {
+                let dir = std::env::temp_dir().join(format!("loopstack-bench-{}", RunId::new()));
+                std::fs::create_dir_all(&dir).map_err(|x| e(&x))?;
+                let path = dir.join("bench.db");
+                if baseline {
+                    // The same settings the store uses: WAL, synchronous=FULL.
+                    let options = sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(&path)
+                        .create_if_missing(true)
+                        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                        .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
+                    let pool = sqlx::SqlitePool::connect_with(options).await.map_err(|x| e(&x))?;
+                    for sql in BASELINE_SQLITE {
+                        sqlx::query(sql).execute(&pool).await.map_err(|x| e(&x))?;
+                    }
+                    db.sqlite = Some(pool);
+                } else {
+                    let store = SqliteStore::open(&path).await.map_err(|x| e(&x))?;
+                    db.sqlite = Some(store.pool().clone());
+                    db.store = Some(Arc::new(store));
+                }
+                db.dir = Some(dir);
+            }
+            DbKind::Postgres => {
+                let url = std::env::var("LOOPSTACK_DATABASE_URL")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+                let schema = format!("loopstack_bench_{}", RunId::new().0.simple());
+                let store = PostgresStore::connect_schema(&url, &schema).await.map_err(|x| e(&x))?;
+                if baseline {
+                    for sql in BASELINE_POSTGRES {
+                        sqlx::query(sql).execute(store.pool()).await.map_err(|x| e(&x))?;
+                    }
+                } else {
+                    db.store = Some(Arc::new(store.clone()));
+                }
+                db.postgres = Some(store.pool().clone());
+                db.schema = Some(schema);
+            }
+        }
+        Ok(db)
+    }
+
+    /// Rows in all tables, and bytes on disk.
+    async fn size(&self) -> Result<(i64, i64), String> {
+        let e = |e: sqlx::Error| e.to_string();
+        let tables: &[&str] = if self.store.is_some() {
+            &["runs", "checkpoints", "documents", "signals"]
+        } else {
+            &["bench_runs", "bench_documents"]
+        };
+        let count = tables.iter().map(|t| format!("(SELECT count(*) FROM {t})")).collect::<Vec<_>>().join(" + ");
+        let count = format!("SELECT {count} AS n");
+        match self.kind {
+            DbKind::Sqlite => {
+                let pool = self.sqlite.as_ref().expect("a sqlite pool");
+                let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await.map_err(e)?;
+                // Move the WAL into the main file first, so the file size counts it.
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(pool).await.map_err(e)?;
+                let bytes: i64 =
+                    sqlx::query_scalar("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
+                        .fetch_one(pool)
+                        .await
+                        .map_err(e)?;
+                Ok((rows, bytes))
+            }
+            DbKind::Postgres => {
+                let pool = self.postgres.as_ref().expect("a postgres pool");
+                let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await.map_err(e)?;
+                let bytes: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::BIGINT FROM pg_class c \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+                )
+                .fetch_one(pool)
+                .await
+                .map_err(e)?;
+                Ok((rows, bytes))
+            }
+        }
+    }
+
+    /// Drops the database, unless `LOOPSTACK_BENCH_KEEP` is set (to look at its rows).
+    async fn cleanup(&self) {
+        if std::env::var_os("LOOPSTACK_BENCH_KEEP").is_some() {
+            eprintln!("kept the database: {:?} {:?}", self.dir, self.schema);
+            return;
+        }
+        if let (Some(pool), Some(schema)) = (&self.postgres, &self.schema) {
+            let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await;
+        }
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// One plain transaction: update the run row (or create it) and insert new documents.
+    async fn write_step(
+        &self,
+        run_id: uuid::Uuid,
+        step: i64,
+        state: &str,
+        docs: &[(i64, String)],
+    ) -> Result<(), String> {
+        macro_rules! step_tx {
+            ($pool:expr) => {{
+                let e = |e: sqlx::Error| e.to_string();
+                let mut tx = $pool.begin().await.map_err(e)?;
+                if step == 0 {
+                    sqlx::query("INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)")
+                        .bind(run_id)
+                        .bind(step)
+                        .bind(state)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(e)?;
+                } else {
+                    sqlx::query("UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1")
+                        .bind(run_id)
+                        .bind(step)
+                        .bind(state)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(e)?;
+                }
+                for (seq, content) in docs {
+                    sqlx::query("INSERT INTO bench_documents (run_id, seq, content) VALUES ($1, $2, $3)")
+                        .bind(run_id)
+                        .bind(*seq)
+                        .bind(content.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(e)?;
+                }
+                tx.commit().await.map_err(e)
+            }};
+        }
+        match (&self.sqlite, &self.postgres) {
+            (Some(pool), _) => step_tx!(pool),
+            (None, Some(pool)) => step_tx!(pool),
+            (None, None) => Err("no database".to_owned()),
+        }
+    }
+}
+
+/// The baseline loop, persisting the same steps the agent checkpoints, each in one
+/// plain transaction: create the run with the question, then `llm_turn` (the model's
+/// message), `execute_tool_calls` (the results), `tools_complete` (no document), the
+/// second `llm_turn`, and `respond` (no document).
+struct DurableBaseline {
+    inner: Baseline,
+    db: Db,
+}
+
+impl Subject for DurableBaseline {
+    fn run_one(&self) -> BoxFuture<'static, Result<(), String>> {
+        let (model, tools, db) = (self.inner.model.clone(), self.inner.tools.clone(), self.db.clone());
+        Box::pin(async move {
+            let run_id = RunId::new().0;
+            let mut step = 0;
+            let mut write = async |docs: &[(i64, String)]| {
+                let state = format!(r#"{{"step":{step}}}"#);
+                let result = db.write_step(run_id, step, &state, docs).await;
+                step += 1;
+                result
+            };
+            write(&[]).await?; // the run row
+            let question = json!({"role": "user", "content": [{"type": "text", "text": QUESTION}]});
+            write(&[(0, question.to_string())]).await?; // setup
+            let mut messages = vec![question];
+            loop {
+                let mut reply = model.chat(&messages).await?;
+                let stop = reply["stop_reason"].clone();
+                let message = reply["message"].take();
+                write(&[(messages.len() as i64, message.to_string())]).await?; // llm_turn
+                let calls: Vec<(String, Value)> = message["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b["type"] == "tool_use")
+                    .map(|b| (b["id"].as_str().unwrap_or_default().to_owned(), b["input"].clone()))
+                    .collect();
+                messages.push(message);
+                if stop != "tool_use" {
+                    write(&[]).await?; // respond
+                    return Ok(());
+                }
+                let mut results = Vec::new();
+                for (id, input) in calls {
+                    let content = match tools.get("get_weather") {
+                        Some(tool) => tool(input).await?,
+                        None => return Err("no tool".to_owned()),
+                    };
+                    results
+                        .push(json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": false}));
+                }
+                let results = json!({"role": "user", "content": results});
+                write(&[(messages.len() as i64, results.to_string())]).await?; // execute_tool_calls
+                write(&[]).await?; // tools_complete
+                messages.push(results);
+            }
+        })
+    }
+    fn counts(&self) -> (u64, u64) {
+        self.inner.counts()
+    }
 }

@@ -287,10 +287,16 @@ mod tests {
         ToolCallWorkflow::new(Models::new().with(model), options).unwrap()
     }
 
-    fn turn(stop_reason: StopReason) -> GenerateResult {
-        let call = serde_json::json!({"type": "tool_use", "id": "c", "name": "get_weather", "input": {}});
+    /// A model turn: with a tool call, or with text only.
+    fn turn(calls: bool) -> GenerateResult {
+        let block = if calls {
+            serde_json::json!({"type": "tool_use", "id": "c", "name": "get_weather", "input": {}})
+        } else {
+            serde_json::json!({"type": "text", "text": "Sunny."})
+        };
+        let stop_reason = if calls { StopReason::ToolUse } else { StopReason::EndTurn };
         serde_json::from_value(serde_json::json!({
-            "message": {"role": "assistant", "content": [call]},
+            "message": {"role": "assistant", "content": [block]},
             "stop_reason": stop_reason,
             "usage": {"input_tokens": 0, "output_tokens": 0},
             "provider": "scripted",
@@ -305,9 +311,9 @@ mod tests {
         let wf = workflow(ScriptedModel::new());
         let mut state = ToolCallState::default();
         assert!(!wf.has_tool_calls(&state));
-        state.llm_result = Some(turn(StopReason::ToolUse));
+        state.llm_result = Some(turn(true));
         assert!(wf.has_tool_calls(&state));
-        state.llm_result = Some(turn(StopReason::EndTurn));
+        state.llm_result = Some(turn(false));
         assert!(!wf.has_tool_calls(&state));
 
         assert!(!wf.all_tools_complete(&state));
@@ -322,9 +328,9 @@ mod tests {
         let mut state = ToolCallState::default();
         assert_eq!(wf.next_transition(P::Start, &state).unwrap(), Some("setup"));
         assert_eq!(wf.next_transition(P::Ready, &state).unwrap(), Some("llm_turn"));
-        state.llm_result = Some(turn(StopReason::ToolUse));
+        state.llm_result = Some(turn(true));
         assert_eq!(wf.next_transition(P::PromptExecuted, &state).unwrap(), Some("execute_tool_calls"));
-        state.llm_result = Some(turn(StopReason::EndTurn));
+        state.llm_result = Some(turn(false));
         assert_eq!(wf.next_transition(P::PromptExecuted, &state).unwrap(), Some("respond"));
         // Tool results not complete: a dead end that names the guard, never a silent park.
         assert_eq!(

@@ -15,20 +15,27 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-/// The built example, next to this test's binary (`cargo test` builds examples).
-fn example() -> PathBuf {
+/// The weather example, built (or found up to date) by cargo next to this test's
+/// binary, in the same profile.
+fn example() -> &'static PathBuf {
+    static EXAMPLE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXAMPLE.get_or_init(build_example)
+}
+
+fn build_example() -> PathBuf {
     let mut dir = std::env::current_exe().unwrap();
     dir.pop();
     if dir.ends_with("deps") {
         dir.pop();
     }
-    let exe = dir.join("examples").join(format!("weather{}", std::env::consts::EXE_SUFFIX));
-    if !exe.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo).args(["build", "--example", "weather"]).status().unwrap();
-        assert!(status.success(), "building the weather example failed");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--quiet", "--example", "weather"]);
+    if dir.ends_with("release") {
+        build.arg("--release");
     }
-    exe
+    assert!(build.status().unwrap().success(), "building the weather example failed");
+    dir.join("examples").join(format!("weather{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// How the fake server answers.

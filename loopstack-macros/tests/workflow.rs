@@ -381,10 +381,12 @@ async fn transition_errors_keep_their_type() {
     let wf = ApprovalFlow;
     let run_id = runtime.start(&wf, "x".to_owned()).await.unwrap().run_id;
     let err = runtime.signal(&wf, run_id, "reject", json!({"reason": "never"})).await.unwrap_err();
-    let RunError::Transition { transition, place, .. } = &err else { panic!("{err:?}") };
-    assert_eq!((*transition, *place), ("reject", "awaiting_approval"));
+    // A wait transition that fails refuses its signal; the run keeps waiting.
+    let RunError::SignalRefused { signal, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(*signal, "reject");
     let source = err.transition_source().unwrap();
     assert_eq!(source.downcast_ref::<Refused>().unwrap().to_string(), "refused: never");
+    assert_eq!(runtime.store().load_run(run_id).await.unwrap().status, RunStatus::Waiting);
 
     let err = runtime.start(&wf, String::new()).await.unwrap_err();
     assert!(err.to_string().contains("nothing to approve"), "{err}");

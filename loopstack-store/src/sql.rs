@@ -114,6 +114,9 @@ macro_rules! sql_store {
             WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ", RUN_COLUMNS);
+        crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run_id, step, transition, from_place, \
+            to_place, state, at) SELECT run_id, $4, $5, $6, $7, CASE WHEN state = $8 THEN NULL ELSE $8 END, $9 \
+            FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
             lease_until = COALESCE($9, lease_until) \
             WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
@@ -162,8 +165,12 @@ macro_rules! sql_store {
         const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
         const HISTORY: &str = "SELECT step, transition, from_place, to_place, at FROM checkpoints \
             WHERE run_id = $1 AND step > 0 ORDER BY step";
-        const CHECKPOINT: &str = "SELECT step, transition, from_place, to_place, at, state FROM checkpoints \
-            WHERE run_id = $1 AND step = $2";
+        // A checkpoint whose state is NULL left the state as it was: read the latest
+        // state at or before it.
+        const CHECKPOINT: &str = "SELECT step, transition, from_place, to_place, at, \
+            (SELECT s.state FROM checkpoints s WHERE s.run_id = c.run_id AND s.step <= c.step \
+            AND s.state IS NOT NULL ORDER BY s.step DESC LIMIT 1) AS state \
+            FROM checkpoints c WHERE c.run_id = $1 AND c.step = $2";
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
             definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, \
             lease_until, created_at, updated_at) \
@@ -338,7 +345,26 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
-                self.load(run.run_id).await
+                let at = Timestamp::from_millis(now);
+                Ok(RunRecord {
+                    run_id: run.run_id,
+                    workflow: run.workflow,
+                    status: run.status,
+                    place: std::borrow::Cow::Borrowed(loopstack_core::START),
+                    step: 0,
+                    state: run.state,
+                    error: None,
+                    definition_hash: run.definition_hash,
+                    parent: run.parent,
+                    forked_from: None,
+                    epoch: epoch as u64,
+                    signal_seq: 0,
+                    waiting_for: Vec::new(),
+                    lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
+                    lease_until: run.lease.map(|l| l.until),
+                    created_at: at,
+                    updated_at: at,
+                })
             }
 
             async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
@@ -366,8 +392,33 @@ macro_rules! sql_store {
             async fn commit(&self, cp: loopstack_core::Checkpoint) -> Result<(), StoreError> {
                 let step = cp.transition.step;
                 let mut tx = self.pool.begin().await.map_err(backend)?;
-                // The run row first: it takes the write lock (SQLite) or the row lock
-                // (PostgreSQL) before anything is read.
+                // The checkpoint first, selected from the fenced run row: a write, so it
+                // takes SQLite's write lock before anything is read, and its state is
+                // NULL when the step left the state as it was.
+                let done = sqlx::query(&COMMIT_CHECKPOINT)
+                    .bind(cp.run_id.0)
+                    .bind(to_i64(cp.fence.epoch))
+                    .bind(to_i64(cp.fence.step))
+                    .bind(to_i64(step))
+                    .bind(&*cp.transition.transition)
+                    .bind(&*cp.transition.from)
+                    .bind(&*cp.transition.to)
+                    .bind(cp.state.get())
+                    .bind(cp.transition.at.as_millis())
+                    .execute(&mut *tx)
+                    .await;
+                let fenced = match done {
+                    Ok(done) => done.rows_affected() == 0,
+                    // Two writers of one epoch and step: the second loses.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => true,
+                    Err(e) => return Err(backend(e)),
+                };
+                if fenced {
+                    drop(tx);
+                    return Err(self.fence_error(cp.run_id, cp.fence).await);
+                }
+                // The same fence again: in PostgreSQL another transaction may have moved
+                // the row since the select above; this update waits for it and re-checks.
                 let done = sqlx::query(&COMMIT_RUN)
                     .bind(cp.run_id.0)
                     .bind(to_i64(cp.fence.epoch))
@@ -385,17 +436,6 @@ macro_rules! sql_store {
                     drop(tx);
                     return Err(self.fence_error(cp.run_id, cp.fence).await);
                 }
-                sqlx::query(INSERT_CHECKPOINT)
-                    .bind(cp.run_id.0)
-                    .bind(to_i64(step))
-                    .bind(&*cp.transition.transition)
-                    .bind(&*cp.transition.from)
-                    .bind(&*cp.transition.to)
-                    .bind(cp.state.get())
-                    .bind(cp.transition.at.as_millis())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
                 for doc in &cp.documents {
                     sqlx::query(INSERT_DOCUMENT)
                         .bind(cp.run_id.0)

@@ -127,6 +127,28 @@ async fn suite(store: Arc<dyn Store>) {
     claims_respect_status_and_live_leases(&store).await;
     a_crashed_transition_runs_again_on_resume(&store).await;
     retry_and_fork(&store).await;
+    an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
+}
+
+async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store>) {
+    let run_id = RunId::new();
+    let first = serde_json::value::to_raw_value(&json!({"n": 1})).unwrap();
+    let second = serde_json::value::to_raw_value(&json!({"n": 2})).unwrap();
+    let run = store.create_run(NewRun::new(run_id, "review", DEF.hash(), first.clone())).await.unwrap();
+    let mut fence = run.fence();
+    // Steps 1 and 2 keep the initial state, step 3 changes it, step 4 keeps that.
+    for (step, state) in [(1, &first), (2, &first), (3, &second), (4, &second)] {
+        let record = StepRecord::new(step, "work", "drafted", "drafted");
+        store.commit(Checkpoint::new(run_id, fence, record, RunStatus::Running, state.clone())).await.unwrap();
+        fence.step = step;
+    }
+    for (step, want) in [(0, &first), (1, &first), (2, &first), (3, &second), (4, &second)] {
+        let cp = store.checkpoint(run_id, step).await.unwrap();
+        assert_eq!((cp.step.step, cp.state.get()), (step, want.get()), "step {step}");
+    }
+    let fork = store.fork(run_id, 2, RunId::new()).await.unwrap();
+    assert_eq!((fork.step, fork.state.get()), (2, first.get()));
+    assert_eq!(store.load_run(run_id).await.unwrap().state.get(), second.get());
 }
 
 async fn a_run_commits_every_step_with_its_documents_and_checkpoints(store: &Arc<dyn Store>) {
@@ -263,7 +285,7 @@ async fn claims_respect_status_and_live_leases(store: &Arc<dyn Store>) {
     let run_id = RunId::new();
     let state = serde_json::value::to_raw_value(&input(false)).unwrap();
     let now = Timestamp::now();
-    let lease = Lease { owner: "worker-a".into(), until: now.add(std::time::Duration::from_secs(60)) };
+    let lease = Lease { owner: "worker-a".into(), until: now + std::time::Duration::from_secs(60) };
     let created = store.create_run(NewRun::new(run_id, "review", DEF.hash(), state).lease(lease)).await.unwrap();
     assert_eq!(
         (created.status, created.epoch, created.lease_owner.as_deref()),
@@ -276,10 +298,10 @@ async fn claims_respect_status_and_live_leases(store: &Arc<dyn Store>) {
     let err = store.claim(run_id, &worker).await.unwrap_err();
     assert!(matches!(&err, StoreError::Leased { owner, .. } if owner == "worker-a"), "{err:?}");
     // ...but may once it ran out.
-    let later = Claim::new([RunStatus::Running]).only_expired(now.add(std::time::Duration::from_secs(61)));
+    let later = Claim::new([RunStatus::Running]).only_expired(now + std::time::Duration::from_secs(61));
     let taken = store.claim(run_id, &later).await.unwrap();
     assert_eq!(taken.epoch, 2);
-    store.heartbeat(run_id, 2, now.add(std::time::Duration::from_secs(5))).await.unwrap();
+    store.heartbeat(run_id, 2, now + std::time::Duration::from_secs(5)).await.unwrap();
     let err = store.heartbeat(run_id, 1, now).await.unwrap_err();
     assert!(matches!(err, StoreError::Fenced { epoch: 1, current: 2, .. }), "{err:?}");
     let err = store.claim(run_id, &Claim::new([RunStatus::Failed])).await.unwrap_err();

@@ -72,7 +72,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let store = &runtime.store;
     let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
     let new_lease =
-        || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: Timestamp::now().add(l.duration) });
+        || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: Timestamp::now() + l.duration });
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
         match new_lease() {

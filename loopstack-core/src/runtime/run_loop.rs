@@ -74,7 +74,7 @@ async fn supervise<F: Future>(
             () = &mut cancelled => return Err(Interrupted::Cancelled),
             r = &mut fut => return Ok(r),
             () = tokio::time::sleep(lease / 3) => {
-                match store.heartbeat(run_id, epoch, Timestamp::now().add(lease)).await {
+                match store.heartbeat(run_id, epoch, Timestamp::now() + lease).await {
                     Ok(()) => {}
                     Err(e @ StoreError::Fenced { .. }) => return Err(Interrupted::Lost(e)),
                     // A missed renewal is not fatal: the next one, or the commit, renews it.
@@ -206,7 +206,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 Checkpoint::new(run_id, fence, StepRecord::new(step, t.name, from, t.to), status, value);
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
-            checkpoint.lease_until = self.lease.map(|l| Timestamp::now().add(l.duration));
+            checkpoint.lease_until = self.lease.map(|l| Timestamp::now() + l.duration);
             cx.store.commit(checkpoint).await?;
             cx.committed(step, t.to);
             if signal.is_some() && signal == self.own_signal {

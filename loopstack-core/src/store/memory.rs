@@ -375,7 +375,7 @@ impl Store for MemoryStore {
             .map(|r| &r.record)
             .filter(|r| query.before.is_none_or(|b| r.run_id < b) && query.matches(r))
             .collect();
-        runs.sort_unstable_by(|a, b| b.run_id.cmp(&a.run_id));
+        runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.run_id));
         let size = query.page_size() as usize;
         let next = (runs.len() > size).then(|| runs[size - 1].run_id);
         Ok(RunPage { runs: runs.into_iter().take(size).cloned().collect(), next })

@@ -27,15 +27,17 @@ impl Timestamp {
         self.0
     }
 
-    /// This time plus `duration`, saturating.
-    #[must_use]
-    pub fn add(self, duration: Duration) -> Self {
-        Self(self.0.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)))
-    }
-
     /// How long after `earlier` this is; zero if it is not later.
     pub fn since(self, earlier: Self) -> Duration {
         Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+}
+
+/// This time plus a duration, saturating.
+impl std::ops::Add<Duration> for Timestamp {
+    type Output = Self;
+    fn add(self, duration: Duration) -> Self {
+        Self(self.0.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)))
     }
 }
 
@@ -96,7 +98,7 @@ mod tests {
     fn converts_to_and_from_system_time() {
         let t = Timestamp::from_millis(1_796_114_093_120);
         assert_eq!(Timestamp::from(SystemTime::from(t)), t);
-        assert_eq!(t.add(Duration::from_secs(2)).since(t), Duration::from_secs(2));
-        assert_eq!(t.since(t.add(Duration::from_secs(2))), Duration::ZERO);
+        assert_eq!((t + Duration::from_secs(2)).since(t), Duration::from_secs(2));
+        assert_eq!(t.since(t + Duration::from_secs(2)), Duration::ZERO);
     }
 }

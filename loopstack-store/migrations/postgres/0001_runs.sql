@@ -33,7 +33,8 @@ CREATE TABLE checkpoints (
     transition TEXT NOT NULL,
     from_place TEXT NOT NULL,
     to_place   TEXT NOT NULL,
-    state      TEXT NOT NULL,
+    -- NULL when the step left the state as the step before it did.
+    state      TEXT,
     at         BIGINT NOT NULL,
     PRIMARY KEY (run_id, step)
 );
