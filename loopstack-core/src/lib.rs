@@ -65,10 +65,10 @@ pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
-pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, cancellable, panic_message};
+pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, Worker, cancellable, panic_message};
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, RunId, RunPage, RunQuery, RunRecord,
-    RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
+    RunRecord, RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
@@ -76,7 +76,7 @@ pub use tool::{
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{
-    Definition, END, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt,
+    Definition, END, IntoSignal, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt,
 };
 
 /// What generated code reaches for. Not public API: it may change in any release.

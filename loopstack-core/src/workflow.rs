@@ -52,6 +52,22 @@ pub trait Workflow: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), TransitionError>>;
 }
 
+/// A signal for a run of workflow `W`: the name of a wait transition and its
+/// payload. `#[workflow]` writes an enum `<Type>Signal` with one variant per wait
+/// transition that implements it, so `runtime.signal(&wf, id, DeskSignal::Review(r))`
+/// is checked at compile time; `(name, payload)` pairs implement it for every
+/// workflow, for tools and HTTP callers.
+pub trait IntoSignal<W: ?Sized> {
+    /// The wait transition's name and the payload as JSON.
+    fn into_signal(self) -> Result<(std::borrow::Cow<'static, str>, Value), serde_json::Error>;
+}
+
+impl<W: ?Sized, N: Into<String>> IntoSignal<W> for (N, Value) {
+    fn into_signal(self) -> Result<(std::borrow::Cow<'static, str>, Value), serde_json::Error> {
+        Ok((std::borrow::Cow::Owned(self.0.into()), self.1))
+    }
+}
+
 /// Why a transition method did not complete.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -89,6 +105,9 @@ pub struct TransitionDef {
     pub wait: bool,
     /// The JSON Schema of a wait transition's payload.
     pub payload_schema: Option<fn() -> Value>,
+    /// For a timer transition: how long the run must have stood at the place before
+    /// it fires (it fires on its own then, if its guard holds, without a signal).
+    pub after: Option<std::time::Duration>,
 }
 
 impl PartialEq for TransitionDef {
@@ -100,13 +119,14 @@ impl PartialEq for TransitionDef {
             && self.priority == other.priority
             && self.guard == other.guard
             && self.wait == other.wait
+            && self.after == other.after
     }
 }
 
 impl TransitionDef {
     /// A transition without priority, guard or wait.
     pub const fn new(name: &'static str, from: &'static [&'static str], to: &'static str) -> Self {
-        Self { name, from, to, priority: None, guard: None, wait: false, payload_schema: None }
+        Self { name, from, to, priority: None, guard: None, wait: false, payload_schema: None, after: None }
     }
 
     /// Sets the priority.
@@ -129,6 +149,19 @@ impl TransitionDef {
         self.wait = true;
         self.payload_schema = Some(payload_schema);
         self
+    }
+
+    /// Makes it a timer transition: it fires once the run has stood at its place for
+    /// `after` (and its guard holds), without a signal.
+    #[must_use]
+    pub const fn after(mut self, after: std::time::Duration) -> Self {
+        self.after = Some(after);
+        self
+    }
+
+    /// Whether it fires on a signal or a timer rather than by itself.
+    pub fn waits(&self) -> bool {
+        self.wait || self.after.is_some()
     }
 
     /// Whether it leaves from `place`.
@@ -157,7 +190,8 @@ pub enum Route {
         /// The transition.
         transition: &'static TransitionDef,
     },
-    /// Nothing fires by itself; these wait transitions (signal names) are enabled.
+    /// Nothing fires by itself; these wait transitions (signal names) are enabled,
+    /// and so may be timer transitions ([`Definition::timers`]).
     Wait {
         /// The wait transitions' names.
         signals: Vec<&'static str>,
@@ -233,6 +267,9 @@ impl Definition {
                 }
                 h.str(t.guard.unwrap_or("\u{0}"));
                 h.byte(u8::from(t.wait));
+                if let Some(after) = t.after {
+                    h.bytes(&after.as_millis().to_le_bytes());
+                }
             }
             format!("{:016x}", h.0)
         })
@@ -307,8 +344,18 @@ impl Definition {
         }
         let mut false_guards = Vec::new();
         let mut signals = Vec::new();
+        let mut timers = false;
         for &i in &self.order()[p] {
             let t = &self.transitions[i];
+            if t.after.is_some() {
+                // Timers make the run wait; the runtime fires them when they are due.
+                if guard(i) {
+                    timers = true;
+                } else if let Some(g) = t.guard {
+                    false_guards.push(g);
+                }
+                continue;
+            }
             if t.wait {
                 if guard(i) {
                     signals.push(t.name);
@@ -324,7 +371,17 @@ impl Definition {
                 false_guards.push(g);
             }
         }
-        if signals.is_empty() { Ok(Route::DeadEnd { false_guards }) } else { Ok(Route::Wait { signals }) }
+        if signals.is_empty() && !timers { Ok(Route::DeadEnd { false_guards }) } else { Ok(Route::Wait { signals }) }
+    }
+
+    /// The timer transitions leaving `place` whose guard holds, with their delays, in
+    /// the order they are tried.
+    pub fn timers(
+        &self,
+        place: &str,
+        mut guard: impl FnMut(usize) -> bool,
+    ) -> Result<Vec<(usize, std::time::Duration)>, UnknownPlace> {
+        Ok(self.leaving(place)?.filter_map(|(i, t)| t.after.filter(|_| guard(i)).map(|after| (i, after))).collect())
     }
 
     /// A Mermaid `stateDiagram-v2` of the table: guards, priorities and wait marks as
@@ -344,6 +401,9 @@ impl Definition {
                 }
                 if t.wait {
                     out.push_str(" (wait)");
+                }
+                if let Some(after) = t.after {
+                    let _ = write!(out, " (after {})", fmt_duration(after));
                 }
                 out.push('\n');
             }
@@ -408,7 +468,7 @@ impl Definition {
             let mut shadow: Option<&str> = None;
             for &i in order {
                 let t = &self.transitions[i];
-                if t.wait {
+                if t.waits() {
                     continue;
                 }
                 if let Some(s) = shadow {
@@ -422,6 +482,19 @@ impl Definition {
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+}
+
+/// A duration as the diagram prints it: `48h`, `90s`, `1500ms`.
+fn fmt_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".to_owned(),
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
     }
 }
 

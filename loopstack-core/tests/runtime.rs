@@ -289,24 +289,24 @@ async fn wait_and_signal_with_a_typed_payload() {
     assert_eq!(rt.store().load_run(run_id).await.unwrap().status, RunStatus::Waiting);
 
     // An unknown signal is refused and the run keeps waiting.
-    let err = rt.signal(&wf, run_id, "reject", json!({})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("reject", json!({}))).await.unwrap_err();
     assert!(matches!(&err, RunError::UnknownSignal { expected, .. } if expected == &["approve"]), "{err:?}");
 
     // A payload that does not deserialize is refused and the run keeps waiting.
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": 7})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": 7}))).await.unwrap_err();
     assert!(matches!(&err, RunError::InvalidSignalPayload { signal: "approve", .. }), "{err:?}");
     assert!(err.to_string().contains("still waiting"));
     let record = rt.store().load_run(run_id).await.unwrap();
     assert_eq!((record.status, &*record.place, record.step), (RunStatus::Waiting, "waiting", 2));
     assert_eq!(rt.store().documents(run_id).await.unwrap().len(), 2);
 
-    let report = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    let report = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(report.state.approved_by.as_deref(), Some("ada"));
     assert_eq!(report.state.log, ["begin", "park", "approve"]);
 
     // A finished run takes no more signals.
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "bob"})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "bob"}))).await.unwrap_err();
     assert!(matches!(err, RunError::InvalidStatus { status: RunStatus::Completed, .. }), "{err:?}");
 }
 
@@ -508,8 +508,8 @@ async fn of_two_concurrent_signals_one_is_delivered_and_the_other_never() {
     let wf = Demo::default();
     let run_id = rt.start(&wf, state(|s| s.wait = true)).await.unwrap().run_id;
     let (a, b) = tokio::join!(
-        rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).into_future(),
-        rt.signal(&wf, run_id, "approve", json!({"approved_by": "bob"})).into_future(),
+        rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).into_future(),
+        rt.signal(&wf, run_id, ("approve", json!({"approved_by": "bob"}))).into_future(),
     );
     let completed = [&a, &b].iter().filter(|r| matches!(r, Ok(r) if r.outcome == RunOutcome::Completed)).count();
     assert_eq!(completed, 1, "exactly one signal drives the run: {a:?} {b:?}");
@@ -533,7 +533,7 @@ async fn a_wait_transition_that_fails_refuses_the_signal_and_the_run_keeps_waiti
     let rt = Runtime::new();
     let wf = Demo::default();
     let run_id = rt.start(&wf, state(|s| s.wait = true)).await.unwrap().run_id;
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "mallory"})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "mallory"}))).await.unwrap_err();
     assert!(matches!(&err, RunError::SignalRefused { signal: "approve", .. }), "{err:?}");
     assert_eq!(err.transition_source().unwrap().to_string(), "mallory may not approve");
     let record = rt.store().load_run(run_id).await.unwrap();
@@ -543,7 +543,7 @@ async fn a_wait_transition_that_fails_refuses_the_signal_and_the_run_keeps_waiti
     assert!(matches!(&signals[0].status, SignalStatus::Rejected { reason } if reason.contains("mallory")));
 
     // The run still takes a good signal.
-    let report = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    let report = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(report.state.approved_by.as_deref(), Some("ada"));
 }
@@ -557,7 +557,7 @@ async fn a_signal_sent_before_the_run_parks_is_delivered_when_it_does() {
     // signal arrives.
     let claimed = rt.store().claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
     assert_eq!(claimed.status, RunStatus::Running);
-    let queued = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    let queued = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
     assert!(matches!(queued.outcome, RunOutcome::Queued { signal: 1 }), "{queued:?}");
     // That driver died; resuming delivers the stored signal exactly once.
     let report = rt.resume(&wf, run_id).await.unwrap();
@@ -656,7 +656,7 @@ async fn the_step_limit_counts_the_steps_of_one_drive() {
     let wf = Demo::default();
     let run_id = rt.start(&wf, state(|s| s.wait = true)).max_steps(2).await.unwrap().run_id;
     // Two steps to park, then one more after the signal: each drive has its own budget.
-    let report = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).max_steps(1).await.unwrap();
+    let report = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).max_steps(1).await.unwrap();
     assert_eq!((report.outcome, report.steps), (RunOutcome::Completed, 3));
 }
 
@@ -691,7 +691,7 @@ async fn cancel_ends_a_waiting_run_and_refuses_later_signals() {
     rt.cancel(run_id, "nobody will approve this").await.unwrap();
     let record = rt.store().load_run(run_id).await.unwrap();
     assert_eq!((record.status, record.error.as_deref()), (RunStatus::Cancelled, Some("nobody will approve this")));
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap_err();
     assert!(matches!(err, RunError::InvalidStatus { status: RunStatus::Cancelled, .. }), "{err:?}");
 }
 

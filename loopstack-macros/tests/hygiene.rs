@@ -193,7 +193,7 @@ async fn shadowed_expansions_work() {
     let rt = Runtime::new();
     let report = rt.start(&public::Flow, types::FlowState::default()).await.unwrap();
     assert_eq!(report.state.n, 3);
-    let report = rt.signal(&public::Flow, report.run_id, "finish", json!({"by": 10})).await.unwrap();
+    let report = rt.signal(&public::Flow, report.run_id, ("finish", json!({"by": 10}))).await.unwrap();
     assert_eq!(report.state.n, 13);
     assert_eq!(public::FlowPlace::Working.as_str(), "working");
 

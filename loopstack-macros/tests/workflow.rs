@@ -360,7 +360,7 @@ async fn a_signal_with_a_typed_payload() {
     let run_id = report.run_id;
 
     // A payload that does not deserialize is refused, and the run keeps waiting.
-    let err = runtime.signal(&wf, run_id, "approve", json!({"note": "ok"})).await.unwrap_err();
+    let err = runtime.signal(&wf, run_id, ("approve", json!({"note": "ok"}))).await.unwrap_err();
     let RunError::InvalidSignalPayload { signal, reason, .. } = &err else { panic!("{err:?}") };
     assert_eq!(*signal, "approve");
     assert!(reason.contains("approver"), "{reason}");
@@ -368,7 +368,7 @@ async fn a_signal_with_a_typed_payload() {
     assert_eq!(record.status, RunStatus::Waiting);
     assert_eq!(record.place, "awaiting_approval");
 
-    let report = runtime.signal(&wf, run_id, "approve", json!({"approver": "ada", "note": "fine"})).await.unwrap();
+    let report = runtime.signal(&wf, run_id, ("approve", json!({"approver": "ada", "note": "fine"}))).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(report.state.approved_by.as_deref(), Some("ada (fine)"));
     assert!(report.state.done);
@@ -380,7 +380,7 @@ async fn transition_errors_keep_their_type() {
     let runtime = Runtime::new();
     let wf = ApprovalFlow;
     let run_id = runtime.start(&wf, "x".to_owned()).await.unwrap().run_id;
-    let err = runtime.signal(&wf, run_id, "reject", json!({"reason": "never"})).await.unwrap_err();
+    let err = runtime.signal(&wf, run_id, ("reject", json!({"reason": "never"}))).await.unwrap_err();
     // A wait transition that fails refuses its signal; the run keeps waiting.
     let RunError::SignalRefused { signal, .. } = &err else { panic!("{err:?}") };
     assert_eq!(*signal, "reject");

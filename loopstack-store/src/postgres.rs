@@ -73,4 +73,4 @@ impl PostgresStore {
     }
 }
 
-crate::sql::sql_store!(PostgresStore, sqlx::Postgres);
+crate::sql::sql_store!(PostgresStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED");

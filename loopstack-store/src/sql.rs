@@ -73,7 +73,8 @@ pub(crate) async fn migrator(migrations: Embedded) -> Result<Migrator, StoreErro
 pub(crate) const FINISHED: &str = "('completed', 'failed', 'cancelled')";
 
 pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, state, error, definition_hash, parent, \
-     forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, lease_until, created_at, updated_at";
+     forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, lease_until, created_at, \
+     updated_at";
 
 pub(crate) const DOC_COLUMNS: &str = "seq, version, doc_type, doc_key, tags, metadata, content, step";
 
@@ -90,14 +91,14 @@ pub(crate) use sql_static;
 
 /// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`.
 macro_rules! sql_store {
-    ($store:ident, $db:ty) => {
+    ($store:ident, $db:ty, $lock:literal) => {
         use std::sync::{Arc, LazyLock};
 
         use loopstack_core::serde_json;
         use loopstack_core::serde_json::value::RawValue;
         use loopstack_core::store::{check_claim, check_fence};
         use loopstack_core::{
-            CheckpointRecord, Claim, Document, Fence, Inbox, NewRun, RunId, RunPage, RunQuery, RunRecord, RunStatus,
+            CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
             SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, StoreError, Timestamp,
         };
         use sqlx::Row as _;
@@ -108,9 +109,20 @@ macro_rules! sql_store {
 
         type DbRow = <$db as sqlx::Database>::Row;
 
+        // The worker's claim: one statement that picks runs that can move and takes
+        // them; in PostgreSQL the picked rows are locked, skipping rows another
+        // worker is taking (`$lock`).
+        crate::sql::sql_static!(CLAIM_RUNNABLE = "UPDATE runs SET status = 'running', epoch = epoch + 1, \
+            error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
+            WHERE run_id IN (SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
+            AND $4 LIKE ('%,' || r.workflow || ',%') AND (r.status = 'queued' \
+            OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
+            OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
+            OR EXISTS (SELECT 1 FROM signals s WHERE s.run_id = r.run_id AND s.status = 'pending')))) \
+            ORDER BY r.updated_at LIMIT $5", $lock, ") RETURNING ", RUN_COLUMNS);
         crate::sql::sql_static!(SELECT_RUN = "SELECT ", RUN_COLUMNS, " FROM runs WHERE run_id = $1");
         crate::sql::sql_static!(CLAIM = "UPDATE runs SET status = 'running', epoch = epoch + 1, error = NULL, waiting_for = '[]', \
-            lease_owner = $2, lease_until = $3, updated_at = $4 \
+            wake_at = NULL, lease_owner = $2, lease_until = $3, updated_at = $4 \
             WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ", RUN_COLUMNS);
@@ -118,12 +130,12 @@ macro_rules! sql_store {
             to_place, state, at) SELECT run_id, $4, $5, $6, $7, CASE WHEN state = $8 THEN NULL ELSE $8 END, $9 \
             FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
-            lease_until = COALESCE($9, lease_until) \
+            place_since = $8, lease_until = COALESCE($9, lease_until) \
             WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(SET_STATUS = "UPDATE runs SET status = $4, error = $5, updated_at = $6, lease_owner = NULL, \
             lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
-        crate::sql::sql_static!(PARK = "UPDATE runs SET status = 'waiting', waiting_for = $5, lease_owner = NULL, lease_until = NULL, \
-            updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
+        crate::sql::sql_static!(PARK = "UPDATE runs SET status = 'waiting', waiting_for = $5, wake_at = $7, lease_owner = NULL, \
+            lease_until = NULL, updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
             AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(NEXT_SIGNAL = "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND status NOT IN ",
             FINISHED, " RETURNING signal_seq, status");
@@ -144,9 +156,9 @@ macro_rules! sql_store {
             " FROM documents WHERE run_id = $1 AND doc_type = $2 AND doc_key = $3 ORDER BY version");
 
         const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
-            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, \
-            lease_until, created_at, updated_at) \
-            VALUES ($1, $2, $3, 'start', 0, $4, NULL, $5, $6, NULL, NULL, $7, 0, '[]', $8, $9, $10, $10) \
+            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+            wake_at, lease_owner, lease_until, created_at, updated_at) \
+            VALUES ($1, $2, $3, 'start', 0, $4, NULL, $5, $6, NULL, NULL, $7, 0, '[]', $10, NULL, $8, $9, $10, $10) \
             ON CONFLICT (run_id) DO NOTHING";
         const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
             state, at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
@@ -172,10 +184,10 @@ macro_rules! sql_store {
             AND s.state IS NOT NULL ORDER BY s.step DESC LIMIT 1) AS state \
             FROM checkpoints c WHERE c.run_id = $1 AND c.step = $2";
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
-            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, lease_owner, \
-            lease_until, created_at, updated_at) \
-            SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', NULL, \
-            NULL, $6, $6 FROM runs WHERE run_id = $1";
+            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+            wake_at, lease_owner, lease_until, created_at, updated_at) \
+            SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $6, \
+            NULL, NULL, NULL, $6, $6 FROM runs WHERE run_id = $1";
         const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
             state, at) SELECT $2, step, transition, from_place, to_place, state, at FROM checkpoints \
             WHERE run_id = $1 AND step <= $3";
@@ -194,6 +206,7 @@ macro_rules! sql_store {
             let forked_step: Option<i64> = row.try_get("forked_step").map_err(get_err)?;
             let parent: Option<uuid::Uuid> = row.try_get("parent").map_err(get_err)?;
             let lease_until: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
+            let wake_at: Option<i64> = row.try_get("wake_at").map_err(get_err)?;
             let mut record = RunRecord {
                 run_id: RunId(row.try_get("run_id").map_err(get_err)?),
                 workflow: row.try_get("workflow").map_err(get_err)?,
@@ -208,6 +221,8 @@ macro_rules! sql_store {
                 epoch: to_u64(row.try_get("epoch").map_err(get_err)?)?,
                 signal_seq: to_u64(row.try_get("signal_seq").map_err(get_err)?)?,
                 waiting_for: serde_json::from_str(&waiting).map_err(corrupt)?,
+                place_since: Timestamp::from_millis(row.try_get("place_since").map_err(get_err)?),
+                wake_at: wake_at.map(Timestamp::from_millis),
                 lease_owner: row.try_get("lease_owner").map_err(get_err)?,
                 lease_until: lease_until.map(Timestamp::from_millis),
                 created_at: Timestamp::from_millis(row.try_get("created_at").map_err(get_err)?),
@@ -360,6 +375,8 @@ macro_rules! sql_store {
                     epoch: epoch as u64,
                     signal_seq: 0,
                     waiting_for: Vec::new(),
+                    place_since: at,
+                    wake_at: None,
                     lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
                     lease_until: run.lease.map(|l| l.until),
                     created_at: at,
@@ -502,28 +519,47 @@ macro_rules! sql_store {
                 tx.commit().await.map_err(backend)
             }
 
-            async fn park(
-                &self,
-                run_id: RunId,
-                fence: Fence,
-                inbox_seq: u64,
-                signals: &[&str],
-            ) -> Result<(), StoreError> {
+            async fn park(&self, run_id: RunId, park: &Park<'_>) -> Result<(), StoreError> {
                 let done = sqlx::query(&PARK)
                     .bind(run_id.0)
-                    .bind(to_i64(fence.epoch))
-                    .bind(to_i64(fence.step))
-                    .bind(to_i64(inbox_seq))
-                    .bind(serde_json::to_string(signals).map_err(corrupt)?)
+                    .bind(to_i64(park.fence.epoch))
+                    .bind(to_i64(park.fence.step))
+                    .bind(to_i64(park.inbox_seq))
+                    .bind(serde_json::to_string(park.signals).map_err(corrupt)?)
                     .bind(Timestamp::now().as_millis())
+                    .bind(park.wake_at.map(Timestamp::as_millis))
                     .execute(&self.pool)
                     .await
                     .map_err(backend)?;
                 if done.rows_affected() == 0 {
                     // Not fenced and not finished: the signal count moved.
-                    return Err(self.fence_error(run_id, fence).await);
+                    return Err(self.fence_error(run_id, park.fence).await);
                 }
                 Ok(())
+            }
+
+            async fn claim_runnable(
+                &self,
+                workflows: &[&str],
+                lease: &Lease,
+                now: Timestamp,
+                limit: u32,
+            ) -> Result<Vec<RunRecord>, StoreError> {
+                let mut names = String::from(",");
+                for w in workflows {
+                    names.push_str(w);
+                    names.push(',');
+                }
+                let rows = sqlx::query(&CLAIM_RUNNABLE)
+                    .bind(&lease.owner)
+                    .bind(lease.until.as_millis())
+                    .bind(now.as_millis())
+                    .bind(names)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                rows.iter().map(run_from_row).collect()
             }
 
             async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {

@@ -79,4 +79,4 @@ impl SqliteStore {
     }
 }
 
-crate::sql::sql_store!(SqliteStore, sqlx::Sqlite);
+crate::sql::sql_store!(SqliteStore, sqlx::Sqlite, "");

@@ -128,6 +128,131 @@ async fn suite(store: Arc<dyn Store>) {
     a_crashed_transition_runs_again_on_resume(&store).await;
     retry_and_fork(&store).await;
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
+    workers_claim_what_can_move(&store).await;
+    a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
+}
+
+async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let secs = std::time::Duration::from_secs;
+    let state = serde_json::value::to_raw_value(&json!({})).unwrap();
+    let new = |lease: Option<Lease>| {
+        let run = NewRun::new(RunId::new(), "claimable", "h", state.clone());
+        match lease {
+            Some(l) => run.lease(l),
+            None => run,
+        }
+    };
+    let lease = |until| Lease { owner: "gone".into(), until };
+    let queued = store.create_run(new(None).queued()).await.unwrap();
+    assert_eq!((queued.status, queued.epoch), (RunStatus::Queued, 0));
+    let dead = store.create_run(new(Some(lease(Timestamp::from_millis(now.as_millis() - 1000))))).await.unwrap();
+    let live = store.create_run(new(Some(lease(now + secs(60))))).await.unwrap();
+    let mut parked = Vec::new();
+    for wake_at in [None, None, Some(Timestamp::from_millis(now.as_millis() - 1)), Some(now + secs(3600))] {
+        let run = store.create_run(new(None)).await.unwrap();
+        let park = Park { fence: run.fence(), inbox_seq: 0, signals: &["approve"], wake_at };
+        store.park(run.run_id, &park).await.unwrap();
+        parked.push(run.run_id);
+    }
+    let payload = serde_json::value::to_raw_value(&json!({"approved_by": "ada"})).unwrap();
+    store.send_signal(parked[1], "approve", payload).await.unwrap();
+    let (signalled, due) = (parked[1], parked[2]);
+
+    let mine = Lease { owner: "worker-b".into(), until: now + secs(30) };
+    let first = store.claim_runnable(&["claimable"], &mine, now, 2).await.unwrap();
+    let rest = store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap();
+    assert_eq!(first.len(), 2, "the limit holds");
+    let mut claimed: Vec<RunId> = first.iter().chain(&rest).map(|r| r.run_id).collect();
+    claimed.sort();
+    let mut expected = vec![queued.run_id, dead.run_id, signalled, due];
+    expected.sort();
+    assert_eq!(claimed, expected, "queued, lease expired, signalled and due; not live, idle or later");
+    for r in first.iter().chain(&rest) {
+        assert_eq!((r.status, r.lease_owner.as_deref(), r.wake_at), (RunStatus::Running, Some("worker-b"), None));
+    }
+    assert_eq!(first.iter().chain(&rest).find(|r| r.run_id == queued.run_id).unwrap().epoch, 1);
+    assert!(store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap().is_empty(), "claimed once");
+    assert!(store.claim_runnable(&["other"], &mine, now + secs(7200), 100).await.unwrap().is_empty());
+    assert_eq!(store.load_run(live.run_id).await.unwrap().lease_owner.as_deref(), Some("gone"));
+}
+
+/// A workflow that waits for approval for an hour, then expires.
+struct Timed;
+
+static TIMED: Definition = Definition::new(
+    "timed",
+    &[START, "waiting", "expired", END],
+    &[
+        TransitionDef::new("begin", &[START], "waiting"),
+        TransitionDef::new("approve", &["waiting"], END).wait(|| json!({"type": "object"})),
+        TransitionDef::new("expire", &["waiting"], "expired").after(std::time::Duration::from_secs(3600)),
+        TransitionDef::new("close", &["expired"], END),
+    ],
+);
+
+impl Workflow for Timed {
+    type State = Vec<String>;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &TIMED
+    }
+    fn init(&self, (): ()) -> Vec<String> {
+        Vec::new()
+    }
+    fn guard(&self, _: usize, _: &Vec<String>) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        log: &'a mut Vec<String>,
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            log.push(TIMED.transitions()[t].name.to_owned());
+            Ok(())
+        })
+    }
+}
+
+async fn a_worker_drives_submitted_runs_and_fires_due_timers_once(store: &Arc<dyn Store>) {
+    use std::sync::atomic::AtomicI64;
+    // A clock that can jump ahead: no test waits for an hour, or sleeps at all.
+    let ahead = Arc::new(AtomicI64::new(0));
+    let clock = {
+        let ahead = ahead.clone();
+        move || Timestamp::from_millis(Timestamp::now().as_millis() + ahead.load(Ordering::SeqCst))
+    };
+    let rt = Runtime::with_shared_store(store.clone()).clock(clock);
+    let worker = Worker::new(rt.clone()).register(Review::default()).register(Timed);
+
+    // Submitted runs come back at once, queued, and the worker drives them.
+    let submitted = [rt.submit(&Review::default(), input(false)).await.unwrap(), rt.submit(&Timed, ()).await.unwrap()];
+    for id in submitted {
+        assert_eq!(store.load_run(id).await.unwrap().status, RunStatus::Queued);
+    }
+    assert!(worker.run_once().await.unwrap() >= 2);
+    assert_eq!(store.load_run(submitted[0]).await.unwrap().status, RunStatus::Completed);
+    let timed = store.load_run(submitted[1]).await.unwrap();
+    assert_eq!((timed.status, &*timed.place), (RunStatus::Waiting, "waiting"));
+    assert_eq!(timed.wake_at, Some(timed.place_since + std::time::Duration::from_secs(3600)));
+    let outcome = rt.wait_for(submitted[1], std::time::Duration::from_millis(10)).await.unwrap();
+    assert_eq!(outcome.status, RunStatus::Waiting);
+
+    // Not due yet: nothing moves. Two hours later the timer fires, once.
+    let before = store.history(submitted[1]).await.unwrap().len();
+    worker.run_once().await.unwrap();
+    assert_eq!(store.history(submitted[1]).await.unwrap().len(), before);
+    ahead.store(2 * 3600 * 1000, Ordering::SeqCst);
+    worker.run_once().await.unwrap();
+    worker.run_once().await.unwrap();
+    let record = store.load_run(submitted[1]).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    let steps: Vec<String> =
+        store.history(submitted[1]).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
+    assert_eq!(steps, ["begin", "expire", "close"], "the timer fired exactly once");
 }
 
 async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store>) {
@@ -197,19 +322,19 @@ async fn signals_are_kept_delivered_once_and_refusals_keep_the_run_waiting(store
     assert_eq!(record.lease_until, None, "a waiting run holds no lease");
 
     // Unknown: refused, nothing stored.
-    let err = rt.signal(&wf, run_id, "reject", json!({})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("reject", json!({}))).await.unwrap_err();
     assert!(matches!(err, RunError::UnknownSignal { .. }), "{err:?}");
     assert!(store.signals(run_id).await.unwrap().is_empty());
     // A bad payload and a refusing transition: recorded as rejected, the run waits.
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": 7})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": 7}))).await.unwrap_err();
     assert!(matches!(err, RunError::InvalidSignalPayload { .. }), "{err:?}");
-    let err = rt.signal(&wf, run_id, "approve", json!({"approved_by": "mallory"})).await.unwrap_err();
+    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "mallory"}))).await.unwrap_err();
     assert!(matches!(err, RunError::SignalRefused { .. }), "{err:?}");
     let record = store.load_run(run_id).await.unwrap();
     assert_eq!((record.status, record.step), (RunStatus::Waiting, 2));
     assert_eq!(store.documents(run_id).await.unwrap().len(), 3, "refused transitions saved nothing");
 
-    let done = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    let done = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
     assert_eq!(done.outcome, RunOutcome::Completed);
     assert_eq!(done.state.approved_by.as_deref(), Some("ada"));
     let signals = store.signals(run_id).await.unwrap();
@@ -229,10 +354,11 @@ async fn a_signal_before_the_run_parks_waits_in_the_inbox(store: &Arc<dyn Store>
     let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
     // Another driver takes the run (as a resume would) and so holds it `running`.
     let claimed = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
-    let queued = rt.signal(&wf, run_id, "approve", json!({"approved_by": "ada"})).await.unwrap();
+    let queued = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
     assert_eq!(queued.outcome, RunOutcome::Queued { signal: 1 });
     // That driver cannot park over the signal it has not read.
-    let err = store.park(run_id, claimed.fence(), claimed.signal_seq, &["approve"]).await.unwrap_err();
+    let park = Park { fence: claimed.fence(), inbox_seq: claimed.signal_seq, signals: &["approve"], wake_at: None };
+    let err = store.park(run_id, &park).await.unwrap_err();
     assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
     let inbox = store.inbox(run_id).await.unwrap();
     assert_eq!((inbox.seq, inbox.pending.len()), (1, 1));
@@ -275,7 +401,8 @@ async fn fenced_and_finished_writes_are_refused(store: &Arc<dyn Store>) {
     assert!(matches!(err, StoreError::Finished { status: RunStatus::Failed, .. }), "{err:?}");
     let err = store.set_status(run_id, second.fence(), RunStatus::Running, None).await.unwrap_err();
     assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
-    let err = store.park(run_id, second.fence(), 0, &["approve"]).await.unwrap_err();
+    let park = Park { fence: second.fence(), inbox_seq: 0, signals: &["approve"], wake_at: None };
+    let err = store.park(run_id, &park).await.unwrap_err();
     assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
     let record = store.load_run(run_id).await.unwrap();
     assert_eq!((record.status, record.step, record.error.as_deref()), (RunStatus::Failed, 2, Some("boom")));

@@ -11,7 +11,7 @@ use super::{Drive, Mode, RunOutcome, RunReport};
 use crate::context::RunContext;
 use crate::document::Document;
 use crate::error::{RunError, StoreError};
-use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus, Timestamp};
+use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
 pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
@@ -71,8 +71,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let name = def.name();
     let store = &runtime.store;
     let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
-    let new_lease =
-        || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: Timestamp::now() + l.duration });
+    let new_lease = || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
         match new_lease() {
@@ -105,6 +104,11 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             let documents = store.documents(id).await?;
             Ready { record, place, state, documents, own_signal: None }
         }
+        Mode::Claimed(record) => {
+            let (place, state) = check_run(wf, &record)?;
+            let documents = store.documents(record.run_id).await?;
+            Ready { record: *record, place, state, documents, own_signal: None }
+        }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
@@ -112,7 +116,9 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             let documents = store.documents(record.run_id).await?;
             Ready { record, place, state, documents, own_signal: None }
         }
-        Mode::Signal(id, signal, payload) => {
+        Mode::Signal(id, signal) => {
+            let (signal, payload) = signal.map_err(state_error(name, id))?;
+            let signal = signal.into_owned();
             let stored = store.load_run(id).await?;
             let (place, state) = check_run(wf, &stored)?;
             if stored.status.is_finished() {
@@ -166,9 +172,10 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(store.clone(), run_id, name, place, record.step, documents, cancellation);
     let epoch = record.epoch;
+    let place_since = record.place_since;
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
-        let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal };
+        let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };
         let outcome = run_loop.run(&mut state, &mut cx).await;
         match &outcome {
             Ok(RunOutcome::Completed) => tracing::info!(steps = cx.step, "run completed"),

@@ -12,10 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{RunError, StoreError};
 use crate::store::{Claim, MemoryStore, RunId, RunStatus, Store};
-use crate::workflow::Workflow;
+use crate::workflow::{IntoSignal, Workflow};
 
 mod driver;
 mod run_loop;
+mod worker;
+
+pub use worker::Worker;
 
 /// The default limit of transitions per drive.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000;
@@ -50,7 +53,11 @@ pub struct Runtime {
     max_steps: u64,
     owner: Arc<str>,
     lease: Option<Duration>,
+    clock: Clock,
 }
+
+/// What a runtime reads the time from for timers and leases.
+pub(crate) type Clock = Arc<dyn Fn() -> crate::Timestamp + Send + Sync>;
 
 impl Default for Runtime {
     fn default() -> Self {
@@ -119,7 +126,7 @@ impl Runtime {
     pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
         let lease = store.lease_duration();
         let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
-        Self { store, max_steps: DEFAULT_MAX_STEPS, owner: owner.into(), lease }
+        Self { store, max_steps: DEFAULT_MAX_STEPS, owner: owner.into(), lease, clock: Arc::new(crate::Timestamp::now) }
     }
 
     /// Sets the default step limit of a drive (1,000 unless set): how many
@@ -145,6 +152,19 @@ impl Runtime {
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into().into();
         self
+    }
+
+    /// Sets the clock timer transitions are checked against (the system clock unless
+    /// set): for tests that let hours pass at once.
+    #[must_use]
+    pub fn clock(mut self, clock: impl Fn() -> crate::Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The current time by this runtime's clock.
+    pub fn now(&self) -> crate::Timestamp {
+        (self.clock)()
     }
 
     /// The store.
@@ -180,8 +200,16 @@ impl Runtime {
     }
 
     /// Sends a signal to a run: stores it in the run's inbox, then, if the run is
-    /// waiting, fires the wait transition named `signal` with `payload` and drives
-    /// the run on.
+    /// waiting, fires the wait transition it names with its payload and drives the
+    /// run on. `signal` is the workflow's generated `<Type>Signal` enum (checked at
+    /// compile time) or a `(name, payload)` pair:
+    ///
+    /// ```
+    /// # use loopstack_core::*;
+    /// # async fn demo<W: Workflow>(rt: &Runtime, wf: &W, run_id: RunId) -> Result<(), RunError> {
+    /// rt.signal(wf, run_id, ("approve", serde_json::json!({"approved_by": "ada"}))).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// A signal the workflow does not have, or one that is not enabled where the run
     /// waits, is an error and nothing is stored. A payload that does not deserialize,
@@ -193,10 +221,43 @@ impl Runtime {
         &'a self,
         workflow: &'a W,
         run_id: RunId,
-        signal: impl Into<String>,
-        payload: Value,
+        signal: impl IntoSignal<W>,
     ) -> Drive<'a, W> {
-        Drive::new(self, workflow, Mode::Signal(run_id, signal.into(), payload))
+        Drive::new(self, workflow, Mode::Signal(run_id, signal.into_signal()))
+    }
+
+    /// Creates a run of `workflow` with `input` and returns its id at once, without
+    /// driving it: a [`Worker`] over the same store claims and drives it. Await its
+    /// outcome with [`Runtime::wait_for`], or poll [`Store::load_run`].
+    pub async fn submit<W: Workflow>(&self, workflow: &W, input: W::Input) -> Result<RunId, RunError> {
+        let def = workflow.definition();
+        let run_id = RunId::new();
+        let state = workflow.init(input);
+        let value = serde_json::value::to_raw_value(&state).map_err(|source| RunError::State {
+            workflow: def.name(),
+            run_id,
+            source,
+        })?;
+        self.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
+        Ok(run_id)
+    }
+
+    /// Waits until a run is no longer queued or running (it completed, failed, was
+    /// cancelled, or waits for a signal), checking the store every `poll`; returns
+    /// the run as it then is.
+    pub async fn wait_for(&self, run_id: RunId, poll: Duration) -> Result<crate::RunRecord, StoreError> {
+        loop {
+            let record = self.store.load_run(run_id).await?;
+            if !matches!(record.status, RunStatus::Queued | RunStatus::Running) {
+                return Ok(record);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Drives a run a worker has claimed.
+    pub(crate) fn drive_claimed<'a, W: Workflow>(&'a self, workflow: &'a W, record: crate::RunRecord) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Claimed(Box::new(record)))
     }
 
     /// Cancels a run that has not finished, wherever it is: a waiting run is
@@ -214,7 +275,8 @@ pub(crate) enum Mode<I> {
     Resume(RunId),
     Retry(RunId),
     Fork(RunId, u64),
-    Signal(RunId, String, Value),
+    Claimed(Box<crate::RunRecord>),
+    Signal(RunId, Result<(std::borrow::Cow<'static, str>, Value), serde_json::Error>),
 }
 
 /// A run to drive; await it. Set options with its methods first.

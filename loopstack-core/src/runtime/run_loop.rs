@@ -15,7 +15,7 @@ use super::RunOutcome;
 use super::driver::state_error;
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
-use crate::store::{Checkpoint, Fence, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
+use crate::store::{Checkpoint, Fence, Park, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
 use crate::workflow::{END, Route, TransitionError, Workflow};
 
 /// The lease a drive holds and renews.
@@ -26,9 +26,28 @@ pub(super) struct LeaseCfg {
 
 /// Routes at `place`, turning a panicking guard into an error instead of an unwind.
 pub(super) fn route<W: Workflow>(wf: &W, place: &str, state: &W::State, run_id: RunId) -> Result<Route, RunError> {
+    guarded(wf, place, run_id, || wf.definition().route(place, |i| wf.guard(i, state)))
+}
+
+/// The timer transitions enabled at `place`, guards evaluated as in [`route`].
+fn timers<W: Workflow>(
+    wf: &W,
+    place: &str,
+    state: &W::State,
+    run_id: RunId,
+) -> Result<Vec<(usize, Duration)>, RunError> {
+    guarded(wf, place, run_id, || wf.definition().timers(place, |i| wf.guard(i, state)))
+}
+
+fn guarded<W: Workflow, T>(
+    wf: &W,
+    place: &str,
+    run_id: RunId,
+    f: impl FnOnce() -> Result<T, crate::UnknownPlace>,
+) -> Result<T, RunError> {
     let def = wf.definition();
     let name = def.name();
-    match std::panic::catch_unwind(AssertUnwindSafe(|| def.route(place, |i| wf.guard(i, state)))) {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(route)) => Ok(route),
         Ok(Err(unknown)) => Err(RunError::Mismatch { workflow: name, run_id, reason: unknown.to_string() }),
         Err(panic) => Err(RunError::GuardPanicked {
@@ -94,6 +113,9 @@ pub(super) struct RunLoop<'a, W> {
     /// The inbox id of the signal this drive was started for: tried first, and its
     /// refusal is this drive's error.
     pub(super) own_signal: Option<u64>,
+    /// When the run reached its current place: what its timers count from.
+    pub(super) place_since: Timestamp,
+    pub(super) clock: &'a super::Clock,
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
@@ -116,28 +138,38 @@ impl<W: Workflow> RunLoop<'_, W> {
                     return Err(RunError::DeadEnd { workflow: name, run_id, place: from, false_guards });
                 }
                 Route::Wait { signals } => {
+                    let timers = timers(wf, from, state, run_id)?;
+                    let now = (self.clock)();
+                    let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
+                    let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
                     let inbox = cx.store.inbox(run_id).await?;
-                    match self
+                    let picked = self
                         .pick_signal(cx.store.as_ref(), run_id, from, &signals, inbox.pending, &mut own_error)
-                        .await?
-                    {
-                        Some(s) => {
+                        .await?;
+                    match (picked, due) {
+                        // The earlier event wins: a timer that came due before the signal arrived.
+                        (Some(s), Some((index, at))) if at < s.received_at => (index, None, None),
+                        (Some(s), _) => {
                             let index = def.transition(&s.name).expect("a picked signal names a transition").0;
                             let payload: Value =
                                 serde_json::from_str(s.payload.get()).map_err(state_error(name, run_id))?;
                             (index, Some(payload), Some(s.id))
                         }
-                        None => match cx.store.park(run_id, fence, inbox.seq, &signals).await {
-                            Ok(()) => {
-                                return match own_error {
-                                    Some(e) => Err(e),
-                                    None => Ok(RunOutcome::Waiting { place: from, signals }),
-                                };
+                        (None, Some((index, _))) => (index, None, None),
+                        (None, None) => {
+                            let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
+                            match cx.store.park(run_id, &park).await {
+                                Ok(()) => {
+                                    return match own_error {
+                                        Some(e) => Err(e),
+                                        None => Ok(RunOutcome::Waiting { place: from, signals }),
+                                    };
+                                }
+                                // A signal arrived while parking: read the inbox again.
+                                Err(StoreError::SignalArrived { .. }) => continue,
+                                Err(e) => return Err(e.into()),
                             }
-                            // A signal arrived while parking: read the inbox again.
-                            Err(StoreError::SignalArrived { .. }) => continue,
-                            Err(e) => return Err(e.into()),
-                        },
+                        }
                     }
                 }
             };
@@ -202,13 +234,15 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             let value = serde_json::value::to_raw_value(&*state).map_err(state_error(name, run_id))?;
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
-            let mut checkpoint =
-                Checkpoint::new(run_id, fence, StepRecord::new(step, t.name, from, t.to), status, value);
+            let record = StepRecord::new(step, t.name, from, t.to);
+            let at = record.at;
+            let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
-            checkpoint.lease_until = self.lease.map(|l| Timestamp::now() + l.duration);
+            checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
             cx.store.commit(checkpoint).await?;
             cx.committed(step, t.to);
+            self.place_since = at;
             if signal.is_some() && signal == self.own_signal {
                 self.own_signal = None;
             }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::value::RawValue;
 
 use super::{
-    CheckpointRecord, Claim, Fence, Inbox, NewRun, RunId, RunPage, RunQuery, RunRecord, RunStatus, SignalReceipt,
-    SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
+    CheckpointRecord, Claim, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
+    SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
 };
 use crate::document::Document;
 use crate::error::StoreError;
@@ -156,6 +156,8 @@ impl Store for MemoryStore {
             epoch: u64::from(run.status != RunStatus::Queued),
             signal_seq: 0,
             waiting_for: Vec::new(),
+            place_since: now,
+            wake_at: None,
             lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
             lease_until: run.lease.map(|l| l.until),
             created_at: now,
@@ -183,10 +185,46 @@ impl Store for MemoryStore {
         r.epoch += 1;
         r.error = None;
         r.waiting_for.clear();
+        r.wake_at = None;
         r.lease_owner = claim.lease.as_ref().map(|l| l.owner.clone());
         r.lease_until = claim.lease.as_ref().map(|l| l.until);
         r.updated_at = Timestamp::now();
         Ok(r.clone())
+    }
+
+    async fn claim_runnable(
+        &self,
+        workflows: &[&str],
+        lease: &Lease,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut inner = self.lock();
+        let mut runnable: Vec<&mut MemRun> = inner
+            .runs
+            .values_mut()
+            .filter(|r| {
+                let pending = r.signals.iter().any(|s| s.status == SignalStatus::Pending);
+                workflows.contains(&r.record.workflow.as_str()) && super::is_runnable(&r.record, now, pending)
+            })
+            .collect();
+        runnable.sort_by_key(|r| (r.record.updated_at, r.record.run_id));
+        Ok(runnable
+            .into_iter()
+            .take(limit as usize)
+            .map(|run| {
+                let r = &mut run.record;
+                r.status = RunStatus::Running;
+                r.epoch += 1;
+                r.error = None;
+                r.waiting_for.clear();
+                r.wake_at = None;
+                r.lease_owner = Some(lease.owner.clone());
+                r.lease_until = Some(lease.until);
+                r.updated_at = now;
+                r.clone()
+            })
+            .collect())
     }
 
     async fn commit(&self, cp: super::Checkpoint) -> Result<(), StoreError> {
@@ -211,6 +249,7 @@ impl Store for MemoryStore {
         r.status = cp.status;
         r.state = cp.state.clone();
         r.updated_at = cp.transition.at;
+        r.place_since = cp.transition.at;
         if cp.lease_until.is_some() {
             r.lease_until = cp.lease_until;
         }
@@ -245,15 +284,16 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn park(&self, run_id: RunId, fence: Fence, inbox_seq: u64, signals: &[&str]) -> Result<(), StoreError> {
+    async fn park(&self, run_id: RunId, park: &Park<'_>) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let r = &mut inner.run(run_id)?.record;
-        check_fence(run_id, r.status, r.epoch, r.step, fence)?;
-        if r.signal_seq != inbox_seq {
+        check_fence(run_id, r.status, r.epoch, r.step, park.fence)?;
+        if r.signal_seq != park.inbox_seq {
             return Err(StoreError::SignalArrived { run_id });
         }
         r.status = RunStatus::Waiting;
-        r.waiting_for = signals.iter().map(|s| (*s).to_owned()).collect();
+        r.waiting_for = park.signals.iter().map(|s| (*s).to_owned()).collect();
+        r.wake_at = park.wake_at;
         r.lease_owner = None;
         r.lease_until = None;
         r.updated_at = Timestamp::now();
@@ -346,6 +386,8 @@ impl Store for MemoryStore {
             epoch: 1,
             signal_seq: 0,
             waiting_for: Vec::new(),
+            place_since: checkpoint.step.at,
+            wake_at: None,
             lease_owner: None,
             lease_until: None,
             created_at: now,

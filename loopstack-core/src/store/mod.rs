@@ -221,6 +221,10 @@ pub struct RunRecord {
     pub signal_seq: u64,
     /// The signals (wait transitions) the run accepts while waiting.
     pub waiting_for: Vec<String>,
+    /// When the run reached its place: the time its timer transitions count from.
+    pub place_since: Timestamp,
+    /// While waiting: when its first timer transition is due.
+    pub wake_at: Option<Timestamp>,
     /// Who holds the run while it is driven, if it holds a lease.
     pub lease_owner: Option<String>,
     /// Until when that lease holds; a worker may take over a running run after it.
@@ -317,6 +321,19 @@ pub struct Fence {
     pub epoch: u64,
     /// The step the run is at.
     pub step: u64,
+}
+
+/// What [`Store::park`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Park<'a> {
+    /// The drive's fence.
+    pub fence: Fence,
+    /// The inbox count the driver read.
+    pub inbox_seq: u64,
+    /// The signals the run waits for.
+    pub signals: &'a [&'a str],
+    /// When its first timer is due, if it has one.
+    pub wake_at: Option<Timestamp>,
 }
 
 /// A request to drive a run, for [`Store::claim`].
@@ -591,10 +608,24 @@ pub trait Store: Send + Sync + 'static {
         error: Option<String>,
     ) -> Result<(), StoreError>;
 
-    /// Parks a run as waiting for `signals`, unless a signal arrived after the inbox
-    /// read whose count was `inbox_seq` ([`StoreError::SignalArrived`]: read the
-    /// inbox again). Refused like [`Store::commit`].
-    async fn park(&self, run_id: RunId, fence: Fence, inbox_seq: u64, signals: &[&str]) -> Result<(), StoreError>;
+    /// Parks a run as waiting for `signals` (and, with `wake_at`, for its first timer),
+    /// unless a signal arrived after the inbox read whose count was `inbox_seq`
+    /// ([`StoreError::SignalArrived`]: read the inbox again). Refused like
+    /// [`Store::commit`].
+    async fn park(&self, run_id: RunId, park: &Park<'_>) -> Result<(), StoreError>;
+
+    /// Claims, for a worker, up to `limit` runs of `workflows` that can move now:
+    /// queued runs, running runs whose lease ran out before `now` (their driver
+    /// died), and waiting runs with a pending signal or a timer due by `now`. Each is
+    /// claimed as [`Store::claim`] would, with `lease`; two workers never get the
+    /// same run. Oldest-changed first.
+    async fn claim_runnable(
+        &self,
+        workflows: &[&str],
+        lease: &Lease,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError>;
 
     /// Extends a drive's lease.
     async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError>;
@@ -671,6 +702,17 @@ pub fn check_fence(run_id: RunId, status: RunStatus, epoch: u64, step: u64, fenc
         return Err(StoreError::Conflict { run_id, expected: fence.step, found: step });
     }
     Ok(())
+}
+
+/// Whether a worker may claim `run` at `now` ([`Store::claim_runnable`]), given
+/// whether it has a pending signal.
+pub fn is_runnable(run: &RunRecord, now: Timestamp, has_pending_signal: bool) -> bool {
+    match run.status {
+        RunStatus::Queued => true,
+        RunStatus::Running => run.lease_until.is_some_and(|until| until <= now),
+        RunStatus::Waiting => has_pending_signal || run.wake_at.is_some_and(|at| at <= now),
+        _ => false,
+    }
 }
 
 /// The checks of a claim, shared by the stores.

@@ -17,6 +17,8 @@ CREATE TABLE runs (
     epoch           BIGINT NOT NULL,
     signal_seq      BIGINT NOT NULL DEFAULT 0,
     waiting_for     TEXT NOT NULL DEFAULT '[]',
+    place_since     BIGINT NOT NULL,
+    wake_at         BIGINT,
     lease_owner     TEXT,
     lease_until     BIGINT,
     created_at      BIGINT NOT NULL,
@@ -26,6 +28,8 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_status ON runs (status, run_id);
 CREATE INDEX runs_by_workflow ON runs (workflow, run_id);
 CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL;
+-- What workers look for: runs that are queued, running (a lease may run out) or waiting.
+CREATE INDEX runs_to_claim ON runs (updated_at) WHERE status IN ('queued', 'running', 'waiting');
 
 CREATE TABLE checkpoints (
     run_id     UUID NOT NULL,

@@ -15,6 +15,8 @@ CREATE TABLE runs (
     epoch           INTEGER NOT NULL,
     signal_seq      INTEGER NOT NULL DEFAULT 0,
     waiting_for     TEXT NOT NULL DEFAULT '[]',
+    place_since     INTEGER NOT NULL,
+    wake_at         INTEGER,
     lease_owner     TEXT,
     lease_until     INTEGER,
     created_at      INTEGER NOT NULL,
@@ -24,6 +26,8 @@ CREATE TABLE runs (
 CREATE INDEX runs_by_status ON runs (status, run_id);
 CREATE INDEX runs_by_workflow ON runs (workflow, run_id);
 CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL;
+-- What workers look for: runs that are queued, running (a lease may run out) or waiting.
+CREATE INDEX runs_to_claim ON runs (updated_at) WHERE status IN ('queued', 'running', 'waiting');
 
 CREATE TABLE checkpoints (
     run_id     BLOB NOT NULL,

@@ -1,0 +1,167 @@
+//! Workers: processes that drive whatever runs of their workflows can move.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::Runtime;
+use crate::error::{RunError, StoreError};
+use crate::store::{Lease, RunRecord};
+use crate::workflow::Workflow;
+
+/// A workflow behind a name, for a worker: it drives a run it is handed.
+trait Drivable: Send + Sync {
+    fn drive<'a>(&'a self, runtime: &'a Runtime, record: RunRecord) -> BoxFuture<'a, Result<(), RunError>>;
+}
+
+struct Registered<W>(Arc<W>);
+
+impl<W: Workflow> Drivable for Registered<W> {
+    fn drive<'a>(&'a self, runtime: &'a Runtime, record: RunRecord) -> BoxFuture<'a, Result<(), RunError>> {
+        Box::pin(async move { runtime.drive_claimed(&*self.0, record).await.map(|_| ()) })
+    }
+}
+
+/// Drives the runs of its registered workflows that can move: queued runs (from
+/// [`Runtime::submit`]), runs whose driver died (their lease ran out), and waiting
+/// runs with a signal in their inbox or a timer due.
+///
+/// Run several workers on one PostgreSQL store (in one process or many): each claim
+/// takes a run with a lease and raises its fencing epoch, so a run is driven by one
+/// worker at a time, and a worker that stalls past its lease cannot commit over the
+/// one that took its run over. With SQLite, run one worker per file.
+///
+/// ```no_run
+/// # use loopstack_core::*;
+/// # async fn demo<W: Workflow>(runtime: Runtime, wf: W, shutdown: CancellationToken) -> Result<(), StoreError> {
+/// Worker::new(runtime).register(wf).concurrency(16).run(shutdown).await
+/// # }
+/// ```
+pub struct Worker {
+    runtime: Runtime,
+    workflows: HashMap<&'static str, Arc<dyn Drivable>>,
+    concurrency: usize,
+    poll: Duration,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("workflows", &self.workflows.keys().collect::<Vec<_>>())
+            .field("concurrency", &self.concurrency)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker driving runs with `runtime` (its store, lease and step limit), up to 8
+    /// at once, looking for work every 200 ms while idle.
+    pub fn new(runtime: Runtime) -> Self {
+        Self { runtime, workflows: HashMap::new(), concurrency: 8, poll: Duration::from_millis(200) }
+    }
+
+    /// Drives runs of `workflow`, found by its definition's name.
+    #[must_use]
+    pub fn register<W: Workflow>(mut self, workflow: W) -> Self {
+        self.workflows.insert(workflow.definition().name(), Arc::new(Registered(Arc::new(workflow))));
+        self
+    }
+
+    /// Drives runs of a shared `workflow`.
+    #[must_use]
+    pub fn register_shared<W: Workflow>(mut self, workflow: Arc<W>) -> Self {
+        self.workflows.insert(workflow.definition().name(), Arc::new(Registered(workflow)));
+        self
+    }
+
+    /// How many runs this worker drives at once (at least 1).
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// How long an idle worker waits before it looks for work again.
+    #[must_use]
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    fn lease(&self) -> Lease {
+        let duration = self.runtime.lease.unwrap_or(Duration::from_secs(30));
+        Lease { owner: self.runtime.owner.to_string(), until: self.runtime.now() + duration }
+    }
+
+    /// Claims what can move now, up to `limit` runs.
+    async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let names: Vec<&str> = self.workflows.keys().copied().collect();
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        self.runtime.store.claim_runnable(&names, &self.lease(), self.runtime.now(), limit).await
+    }
+
+    /// Claims and drives, to their next wait or end, the runs that can move now;
+    /// returns how many it drove. For tests and cron-style use.
+    pub async fn run_once(&self) -> Result<usize, StoreError> {
+        let claimed = self.claim(self.concurrency).await?;
+        let count = claimed.len();
+        let drives = claimed.into_iter().map(|record| self.drive(record));
+        futures::future::join_all(drives).await;
+        Ok(count)
+    }
+
+    async fn drive(&self, record: RunRecord) {
+        let Some(workflow) = self.workflows.get(record.workflow.as_str()) else { return };
+        let run_id = record.run_id;
+        if let Err(e) = workflow.drive(&self.runtime, record).await {
+            // The run records its own failure; the worker goes on.
+            tracing::info!(run_id = %run_id, error = %e, "a drive ended with an error");
+        }
+    }
+
+    /// Drives runs until `shutdown` is cancelled, then waits for the drives in
+    /// flight. A store error while looking for work is logged and retried.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
+        let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.owner);
+        Arc::new(self).serve(shutdown).instrument(span).await
+    }
+
+    async fn serve(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), StoreError> {
+        let worker = self;
+        let mut inflight: JoinSet<()> = JoinSet::new();
+        loop {
+            let free = worker.concurrency.saturating_sub(inflight.len());
+            let mut claimed_any = false;
+            if free > 0 && !shutdown.is_cancelled() {
+                match worker.claim(free).await {
+                    Ok(claimed) => {
+                        claimed_any = !claimed.is_empty();
+                        for record in claimed {
+                            let worker = worker.clone();
+                            inflight.spawn(async move { worker.drive(record).await });
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not look for runs"),
+                }
+            }
+            if shutdown.is_cancelled() {
+                while inflight.join_next().await.is_some() {}
+                return Ok(());
+            }
+            if claimed_any && inflight.len() < worker.concurrency {
+                continue;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+                () = tokio::time::sleep(worker.poll) => {}
+            }
+        }
+    }
+}
