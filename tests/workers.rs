@@ -1,0 +1,217 @@
+//! Many worker processes, one store, and a worker killed with SIGKILL in the middle:
+//! every run completes with exactly the documents of an uninterrupted run, and no
+//! transition is committed twice.
+//!
+//! - PostgreSQL: 3 `examples/worker.rs` processes drive 300 agent runs; one is killed.
+//! - SQLite: 1 worker drives 300 runs, is killed, and is started again.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use loopstack::llm::{Agent, ChatRequest, ChatResponse, ContentBlock, Message, Role, ScriptedModel};
+use loopstack::llm::{StopReason, ToolUse, Usage};
+use loopstack::prelude::*;
+use loopstack::{RunQuery, RunStatus, Store};
+use loopstack_store::{PostgresStore, SqliteStore};
+
+const RUNS: usize = 300;
+const QUESTION: &str = "How is the weather in Berlin?";
+
+/// The worker example, built (or found up to date) by cargo in this test's profile.
+fn worker_exe() -> &'static PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let mut dir = std::env::current_exe().unwrap();
+        dir.pop();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "--example", "worker"]);
+        if dir.ends_with("release") {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building the worker example failed");
+        dir.join("examples").join(format!("worker{}", std::env::consts::EXE_SUFFIX))
+    })
+}
+
+/// Kills its worker when dropped, so a failing test leaves no process behind.
+struct WorkerProcess(Child);
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_worker(store_args: &[String], owner: &str) -> WorkerProcess {
+    let child = Command::new(worker_exe())
+        .args(store_args)
+        .args(["--owner", owner, "--lease-ms", "1000", "--concurrency", "8", "--model-latency-ms", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    WorkerProcess(child)
+}
+
+/// The same agent the worker example drives (same name and table), to submit runs
+/// and to make one uninterrupted reference run.
+fn agent() -> Agent {
+    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().unwrap();
+        let usage = Usage::new(20, 5);
+        if let Some(result) = last.tool_results_iter().next() {
+            let answer = Message::assistant(format!("Here is the weather: {}", result.content));
+            return Ok(ChatResponse::new(answer, StopReason::EndTurn, usage, "scripted"));
+        }
+        let call = ToolUse::new("call_0", "get_weather", serde_json::json!({ "location": "Berlin" }));
+        let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
+        Ok(ChatResponse::new(message, StopReason::ToolUse, usage, "scripted"))
+    });
+    Agent::new(model, "scripted", ToolRegistry::new().with(Weather).unwrap())
+}
+
+/// Retrieve weather information.
+#[tool(name = "get_weather")]
+async fn weather(
+    /// City or location name
+    location: String,
+) -> Result<String, ToolError> {
+    Ok(format!("Mostly sunny in {location}, 14C."))
+}
+
+/// The documents of one uninterrupted run, as (type, content) pairs.
+async fn reference_documents() -> Vec<(String, String)> {
+    let runtime = Runtime::new();
+    let reply = agent().ask(&runtime, QUESTION).await.unwrap();
+    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    docs.iter().map(|d| (d.doc_type.to_string(), d.content.get().to_owned())).collect()
+}
+
+async fn count(store: &dyn Store, status: RunStatus) -> usize {
+    let mut n = 0;
+    let mut query = RunQuery::new().workflow("agent").status(status).limit(1000);
+    loop {
+        let page = store.list_runs(&query).await.unwrap();
+        n += page.runs.len();
+        match page.next {
+            Some(next) => query = query.before(next),
+            None => return n,
+        }
+    }
+}
+
+/// Polls until `done` holds; a guard against a hang, not a timed assertion.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every run completed, with the reference documents, each version once, and the
+/// six transitions of the loop, each once.
+async fn check_runs(store: &dyn Store, ids: &[RunId]) -> usize {
+    let reference = reference_documents().await;
+    let mut taken_over = 0;
+    for &id in ids {
+        let record = store.load_run(id).await.unwrap();
+        assert_eq!(record.status, RunStatus::Completed, "{record:?}");
+        if record.epoch > 1 {
+            taken_over += 1;
+        }
+        let steps: Vec<(u64, String)> =
+            store.history(id).await.unwrap().into_iter().map(|s| (s.step, s.transition.into_owned())).collect();
+        let names: Vec<&str> = steps.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
+        assert_eq!(steps.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        let docs = store.documents(id).await.unwrap();
+        let docs: Vec<(String, String)> =
+            docs.iter().map(|d| (d.doc_type.to_string(), d.content.get().to_owned())).collect();
+        assert_eq!(docs, reference, "run {id} has the documents of an uninterrupted run");
+        assert_eq!(store.document_versions(id).await.unwrap().len(), reference.len(), "nothing saved twice");
+    }
+    taken_over
+}
+
+async fn submit_all(store: Arc<dyn Store>) -> Vec<RunId> {
+    let runtime = Runtime::with_shared_store(store);
+    let agent = agent();
+    let mut ids = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        ids.push(runtime.submit(&agent, QUESTION.to_owned()).await.unwrap());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_postgres_workers_finish_every_run_when_one_is_killed() {
+    let url = std::env::var("LOOPSTACK_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let schema = format!("loopstack_test_workers_{}", RunId::new().0.simple());
+    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+    });
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let ids = submit_all(shared.clone()).await;
+    let args = vec!["--postgres".to_owned(), url.clone(), "--schema".to_owned(), schema.clone()];
+    let mut workers: Vec<WorkerProcess> = (0..3).map(|i| spawn_worker(&args, &format!("worker-{i}"))).collect();
+
+    // Kill worker 0 while it holds runs, a third of the way in.
+    until("a third of the runs and worker-0 holding one", async || {
+        let held: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running' AND lease_owner = 'worker-0'")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        held > 0 && count(&*shared, RunStatus::Completed).await >= RUNS / 3
+    })
+    .await;
+    let mut killed = workers.remove(0);
+    killed.0.kill().unwrap(); // SIGKILL
+    killed.0.wait().unwrap();
+
+    until("every run to complete", async || count(&*shared, RunStatus::Completed).await == RUNS).await;
+    drop(workers);
+    let taken_over = check_runs(&*shared, &ids).await;
+    assert!(taken_over >= 1, "the runs the killed worker held were taken over by the others");
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_worker_killed_and_restarted_finishes_every_run() {
+    let dir = std::env::temp_dir().join(format!("loopstack-workers-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runs.db");
+    let sqlite = SqliteStore::open(&path).await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(sqlite.clone());
+    let ids = submit_all(store.clone()).await;
+    let args = vec!["--sqlite".to_owned(), path.to_string_lossy().into_owned()];
+
+    let mut first = spawn_worker(&args, "first");
+    until("a third of the runs and the worker holding one", async || {
+        let held: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running'")
+            .fetch_one(sqlite.pool())
+            .await
+            .unwrap();
+        held > 0 && count(&*store, RunStatus::Completed).await >= RUNS / 3
+    })
+    .await;
+    first.0.kill().unwrap(); // SIGKILL
+    first.0.wait().unwrap();
+    let interrupted = count(&*store, RunStatus::Running).await;
+    assert!(interrupted > 0, "the worker died holding runs");
+
+    let _second = spawn_worker(&args, "second");
+    until("every run to complete", async || count(&*store, RunStatus::Completed).await == RUNS).await;
+    let taken_over = check_runs(&*store, &ids).await;
+    assert_eq!(taken_over, interrupted, "every run the killed worker held was resumed by the new one");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
