@@ -119,6 +119,9 @@ impl LlmDelegateToolCalls {
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
         let cancellation = cx.cancellation().clone();
+        // The step this transition commits as: with the run and the call id, a key
+        // that is the same when a crash makes the transition run again.
+        let step = cx.step() + 1;
         // Calls that repeat the id of an earlier call are not run: each gets an error
         // result under a new id (empty when the ids are unique, the usual case).
         let renamed = duplicate_ids(message);
@@ -132,6 +135,7 @@ impl LlmDelegateToolCalls {
                 let tcx = ToolContext::new(call.id.clone(), call.name.clone())
                     .with_index(index)
                     .with_run_id(run_id)
+                    .with_step(step)
                     .with_cancellation(cancellation.clone());
                 self.run_one(call, tcx, offered, &exclusive, duplicate).map(move |result| (index, result))
             })
