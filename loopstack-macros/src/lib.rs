@@ -13,6 +13,7 @@ use proc_macro::TokenStream;
 
 mod ctxt;
 mod docs;
+mod duration;
 mod expand;
 mod model;
 mod names;
@@ -80,6 +81,10 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     async fn finish(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
 ///     #[transition(from = Asked, to = Answered, wait)]           // fires on a signal with a typed payload
 ///     async fn answer(&self, state: &mut S, cx: &mut RunContext, payload: Answer) -> Result<()> { .. }
+///     #[transition(from = Asked, to = End, wait)]                 // a signal without a payload
+///     async fn cancel(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
+///     #[transition(from = Asked, to = Expired, after = "48h")]   // fires after 48 hours at `Asked`
+///     async fn expire(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
 ///     fn has_question(&self, state: &S) -> bool { .. }
 /// }
 /// ```
@@ -94,13 +99,39 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// `#[transition]` takes `to = Place` (required), `from = Place` or `from = [A, B]`
 /// (default `Start`), `priority = n` (an `i32`, default 0; ties keep declaration
-/// order) and `wait`. Places are UpperCamelCase identifiers, stored as snake_case;
-/// `Start` and `End` are the given first and last places.
+/// order), and `wait` or `after = ".."`. Places are UpperCamelCase identifiers, stored
+/// as snake_case; `Start` and `End` are the given first and last places.
 ///
-/// Besides the `Workflow` impl, it generates `pub enum <Type>Place` listing every place
-/// (with `as_str`, `ALL`, `AsRef<str>` and `Display`). Mistakes in the table (a place
-/// unreachable from `Start`, one that cannot reach `End`, a transition that can never
-/// fire behind an unguarded one) are compile errors.
+/// - `wait`: the transition fires on a signal named after the method. Its payload is
+///   the method's last parameter (`DeserializeOwned + JsonSchema`); without one, the
+///   signal's payload is `null`.
+/// - `after = "48h"`: a timer. The transition fires once the run has stood at its place
+///   that long, if its guard holds, without a signal; it takes no payload. The duration
+///   is `<integer><unit>` pairs, largest unit first: `"500ms"`, `"90s"`, `"1h30m"`,
+///   `"2d"` (units `ms`, `s`, `m`, `h`, `d`); it is checked at compile time and must be
+///   more than zero. A transition has `wait` or `after`, not both.
+///
+/// Besides the `Workflow` impl, it generates:
+///
+/// - `pub enum <Type>Place` listing every place (with `as_str`, `ALL`, `AsRef<str>` and
+///   `Display`).
+/// - `pub enum <Type>Signal` with a variant per wait transition in declaration order,
+///   named in UpperCamelCase after its method (`human_review` -> `HumanReview`), a
+///   tuple variant carrying the payload (`HumanReview(Review)`) or a unit variant when
+///   it takes none. It implements `IntoSignal<Type>` when every payload type also
+///   implements `Serialize` (a unit variant sends `null`), so
+///   `runtime.signal(&wf, run_id, RefundDeskSignal::HumanReview(review))` is checked
+///   at compile time; a workflow whose payloads only deserialize still compiles and is
+///   signalled with `(name, payload)` pairs. It derives nothing (payloads need not be
+///   `Debug` or `Clone`). A workflow without wait transitions gets an enum without
+///   variants. The enum is never generic: for a generic workflow type it implements
+///   `IntoSignal` for every instance (payload types cannot name the impl's generic
+///   parameters: the transition table is a `static`). `Self` in a payload type means
+///   the workflow type.
+///
+/// Mistakes in the table (a place unreachable from `Start`, one that cannot reach `End`,
+/// a transition that can never fire behind an unguarded one, including wait and timer
+/// transitions) are compile errors.
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     let out = match WorkflowModel::from_syn(args.into(), item.into()) {

@@ -22,6 +22,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(to);
     syn::custom_keyword!(priority);
     syn::custom_keyword!(wait);
+    syn::custom_keyword!(after);
 }
 
 /// The one helper every option goes through: a key may be given once.
@@ -127,13 +128,22 @@ impl Parse for WorkflowArgs {
     }
 }
 
-/// `#[transition(from = A | [A, B], to = B, priority = 10, wait)]`
+/// `#[transition(from = A | [A, B], to = B, priority = 10, wait)]` or, instead of
+/// `wait`, `after = "48h"`.
 #[derive(Default)]
 pub(crate) struct TransitionArgs {
     pub(crate) from: Option<Vec<Ident>>,
     pub(crate) to: Option<Ident>,
     pub(crate) priority: Option<i32>,
     pub(crate) wait: Option<()>,
+    pub(crate) after: Option<After>,
+}
+
+/// `after = "48h"`: the key's span (where `after` beside `wait` is reported) and the
+/// duration as written (`model` reads it).
+pub(crate) struct After {
+    pub(crate) key: Span,
+    pub(crate) value: LitStr,
 }
 
 fn places(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
@@ -154,6 +164,15 @@ fn places(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
 fn place(input: ParseStream<'_>) -> syn::Result<Ident> {
     let lh = input.lookahead1();
     if lh.peek(Ident) { input.parse() } else { Err(lh.error()) }
+}
+
+fn after(input: ParseStream<'_>, key: Span) -> syn::Result<After> {
+    input.parse::<Token![=]>()?;
+    if input.peek(LitInt) || input.peek(Ident) {
+        let span = input.parse::<TokenTree>()?.span();
+        return Err(syn::Error::new(span, "`after` is a duration in a string, such as `after = \"48h\"`"));
+    }
+    Ok(After { key, value: input.parse()? })
 }
 
 fn priority(input: ParseStream<'_>) -> syn::Result<i32> {
@@ -186,6 +205,9 @@ impl Parse for TransitionArgs {
             } else if lh.peek(kw::wait) {
                 let key = input.parse::<kw::wait>()?.span;
                 set_once(&mut args.wait, key, "wait", ())
+            } else if lh.peek(kw::after) {
+                let key = input.parse::<kw::after>()?.span;
+                set_once(&mut args.after, key, "after", after(input, key)?)
             } else {
                 Err(lh.error())
             }
@@ -341,6 +363,16 @@ mod tests {
         assert_eq!(args.to.unwrap(), "C");
         assert_eq!(args.priority.unwrap(), -3);
         assert!(args.wait.is_some());
+        let args: TransitionArgs = syn::parse_str(r#"from = A, to = B, after = "1h30m""#).unwrap();
+        assert_eq!(args.after.unwrap().value.value(), "1h30m");
+    }
+
+    #[test]
+    fn after_is_a_string() {
+        for text in ["to = A, after = 48", "to = A, after = 48h", "to = A, after = hours"] {
+            let err = syn::parse_str::<TransitionArgs>(text).err().unwrap();
+            assert_eq!(err.to_string(), "`after` is a duration in a string, such as `after = \"48h\"`", "{text}");
+        }
     }
 
     #[test]
@@ -348,7 +380,7 @@ mod tests {
         let err = syn::parse_str::<TransitionArgs>("to = A, to = B").err().unwrap();
         assert_eq!(err.to_string(), "duplicate `to`; each option is given once");
         let err = syn::parse_str::<TransitionArgs>("form = A").err().unwrap();
-        assert_eq!(err.to_string(), "expected one of: `from`, `to`, `priority`, `wait`");
+        assert_eq!(err.to_string(), "expected one of: `from`, `to`, `priority`, `wait`, `after`");
         let err = syn::parse_str::<ToolArgs>("timeout = 1, timeout = 2").err().unwrap();
         assert_eq!(err.to_string(), "duplicate `timeout`; each option is given once");
         let err = syn::parse_str::<WorkflowArgs>("crate = ::a, crate = b").err().unwrap();

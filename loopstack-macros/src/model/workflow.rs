@@ -10,6 +10,7 @@ use syn::{Attribute, FnArg, Ident, ImplItem, ItemImpl, Path, ReturnType, Signatu
 
 use super::{cfg_attrs, default_crate, error_type_span, last_segment};
 use crate::ctxt::Ctxt;
+use crate::duration::parse_millis;
 use crate::names::{is_upper_camel, pascal_case, snake_case};
 use crate::parse::{self, TransitionArgs, WorkflowArgs, guard_args, transition_args};
 
@@ -30,6 +31,9 @@ pub(crate) struct WorkflowModel {
     pub(crate) places: Vec<Place>,
     pub(crate) transitions: Vec<Transition>,
     pub(crate) guards: Vec<GuardMethod>,
+    /// The `<Type>Signal` enum; `None` when it is not generated (a payload names one of
+    /// the impl's generic parameters).
+    pub(crate) signal: Option<SignalEnum>,
     pub(crate) cfgs: Vec<Attribute>,
 }
 
@@ -49,12 +53,38 @@ pub(crate) struct Transition {
     pub(crate) priority: Option<i32>,
     /// An index into [`WorkflowModel::guards`].
     pub(crate) guard: Option<usize>,
-    /// A wait transition's payload type.
+    /// Whether it fires on a signal.
+    pub(crate) wait: bool,
+    /// A wait transition's payload type, with `Self` written as the workflow type (the
+    /// table and the signal enum are outside the impl); `None` for one that takes no
+    /// payload.
     pub(crate) payload: Option<Type>,
+    /// A timer transition's delay, in milliseconds.
+    pub(crate) after: Option<u64>,
     /// Spans of the user's state and context parameter types and of the return type.
     pub(crate) state_span: Span,
     pub(crate) cx_span: Span,
     pub(crate) output_span: Span,
+}
+
+/// The typed signals of a workflow: `RefundDeskSignal`, one variant per wait transition.
+#[derive(Clone)]
+pub(crate) struct SignalEnum {
+    pub(crate) ident: Ident,
+    pub(crate) variants: Vec<SignalVariant>,
+}
+
+#[derive(Clone)]
+pub(crate) struct SignalVariant {
+    /// `HumanReview`, from the method `human_review`.
+    pub(crate) ident: Ident,
+    /// The signal's name: the method's, without `r#`.
+    pub(crate) signal: String,
+    /// The payload type (as [`Transition::payload`]); `None` for a unit variant.
+    pub(crate) payload: Option<Type>,
+    /// The stored names of the places it leaves from and reaches, for its docs.
+    pub(crate) from: Vec<String>,
+    pub(crate) to: String,
 }
 
 pub(crate) struct GuardMethod {
@@ -80,6 +110,8 @@ pub(crate) struct WorkflowStub {
     pub(crate) places: Vec<Place>,
     pub(crate) state: Option<Type>,
     pub(crate) input: Option<Type>,
+    /// Known once every transition checked out (the table itself failed).
+    pub(crate) signal: Option<SignalEnum>,
     pub(crate) cfgs: Vec<Attribute>,
 }
 
@@ -146,9 +178,26 @@ impl WorkflowModel {
             None => snake_case(&type_ident.to_string()),
         };
 
-        // Shapes of transition and guard methods.
+        // Shapes of transition and guard methods; timers.
+        let mut after_ms: Vec<Option<u64>> = Vec::new();
         for t in &raw {
-            check_transition_sig(&mut cx, &t.sig, t.args.wait.is_some());
+            let kind = match (&t.args.wait, &t.args.after) {
+                (Some(()), _) => Kind::Wait,
+                (None, Some(_)) => Kind::Timer,
+                (None, None) => Kind::Plain,
+            };
+            check_transition_sig(&mut cx, &t.sig, kind);
+            after_ms.push(t.args.after.as_ref().and_then(|after| {
+                if t.args.wait.is_some() {
+                    cx.error_at(
+                        after.key,
+                        "a transition fires on a signal (`wait`) or after a delay (`after`), not both; a timer \
+                         beside a wait transition is a transition of its own from the same place",
+                    );
+                    return None;
+                }
+                parse_millis(&after.value.value()).map_err(|e| cx.error_spanned_by(&after.value, e)).ok()
+            }));
         }
         let methods: HashMap<String, &Signature> = item
             .items
@@ -270,37 +319,44 @@ impl WorkflowModel {
             );
         }
         let input = args.input.clone();
-        let stub = |places: &[Place], item: &ItemImpl| WorkflowStub {
+        let stub = |places: &[Place], item: &ItemImpl, signal: Option<SignalEnum>| WorkflowStub {
             krate: krate.clone(),
             item: item.clone(),
             enum_ident: enum_ident.clone(),
             places: places.to_vec(),
             state: state.clone(),
             input: input.clone(),
+            signal,
             cfgs: cfgs.clone(),
         };
         if !cx.is_ok() {
-            return Err(fail(cx, &item, Some(stub(&places, &item))));
+            return Err(fail(cx, &item, Some(stub(&places, &item, None))));
         }
 
         let transitions: Vec<Transition> = raw
             .iter()
             .zip(&numbered)
             .zip(&guard_of)
-            .map(|((t, n), guard)| Transition {
+            .zip(&after_ms)
+            .map(|(((t, n), guard), after)| Transition {
                 method: t.method.clone(),
                 from: n.from.iter().map(|(i, _)| fix(*i)).collect(),
                 to: fix(n.to.expect("checked")),
                 priority: t.args.priority,
                 guard: *guard,
-                payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig).cloned()),
+                wait: t.args.wait.is_some(),
+                payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig)).map(|ty| spell_out_self(ty, &item)),
+                after: *after,
                 state_span: typed_input(&t.sig, 1).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
                 cx_span: typed_input(&t.sig, 2).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
                 output_span: error_type_span(&t.sig.output, t.sig.ident.span()),
             })
             .collect();
 
-        // The state machine.
+        let signal = signal_enum(&mut cx, &type_ident, &item, &transitions, &places);
+
+        // The state machine. A timer waits like a wait transition: it shadows nothing
+        // and is an edge like any other.
         let edges: Vec<Edge> = transitions
             .iter()
             .map(|t| Edge {
@@ -308,7 +364,7 @@ impl WorkflowModel {
                 to: t.to,
                 priority: t.priority.unwrap_or(0),
                 guarded: t.guard.is_some(),
-                wait: t.payload.is_some(),
+                wait: t.wait || t.after.is_some(),
             })
             .collect();
         let end_refs: Vec<Option<Ident>> = numbered
@@ -319,7 +375,7 @@ impl WorkflowModel {
             report(&mut cx, problem, &places, &transitions, &end_refs, &item);
         }
         if !cx.is_ok() {
-            return Err(fail(cx, &item, Some(stub(&places, &item))));
+            return Err(fail(cx, &item, Some(stub(&places, &item, signal))));
         }
         cx.check().expect("no errors");
         Ok(Self {
@@ -331,6 +387,7 @@ impl WorkflowModel {
             places,
             transitions,
             guards,
+            signal,
             cfgs,
             item,
         })
@@ -435,7 +492,19 @@ fn payload_param(sig: &Signature) -> Option<&Type> {
 const SHAPE: &str = "(&self, state: &mut State, cx: &mut RunContext)";
 const WAIT_SHAPE: &str = "(&self, state: &mut State, cx: &mut RunContext, payload: T)";
 
-fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
+/// How a transition fires, as its method's shape sees it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// By itself, when its guard holds.
+    Plain,
+    /// On a signal, with an optional payload (`wait`).
+    Wait,
+    /// After a delay, without a signal (`after = ".."`).
+    Timer,
+}
+
+fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, kind: Kind) {
+    let wait = kind == Kind::Wait;
     let shape = if wait { WAIT_SHAPE } else { SHAPE };
     if sig.asyncness.is_none() {
         cx.error_spanned_by(sig.fn_token, format!("a transition method is an `async fn{shape}`"));
@@ -466,17 +535,17 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
         cx.error_spanned_by(&sig.ident, format!("a transition method takes `{shape}`"));
         return;
     }
-    if typed.len() == 2 && wait {
-        cx.error_spanned_by(
-            &sig.ident,
-            format!("a wait transition takes the signal's payload as its last parameter: `{WAIT_SHAPE}`"),
-        );
-        return;
-    }
-    if typed.len() == 3 && !wait {
+    if typed.len() == 3 && kind == Kind::Plain {
         cx.error_spanned_by(
             typed[2],
             "only a wait transition takes a payload: add `wait` to its `#[transition(..)]` or remove this parameter",
+        );
+        return;
+    }
+    if typed.len() == 3 && kind == Kind::Timer {
+        cx.error_spanned_by(
+            typed[2],
+            "a timer transition takes no payload: it fires after its delay, without a signal; remove this parameter",
         );
         return;
     }
@@ -490,8 +559,18 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
     if mut_ref_elem(&typed[1].ty).is_none() {
         cx.error_spanned_by(&typed[1].ty, "the context parameter is `&mut RunContext`");
     }
-    if wait && matches!(*typed[2].ty, Type::Reference(_)) {
-        cx.error_spanned_by(&typed[2].ty, "the payload is deserialized from the signal's JSON and must be owned");
+    if let Some(payload) = typed.get(2) {
+        match &*payload.ty {
+            Type::Reference(_) => {
+                cx.error_spanned_by(&payload.ty, "the payload is deserialized from the signal's JSON and must be owned")
+            }
+            Type::ImplTrait(_) => cx.error_spanned_by(
+                &payload.ty,
+                "the payload is a concrete type, deserialized from the signal's JSON: a transition method cannot be \
+                 generic",
+            ),
+            _ => {}
+        }
     }
     if let ReturnType::Default = sig.output {
         cx.error_spanned_by(
@@ -499,6 +578,101 @@ fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, wait: bool) {
             "a transition method returns `Result<(), E>` with `E: Into<BoxError>`, such as `loopstack::Result`",
         );
     }
+}
+
+/// The `<Type>Signal` enum: a variant per wait transition, named in UpperCamelCase
+/// after its method. It is not generic. A payload type that names one of the impl's
+/// generic parameters does not compile in the (static) table either; the enum is left
+/// out then, so that mistake is one error. Variant names that collide or are not
+/// identifiers are errors.
+fn signal_enum(
+    cx: &mut Ctxt,
+    type_ident: &Ident,
+    item: &ItemImpl,
+    transitions: &[Transition],
+    places: &[Place],
+) -> Option<SignalEnum> {
+    let ident = Ident::new(&format!("{}Signal", type_ident.to_string().trim_start_matches("r#")), type_ident.span());
+    let mut variants: Vec<SignalVariant> = Vec::new();
+    let mut ok = true;
+    for t in transitions.iter().filter(|t| t.wait) {
+        let signal = t.method.to_string().trim_start_matches("r#").to_owned();
+        let name = pascal_case(&signal);
+        if syn::parse_str::<Ident>(&name).is_err() {
+            cx.error_spanned_by(
+                &t.method,
+                format!(
+                    "wait transition `{signal}` would be the signal `{ident}::{name}`, which is not an identifier; \
+                     rename the method"
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        if let Some(other) = variants.iter().find(|v| v.ident == name) {
+            cx.error_spanned_by(
+                &t.method,
+                format!(
+                    "wait transitions `{}` and `{signal}` would both be the signal `{ident}::{name}`; rename one",
+                    other.signal
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        variants.push(SignalVariant {
+            ident: Ident::new(&name, t.method.span()),
+            signal,
+            payload: t.payload.clone(),
+            from: t.from.iter().map(|&p| places[p].name.clone()).collect(),
+            to: places[t.to].name.clone(),
+        });
+    }
+    if !ok {
+        return None;
+    }
+    let generics: Vec<String> = item
+        .generics
+        .params
+        .iter()
+        .map(|g| match g {
+            syn::GenericParam::Type(t) => t.ident.to_string(),
+            syn::GenericParam::Lifetime(l) => l.lifetime.ident.to_string(),
+            syn::GenericParam::Const(c) => c.ident.to_string(),
+        })
+        .collect();
+    let generic_payload =
+        variants.iter().filter_map(|v| v.payload.as_ref()).any(|ty| mentions_any(ty.to_token_stream(), &generics));
+    (!generic_payload).then_some(SignalEnum { ident, variants })
+}
+
+/// `ty` with every `Self` replaced by the workflow type, for code outside the impl.
+fn spell_out_self(ty: &Type, item: &ItemImpl) -> Type {
+    syn::parse2(replace_self(ty.to_token_stream(), &item.self_ty)).unwrap_or_else(|_| ty.clone())
+}
+
+fn replace_self(tokens: TokenStream, self_ty: &Type) -> TokenStream {
+    tokens
+        .into_iter()
+        .flat_map(|tt| match tt {
+            proc_macro2::TokenTree::Ident(i) if i == "Self" => self_ty.to_token_stream(),
+            proc_macro2::TokenTree::Group(g) => {
+                let mut group = proc_macro2::Group::new(g.delimiter(), replace_self(g.stream(), self_ty));
+                group.set_span(g.span());
+                proc_macro2::TokenTree::Group(group).into_token_stream()
+            }
+            other => other.into_token_stream(),
+        })
+        .collect()
+}
+
+/// Whether `tokens` contain an identifier in `names` (a lifetime by its name after `'`).
+fn mentions_any(tokens: TokenStream, names: &[String]) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        proc_macro2::TokenTree::Ident(i) => names.iter().any(|n| i == n),
+        proc_macro2::TokenTree::Group(g) => mentions_any(g.stream(), names),
+        _ => false,
+    })
 }
 
 fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
@@ -685,9 +859,11 @@ fn report(
             cx.error_spanned_by(&transitions[transition].method, msg);
         }
         Problem::WaitShadowed { place: p, transition, by, also } => {
+            let (kind, what) =
+                if transitions[transition].after.is_some() { ("timer", "its delay") } else { ("wait", "a signal") };
             let mut msg = format!(
-                "wait transition `{}` from `{}` can never fire: `{}` has no guard and fires without waiting for a \
-                 signal",
+                "{kind} transition `{}` from `{}` can never fire: `{}` has no guard and fires without waiting for \
+                 {what}",
                 transitions[transition].method,
                 place(p),
                 transitions[by].method,
@@ -880,6 +1056,110 @@ mod tests {
             ],
             "independent mistakes are all reported, and the graph is not checked on top"
         );
+    }
+
+    #[test]
+    fn timers_and_signals() {
+        let m = model(parse_quote! {
+            impl RefundDesk {
+                #[transition(to = AwaitingHuman)]
+                async fn open(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                // An unguarded timer shadows nothing: `close`, tried after it, may fire.
+                #[transition(from = AwaitingHuman, to = End, after = "1h30m", priority = 5)]
+                async fn expire(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = AwaitingHuman, to = End)]
+                #[guard(never)]
+                async fn close(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = AwaitingHuman, to = End, wait)]
+                #[guard(never)]
+                async fn human_review(&self, s: &mut S, cx: &mut RunContext, r: Review) -> Result<()> { Ok(()) }
+                #[transition(from = AwaitingHuman, to = End, wait)]
+                #[guard(never)]
+                async fn r#cancel(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                fn never(&self, s: &S) -> bool { false }
+            }
+        })
+        .map_err(|e| e.join("\n"))
+        .unwrap();
+        let t = &m.transitions;
+        assert_eq!((t[1].after, t[1].wait), (Some(90 * 60_000), false));
+        assert_eq!((t[3].wait, t[3].payload.is_some(), t[3].after), (true, true, None));
+        assert_eq!((t[4].wait, t[4].payload.is_some()), (true, false));
+        let signal = m.signal.unwrap();
+        assert_eq!(signal.ident, "RefundDeskSignal");
+        let variants: Vec<(String, &str, bool)> =
+            signal.variants.iter().map(|v| (v.ident.to_string(), v.signal.as_str(), v.payload.is_some())).collect();
+        assert_eq!(variants, [("HumanReview".into(), "human_review", true), ("Cancel".into(), "cancel", false)]);
+        assert_eq!(
+            (signal.variants[0].from.as_slice(), signal.variants[0].to.as_str()),
+            (&["awaiting_human".to_owned()][..], "end")
+        );
+    }
+
+    #[test]
+    fn a_timer_behind_an_unguarded_transition_never_fires() {
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = A)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End)]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End, after = "1s", priority = 3)]
+                async fn c(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            ["timer transition `c` from `A` can never fire: `b` has no guard and fires without waiting for its delay"]
+        );
+    }
+
+    #[test]
+    fn signal_names_are_distinct_identifiers() {
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = A)]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End, wait)]
+                async fn go_on(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End, wait)]
+                async fn goOn(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End, wait)]
+                async fn _self(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            [
+                "wait transitions `go_on` and `goOn` would both be the signal `WSignal::GoOn`; rename one",
+                "wait transition `_self` would be the signal `WSignal::Self`, which is not an identifier; rename the \
+                 method",
+            ]
+        );
+    }
+
+    #[test]
+    fn timer_mistakes() {
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = End, after = "5min")]
+                async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(to = End, wait, after = "1h")]
+                async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(to = End, after = "1h")]
+                async fn c(&self, s: &mut S, cx: &mut RunContext, p: P) -> Result<()> { Ok(()) }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(err.len(), 3, "{err:?}");
+        assert!(err[0].starts_with("unknown unit `min`"), "{}", err[0]);
+        assert!(err[1].starts_with("a transition fires on a signal (`wait`) or after a delay"), "{}", err[1]);
+        assert!(err[2].starts_with("a timer transition takes no payload"), "{}", err[2]);
     }
 
     #[test]

@@ -9,13 +9,13 @@ struct Flow;
 
 #[workflow]
 impl Flow {
-    #[transition(to = Ready)]
+    #[transition(to = AwaitingHuman)]
     async fn setup(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
         Ok(())
     }
 
-    #[transition(from = Ready, to = End, wait)]
-    async fn approve(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+    #[transition(from = AwaitingHuman, to = End, after = "48h")]
+    async fn expire(&self, _state: &mut State, _cx: &mut RunContext, _payload: bool) -> Result<()> {
         Ok(())
     }
 }

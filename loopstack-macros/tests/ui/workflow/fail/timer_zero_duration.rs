@@ -1,0 +1,23 @@
+use loopstack::{Result, RunContext, workflow};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct State {
+    ready: bool,
+}
+
+struct Flow;
+
+#[workflow]
+impl Flow {
+    #[transition(to = AwaitingHuman)]
+    async fn setup(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = AwaitingHuman, to = End, after = "0s")]
+    async fn expire(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}
