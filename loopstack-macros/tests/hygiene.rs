@@ -21,8 +21,14 @@ pub mod types {
         pub n: u64,
     }
 
-    /// A signal's payload.
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// A payload the crate keeps to itself, in a public signal enum.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    pub(crate) struct Note {
+        pub(crate) text: String,
+    }
+
+    /// A signal's payload (`Serialize` too, to be sent as `FlowSignal::Finish`).
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
     pub struct Go {
         /// How far.
         pub by: u64,
@@ -81,12 +87,19 @@ pub mod public {
     struct BoxFuture;
     struct TransitionError;
     struct Value;
+    struct IntoSignal;
+    struct PhantomData;
+    struct Cow;
+    struct Duration;
+    struct FromIterator;
+    struct Serialize;
+    struct Serializer;
     struct serde;
     struct schemars;
     struct loopstack_core;
     mod __private {}
 
-    use super::types::{FlowState, Go, LookupArgs};
+    use super::types::{FlowState, Go, LookupArgs, Note};
     use loopstack::{RunContext, ToolContext, ToolError, tool, workflow};
 
     /// Echoes its input.
@@ -147,8 +160,31 @@ pub mod public {
             std::result::Result::Ok(())
         }
 
+        #[transition(from = Working, to = End, wait)]
+        async fn stop(&self, _state: &mut FlowState, _cx: &mut RunContext) -> loopstack::Result {
+            std::result::Result::Ok(())
+        }
+
+        #[transition(from = Working, to = End, after = "1h30m")]
+        async fn time_out(&self, _state: &mut FlowState, _cx: &mut RunContext) -> loopstack::Result {
+            std::result::Result::Ok(())
+        }
+
         fn more(&self, state: &FlowState) -> ::core::primitive::bool {
             state.n < 3
+        }
+    }
+
+    /// A workflow whose payload is private to the crate.
+    #[derive(Debug)]
+    pub struct Quiet;
+
+    #[workflow]
+    impl Quiet {
+        #[transition(to = End, wait)]
+        async fn hush(&self, _state: &mut FlowState, _cx: &mut RunContext, note: Note) -> loopstack::Result {
+            let _ = note.text;
+            std::result::Result::Ok(())
         }
     }
 }
@@ -195,6 +231,16 @@ async fn shadowed_expansions_work() {
     assert_eq!(report.state.n, 3);
     let report = rt.signal(&public::Flow, report.run_id, ("finish", json!({"by": 10}))).await.unwrap();
     assert_eq!(report.state.n, 13);
+    let run_id = rt.start(&public::Flow, types::FlowState::default()).await.unwrap().run_id;
+    let report = rt.signal(&public::Flow, run_id, public::FlowSignal::Finish(types::Go { by: 20 })).await.unwrap();
+    assert_eq!(report.state.n, 23);
+    let run_id = rt.start(&public::Flow, types::FlowState::default()).await.unwrap().run_id;
+    assert_eq!(rt.signal(&public::Flow, run_id, public::FlowSignal::Stop).await.unwrap().state.n, 3);
+    let timer = loopstack::Workflow::definition(&public::Flow).transition("time_out").unwrap().1;
+    assert_eq!(timer.after, Some(std::time::Duration::from_secs(5400)));
+    let run_id = rt.start(&public::Quiet, types::FlowState::default()).await.unwrap().run_id;
+    let hush = public::QuietSignal::Hush(types::Note { text: "sh".into() });
+    assert_eq!(rt.signal(&public::Quiet, run_id, hush).await.unwrap().outcome, loopstack::RunOutcome::Completed);
     assert_eq!(public::FlowPlace::Working.as_str(), "working");
 
     let report = rt.start(&private::Counter, 7).await.unwrap();

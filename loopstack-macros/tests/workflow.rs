@@ -1,8 +1,11 @@
-//! What `#[workflow]` generates: the table, routing, the place enum, and runs.
+//! What `#[workflow]` generates: the table, routing, the place and signal enums, timers,
+//! and runs.
+
+use std::time::Duration;
 
 use loopstack::{
-    BoxError, Definition, Result, Route, RunContext, RunError, RunOutcome, RunStatus, Runtime, TransitionDef, Workflow,
-    WorkflowExt, workflow,
+    BoxError, Definition, IntoSignal, Result, Route, RunContext, RunError, RunOutcome, RunStatus, Runtime,
+    TransitionDef, Workflow, WorkflowExt, workflow,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -451,4 +454,248 @@ async fn generic_workflow_with_several_sources() {
     assert_eq!(report.state.0, [7, 7, 7]);
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(GenericPlace::ALL.len(), 3);
+}
+
+// Typed signals and timers.
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Review {
+    /// Whether the refund is granted.
+    approved: bool,
+    by: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Refund {
+    reviewed_by: Option<String>,
+    granted: bool,
+    cancelled: bool,
+    expired: bool,
+}
+
+/// A refund waits for a human: a review, a cancellation, or 48 hours.
+struct RefundDesk;
+
+#[workflow]
+impl RefundDesk {
+    #[transition(to = AwaitingHuman)]
+    async fn open(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = AwaitingHuman, to = Reviewed, wait)]
+    async fn human_review(&self, state: &mut Refund, _cx: &mut RunContext, review: Review) -> Result<()> {
+        state.reviewed_by = Some(review.by);
+        state.granted = review.approved;
+        Ok(())
+    }
+
+    #[transition(from = AwaitingHuman, to = End, wait)]
+    async fn cancel(&self, state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        state.cancelled = true;
+        Ok(())
+    }
+
+    #[transition(from = AwaitingHuman, to = Expired, after = "48h")]
+    async fn expire(&self, state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        state.expired = true;
+        Ok(())
+    }
+
+    #[transition(from = [Reviewed, Expired], to = End)]
+    async fn close(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_typed_signal_completes_the_run() {
+    let runtime = Runtime::new();
+    let wf = RefundDesk;
+    let report = runtime.start(&wf, Refund::default()).await.unwrap();
+    // Timers are not signals: the run waits for `human_review` or `cancel`.
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Waiting { place: "awaiting_human", signals: vec!["human_review", "cancel"] }
+    );
+    let review = Review { approved: true, by: "ada".into() };
+    let report = runtime.signal(&wf, report.run_id, RefundDeskSignal::HumanReview(review)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.reviewed_by.as_deref(), Some("ada"));
+    assert!(report.state.granted && !report.state.cancelled && !report.state.expired);
+}
+
+#[tokio::test]
+async fn a_unit_signal_takes_no_payload() {
+    let runtime = Runtime::new();
+    let wf = RefundDesk;
+    let run_id = runtime.start(&wf, Refund::default()).await.unwrap().run_id;
+    // By name, a wait transition without a payload takes `null` and nothing else.
+    let err = runtime.signal(&wf, run_id, ("cancel", json!({"why": "changed my mind"}))).await.unwrap_err();
+    let RunError::InvalidSignalPayload { signal, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(*signal, "cancel");
+    assert_eq!(runtime.store().load_run(run_id).await.unwrap().status, RunStatus::Waiting);
+
+    let report = runtime.signal(&wf, run_id, RefundDeskSignal::Cancel).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert!(report.state.cancelled);
+}
+
+#[test]
+fn signals_are_names_and_json() {
+    let review = Review { approved: false, by: "bo".into() };
+    let (name, payload) = IntoSignal::<RefundDesk>::into_signal(RefundDeskSignal::HumanReview(review)).unwrap();
+    assert_eq!((name.as_ref(), payload), ("human_review", json!({"approved": false, "by": "bo"})));
+    let (name, payload) = IntoSignal::<RefundDesk>::into_signal(RefundDeskSignal::Cancel).unwrap();
+    assert_eq!((name.as_ref(), payload), ("cancel", serde_json::Value::Null));
+    // Each variant names a wait transition of the table.
+    let def = RefundDesk.definition();
+    for name in ["human_review", "cancel"] {
+        assert!(def.transition(name).unwrap().1.wait, "{name}");
+    }
+    // A wait transition without a payload has the schema of `null`.
+    let (_, cancel) = def.transition("cancel").unwrap();
+    assert_eq!((cancel.payload_schema.unwrap())(), json!({"type": "null"}));
+}
+
+#[test]
+fn a_timer_transition_in_the_table() {
+    let def = RefundDesk.definition();
+    let (index, expire) = def.transition("expire").unwrap();
+    assert_eq!(expire.after, Some(Duration::from_secs(48 * 3600)));
+    assert_eq!(
+        *expire,
+        TransitionDef::new("expire", &["awaiting_human"], "expired").after(Duration::from_secs(48 * 3600))
+    );
+    assert!(!expire.wait && expire.waits() && expire.payload_schema.is_none());
+    assert_eq!(def.timers("awaiting_human", |_| true).unwrap(), [(index, Duration::from_secs(48 * 3600))]);
+    assert_eq!(def.check(), Ok(()));
+    // The diagram prints a delay in its largest whole unit.
+    assert_eq!(
+        RefundDesk.mermaid(),
+        "stateDiagram-v2
+    [*] --> awaiting_human: open
+    awaiting_human --> reviewed: human_review (wait)
+    awaiting_human --> [*]: cancel (wait)
+    awaiting_human --> expired: expire (after 2d)
+    reviewed --> [*]: close
+    expired --> [*]: close
+"
+    );
+}
+
+/// Durations combine units; a timer may have a guard and a priority, and so may
+/// other transitions from its place without shadowing it.
+struct Reminders;
+
+#[workflow(state = Refund)]
+impl Reminders {
+    #[transition(to = Waiting)]
+    async fn start(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = Waiting, after = "1h30m", priority = 2)]
+    #[guard(not_expired)]
+    async fn remind(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = End, after = "2d")]
+    async fn give_up(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = End)]
+    #[guard(is_expired)]
+    async fn finish(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    fn not_expired(&self, state: &Refund) -> bool {
+        !state.expired
+    }
+
+    fn is_expired(&self, state: &Refund) -> bool {
+        state.expired
+    }
+}
+
+#[test]
+fn timers_wait_like_signals() {
+    let def = Reminders.definition();
+    let after = |name| def.transition(name).unwrap().1.after;
+    assert_eq!(after("remind"), Some(Duration::from_secs(90 * 60)));
+    assert_eq!(after("give_up"), Some(Duration::from_secs(2 * 86_400)));
+    assert_eq!(after("finish"), None);
+    assert_eq!(def.check(), Ok(()));
+    // Nothing fires by itself: the run waits, for timers only.
+    assert_eq!(Reminders.route(RemindersPlace::Waiting, &Refund::default()).unwrap(), Route::Wait { signals: vec![] });
+    let (remind, give_up) = (def.transition("remind").unwrap().0, def.transition("give_up").unwrap().0);
+    let due: Vec<(usize, Duration)> = def.timers("waiting", |i| Reminders.guard(i, &Refund::default())).unwrap();
+    assert_eq!(due, [(remind, Duration::from_secs(5400)), (give_up, Duration::from_secs(172_800))]);
+    let expired = Refund { expired: true, ..Refund::default() };
+    assert_eq!(Reminders.next_transition(RemindersPlace::Waiting, &expired).unwrap(), Some("finish"));
+    // A workflow without wait transitions has a signal enum without variants.
+    let _: fn(RemindersSignal) -> ! = |signal| match signal {};
+}
+
+// Signals of generic workflows, and payloads that name `Self`.
+
+/// A generic workflow: its signal enum is not generic, and is sent to any `Desk<M>`.
+struct Desk<M> {
+    model: M,
+}
+
+#[workflow(state = Refund)]
+impl<M: Model> Desk<M> {
+    #[transition(to = AwaitingHuman)]
+    async fn open(&self, _state: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = AwaitingHuman, to = End, wait)]
+    async fn review(&self, state: &mut Refund, _cx: &mut RunContext, review: Review) -> Result<()> {
+        state.reviewed_by = Some(format!("{} ({})", review.by, self.model.answer()));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_generic_workflow_has_typed_signals() {
+    let runtime = Runtime::new();
+    let wf = Desk { model: Fixed(3) };
+    let run_id = runtime.start(&wf, Refund::default()).await.unwrap().run_id;
+    let review = Review { approved: true, by: "cy".into() };
+    let report = runtime.signal(&wf, run_id, DeskSignal::Review(review)).await.unwrap();
+    assert_eq!(report.state.reviewed_by.as_deref(), Some("cy (3)"));
+}
+
+trait Form {
+    type Fields;
+}
+
+impl Form for Notes {
+    type Fields = Review;
+}
+
+/// A payload type written with `Self`.
+struct Notes;
+
+#[workflow(state = Refund)]
+impl Notes {
+    #[transition(to = End, wait)]
+    async fn note(&self, state: &mut Refund, _cx: &mut RunContext, note: <Self as Form>::Fields) -> Result<()> {
+        state.reviewed_by = Some(note.by);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_payload_written_with_self() {
+    let runtime = Runtime::new();
+    let run_id = runtime.start(&Notes, Refund::default()).await.unwrap().run_id;
+    let note = NotesSignal::Note(Review { approved: false, by: "di".into() });
+    let report = runtime.signal(&Notes, run_id, note).await.unwrap();
+    assert_eq!(report.state.reviewed_by.as_deref(), Some("di"));
 }
