@@ -73,6 +73,7 @@ pub enum AgentStatus {
 #[non_exhaustive]
 pub struct AgentState {
     /// The user's prompt, until `setup` saves it as the first message document.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
     /// Model turns taken.
     pub turns: u32,

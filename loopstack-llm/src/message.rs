@@ -438,12 +438,17 @@ pub struct Usage {
     pub input_tokens: u64,
     /// Output (completion) tokens.
     pub output_tokens: u64,
-    /// Input tokens written to the provider's prompt cache.
-    #[serde(default)]
+    /// Input tokens written to the provider's prompt cache (left out of the JSON
+    /// when zero: usage is stored with every model turn and checkpoint).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_creation_input_tokens: u64,
-    /// Input tokens read from the provider's prompt cache.
-    #[serde(default)]
+    /// Input tokens read from the provider's prompt cache (left out when zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("../migratio
 pub struct PostgresStore {
     pool: PgPool,
     lease: Option<Duration>,
+    last: std::sync::Arc<crate::sql::LastStates>,
 }
 
 impl PostgresStore {
@@ -57,7 +58,7 @@ impl PostgresStore {
         let pool = pool.connect_with(options).await.map_err(crate::sql::backend)?;
         let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
         migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
-        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE) })
+        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() })
     }
 
     /// Sets the lease runtimes and workers take on runs they drive (30 s unless set).

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use futures::future::BoxFuture;
 use loopstack_core::serde_json::value::RawValue;
-use loopstack_core::{RunStatus, StoreError};
+use loopstack_core::{RunId, RunStatus, StoreError};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -70,6 +70,136 @@ pub(crate) async fn migrator(migrations: Embedded) -> Result<Migrator, StoreErro
     Migrator::new(migrations).await.map_err(|e| StoreError::Backend(Box::new(e)))
 }
 
+/// The members of a JSON object with their values' texts exactly as written, in
+/// order; `None` for any other JSON.
+fn members(json: &str) -> Option<Vec<(String, &RawValue)>> {
+    use loopstack_core::serde;
+    struct Members<'a>(Vec<(String, &'a RawValue)>);
+    impl<'de> serde::Deserialize<'de> for Members<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Members<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                        out.push(entry);
+                    }
+                    Ok(Members(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    if !json.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<Members<'_>>(json).ok().map(|m| m.0)
+}
+
+fn push_key(out: &mut String, key: &str) {
+    out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+}
+
+/// A checkpoint's state as a patch of the state before it, when both are JSON
+/// objects and the patch is smaller: a JSON array with, per member of `next` in
+/// order, its key (the value is the base's) or `[key, value]` (a new value). Members
+/// of `base` missing from `next` are dropped. Values are kept as their exact texts,
+/// so applying the patch gives back `next` byte for byte.
+pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
+    let (base, members_next) = (members(base)?, members(next)?);
+    let mut out = String::from("[");
+    for (i, (key, value)) in members_next.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if base.iter().any(|(k, v)| k == key && v.get() == value.get()) {
+            push_key(&mut out, key);
+        } else {
+            out.push('[');
+            push_key(&mut out, key);
+            out.push(',');
+            out.push_str(value.get());
+            out.push(']');
+        }
+    }
+    out.push(']');
+    (out.len() < next.len()).then_some(out)
+}
+
+/// The state a [`state_patch`] was made for.
+pub(crate) fn apply_patch(base: &str, patch: &str) -> Result<String, StoreError> {
+    let base = members(base).ok_or_else(|| corrupt("a state patch applies to an object"))?;
+    let entries: Vec<&RawValue> = serde_json::from_str(patch).map_err(corrupt)?;
+    let mut out = String::from("{");
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if entry.get().starts_with('"') {
+            let key: String = serde_json::from_str(entry.get()).map_err(corrupt)?;
+            let value = base.iter().find(|(k, _)| *k == key).ok_or_else(|| corrupt("a patch names a missing key"))?;
+            push_key(&mut out, &key);
+            out.push(':');
+            out.push_str(value.1.get());
+        } else {
+            let (key, value): (String, &RawValue) = serde_json::from_str(entry.get()).map_err(corrupt)?;
+            push_key(&mut out, &key);
+            out.push(':');
+            out.push_str(value.get());
+        }
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// After how many patches in a row a checkpoint stores its state in full again, so
+/// reading one replays a bounded chain.
+pub(crate) const MAX_PATCH_CHAIN: u32 = 16;
+
+/// The last state each run committed through this store value, by run: the base of
+/// the next checkpoint's patch. Only a hint: without an entry (another process, a
+/// restart) the next checkpoint stores its state in full.
+#[derive(Debug, Default)]
+pub(crate) struct LastStates(std::sync::Mutex<std::collections::HashMap<RunId, LastState>>);
+
+#[derive(Debug, Clone)]
+pub(crate) struct LastState {
+    pub(crate) epoch: u64,
+    pub(crate) step: u64,
+    pub(crate) state: std::sync::Arc<str>,
+    /// Patches since the last full state.
+    pub(crate) chain: u32,
+}
+
+impl LastStates {
+    /// Keeps at most this many runs (running ones; finished runs are dropped).
+    const CAP: usize = 16_384;
+
+    pub(crate) fn get(&self, run_id: RunId, epoch: u64, step: u64) -> Option<LastState> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&run_id).filter(|l| l.epoch == epoch && l.step == step).cloned()
+    }
+
+    pub(crate) fn set(&self, run_id: RunId, last: Option<LastState>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match last {
+            Some(last) => {
+                if map.len() >= Self::CAP {
+                    map.clear();
+                }
+                map.insert(run_id, last);
+            }
+            None => {
+                map.remove(&run_id);
+            }
+        }
+    }
+}
+
 pub(crate) const FINISHED: &str = "('completed', 'failed', 'cancelled')";
 
 pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, state, error, definition_hash, parent, \
@@ -127,7 +257,8 @@ macro_rules! sql_store {
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ", RUN_COLUMNS);
         crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run_id, step, transition, from_place, \
-            to_place, state, at) SELECT run_id, $4, $5, $6, $7, CASE WHEN state = $8 THEN NULL ELSE $8 END, $9 \
+            to_place, state, state_patch, at) SELECT run_id, $4, $5, $6, $7, \
+            CASE WHEN $10 OR state = $8 THEN NULL ELSE $8 END, $11, $9 \
             FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
             place_since = $8, lease_until = COALESCE($9, lease_until) \
@@ -177,20 +308,19 @@ macro_rules! sql_store {
         const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
         const HISTORY: &str = "SELECT step, transition, from_place, to_place, at FROM checkpoints \
             WHERE run_id = $1 AND step > 0 ORDER BY step";
-        // A checkpoint whose state is NULL left the state as it was: read the latest
-        // state at or before it.
-        const CHECKPOINT: &str = "SELECT step, transition, from_place, to_place, at, \
-            (SELECT s.state FROM checkpoints s WHERE s.run_id = c.run_id AND s.step <= c.step \
-            AND s.state IS NOT NULL ORDER BY s.step DESC LIMIT 1) AS state \
-            FROM checkpoints c WHERE c.run_id = $1 AND c.step = $2";
+        // A checkpoint's state is the last full state at or before it, with the
+        // patches after that applied (a row with neither left the state as it was).
+        const CHECKPOINT_CHAIN: &str = "SELECT step, transition, from_place, to_place, at, state, state_patch \
+            FROM checkpoints WHERE run_id = $1 AND step <= $2 AND step >= (SELECT MAX(s.step) FROM checkpoints s \
+            WHERE s.run_id = $1 AND s.step <= $2 AND s.state IS NOT NULL) ORDER BY step";
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
             definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
             wake_at, lease_owner, lease_until, created_at, updated_at) \
             SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $6, \
             NULL, NULL, NULL, $6, $6 FROM runs WHERE run_id = $1";
         const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
-            state, at) SELECT $2, step, transition, from_place, to_place, state, at FROM checkpoints \
-            WHERE run_id = $1 AND step <= $3";
+            state, state_patch, at) SELECT $2, step, transition, from_place, to_place, state, state_patch, at \
+            FROM checkpoints WHERE run_id = $1 AND step <= $3";
         const FORK_DOCUMENTS: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
             metadata, content, step) SELECT $2, seq, version, doc_type, doc_key, tags, metadata, content, step \
             FROM documents WHERE run_id = $1 AND step <= $3";
@@ -361,6 +491,8 @@ macro_rules! sql_store {
                     .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
                 let at = Timestamp::from_millis(now);
+                let base = crate::sql::LastState { epoch: epoch as u64, step: 0, state: Arc::from(run.state.get()), chain: 0 };
+                self.last.set(run.run_id, Some(base));
                 Ok(RunRecord {
                     run_id: run.run_id,
                     workflow: run.workflow,
@@ -408,10 +540,22 @@ macro_rules! sql_store {
 
             async fn commit(&self, cp: loopstack_core::Checkpoint) -> Result<(), StoreError> {
                 let step = cp.transition.step;
+                // The state as a patch of the one this drive committed last, when that
+                // is known here and the patch is smaller; else in full (or neither, in
+                // SQL, when it did not change).
+                let last = self.last.get(cp.run_id, cp.fence.epoch, cp.fence.step);
+                let next = cp.state.get();
+                let (unchanged, patch, chain) = match &last {
+                    Some(l) if &*l.state == next => (true, None, l.chain),
+                    Some(l) if l.chain < crate::sql::MAX_PATCH_CHAIN => match crate::sql::state_patch(&l.state, next) {
+                        Some(patch) => (true, Some(patch), l.chain + 1),
+                        None => (false, None, 0),
+                    },
+                    _ => (false, None, 0),
+                };
                 let mut tx = self.pool.begin().await.map_err(backend)?;
                 // The checkpoint first, selected from the fenced run row: a write, so it
-                // takes SQLite's write lock before anything is read, and its state is
-                // NULL when the step left the state as it was.
+                // takes SQLite's write lock before anything is read.
                 let done = sqlx::query(&COMMIT_CHECKPOINT)
                     .bind(cp.run_id.0)
                     .bind(to_i64(cp.fence.epoch))
@@ -420,8 +564,10 @@ macro_rules! sql_store {
                     .bind(&*cp.transition.transition)
                     .bind(&*cp.transition.from)
                     .bind(&*cp.transition.to)
-                    .bind(cp.state.get())
+                    .bind(next)
                     .bind(cp.transition.at.as_millis())
+                    .bind(unchanged)
+                    .bind(patch.as_deref())
                     .execute(&mut *tx)
                     .await;
                 let fenced = match done {
@@ -488,7 +634,15 @@ macro_rules! sql_store {
                         .await
                         .map_err(backend)?;
                 }
-                tx.commit().await.map_err(backend)
+                tx.commit().await.map_err(backend)?;
+                let last = (!cp.status.is_finished()).then(|| crate::sql::LastState {
+                    epoch: cp.fence.epoch,
+                    step,
+                    state: Arc::from(next),
+                    chain,
+                });
+                self.last.set(cp.run_id, last);
+                Ok(())
             }
 
             async fn set_status(
@@ -716,18 +870,34 @@ macro_rules! sql_store {
             }
 
             async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
-                let row = sqlx::query(CHECKPOINT)
+                let rows = sqlx::query(CHECKPOINT_CHAIN)
                     .bind(run_id.0)
                     .bind(to_i64(step))
-                    .fetch_optional(&self.pool)
+                    .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;
-                let Some(row) = row else {
-                    self.exists(run_id).await?;
-                    return Err(StoreError::CheckpointNotFound { run_id, step });
-                };
-                let state = raw(row.try_get("state").map_err(corrupt)?)?;
-                Ok(CheckpointRecord { step: step_from_row(&row)?, state })
+                let mut state: Option<String> = None;
+                let mut last = None;
+                for row in &rows {
+                    let full: Option<String> = row.try_get("state").map_err(corrupt)?;
+                    let patch: Option<String> = row.try_get("state_patch").map_err(corrupt)?;
+                    state = match (full, patch, state) {
+                        (Some(full), _, _) => Some(full),
+                        (None, Some(patch), Some(base)) => Some(crate::sql::apply_patch(&base, &patch)?),
+                        (None, None, base) => base,
+                        (None, Some(_), None) => return Err(corrupt("a state patch without a base")),
+                    };
+                    last = Some(row);
+                }
+                match (last, state) {
+                    (Some(row), Some(state)) if row.try_get::<i64, _>("step").map_err(corrupt)? == to_i64(step) => {
+                        Ok(CheckpointRecord { step: step_from_row(row)?, state: raw(state)? })
+                    }
+                    _ => {
+                        self.exists(run_id).await?;
+                        Err(StoreError::CheckpointNotFound { run_id, step })
+                    }
+                }
             }
 
             async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
@@ -759,3 +929,27 @@ macro_rules! sql_store {
 }
 
 pub(crate) use sql_store;
+
+#[cfg(test)]
+mod tests {
+    use super::{apply_patch, state_patch};
+
+    #[test]
+    fn a_patch_gives_back_the_next_state_byte_for_byte() {
+        let base =
+            r#"{"prompt":"What is up?","turns":0,"usage":{"input_tokens":0},"big":123456789012345678901234567890}"#;
+        let next = r#"{"turns":1,"usage":{"input_tokens":50},"big":123456789012345678901234567890,"new":[1.5e300,"\u00e9\""]}"#;
+        let patch = state_patch(base, next).expect("smaller than the state");
+        assert_eq!(patch, r#"[["turns",1],["usage",{"input_tokens":50}],"big",["new",[1.5e300,"\u00e9\""]]]"#);
+        assert_eq!(apply_patch(base, &patch).unwrap(), next);
+    }
+
+    #[test]
+    fn no_patch_for_other_json_or_when_it_would_not_be_smaller() {
+        assert_eq!(state_patch("[1,2]", "[1,3]"), None);
+        assert_eq!(state_patch(r#"{"a":1}"#, "7"), None);
+        assert_eq!(state_patch(r#"{"a":1}"#, r#"{"b":2}"#), None, "a patch as long as the state is not kept");
+        assert!(apply_patch("[1]", "[]").is_err());
+        assert!(apply_patch(r#"{"a":1}"#, r#"["missing"]"#).is_err());
+    }
+}

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("../migratio
 pub struct SqliteStore {
     pool: SqlitePool,
     lease: Option<Duration>,
+    last: std::sync::Arc<crate::sql::LastStates>,
 }
 
 impl SqliteStore {
@@ -62,7 +63,7 @@ impl SqliteStore {
             .map_err(crate::sql::backend)?;
         let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
         migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
-        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE) })
+        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() })
     }
 
     /// Sets the lease runtimes take on runs they drive (30 s unless set; `None` for

@@ -274,6 +274,24 @@ async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store
     let fork = store.fork(run_id, 2, RunId::new()).await.unwrap();
     assert_eq!((fork.step, fork.state.get()), (2, first.get()));
     assert_eq!(store.load_run(run_id).await.unwrap().state.get(), second.get());
+
+    // A long run of small changes to a larger state: every checkpoint reads back
+    // exactly, however stores keep them (SQL stores keep patches, in bounded chains).
+    let pad = "x".repeat(200);
+    let mut states = Vec::new();
+    for step in 5..=60_u64 {
+        let state = serde_json::value::to_raw_value(&json!({"n": step, "pad": pad, "odd": step % 2 == 1})).unwrap();
+        let record = StepRecord::new(step, "work", "drafted", "drafted");
+        store.commit(Checkpoint::new(run_id, fence, record, RunStatus::Running, state.clone())).await.unwrap();
+        fence.step = step;
+        states.push((step, state));
+    }
+    for (step, state) in &states {
+        assert_eq!(store.checkpoint(run_id, *step).await.unwrap().state.get(), state.get(), "step {step}");
+    }
+    let fork = store.fork(run_id, 33, RunId::new()).await.unwrap();
+    assert_eq!(fork.state.get(), states[28].1.get());
+    assert_eq!(store.checkpoint(fork.run_id, 33).await.unwrap().state.get(), states[28].1.get());
 }
 
 async fn a_run_commits_every_step_with_its_documents_and_checkpoints(store: &Arc<dyn Store>) {

@@ -37,8 +37,10 @@ CREATE TABLE checkpoints (
     transition TEXT NOT NULL,
     from_place TEXT NOT NULL,
     to_place   TEXT NOT NULL,
-    -- NULL when the step left the state as the step before it did.
-    state      TEXT,
+    -- The state after the step: in full (`state`), as a patch of the step before's
+    -- (`state_patch`, see sql.rs), or neither when the step left it as it was.
+    state       TEXT,
+    state_patch TEXT,
     at         BIGINT NOT NULL,
     PRIMARY KEY (run_id, step)
 );
