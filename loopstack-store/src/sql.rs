@@ -105,26 +105,51 @@ fn push_key(out: &mut String, key: &str) {
 }
 
 /// A checkpoint's state as a patch of the state before it, when both are JSON
-/// objects and the patch is smaller: a JSON array with, per member of `next` in
-/// order, its key (the value is the base's) or `[key, value]` (a new value). Members
-/// of `base` missing from `next` are dropped. Values are kept as their exact texts,
-/// so applying the patch gives back `next` byte for byte.
+/// objects and the patch is smaller: a JSON array that lists the members of `next` in
+/// order, each as the base's member at an index (`3`), a range of them (`[0, 4]`),
+/// or a member with a new value (`["key", value]`). Base members not listed are
+/// dropped. Values are kept as their exact texts, so applying the patch gives back
+/// `next` byte for byte.
 pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
     let (base, members_next) = (members(base)?, members(next)?);
+    // Each member of `next`: the index of an equal base member, or its own text.
+    let mut entries: Vec<Result<usize, (&str, &str)>> = Vec::with_capacity(members_next.len());
+    for (key, value) in &members_next {
+        match base.iter().position(|(k, v)| k == key && v.get() == value.get()) {
+            Some(i) => entries.push(Ok(i)),
+            None => entries.push(Err((key, value.get()))),
+        }
+    }
     let mut out = String::from("[");
-    for (i, (key, value)) in members_next.iter().enumerate() {
-        if i > 0 {
+    let mut i = 0;
+    while i < entries.len() {
+        if out.len() > 1 {
             out.push(',');
         }
-        if base.iter().any(|(k, v)| k == key && v.get() == value.get()) {
-            push_key(&mut out, key);
-        } else {
-            out.push('[');
-            push_key(&mut out, key);
-            out.push(',');
-            out.push_str(value.get());
-            out.push(']');
+        match entries[i] {
+            Ok(first) => {
+                let mut last = first;
+                while let Some(Ok(n)) = entries.get(i + 1)
+                    && *n == last + 1
+                {
+                    last += 1;
+                    i += 1;
+                }
+                if last == first {
+                    out.push_str(&first.to_string());
+                } else {
+                    out.push_str(&format!("[{first},{last}]"));
+                }
+            }
+            Err((key, value)) => {
+                out.push('[');
+                push_key(&mut out, key);
+                out.push(',');
+                out.push_str(value);
+                out.push(']');
+            }
         }
+        i += 1;
     }
     out.push(']');
     (out.len() < next.len()).then_some(out)
@@ -135,21 +160,29 @@ pub(crate) fn apply_patch(base: &str, patch: &str) -> Result<String, StoreError>
     let base = members(base).ok_or_else(|| corrupt("a state patch applies to an object"))?;
     let entries: Vec<&RawValue> = serde_json::from_str(patch).map_err(corrupt)?;
     let mut out = String::from("{");
-    for (i, entry) in entries.iter().enumerate() {
-        if i > 0 {
+    let push = |out: &mut String, key: &str, value: &str| {
+        if out.len() > 1 {
             out.push(',');
         }
-        if entry.get().starts_with('"') {
-            let key: String = serde_json::from_str(entry.get()).map_err(corrupt)?;
-            let value = base.iter().find(|(k, _)| *k == key).ok_or_else(|| corrupt("a patch names a missing key"))?;
-            push_key(&mut out, &key);
-            out.push(':');
-            out.push_str(value.1.get());
+        push_key(out, key);
+        out.push(':');
+        out.push_str(value);
+    };
+    let member = |i: usize| base.get(i).ok_or_else(|| corrupt("a state patch names a missing member"));
+    for entry in entries {
+        let text = entry.get();
+        if !text.starts_with('[') {
+            let i: usize = serde_json::from_str(text).map_err(corrupt)?;
+            let (k, v) = member(i)?;
+            push(&mut out, k, v.get());
+        } else if let Ok((first, last)) = serde_json::from_str::<(usize, usize)>(text) {
+            for i in first..=last {
+                let (k, v) = member(i)?;
+                push(&mut out, k, v.get());
+            }
         } else {
-            let (key, value): (String, &RawValue) = serde_json::from_str(entry.get()).map_err(corrupt)?;
-            push_key(&mut out, &key);
-            out.push(':');
-            out.push_str(value.get());
+            let (key, value): (String, &RawValue) = serde_json::from_str(text).map_err(corrupt)?;
+            push(&mut out, &key, value.get());
         }
     }
     out.push('}');
@@ -256,9 +289,10 @@ macro_rules! sql_store {
             WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ", RUN_COLUMNS);
-        crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run_id, step, transition, from_place, \
-            to_place, state, state_patch, at) SELECT run_id, $4, $5, $6, $7, \
-            CASE WHEN $10 OR state = $8 THEN NULL ELSE $8 END, $11, $9 \
+        // The place a step left is not stored: it is the place the step before reached.
+        crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run_id, step, transition, \
+            to_place, state, state_patch, at) SELECT run_id, $4, $5, $6, \
+            CASE WHEN $9 OR state = $7 THEN NULL ELSE $7 END, $10, $8 \
             FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
             place_since = $8, lease_until = COALESCE($9, lease_until) \
@@ -291,8 +325,8 @@ macro_rules! sql_store {
             wake_at, lease_owner, lease_until, created_at, updated_at) \
             VALUES ($1, $2, $3, 'start', 0, $4, NULL, $5, $6, NULL, NULL, $7, 0, '[]', $10, NULL, $8, $9, $10, $10) \
             ON CONFLICT (run_id) DO NOTHING";
-        const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
-            state, at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run_id, step, transition, to_place, state, at) \
+            VALUES ($1, $2, $3, $4, $5, $6)";
         const INSERT_DOCUMENT: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
             metadata, content, step) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
         const INSERT_SIGNAL: &str = "INSERT INTO signals (run_id, id, name, payload, status, step, reason, \
@@ -306,20 +340,21 @@ macro_rules! sql_store {
             "UPDATE signals SET status = 'rejected', reason = $2 WHERE run_id = $1 AND status = 'pending'";
         const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
         const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
-        const HISTORY: &str = "SELECT step, transition, from_place, to_place, at FROM checkpoints \
-            WHERE run_id = $1 AND step > 0 ORDER BY step";
+        const HISTORY: &str = "SELECT step, transition, LAG(to_place, 1, '') OVER (ORDER BY step) AS from_place, \
+            to_place, at FROM checkpoints WHERE run_id = $1 ORDER BY step";
         // A checkpoint's state is the last full state at or before it, with the
         // patches after that applied (a row with neither left the state as it was).
-        const CHECKPOINT_CHAIN: &str = "SELECT step, transition, from_place, to_place, at, state, state_patch \
-            FROM checkpoints WHERE run_id = $1 AND step <= $2 AND step >= (SELECT MAX(s.step) FROM checkpoints s \
+        const CHECKPOINT_CHAIN: &str = "SELECT step, transition, COALESCE((SELECT p.to_place FROM checkpoints p \
+            WHERE p.run_id = c.run_id AND p.step = c.step - 1), '') AS from_place, to_place, at, state, state_patch \
+            FROM checkpoints c WHERE run_id = $1 AND step <= $2 AND step >= (SELECT MAX(s.step) FROM checkpoints s \
             WHERE s.run_id = $1 AND s.step <= $2 AND s.state IS NOT NULL) ORDER BY step";
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
             definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
             wake_at, lease_owner, lease_until, created_at, updated_at) \
             SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $6, \
             NULL, NULL, NULL, $6, $6 FROM runs WHERE run_id = $1";
-        const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, from_place, to_place, \
-            state, state_patch, at) SELECT $2, step, transition, from_place, to_place, state, state_patch, at \
+        const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, to_place, state, \
+            state_patch, at) SELECT $2, step, transition, to_place, state, state_patch, at \
             FROM checkpoints WHERE run_id = $1 AND step <= $3";
         const FORK_DOCUMENTS: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
             metadata, content, step) SELECT $2, seq, version, doc_type, doc_key, tags, metadata, content, step \
@@ -482,7 +517,6 @@ macro_rules! sql_store {
                     .bind(run.run_id.0)
                     .bind(0_i64)
                     .bind("")
-                    .bind("")
                     .bind(loopstack_core::START)
                     .bind(run.state.get())
                     .bind(now)
@@ -562,7 +596,6 @@ macro_rules! sql_store {
                     .bind(to_i64(cp.fence.step))
                     .bind(to_i64(step))
                     .bind(&*cp.transition.transition)
-                    .bind(&*cp.transition.from)
                     .bind(&*cp.transition.to)
                     .bind(next)
                     .bind(cp.transition.at.as_millis())
@@ -866,7 +899,8 @@ macro_rules! sql_store {
                 if rows.is_empty() {
                     self.exists(run_id).await?;
                 }
-                rows.iter().map(step_from_row).collect()
+                // Step 0 (the initial state) only gives step 1 the place it left.
+                rows.iter().skip(1).map(step_from_row).collect()
             }
 
             async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
@@ -940,7 +974,7 @@ mod tests {
             r#"{"prompt":"What is up?","turns":0,"usage":{"input_tokens":0},"big":123456789012345678901234567890}"#;
         let next = r#"{"turns":1,"usage":{"input_tokens":50},"big":123456789012345678901234567890,"new":[1.5e300,"\u00e9\""]}"#;
         let patch = state_patch(base, next).expect("smaller than the state");
-        assert_eq!(patch, r#"[["turns",1],["usage",{"input_tokens":50}],"big",["new",[1.5e300,"\u00e9\""]]]"#);
+        assert_eq!(patch, r#"[["turns",1],["usage",{"input_tokens":50}],3,["new",[1.5e300,"\u00e9\""]]]"#);
         assert_eq!(apply_patch(base, &patch).unwrap(), next);
     }
 
@@ -950,6 +984,20 @@ mod tests {
         assert_eq!(state_patch(r#"{"a":1}"#, "7"), None);
         assert_eq!(state_patch(r#"{"a":1}"#, r#"{"b":2}"#), None, "a patch as long as the state is not kept");
         assert!(apply_patch("[1]", "[]").is_err());
-        assert!(apply_patch(r#"{"a":1}"#, r#"["missing"]"#).is_err());
+        assert!(apply_patch(r#"{"a":1}"#, "[1]").is_err(), "a member the base lacks");
+        assert!(apply_patch(r#"{"a":1}"#, r#"["a"]"#).is_err());
+    }
+
+    #[test]
+    fn unchanged_members_are_listed_as_ranges_of_the_base() {
+        let base = r#"{"a":1,"b":2,"c":3,"d":4,"pad":"xxxxxxxxxxxxxxxxxxxxxxxx"}"#;
+        let next = r#"{"b":2,"c":3,"d":4,"pad":"xxxxxxxxxxxxxxxxxxxxxxxx","e":5}"#;
+        let patch = state_patch(base, next).unwrap();
+        assert_eq!(patch, r#"[[1,4],["e",5]]"#);
+        assert_eq!(apply_patch(base, &patch).unwrap(), next);
+        let reordered = r#"{"pad":"xxxxxxxxxxxxxxxxxxxxxxxx","a":1,"b":2,"c":3,"d":4}"#;
+        let patch = state_patch(base, reordered).unwrap();
+        assert_eq!(patch, "[4,[0,3]]");
+        assert_eq!(apply_patch(base, &patch).unwrap(), reordered);
     }
 }

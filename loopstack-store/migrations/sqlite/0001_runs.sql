@@ -33,7 +33,7 @@ CREATE TABLE checkpoints (
     run_id     BLOB NOT NULL,
     step       INTEGER NOT NULL,
     transition TEXT NOT NULL,
-    from_place TEXT NOT NULL,
+    -- The place it left is the place the step before reached (step 0: `start`).
     to_place   TEXT NOT NULL,
     -- The state after the step: in full (`state`), as a patch of the step before's
     -- (`state_patch`, see sql.rs), or neither when the step left it as it was.
