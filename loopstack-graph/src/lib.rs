@@ -64,7 +64,7 @@ pub struct Transition<'a> {
 impl Transition<'_> {
     /// Whether it leaves from `place`.
     pub fn leaves(&self, place: &str) -> bool {
-        self.from.iter().any(|p| *p == place)
+        self.from.contains(&place)
     }
 }
 
