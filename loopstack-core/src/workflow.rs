@@ -12,9 +12,9 @@ use crate::context::RunContext;
 use crate::error::BoxError;
 
 /// The initial place of every workflow.
-pub const START: &str = "start";
+pub const START: &str = loopstack_graph::START;
 /// The terminal place of every workflow.
-pub const END: &str = "end";
+pub const END: &str = loopstack_graph::END;
 
 /// A state machine driven by a [`Runtime`](crate::Runtime).
 ///
@@ -300,20 +300,25 @@ impl Definition {
     }
 
     /// For each place, the indices of the transitions leaving it, in the order they
-    /// are tried: priority (highest first), then declaration order.
+    /// are tried ([`loopstack_graph::order`]: priority, highest first, then
+    /// declaration order), computed once per table.
     fn order(&self) -> &[Vec<usize>] {
-        self.order.get_or_init(|| {
-            self.places
-                .iter()
-                .map(|place| {
-                    let mut idx: Vec<usize> =
-                        (0..self.transitions.len()).filter(|&i| self.transitions[i].leaves(place)).collect();
-                    // A stable sort keeps declaration order among equal priorities.
-                    idx.sort_by_key(|&i| std::cmp::Reverse(self.transitions[i].priority.unwrap_or(0)));
-                    idx
-                })
-                .collect()
-        })
+        self.order.get_or_init(|| loopstack_graph::order(self.places, &self.graph()))
+    }
+
+    /// The table as the graph rules see it.
+    fn graph(&self) -> Vec<loopstack_graph::Transition<'static>> {
+        self.transitions
+            .iter()
+            .map(|t| loopstack_graph::Transition {
+                name: t.name,
+                from: t.from,
+                to: t.to,
+                priority: t.priority.unwrap_or(0),
+                guarded: t.guard.is_some(),
+                waits: t.waits(),
+            })
+            .collect()
     }
 
     /// The transitions leaving `place`, in the order they are tried.
@@ -411,73 +416,54 @@ impl Definition {
         out
     }
 
-    /// Checks a hand-written table the way `#[workflow]` checks one at compile time:
-    /// places exist, `start` has a way out, every place is reachable from `start`
-    /// and can reach `end`, and no unguarded transition shadows a later one.
+    /// Checks a hand-written table with the rules `#[workflow]` checks one with at
+    /// compile time ([`loopstack_graph::problems`]): places exist (`start` and `end`
+    /// among them, each listed once) and nothing leaves `end`; `start` has a way out
+    /// and `end` a way in; every place is reachable from `start` and can reach `end`
+    /// (each region reported once, where it is entered or where it ends); and no
+    /// unguarded transition shadows a later one, nor a wait or timer transition
+    /// beside it.
     pub fn check(&self) -> Result<(), Vec<String>> {
+        use loopstack_graph::Problem;
+        let transitions = self.transitions;
+        let places = self.places;
         let mut errors = Vec::new();
-        for t in self.transitions {
-            for p in t.from.iter().chain(std::iter::once(&t.to)) {
-                if self.place_index(p).is_err() {
-                    errors.push(format!("transition `{}` names unknown place `{p}`", t.name));
+        for problem in loopstack_graph::problems(places, &self.graph()) {
+            match problem {
+                Problem::MissingPlace { place } => errors.push(format!("the places do not list `{place}`")),
+                Problem::DuplicatePlace { place } => errors.push(format!("place `{}` is listed twice", places[place])),
+                Problem::UnknownPlace { transition, place } => {
+                    errors.push(format!("transition `{}` names unknown place `{place}`", transitions[transition].name));
                 }
-            }
-            if t.from.contains(&END) {
-                errors.push(format!("transition `{}` leaves `end`", t.name));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        if !self.transitions.iter().any(|t| t.leaves(START)) {
-            errors.push("no transition leaves `start`".to_owned());
-        }
-        let reach = |from: &'static str, forward: bool| {
-            let mut seen: Vec<&'static str> = vec![from];
-            let mut i = 0;
-            while i < seen.len() {
-                let p = seen[i];
-                for t in self.transitions {
-                    let next: Vec<&str> = if forward {
-                        if t.leaves(p) { vec![t.to] } else { vec![] }
-                    } else if t.to == p {
-                        t.from.to_vec()
-                    } else {
-                        vec![]
-                    };
-                    for n in next {
-                        if !seen.contains(&n) {
-                            seen.push(n);
-                        }
+                Problem::LeavesEnd { transition } => {
+                    errors.push(format!("transition `{}` leaves `end`", transitions[transition].name));
+                }
+                Problem::NoWayOutOfStart => errors.push("no transition leaves `start`".to_owned()),
+                Problem::NoWayIntoEnd => errors.push("no transition reaches `end`".to_owned()),
+                Problem::Unreachable { place } => {
+                    errors.push(format!("place `{}` cannot be reached from `start`", places[place]));
+                }
+                Problem::CannotEnd { place, .. } => {
+                    errors.push(format!("`end` cannot be reached from place `{}`", places[place]));
+                }
+                Problem::Shadowed { place, transition, by, also } => {
+                    for t in std::iter::once(transition).chain(also) {
+                        errors.push(format!(
+                            "transition `{}` from `{}` can never fire: `{}` has no guard and is tried first",
+                            transitions[t].name, places[place], transitions[by].name
+                        ));
                     }
                 }
-                i += 1;
-            }
-            seen
-        };
-        let from_start = reach(START, true);
-        let to_end = reach(END, false);
-        for p in self.places {
-            if !from_start.contains(p) {
-                errors.push(format!("place `{p}` cannot be reached from `start`"));
-            } else if !to_end.contains(p) {
-                errors.push(format!("`end` cannot be reached from place `{p}`"));
-            }
-        }
-        for (p, order) in self.places.iter().zip(self.order()) {
-            let mut shadow: Option<&str> = None;
-            for &i in order {
-                let t = &self.transitions[i];
-                if t.waits() {
-                    continue;
-                }
-                if let Some(s) = shadow {
-                    errors.push(format!(
-                        "transition `{}` from `{p}` can never fire: `{s}` has no guard and is tried first",
-                        t.name
-                    ));
-                } else if t.guard.is_none() {
-                    shadow = Some(t.name);
+                Problem::WaitShadowed { place, transition, by, also } => {
+                    for t in std::iter::once(transition).chain(also) {
+                        let (kind, what) =
+                            if transitions[t].after.is_some() { ("timer", "its delay") } else { ("wait", "a signal") };
+                        errors.push(format!(
+                            "{kind} transition `{}` from `{}` can never fire: `{}` has no guard and fires without \
+                             waiting for {what}",
+                            transitions[t].name, places[place], transitions[by].name
+                        ));
+                    }
                 }
             }
         }
@@ -555,3 +541,88 @@ pub trait WorkflowExt: Workflow {
 }
 
 impl<W: Workflow + ?Sized> WorkflowExt for W {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Value {
+        Value::Null
+    }
+
+    #[test]
+    fn check_reports_wait_and_timer_transitions_an_unguarded_one_shadows() {
+        // The same rule as `#[workflow]`'s: `respond` fires whenever the run is at `a`,
+        // so the run never waits there for `approve`'s signal or `expire`'s delay.
+        static DEF: Definition = Definition::new(
+            "shadowed_waits",
+            &[START, "a", END],
+            &[
+                TransitionDef::new("go", &[START], "a"),
+                TransitionDef::new("respond", &["a"], END),
+                TransitionDef::new("approve", &["a"], END).priority(5).wait(schema),
+                TransitionDef::new("expire", &["a"], END).after(std::time::Duration::from_secs(1)),
+            ],
+        );
+        assert_eq!(
+            DEF.check(),
+            Err(vec![
+                "wait transition `approve` from `a` can never fire: `respond` has no guard and fires without \
+                 waiting for a signal"
+                    .to_owned(),
+                "timer transition `expire` from `a` can never fire: `respond` has no guard and fires without \
+                 waiting for its delay"
+                    .to_owned(),
+            ])
+        );
+        // Unguarded waiting transitions shadow nothing.
+        static OK: Definition = Definition::new(
+            "waits",
+            &[START, "a", END],
+            &[
+                TransitionDef::new("go", &[START], "a"),
+                TransitionDef::new("approve", &["a"], END).priority(5).wait(schema),
+                TransitionDef::new("expire", &["a"], END).after(std::time::Duration::from_secs(1)),
+                TransitionDef::new("respond", &["a"], END).guard("ready"),
+            ],
+        );
+        assert_eq!(OK.check(), Ok(()));
+    }
+
+    #[test]
+    fn check_names_structural_mistakes() {
+        static NO_END: Definition =
+            Definition::new("no_end", &[START, "a"], &[TransitionDef::new("go", &[START], "b")]);
+        assert_eq!(
+            NO_END.check(),
+            Err(vec!["the places do not list `end`".to_owned(), "transition `go` names unknown place `b`".to_owned()])
+        );
+        static NO_WAY_IN: Definition =
+            Definition::new("no_way_in", &[START, "a", END], &[TransitionDef::new("go", &[START], "a")]);
+        assert_eq!(NO_WAY_IN.check(), Err(vec!["no transition reaches `end`".to_owned()]));
+    }
+
+    #[test]
+    fn route_tries_the_shared_order() {
+        static DEF: Definition = Definition::new(
+            "order",
+            &[START, END],
+            &[
+                TransitionDef::new("first", &[START], END).guard("g"),
+                TransitionDef::new("high", &[START], END).priority(3).guard("g"),
+                TransitionDef::new("second", &[START], END).guard("g"),
+            ],
+        );
+        let tried: Vec<&str> = DEF.leaving(START).unwrap().map(|(_, t)| t.name).collect();
+        assert_eq!(tried, ["high", "first", "second"]);
+        let mut guards = Vec::new();
+        let route = DEF
+            .route(START, |i| {
+                guards.push(i);
+                i == 2
+            })
+            .unwrap();
+        assert_eq!(route.transition_name(), Some("second"));
+        assert_eq!(guards, [1, 0, 2]);
+    }
+}
