@@ -13,6 +13,7 @@ use crate::ctxt::Ctxt;
 use crate::duration::parse_millis;
 use crate::names::{is_upper_camel, pascal_case, snake_case};
 use crate::parse::{self, TransitionArgs, WorkflowArgs, guard_args, transition_args};
+use loopstack_graph::Problem;
 
 pub(crate) const START: usize = 0;
 
@@ -239,7 +240,8 @@ impl WorkflowModel {
 
         // Places, in order of first appearance.
         let start = |span| Ident::new("Start", span);
-        let mut places: Vec<Place> = vec![Place { ident: start(Span::call_site()), name: "start".into() }];
+        let mut places: Vec<Place> =
+            vec![Place { ident: start(Span::call_site()), name: loopstack_graph::START.into() }];
         let mut start_seen = false;
         let mut end: Option<Ident> = None;
         let mut place_index = |cx: &mut Ctxt, ident: &Ident, places: &mut Vec<Place>| -> usize {
@@ -304,7 +306,10 @@ impl WorkflowModel {
             numbered.push(Numbered { from, to });
         }
         let end_index = places.len();
-        places.push(Place { ident: end.unwrap_or_else(|| Ident::new("End", Span::call_site())), name: "end".into() });
+        places.push(Place {
+            ident: end.unwrap_or_else(|| Ident::new("End", Span::call_site())),
+            name: loopstack_graph::END.into(),
+        });
         let fix = |i: usize| if i == usize::MAX { end_index } else { i };
 
         let state = match &args.state {
@@ -355,23 +360,31 @@ impl WorkflowModel {
 
         let signal = signal_enum(&mut cx, &type_ident, &item, &transitions, &places);
 
-        // The state machine. A timer waits like a wait transition: it shadows nothing
-        // and is an edge like any other.
-        let edges: Vec<Edge> = transitions
+        // The state machine, checked by the rules the runtime routes and checks by. A
+        // timer waits like a wait transition: it shadows nothing and is an edge like
+        // any other.
+        let place_names: Vec<&str> = places.iter().map(|p| p.name.as_str()).collect();
+        let method_names: Vec<String> = transitions.iter().map(|t| t.method.to_string()).collect();
+        let from_names: Vec<Vec<&str>> =
+            transitions.iter().map(|t| t.from.iter().map(|&p| place_names[p]).collect()).collect();
+        let graph: Vec<loopstack_graph::Transition<'_>> = transitions
             .iter()
-            .map(|t| Edge {
-                from: t.from.clone(),
-                to: t.to,
+            .zip(&method_names)
+            .zip(&from_names)
+            .map(|((t, name), from)| loopstack_graph::Transition {
+                name,
+                from,
+                to: place_names[t.to],
                 priority: t.priority.unwrap_or(0),
                 guarded: t.guard.is_some(),
-                wait: t.wait || t.after.is_some(),
+                waits: t.wait || t.after.is_some(),
             })
             .collect();
         let end_refs: Vec<Option<Ident>> = numbered
             .iter()
             .map(|n| n.from.iter().find(|(i, _)| *i == usize::MAX).map(|(_, ident)| ident.clone()))
             .collect();
-        for problem in problems(places.len(), &edges) {
+        for problem in loopstack_graph::problems(&place_names, &graph) {
             report(&mut cx, problem, &places, &transitions, &end_refs, &item);
         }
         if !cx.is_ok() {
@@ -699,120 +712,14 @@ fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
     }
 }
 
-/// A transition as the graph checks see it.
-#[cfg_attr(test, derive(Debug))]
-pub(crate) struct Edge {
-    pub(crate) from: Vec<usize>,
-    pub(crate) to: usize,
-    pub(crate) priority: i32,
-    pub(crate) guarded: bool,
-    pub(crate) wait: bool,
-}
-
-/// What is wrong with a transition table. Place 0 is `Start`, the last place `End`.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Problem {
-    LeavesEnd { transition: usize },
-    NoWayOutOfStart,
-    NoWayIntoEnd,
-    Unreachable { place: usize },
-    CannotEnd { place: usize, dead_end: bool },
-    Shadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
-    WaitShadowed { place: usize, transition: usize, by: usize, also: Vec<usize> },
-}
-
-/// The order transitions leaving `place` are tried in: priority, highest first, then
-/// declaration order (the runtime's rule).
-pub(crate) fn routing_order(edges: &[Edge], place: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..edges.len()).filter(|&i| edges[i].from.contains(&place)).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(edges[i].priority));
-    order
-}
-
-/// Every problem of a table, reporting one mistake once: an unreachable region is
-/// reported at its entry places, a region that cannot reach `End` at its last places.
-pub(crate) fn problems(places: usize, edges: &[Edge]) -> Vec<Problem> {
-    let end = places - 1;
-    let leaves_end: Vec<Problem> = (0..edges.len())
-        .filter(|&t| edges[t].from.contains(&end))
-        .map(|transition| Problem::LeavesEnd { transition })
-        .collect();
-    if !leaves_end.is_empty() {
-        return leaves_end;
-    }
-    if !edges.iter().any(|e| e.from.contains(&START)) {
-        return vec![Problem::NoWayOutOfStart];
-    }
-    if !edges.iter().any(|e| e.to == end) {
-        return vec![Problem::NoWayIntoEnd];
-    }
-    let succ: Vec<Vec<usize>> =
-        (0..places).map(|p| edges.iter().filter(|e| e.from.contains(&p)).map(|e| e.to).collect()).collect();
-    // reach[p][q]: q can be reached from p (p reaches itself).
-    let reach: Vec<Vec<bool>> = (0..places)
-        .map(|p| {
-            let mut seen = vec![false; places];
-            let mut stack = vec![p];
-            seen[p] = true;
-            while let Some(x) = stack.pop() {
-                for &y in &succ[x] {
-                    if !seen[y] {
-                        seen[y] = true;
-                        stack.push(y);
-                    }
-                }
-            }
-            seen
-        })
-        .collect();
-    let same_scc = |p: usize, q: usize| reach[p][q] && reach[q][p];
-    let mut out = Vec::new();
-
-    let unreachable: Vec<usize> = (0..places).filter(|&p| !reach[START][p]).collect();
-    let mut reported: Vec<usize> = Vec::new();
-    for &p in &unreachable {
-        let entry = unreachable.iter().all(|&q| !reach[q][p] || same_scc(p, q));
-        if entry && !reported.iter().any(|&r| same_scc(r, p)) {
-            reported.push(p);
-            out.push(Problem::Unreachable { place: p });
-        }
-    }
-    if out.is_empty() {
-        let stuck: Vec<usize> = (0..places).filter(|&p| !reach[p][end]).collect();
-        let mut reported: Vec<usize> = Vec::new();
-        for &p in &stuck {
-            let last = (0..places).all(|q| !reach[p][q] || same_scc(p, q));
-            if last && !reported.iter().any(|&r| same_scc(r, p)) {
-                reported.push(p);
-                out.push(Problem::CannotEnd { place: p, dead_end: succ[p].is_empty() });
-            }
-        }
-    }
-
-    for place in 0..end {
-        let order = routing_order(edges, place);
-        let first_unguarded = order.iter().copied().find(|&i| !edges[i].wait && !edges[i].guarded);
-        let Some(by) = first_unguarded else { continue };
-        let after = order.iter().position(|&i| i == by).expect("from the same list");
-        let shadowed: Vec<usize> = order[after + 1..].iter().copied().filter(|&i| !edges[i].wait).collect();
-        if let Some((&transition, also)) = shadowed.split_first() {
-            out.push(Problem::Shadowed { place, transition, by, also: also.to_vec() });
-        }
-        let waits: Vec<usize> = order.iter().copied().filter(|&i| edges[i].wait).collect();
-        if let Some((&transition, also)) = waits.split_first() {
-            out.push(Problem::WaitShadowed { place, transition, by, also: also.to_vec() });
-        }
-    }
-    out
-}
-
 fn names(transitions: &[Transition], list: &[usize]) -> String {
     list.iter().map(|&i| format!("`{}`", transitions[i].method)).collect::<Vec<_>>().join(", ")
 }
 
+/// Turns a problem of the table into an error at the user's tokens.
 fn report(
     cx: &mut Ctxt,
-    problem: Problem,
+    problem: Problem<'_>,
     places: &[Place],
     transitions: &[Transition],
     end_refs: &[Option<Ident>],
@@ -820,6 +727,18 @@ fn report(
 ) {
     let place = |p: usize| &places[p].ident;
     match problem {
+        // Places come from the transitions' own identifiers, `Start` and `End` always
+        // among them, each stored name once (a collision is an error before this).
+        Problem::MissingPlace { place } => {
+            cx.error_spanned_by(&item.self_ty, format!("internal error: the table has no place `{place}`"));
+        }
+        Problem::DuplicatePlace { place: p } => {
+            cx.error_spanned_by(place(p), format!("internal error: place `{}` is listed twice", place(p)));
+        }
+        Problem::UnknownPlace { transition, place } => cx.error_spanned_by(
+            &transitions[transition].method,
+            format!("internal error: transition `{}` names unknown place `{place}`", transitions[transition].method),
+        ),
         Problem::LeavesEnd { transition } => {
             let t = &transitions[transition];
             let span = end_refs[transition].as_ref().map_or_else(|| t.method.span(), Ident::span);
@@ -882,89 +801,9 @@ mod tests {
     use quote::quote;
     use syn::parse_quote;
 
-    fn edge(from: &[usize], to: usize) -> Edge {
-        Edge { from: from.to_vec(), to, priority: 0, guarded: false, wait: false }
-    }
-
-    fn guarded(mut e: Edge) -> Edge {
-        e.guarded = true;
-        e
-    }
-
     fn model(item: syn::ItemImpl) -> Result<WorkflowModel, Vec<String>> {
         WorkflowModel::from_syn(TokenStream::new(), item.into_token_stream())
             .map_err(|f| f.error.into_iter().map(|e| e.to_string()).collect())
-    }
-
-    #[test]
-    fn a_sound_table_has_no_problems() {
-        // start -> ready -> prompt -> tools -> ready; prompt -> end
-        let edges = [
-            edge(&[0], 1),
-            edge(&[1], 2),
-            Edge { priority: 10, ..guarded(edge(&[2], 3)) },
-            guarded(edge(&[3], 1)),
-            edge(&[2], 4),
-        ];
-        assert_eq!(problems(5, &edges), []);
-    }
-
-    #[test]
-    fn routing_order_is_priority_then_declaration() {
-        let edges = [
-            edge(&[1], 2),
-            Edge { priority: 5, ..edge(&[1], 2) },
-            Edge { priority: -1, ..edge(&[1], 2) },
-            edge(&[0, 1], 2),
-        ];
-        assert_eq!(routing_order(&edges, 1), [1, 0, 3, 2]);
-        assert_eq!(routing_order(&edges, 0), [3]);
-    }
-
-    #[test]
-    fn reachability_reports_the_entry_of_an_unreachable_region() {
-        // 1 -> 2 -> 3 -> 2 are all unreachable; only 1, where the region is entered, is reported.
-        let edges = [edge(&[0], 4), edge(&[1], 2), edge(&[2], 3), guarded(edge(&[3], 2)), edge(&[3], 4)];
-        assert_eq!(problems(5, &edges), [Problem::Unreachable { place: 1 }]);
-        // A cycle with no entry is reported once, at its first place.
-        let edges = [edge(&[0], 3), edge(&[1], 2), edge(&[2], 1)];
-        assert_eq!(problems(4, &edges), [Problem::Unreachable { place: 1 }]);
-    }
-
-    #[test]
-    fn reaching_end_reports_where_a_run_gets_stuck() {
-        // 1 -> 2 -> 3 (no way out): only 3 is reported, not 1 and 2 upstream of it.
-        let edges = [edge(&[0], 1), guarded(edge(&[1], 4)), edge(&[1], 2), edge(&[2], 3)];
-        assert_eq!(problems(5, &edges), [Problem::CannotEnd { place: 3, dead_end: true }]);
-        // A loop without an exit is reported once.
-        let edges = [edge(&[0], 1), guarded(edge(&[1], 3)), edge(&[1], 2), edge(&[2], 2)];
-        assert_eq!(problems(4, &edges), [Problem::CannotEnd { place: 2, dead_end: false }]);
-        // Loops are fine while `end` stays reachable.
-        let edges = [edge(&[0], 1), guarded(edge(&[1], 1)), edge(&[1], 2)];
-        assert_eq!(problems(3, &edges), []);
-    }
-
-    #[test]
-    fn structural_problems_come_alone() {
-        assert_eq!(problems(3, &[edge(&[1], 2)]), [Problem::NoWayOutOfStart]);
-        assert_eq!(problems(3, &[edge(&[0], 1)]), [Problem::NoWayIntoEnd]);
-        assert_eq!(problems(2, &[edge(&[0], 1), edge(&[1], 0)]), [Problem::LeavesEnd { transition: 1 }]);
-    }
-
-    #[test]
-    fn shadowing() {
-        // An unguarded transition shadows every later non-wait one from its place...
-        let edges = [edge(&[0], 2), guarded(edge(&[0], 1)), edge(&[0], 2), edge(&[1], 2)];
-        assert_eq!(problems(3, &edges), [Problem::Shadowed { place: 0, transition: 1, by: 0, also: vec![2] }]);
-        // ...unless priority puts the guarded one first.
-        let edges = [edge(&[0], 2), Edge { priority: 1, ..guarded(edge(&[0], 1)) }, edge(&[1], 2)];
-        assert_eq!(problems(3, &edges), []);
-        // A wait transition never fires beside an unguarded one, whatever its priority.
-        let edges = [edge(&[0], 2), Edge { wait: true, priority: 9, ..edge(&[0], 1) }, edge(&[1], 2)];
-        assert_eq!(problems(3, &edges), [Problem::WaitShadowed { place: 0, transition: 1, by: 0, also: vec![] }]);
-        // Guarded transitions shadow nothing.
-        let edges = [guarded(edge(&[0], 2)), guarded(edge(&[0], 1)), edge(&[1], 2)];
-        assert_eq!(problems(3, &edges), []);
     }
 
     #[test]
@@ -1055,6 +894,38 @@ mod tests {
                  `#[workflow]` impl block",
             ],
             "independent mistakes are all reported, and the graph is not checked on top"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_region_and_a_stuck_one_are_both_reported() {
+        // The same rules as `Definition::check`: `Island` is never reached, and a run
+        // that takes `trap` never leaves `Trap`; neither hides the other.
+        let err = model(parse_quote! {
+            impl W {
+                #[transition(to = A)]
+                async fn go(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = End)]
+                #[guard(ready)]
+                async fn finish(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = A, to = Trap)]
+                async fn trap(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = Trap, to = Trap)]
+                async fn stuck(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                #[transition(from = Island, to = End)]
+                async fn island(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+                fn ready(&self, s: &S) -> bool { true }
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            [
+                "place `Island` cannot be reached from `Start`",
+                "`End` cannot be reached from place `Trap`: add a transition from `Trap` or a place it leads to \
+                 toward `End`",
+            ]
         );
     }
 
