@@ -173,6 +173,8 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let mut cx = RunContext::new(store.clone(), run_id, name, place, record.step, documents, cancellation);
     let epoch = record.epoch;
     let place_since = record.place_since;
+    // Nothing of the record is needed while the run is driven.
+    drop(record);
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };

@@ -67,18 +67,29 @@ enum Interrupted {
 }
 
 /// Awaits a transition, racing the run's cancellation (if watched) and renewing the
-/// lease (if held) while it runs. No timer exists unless a lease is held.
-async fn supervise<F: Future>(
+/// lease (if held) while it runs. No timer exists unless a lease is held, and the
+/// future that renews it is boxed: the common path stays small, since this future
+/// is built once per transition.
+async fn supervise<F: Future + Send>(
     fut: F,
     token: Option<&CancellationToken>,
     heartbeat: Option<(&dyn Store, RunId, u64, Duration)>,
+) -> Result<F::Output, Interrupted>
+where
+    F::Output: Send,
+{
+    match (heartbeat, token) {
+        (None, None) => Ok(fut.await),
+        (None, Some(token)) => super::cancellable(token, fut).await.ok_or(Interrupted::Cancelled),
+        (Some(heartbeat), token) => Box::pin(with_heartbeat(fut, token, heartbeat)).await,
+    }
+}
+
+async fn with_heartbeat<F: Future>(
+    fut: F,
+    token: Option<&CancellationToken>,
+    (store, run_id, epoch, lease): (&dyn Store, RunId, u64, Duration),
 ) -> Result<F::Output, Interrupted> {
-    let Some((store, run_id, epoch, lease)) = heartbeat else {
-        return match token {
-            None => Ok(fut.await),
-            Some(token) => super::cancellable(token, fut).await.ok_or(Interrupted::Cancelled),
-        };
-    };
     let mut fut = std::pin::pin!(fut);
     let cancelled = async {
         match token {

@@ -37,7 +37,8 @@ struct Inner {
 #[derive(Debug)]
 struct MemRun {
     record: RunRecord,
-    checkpoints: Vec<CheckpointRecord>,
+    /// One entry per step, from step 0, in order.
+    checkpoints: Vec<MemCheckpoint>,
     /// The current version of each document, by `seq`.
     current: Vec<Arc<Document>>,
     /// Every version, in the order saved.
@@ -45,7 +46,35 @@ struct MemRun {
     signals: Vec<SignalRecord>,
 }
 
+/// A checkpoint as kept in memory: the place it left is the one the step before
+/// reached, and its state is the next entry's when `None` (the last entry's is the
+/// run's current state), so an unchanged state is never copied.
+#[derive(Debug, Clone)]
+struct MemCheckpoint {
+    step: u64,
+    transition: Cow<'static, str>,
+    to: Cow<'static, str>,
+    at: Timestamp,
+    state: Option<Box<RawValue>>,
+}
+
 impl MemRun {
+    fn checkpoint_index(&self, step: u64) -> Option<usize> {
+        self.checkpoints.binary_search_by_key(&step, |c| c.step).ok()
+    }
+
+    /// The step record of entry `i`.
+    fn step_record(&self, i: usize) -> StepRecord {
+        let c = &self.checkpoints[i];
+        let from = if i == 0 { Cow::Borrowed("") } else { self.checkpoints[i - 1].to.clone() };
+        StepRecord { step: c.step, transition: c.transition.clone(), from, to: c.to.clone(), at: c.at }
+    }
+
+    /// The state after entry `i`.
+    fn state_at(&self, i: usize) -> &RawValue {
+        self.checkpoints[i..].iter().find_map(|c| c.state.as_deref()).unwrap_or(&self.record.state)
+    }
+
     fn apply_documents(&mut self, documents: Vec<Arc<Document>>) {
         for doc in documents {
             // `seq` is the document's position in the run: a new document is the next
@@ -127,11 +156,8 @@ impl Inner {
     }
 }
 
-fn step_zero(state: Box<RawValue>, at: Timestamp) -> CheckpointRecord {
-    CheckpointRecord {
-        step: StepRecord { step: 0, transition: Cow::Borrowed(""), from: "".into(), to: crate::START.into(), at },
-        state,
-    }
+fn step_zero(at: Timestamp) -> MemCheckpoint {
+    MemCheckpoint { step: 0, transition: Cow::Borrowed(""), to: Cow::Borrowed(crate::START), at, state: None }
 }
 
 #[async_trait::async_trait]
@@ -148,7 +174,7 @@ impl Store for MemoryStore {
             status: run.status,
             place: Cow::Borrowed(crate::START),
             step: 0,
-            state: run.state.clone(),
+            state: run.state,
             error: None,
             definition_hash: run.definition_hash,
             parent: run.parent,
@@ -167,7 +193,7 @@ impl Store for MemoryStore {
             run.run_id,
             MemRun {
                 record: record.clone(),
-                checkpoints: vec![step_zero(run.state, now)],
+                checkpoints: vec![step_zero(now)],
                 current: Vec::new(),
                 versions: Vec::new(),
                 signals: Vec::new(),
@@ -247,13 +273,21 @@ impl Store for MemoryStore {
         r.step = step;
         r.place = cp.transition.to.clone();
         r.status = cp.status;
-        r.state = cp.state.clone();
+        // The state before moves into the previous entry, unless it did not change.
+        let before = std::mem::replace(&mut r.state, cp.state);
+        if before.get() != r.state.get()
+            && let Some(last) = run.checkpoints.last_mut()
+        {
+            last.state = Some(before);
+        }
+        let r = &mut run.record;
         r.updated_at = cp.transition.at;
         r.place_since = cp.transition.at;
         if cp.lease_until.is_some() {
             r.lease_until = cp.lease_until;
         }
-        run.checkpoints.push(CheckpointRecord { step: cp.transition, state: cp.state });
+        let t = cp.transition;
+        run.checkpoints.push(MemCheckpoint { step: t.step, transition: t.transition, to: t.to, at: t.at, state: None });
         if cp.status.is_finished() {
             run.reject_pending("the run ended before the signal was delivered");
             inner.finished(cp.run_id);
@@ -365,12 +399,13 @@ impl Store for MemoryStore {
             return Err(StoreError::RunExists(new_run));
         }
         let src = inner.get(source)?;
-        let checkpoint = src
-            .checkpoints
-            .iter()
-            .find(|c| c.step.step == step)
-            .ok_or(StoreError::CheckpointNotFound { run_id: source, step })?
-            .clone();
+        let last = src.checkpoint_index(step).ok_or(StoreError::CheckpointNotFound { run_id: source, step })?;
+        let mut checkpoints: Vec<MemCheckpoint> = src.checkpoints[..=last].to_vec();
+        // States the copied prefix shared with later steps of the source become its own.
+        for (i, c) in checkpoints.iter_mut().enumerate() {
+            c.state = (i < last).then(|| src.state_at(i).to_owned());
+        }
+        let checkpoint = CheckpointRecord { step: src.step_record(last), state: src.state_at(last).to_owned() };
         let now = Timestamp::now();
         let record = RunRecord {
             run_id: new_run,
@@ -395,7 +430,7 @@ impl Store for MemoryStore {
         };
         let mut run = MemRun {
             record: record.clone(),
-            checkpoints: src.checkpoints.iter().take_while(|c| c.step.step <= step).cloned().collect(),
+            checkpoints,
             current: Vec::new(),
             versions: Vec::new(),
             signals: Vec::new(),
@@ -424,17 +459,16 @@ impl Store for MemoryStore {
     }
 
     async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
-        Ok(self.lock().get(run_id)?.checkpoints.iter().skip(1).map(|c| c.step.clone()).collect())
+        let inner = self.lock();
+        let run = inner.get(run_id)?;
+        Ok((1..run.checkpoints.len()).map(|i| run.step_record(i)).collect())
     }
 
     async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
         let inner = self.lock();
         let run = inner.get(run_id)?;
-        run.checkpoints
-            .iter()
-            .find(|c| c.step.step == step)
-            .cloned()
-            .ok_or(StoreError::CheckpointNotFound { run_id, step })
+        let i = run.checkpoint_index(step).ok_or(StoreError::CheckpointNotFound { run_id, step })?;
+        Ok(CheckpointRecord { step: run.step_record(i), state: run.state_at(i).to_owned() })
     }
 
     async fn documents(&self, run_id: RunId) -> Result<Vec<Arc<Document>>, StoreError> {
