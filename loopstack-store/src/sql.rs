@@ -235,7 +235,12 @@ impl LastStates {
 
 pub(crate) const FINISHED: &str = "('completed', 'failed', 'cancelled')";
 
-pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, state, error, definition_hash, parent, \
+/// The integer id of the run whose uuid is `$1`, for the child tables.
+pub(crate) const RUN: &str = "(SELECT id FROM runs WHERE run_id = $1)";
+
+/// The run row's columns; a run's state is its latest checkpoint's (see
+/// `state_at`), not a column.
+pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, error, definition_hash, parent, \
      forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, lease_until, created_at, \
      updated_at";
 
@@ -267,21 +272,23 @@ macro_rules! sql_store {
         use sqlx::Row as _;
 
         use crate::sql::{
-            DOC_COLUMNS, FINISHED, RUN_COLUMNS, SIGNAL_COLUMNS, backend, corrupt, raw, status_set, to_i64, to_u64,
+            DOC_COLUMNS, FINISHED, RUN, RUN_COLUMNS, SIGNAL_COLUMNS, backend, corrupt, raw, status_set, to_i64, to_u64,
         };
 
         type DbRow = <$db as sqlx::Database>::Row;
 
+        // Child tables refer to a run by its row's integer id: `RUN` is that id for the
+        // run whose uuid is `$1`.
         // The worker's claim: one statement that picks runs that can move and takes
         // them; in PostgreSQL the picked rows are locked, skipping rows another
         // worker is taking (`$lock`).
         crate::sql::sql_static!(CLAIM_RUNNABLE = "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
-            WHERE run_id IN (SELECT r.run_id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
+            WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
             AND $4 LIKE ('%,' || r.workflow || ',%') AND (r.status = 'queued' \
             OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
             OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
-            OR EXISTS (SELECT 1 FROM signals s WHERE s.run_id = r.run_id AND s.status = 'pending')))) \
+            OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending')))) \
             ORDER BY r.updated_at LIMIT $5", $lock, ") RETURNING ", RUN_COLUMNS);
         crate::sql::sql_static!(SELECT_RUN = "SELECT ", RUN_COLUMNS, " FROM runs WHERE run_id = $1");
         crate::sql::sql_static!(CLAIM = "UPDATE runs SET status = 'running', epoch = epoch + 1, error = NULL, waiting_for = '[]', \
@@ -290,12 +297,12 @@ macro_rules! sql_store {
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ", RUN_COLUMNS);
         // The place a step left is not stored: it is the place the step before reached.
-        crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run_id, step, transition, \
-            to_place, state, state_patch, at) SELECT run_id, $4, $5, $6, \
-            CASE WHEN $9 OR state = $7 THEN NULL ELSE $7 END, $10, $8 \
+        crate::sql::sql_static!(COMMIT_CHECKPOINT = "INSERT INTO checkpoints (run, step, transition, \
+            to_place, state, state_patch, at) SELECT id, $4, $5, $6, \
+            CASE WHEN $9 THEN NULL ELSE $7 END, $10, $8 \
             FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
-        crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, state = $7, updated_at = $8, \
-            place_since = $8, lease_until = COALESCE($9, lease_until) \
+        crate::sql::sql_static!(COMMIT_RUN = "UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
+            place_since = $7, lease_until = COALESCE($8, lease_until) \
             WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(SET_STATUS = "UPDATE runs SET status = $4, error = $5, updated_at = $6, lease_owner = NULL, \
             lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ", FINISHED);
@@ -303,62 +310,63 @@ macro_rules! sql_store {
             lease_until = NULL, updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
             AND status NOT IN ", FINISHED);
         crate::sql::sql_static!(NEXT_SIGNAL = "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND status NOT IN ",
-            FINISHED, " RETURNING signal_seq, status");
+            FINISHED, " RETURNING id, signal_seq, status");
         crate::sql::sql_static!(PENDING_SIGNALS = "SELECT ", SIGNAL_COLUMNS,
-            " FROM signals WHERE run_id = $1 AND status = 'pending' ORDER BY id");
-        crate::sql::sql_static!(ALL_SIGNALS = "SELECT ", SIGNAL_COLUMNS, " FROM signals WHERE run_id = $1 ORDER BY id");
+            " FROM signals WHERE run = ", RUN, " AND status = 'pending' ORDER BY id");
+        crate::sql::sql_static!(ALL_SIGNALS = "SELECT ", SIGNAL_COLUMNS, " FROM signals WHERE run = ", RUN, " ORDER BY id");
         crate::sql::sql_static!(LIST_RUNS = "SELECT ", RUN_COLUMNS, " FROM runs WHERE ($1 IS NULL OR workflow = $1) \
             AND ($2 = ',' OR $2 LIKE ('%,' || status || ',%')) AND ($3 IS NULL OR place = $3) \
             AND ($4 IS NULL OR parent = $4) AND ($5 IS NULL OR created_at >= $5) \
             AND ($6 IS NULL OR created_at < $6) AND ($7 IS NULL OR run_id < $7) \
             ORDER BY run_id DESC LIMIT $8");
-        crate::sql::sql_static!(DOCUMENTS_AT = "SELECT ", DOC_COLUMNS, " FROM documents d WHERE d.run_id = $1 AND d.step <= $2 \
-            AND d.version = (SELECT MAX(v.version) FROM documents v \
-            WHERE v.run_id = d.run_id AND v.seq = d.seq AND v.step <= $2) ORDER BY d.seq");
+        crate::sql::sql_static!(DOCUMENTS_AT = "SELECT ", DOC_COLUMNS, " FROM documents d WHERE d.run = ", RUN,
+            " AND d.step <= $2 AND d.version = (SELECT MAX(v.version) FROM documents v \
+            WHERE v.run = d.run AND v.seq = d.seq AND v.step <= $2) ORDER BY d.seq");
         crate::sql::sql_static!(DOCUMENT_VERSIONS = "SELECT ", DOC_COLUMNS,
-            " FROM documents WHERE run_id = $1 ORDER BY step, seq, version");
+            " FROM documents WHERE run = ", RUN, " ORDER BY step, seq, version");
         crate::sql::sql_static!(DOCUMENT_HISTORY = "SELECT ", DOC_COLUMNS,
-            " FROM documents WHERE run_id = $1 AND doc_type = $2 AND doc_key = $3 ORDER BY version");
-
-        const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
-            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
-            wake_at, lease_owner, lease_until, created_at, updated_at) \
-            VALUES ($1, $2, $3, 'start', 0, $4, NULL, $5, $6, NULL, NULL, $7, 0, '[]', $10, NULL, $8, $9, $10, $10) \
-            ON CONFLICT (run_id) DO NOTHING";
-        const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run_id, step, transition, to_place, state, at) \
-            VALUES ($1, $2, $3, $4, $5, $6)";
-        const INSERT_DOCUMENT: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
-            metadata, content, step) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-        const INSERT_SIGNAL: &str = "INSERT INTO signals (run_id, id, name, payload, status, step, reason, \
-            received_at) VALUES ($1, $2, $3, $4, 'pending', NULL, NULL, $5)";
-        const DELIVER_SIGNAL: &str =
-            "UPDATE signals SET status = 'delivered', step = $3 WHERE run_id = $1 AND id = $2 AND status = 'pending'";
-        const REJECT_SIGNAL: &str = "UPDATE signals SET status = 'rejected', reason = $4 \
-            WHERE run_id = $1 AND id = $3 AND status = 'pending' \
-            AND EXISTS (SELECT 1 FROM runs WHERE run_id = $1 AND epoch = $2)";
-        const REJECT_PENDING: &str =
-            "UPDATE signals SET status = 'rejected', reason = $2 WHERE run_id = $1 AND status = 'pending'";
-        const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
-        const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
-        const HISTORY: &str = "SELECT step, transition, LAG(to_place, 1, '') OVER (ORDER BY step) AS from_place, \
-            to_place, at FROM checkpoints WHERE run_id = $1 ORDER BY step";
+            " FROM documents WHERE run = ", RUN, " AND doc_type = $2 AND doc_key = $3 ORDER BY version");
+        crate::sql::sql_static!(INSERT_CHECKPOINT = "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
+            VALUES (", RUN, ", $2, $3, $4, $5, $6)");
+        crate::sql::sql_static!(INSERT_DOCUMENT = "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) VALUES (", RUN, ", $2, $3, $4, $5, $6, $7, $8, $9)");
+        crate::sql::sql_static!(DELIVER_SIGNAL = "UPDATE signals SET status = 'delivered', step = $3 WHERE run = ", RUN,
+            " AND id = $2 AND status = 'pending'");
+        crate::sql::sql_static!(REJECT_SIGNAL = "UPDATE signals SET status = 'rejected', reason = $4 \
+            WHERE run = (SELECT id FROM runs WHERE run_id = $1 AND epoch = $2) AND id = $3 AND status = 'pending'");
+        crate::sql::sql_static!(REJECT_PENDING = "UPDATE signals SET status = 'rejected', reason = $2 WHERE run = ", RUN,
+            " AND status = 'pending'");
+        crate::sql::sql_static!(HISTORY = "SELECT step, transition, LAG(to_place, 1, '') OVER (ORDER BY step) AS from_place, \
+            to_place, at FROM checkpoints WHERE run = ", RUN, " ORDER BY step");
         // A checkpoint's state is the last full state at or before it, with the
         // patches after that applied (a row with neither left the state as it was).
-        const CHECKPOINT_CHAIN: &str = "SELECT step, transition, COALESCE((SELECT p.to_place FROM checkpoints p \
-            WHERE p.run_id = c.run_id AND p.step = c.step - 1), '') AS from_place, to_place, at, state, state_patch \
-            FROM checkpoints c WHERE run_id = $1 AND step <= $2 AND step >= (SELECT MAX(s.step) FROM checkpoints s \
-            WHERE s.run_id = $1 AND s.step <= $2 AND s.state IS NOT NULL) ORDER BY step";
-        const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, state, error, \
+        crate::sql::sql_static!(CHECKPOINT_CHAIN = "SELECT step, transition, COALESCE((SELECT p.to_place \
+            FROM checkpoints p WHERE p.run = c.run AND p.step = c.step - 1), '') AS from_place, to_place, at, state, \
+            state_patch FROM checkpoints c WHERE c.run = ", RUN, " AND c.step <= $2 AND c.step >= \
+            (SELECT MAX(s.step) FROM checkpoints s WHERE s.run = c.run AND s.step <= $2 AND s.state IS NOT NULL) \
+            ORDER BY c.step");
+        crate::sql::sql_static!(FORK_CHECKPOINTS = "INSERT INTO checkpoints (run, step, transition, to_place, state, \
+            state_patch, at) SELECT (SELECT id FROM runs WHERE run_id = $2), step, transition, to_place, state, \
+            state_patch, at FROM checkpoints WHERE run = ", RUN, " AND step <= $3");
+        crate::sql::sql_static!(FORK_DOCUMENTS = "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) SELECT (SELECT id FROM runs WHERE run_id = $2), seq, version, doc_type, doc_key, \
+            tags, metadata, content, step FROM documents WHERE run = ", RUN, " AND step <= $3");
+
+        const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
             definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
             wake_at, lease_owner, lease_until, created_at, updated_at) \
-            SELECT $2, workflow, 'running', $3, $4, $5, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $6, \
-            NULL, NULL, NULL, $6, $6 FROM runs WHERE run_id = $1";
-        const FORK_CHECKPOINTS: &str = "INSERT INTO checkpoints (run_id, step, transition, to_place, state, \
-            state_patch, at) SELECT $2, step, transition, to_place, state, state_patch, at \
-            FROM checkpoints WHERE run_id = $1 AND step <= $3";
-        const FORK_DOCUMENTS: &str = "INSERT INTO documents (run_id, seq, version, doc_type, doc_key, tags, \
-            metadata, content, step) SELECT $2, seq, version, doc_type, doc_key, tags, metadata, content, step \
-            FROM documents WHERE run_id = $1 AND step <= $3";
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
+            ON CONFLICT (run_id) DO NOTHING";
+        // The signal's run id comes from the update that counted it, in the same transaction.
+        const INSERT_SIGNAL: &str = "INSERT INTO signals (run, id, name, payload, status, step, reason, \
+            received_at) VALUES ($1, $2, $3, $4, 'pending', NULL, NULL, $5)";
+        const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
+        const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
+        const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
+            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+            wake_at, lease_owner, lease_until, created_at, updated_at) \
+            SELECT $2, workflow, 'running', $3, $4, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $5, \
+            NULL, NULL, NULL, $5, $5 FROM runs WHERE run_id = $1";
         const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
 
         const ENDED: &str = "the run ended before the signal was delivered";
@@ -378,7 +386,8 @@ macro_rules! sql_store {
                 status: status.parse()?,
                 place: std::borrow::Cow::Owned(row.try_get("place").map_err(get_err)?),
                 step: to_u64(row.try_get("step").map_err(get_err)?)?,
-                state: raw(row.try_get("state").map_err(get_err)?)?,
+                // Filled in from the checkpoints by the caller.
+                state: raw("null".to_owned())?,
                 error: row.try_get("error").map_err(get_err)?,
                 definition_hash: row.try_get("definition_hash").map_err(get_err)?,
                 parent: parent.map(RunId),
@@ -449,7 +458,45 @@ macro_rules! sql_store {
         impl $store {
             async fn load(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
                 let row = sqlx::query(&SELECT_RUN).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
-                row.map(|r| run_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))
+                let record = row.map(|r| run_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))?;
+                self.with_state(record).await
+            }
+
+            /// A run record with its state: that of its latest checkpoint.
+            async fn with_state(&self, mut record: RunRecord) -> Result<RunRecord, StoreError> {
+                match self.chain(record.run_id, record.step).await? {
+                    Some((_, state)) => record.state = raw(state)?,
+                    None => return Err(corrupt(format!("run {} has no checkpoint {}", record.run_id, record.step))),
+                }
+                Ok(record)
+            }
+
+            /// The step record and state of checkpoint `step`: its chain's full state
+            /// with the patches after it applied.
+            async fn chain(&self, run_id: RunId, step: u64) -> Result<Option<(StepRecord, String)>, StoreError> {
+                let rows = sqlx::query(&CHECKPOINT_CHAIN)
+                    .bind(run_id.0)
+                    .bind(to_i64(step))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(backend)?;
+                let mut state: Option<String> = None;
+                for row in &rows {
+                    let full: Option<String> = row.try_get("state").map_err(corrupt)?;
+                    let patch: Option<String> = row.try_get("state_patch").map_err(corrupt)?;
+                    state = match (full, patch, state) {
+                        (Some(full), _, _) => Some(full),
+                        (None, Some(patch), Some(base)) => Some(crate::sql::apply_patch(&base, &patch)?),
+                        (None, None, base) => base,
+                        (None, Some(_), None) => return Err(corrupt("a state patch without a base")),
+                    };
+                }
+                match (rows.last(), state) {
+                    (Some(row), Some(state)) if row.try_get::<i64, _>("step").map_err(corrupt)? == to_i64(step) => {
+                        Ok(Some((step_from_row(row)?, state)))
+                    }
+                    _ => Ok(None),
+                }
             }
 
             /// Why a fenced write matched no row.
@@ -500,7 +547,6 @@ macro_rules! sql_store {
                     .bind(run.run_id.0)
                     .bind(&run.workflow)
                     .bind(run.status.as_str())
-                    .bind(run.state.get())
                     .bind(&run.definition_hash)
                     .bind(run.parent.map(|p| p.0))
                     .bind(epoch)
@@ -513,7 +559,7 @@ macro_rules! sql_store {
                 if done.rows_affected() == 0 {
                     return Err(StoreError::RunExists(run.run_id));
                 }
-                sqlx::query(INSERT_CHECKPOINT)
+                sqlx::query(&INSERT_CHECKPOINT)
                     .bind(run.run_id.0)
                     .bind(0_i64)
                     .bind("")
@@ -562,7 +608,7 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 match row {
-                    Some(row) => run_from_row(&row),
+                    Some(row) => self.with_state(run_from_row(&row)?).await,
                     None => {
                         let current = self.load(run_id).await?;
                         check_claim(&current, claim)?;
@@ -622,7 +668,6 @@ macro_rules! sql_store {
                     .bind(to_i64(step))
                     .bind(&*cp.transition.to)
                     .bind(cp.status.as_str())
-                    .bind(cp.state.get())
                     .bind(cp.transition.at.as_millis())
                     .bind(cp.lease_until.map(Timestamp::as_millis))
                     .execute(&mut *tx)
@@ -633,7 +678,7 @@ macro_rules! sql_store {
                     return Err(self.fence_error(cp.run_id, cp.fence).await);
                 }
                 for doc in &cp.documents {
-                    sqlx::query(INSERT_DOCUMENT)
+                    sqlx::query(&INSERT_DOCUMENT)
                         .bind(cp.run_id.0)
                         .bind(to_i64(doc.seq))
                         .bind(i64::from(doc.version))
@@ -648,7 +693,7 @@ macro_rules! sql_store {
                         .map_err(backend)?;
                 }
                 if let Some(id) = cp.signal {
-                    let done = sqlx::query(DELIVER_SIGNAL)
+                    let done = sqlx::query(&DELIVER_SIGNAL)
                         .bind(cp.run_id.0)
                         .bind(to_i64(id))
                         .bind(to_i64(step))
@@ -660,7 +705,7 @@ macro_rules! sql_store {
                     }
                 }
                 if cp.status.is_finished() {
-                    sqlx::query(REJECT_PENDING)
+                    sqlx::query(&REJECT_PENDING)
                         .bind(cp.run_id.0)
                         .bind(ENDED)
                         .execute(&mut *tx)
@@ -701,7 +746,7 @@ macro_rules! sql_store {
                     return Err(self.fence_error(run_id, fence).await);
                 }
                 if status.is_finished() {
-                    sqlx::query(REJECT_PENDING).bind(run_id.0).bind(ENDED).execute(&mut *tx).await.map_err(backend)?;
+                    sqlx::query(&REJECT_PENDING).bind(run_id.0).bind(ENDED).execute(&mut *tx).await.map_err(backend)?;
                 }
                 tx.commit().await.map_err(backend)
             }
@@ -746,7 +791,11 @@ macro_rules! sql_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;
-                rows.iter().map(run_from_row).collect()
+                let mut runs = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    runs.push(self.with_state(run_from_row(row)?).await?);
+                }
+                Ok(runs)
             }
 
             async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
@@ -780,8 +829,9 @@ macro_rules! sql_store {
                 };
                 let id: i64 = row.try_get("signal_seq").map_err(corrupt)?;
                 let status: String = row.try_get("status").map_err(corrupt)?;
+                let run: i64 = row.try_get("id").map_err(corrupt)?;
                 sqlx::query(INSERT_SIGNAL)
-                    .bind(run_id.0)
+                    .bind(run)
                     .bind(id)
                     .bind(name)
                     .bind(payload.get())
@@ -810,7 +860,7 @@ macro_rules! sql_store {
                 signal: u64,
                 reason: &str,
             ) -> Result<(), StoreError> {
-                let done = sqlx::query(REJECT_SIGNAL)
+                let done = sqlx::query(&REJECT_SIGNAL)
                     .bind(run_id.0)
                     .bind(to_i64(epoch))
                     .bind(to_i64(signal))
@@ -848,12 +898,11 @@ macro_rules! sql_store {
                     .bind(new_run.0)
                     .bind(&*checkpoint.step.to)
                     .bind(to_i64(step))
-                    .bind(checkpoint.state.get())
                     .bind(Timestamp::now().as_millis())
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
-                for sql in [FORK_CHECKPOINTS, FORK_DOCUMENTS] {
+                for sql in [&*FORK_CHECKPOINTS, &*FORK_DOCUMENTS] {
                     sqlx::query(sql)
                         .bind(source.0)
                         .bind(new_run.0)
@@ -884,8 +933,11 @@ macro_rules! sql_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;
-                let mut runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>, _>>()?;
-                let next = if runs.len() > size as usize {
+                let mut runs = Vec::with_capacity(rows.len());
+                for row in rows.iter().take(size as usize) {
+                    runs.push(self.with_state(run_from_row(row)?).await?);
+                }
+                let next = if rows.len() > size as usize {
                     runs.truncate(size as usize);
                     runs.last().map(|r| r.run_id)
                 } else {
@@ -895,7 +947,7 @@ macro_rules! sql_store {
             }
 
             async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
-                let rows = sqlx::query(HISTORY).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
+                let rows = sqlx::query(&HISTORY).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
                 if rows.is_empty() {
                     self.exists(run_id).await?;
                 }
@@ -904,30 +956,9 @@ macro_rules! sql_store {
             }
 
             async fn checkpoint(&self, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
-                let rows = sqlx::query(CHECKPOINT_CHAIN)
-                    .bind(run_id.0)
-                    .bind(to_i64(step))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(backend)?;
-                let mut state: Option<String> = None;
-                let mut last = None;
-                for row in &rows {
-                    let full: Option<String> = row.try_get("state").map_err(corrupt)?;
-                    let patch: Option<String> = row.try_get("state_patch").map_err(corrupt)?;
-                    state = match (full, patch, state) {
-                        (Some(full), _, _) => Some(full),
-                        (None, Some(patch), Some(base)) => Some(crate::sql::apply_patch(&base, &patch)?),
-                        (None, None, base) => base,
-                        (None, Some(_), None) => return Err(corrupt("a state patch without a base")),
-                    };
-                    last = Some(row);
-                }
-                match (last, state) {
-                    (Some(row), Some(state)) if row.try_get::<i64, _>("step").map_err(corrupt)? == to_i64(step) => {
-                        Ok(CheckpointRecord { step: step_from_row(row)?, state: raw(state)? })
-                    }
-                    _ => {
+                match self.chain(run_id, step).await? {
+                    Some((step, state)) => Ok(CheckpointRecord { step, state: raw(state)? }),
+                    None => {
                         self.exists(run_id).await?;
                         Err(StoreError::CheckpointNotFound { run_id, step })
                     }

@@ -1,12 +1,13 @@
 -- Runs, their checkpoints, documents and signals. The run row is narrow and
--- rewritten per commit; everything that grows is append-only.
+-- rewritten per commit (its state is its latest checkpoint's); everything that grows
+-- is append-only and refers to its run by the row's integer id.
 CREATE TABLE runs (
-    run_id          BLOB PRIMARY KEY,
+    id              INTEGER PRIMARY KEY,
+    run_id          BLOB NOT NULL UNIQUE,
     workflow        TEXT NOT NULL,
     status          TEXT NOT NULL,
     place           TEXT NOT NULL,
     step            INTEGER NOT NULL,
-    state           TEXT NOT NULL,
     error           TEXT,
     definition_hash TEXT NOT NULL,
     parent          BLOB,
@@ -21,7 +22,7 @@ CREATE TABLE runs (
     lease_until     INTEGER,
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 
 CREATE INDEX runs_by_status ON runs (status, run_id);
 CREATE INDEX runs_by_workflow ON runs (workflow, run_id);
@@ -30,7 +31,7 @@ CREATE INDEX runs_by_parent ON runs (parent) WHERE parent IS NOT NULL;
 CREATE INDEX runs_to_claim ON runs (updated_at) WHERE status IN ('queued', 'running', 'waiting');
 
 CREATE TABLE checkpoints (
-    run_id     BLOB NOT NULL,
+    run        INTEGER NOT NULL,
     step       INTEGER NOT NULL,
     transition TEXT NOT NULL,
     -- The place it left is the place the step before reached (step 0: `start`).
@@ -40,11 +41,11 @@ CREATE TABLE checkpoints (
     state       TEXT,
     state_patch TEXT,
     at         INTEGER NOT NULL,
-    PRIMARY KEY (run_id, step)
+    PRIMARY KEY (run, step)
 ) WITHOUT ROWID;
 
 CREATE TABLE documents (
-    run_id   BLOB NOT NULL,
+    run      INTEGER NOT NULL,
     seq      INTEGER NOT NULL,
     version  INTEGER NOT NULL,
     doc_type TEXT NOT NULL,
@@ -53,11 +54,11 @@ CREATE TABLE documents (
     metadata TEXT NOT NULL,
     content  TEXT NOT NULL,
     step     INTEGER NOT NULL,
-    PRIMARY KEY (run_id, seq, version)
+    PRIMARY KEY (run, seq, version)
 ) WITHOUT ROWID;
 
 CREATE TABLE signals (
-    run_id      BLOB NOT NULL,
+    run         INTEGER NOT NULL,
     id          INTEGER NOT NULL,
     name        TEXT NOT NULL,
     payload     TEXT NOT NULL,
@@ -65,5 +66,5 @@ CREATE TABLE signals (
     step        INTEGER,
     reason      TEXT,
     received_at INTEGER NOT NULL,
-    PRIMARY KEY (run_id, id)
+    PRIMARY KEY (run, id)
 ) WITHOUT ROWID;
