@@ -5,9 +5,17 @@
 //!
 //! Both keep the same schema shape: a narrow `runs` row per run, rewritten by each
 //! commit under a compare-and-set on its epoch and step, and append-only
-//! `checkpoints`, `documents` and `signals`. One transition is one database
-//! transaction. Queries are checked at run time, so the crate builds without a
+//! `checkpoints`, `documents` and `signals` that refer to it by the row's integer id.
+//! One transition is one database transaction. A checkpoint keeps the state after its
+//! step in full, or as an exact patch of the state before it (chains of at most 16),
+//! or not at all when the step left it as it was; a run's current state is its latest
+//! checkpoint's. Queries are checked at run time, so the crate builds without a
 //! database; the schema is embedded and migrated when a store opens.
+//!
+//! What it costs (`cargo run --release --example bench -- --workload W4 --compare`,
+//! the weather agent loop, six checkpointed transitions a run): on SQLite 1.3x the
+//! time of plain sqlx writes of the same steps and about 2 KB of database a run; on
+//! PostgreSQL 1.3x and about 3.2 KB.
 //!
 //! ```
 //! use loopstack_core::{RunQuery, RunStatus, Store};
