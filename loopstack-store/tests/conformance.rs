@@ -221,11 +221,11 @@ async fn a_worker_drives_submitted_runs_and_fires_due_timers_once(store: &Arc<dy
     use std::sync::atomic::AtomicI64;
     // A clock that can jump ahead: no test waits for an hour, or sleeps at all.
     let ahead = Arc::new(AtomicI64::new(0));
-    let clock = {
+    let clock = || {
         let ahead = ahead.clone();
         move || Timestamp::from_millis(Timestamp::now().as_millis() + ahead.load(Ordering::SeqCst))
     };
-    let rt = Runtime::with_shared_store(store.clone()).clock(clock);
+    let rt = Runtime::with_shared_store(store.clone()).clock(clock());
     let worker = Worker::new(rt.clone()).register(Review::default()).register(Timed);
 
     // Submitted runs come back at once, queued, and the worker drives them.
@@ -245,7 +245,12 @@ async fn a_worker_drives_submitted_runs_and_fires_due_timers_once(store: &Arc<dy
     let before = store.history(submitted[1]).await.unwrap().len();
     worker.run_once().await.unwrap();
     assert_eq!(store.history(submitted[1]).await.unwrap().len(), before);
+    // Two hours later, and a restart: a new runtime and worker over the same store
+    // find the due timer and fire it, once.
+    drop(worker);
     ahead.store(2 * 3600 * 1000, Ordering::SeqCst);
+    let restarted = Runtime::with_shared_store(store.clone()).clock(clock());
+    let worker = Worker::new(restarted).register(Review::default()).register(Timed);
     worker.run_once().await.unwrap();
     worker.run_once().await.unwrap();
     let record = store.load_run(submitted[1]).await.unwrap();

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::RunOutcome;
-use super::driver::state_error;
+use super::driver::{checkpoint_state, state_error};
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
 use crate::store::{Checkpoint, Fence, Park, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
@@ -73,7 +73,7 @@ enum Interrupted {
 async fn supervise<F: Future + Send>(
     fut: F,
     token: Option<&CancellationToken>,
-    heartbeat: Option<(&dyn Store, RunId, u64, Duration)>,
+    heartbeat: Option<Heartbeat<'_>>,
 ) -> Result<F::Output, Interrupted>
 where
     F::Output: Send,
@@ -85,10 +85,19 @@ where
     }
 }
 
+/// What renewing a drive's lease needs.
+struct Heartbeat<'a> {
+    store: &'a dyn Store,
+    run_id: RunId,
+    epoch: u64,
+    lease: Duration,
+    clock: &'a super::Clock,
+}
+
 async fn with_heartbeat<F: Future>(
     fut: F,
     token: Option<&CancellationToken>,
-    (store, run_id, epoch, lease): (&dyn Store, RunId, u64, Duration),
+    Heartbeat { store, run_id, epoch, lease, clock }: Heartbeat<'_>,
 ) -> Result<F::Output, Interrupted> {
     let mut fut = std::pin::pin!(fut);
     let cancelled = async {
@@ -104,7 +113,7 @@ async fn with_heartbeat<F: Future>(
             () = &mut cancelled => return Err(Interrupted::Cancelled),
             r = &mut fut => return Ok(r),
             () = tokio::time::sleep(lease / 3) => {
-                match store.heartbeat(run_id, epoch, Timestamp::now() + lease).await {
+                match store.heartbeat(run_id, epoch, clock() + lease).await {
                     Ok(()) => {}
                     Err(e @ StoreError::Fenced { .. }) => return Err(Interrupted::Lost(e)),
                     // A missed renewal is not fatal: the next one, or the commit, renews it.
@@ -196,7 +205,13 @@ impl<W: Workflow> RunLoop<'_, W> {
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
             let store = self.lease.map(|l| (cx.store.clone(), l.duration));
-            let heartbeat = store.as_ref().map(|(store, lease)| (store.as_ref(), run_id, self.epoch, *lease));
+            let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
+                store: store.as_ref(),
+                run_id,
+                epoch: self.epoch,
+                lease: *lease,
+                clock: self.clock,
+            });
             let transition = AssertUnwindSafe(wf.transition(index, state, cx, payload).instrument(span.clone()));
             let result = match supervise(transition.catch_unwind(), token.as_ref(), heartbeat).await {
                 Ok(Ok(result)) => result,
@@ -243,7 +258,14 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
                 continue;
             }
-            let value = serde_json::value::to_raw_value(&*state).map_err(state_error(name, run_id))?;
+            let value = match checkpoint_state(&*state, name, run_id, Some(t.name)) {
+                Ok(value) => value,
+                Err(e) => {
+                    // Nothing of the step is committed: the run keeps its last checkpoint.
+                    cx.rollback();
+                    return Err(e);
+                }
+            };
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
             let record = StepRecord::new(step, t.name, from, t.to);
             let at = record.at;

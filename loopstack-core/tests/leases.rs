@@ -1,0 +1,150 @@
+//! Leases: a drive renews its lease while a long transition runs, so no worker takes
+//! the run over; once the driver is gone and its lease ran out, a worker does, and
+//! the old driver could not write any more. Time is moved by hand (tokio's paused
+//! clock for the renewal timer, the runtime's clock for lease times): nothing sleeps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use loopstack_core::*;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// `begin`, then `work`, which waits until released, then `finish`.
+#[derive(Default)]
+struct Slow {
+    started: Notify,
+    release: Notify,
+    hold: std::sync::atomic::AtomicBool,
+}
+
+static DEF: Definition = Definition::new(
+    "slow",
+    &[START, "busy", "done", END],
+    &[
+        TransitionDef::new("begin", &[START], "busy"),
+        TransitionDef::new("work", &["busy"], "done"),
+        TransitionDef::new("finish", &["done"], END),
+    ],
+);
+
+impl Workflow for Slow {
+    type State = Vec<String>;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &DEF
+    }
+    fn init(&self, (): ()) -> Vec<String> {
+        Vec::new()
+    }
+    fn guard(&self, _: usize, _: &Vec<String>) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        log: &'a mut Vec<String>,
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            if t == 1 && self.hold.swap(false, Ordering::SeqCst) {
+                self.started.notify_one();
+                self.release.notified().await;
+            }
+            log.push(DEF.transitions()[t].name.to_owned());
+            Ok(())
+        })
+    }
+}
+
+/// The system clock plus an offset the test moves.
+fn clock(ahead: &Arc<AtomicI64>) -> impl Fn() -> Timestamp + Send + Sync + 'static {
+    let ahead = ahead.clone();
+    move || Timestamp::from_millis(Timestamp::now().as_millis() + ahead.load(Ordering::SeqCst))
+}
+
+/// Yields until `done` holds; panics if it never does.
+async fn until(mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..10_000 {
+        if done().await {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the condition never held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_transition_renews_its_lease_and_no_worker_takes_the_run() {
+    let ahead = Arc::new(AtomicI64::new(0));
+    let store = MemoryStore::new();
+    let rt = Runtime::with_store(store.clone()).lease(Some(LEASE)).clock(clock(&ahead));
+    let wf = Arc::new(Slow { hold: true.into(), ..Slow::default() });
+    let run_id = RunId::new();
+    let drive = {
+        let (rt, wf) = (rt.clone(), wf.clone());
+        tokio::spawn(async move { rt.start(&*wf, ()).run_id(run_id).await })
+    };
+    wf.started.notified().await;
+    let first = store.load_run(run_id).await.unwrap().lease_until.expect("a lease while driven");
+
+    // 40 seconds pass, past the lease as first taken: the renewal timer (every 10 s)
+    // fires and moves the lease on.
+    ahead.store(40_000, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(40)).await;
+    until(async || store.load_run(run_id).await.unwrap().lease_until.is_some_and(|l| l > first + LEASE)).await;
+    let lease = Lease { owner: "other".into(), until: rt.now() + LEASE };
+    let taken = store.claim_runnable(&["slow"], &lease, rt.now(), 10).await.unwrap();
+    assert!(taken.is_empty(), "a live lease keeps workers off the run");
+
+    wf.release.notify_one();
+    let report = drive.await.unwrap().unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(store.load_run(run_id).await.unwrap().epoch, 1, "never taken over");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_the_driver_is_gone_a_worker_takes_the_run_once_its_lease_ran_out() {
+    let ahead = Arc::new(AtomicI64::new(0));
+    let store = MemoryStore::new();
+    let rt = Runtime::with_store(store.clone()).lease(Some(LEASE)).clock(clock(&ahead));
+    let wf = Arc::new(Slow { hold: true.into(), ..Slow::default() });
+    let run_id = RunId::new();
+    let drive = {
+        let (rt, wf) = (rt.clone(), wf.clone());
+        tokio::spawn(async move { rt.start(&*wf, ()).run_id(run_id).await })
+    };
+    wf.started.notified().await;
+    // The driver dies mid-transition (its task is gone, as with a killed process).
+    drive.abort();
+    assert!(drive.await.unwrap_err().is_cancelled());
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "busy", 1));
+
+    let worker = Worker::new(Runtime::with_store(store.clone()).lease(Some(LEASE)).clock(clock(&ahead)))
+        .register(Slow::default());
+    assert_eq!(worker.run_once().await.unwrap(), 0, "the lease is still live");
+    ahead.store(31_000, Ordering::SeqCst);
+    assert_eq!(worker.run_once().await.unwrap(), 1, "the lease ran out");
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.epoch), (RunStatus::Completed, 2));
+    let steps: Vec<String> =
+        store.history(run_id).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
+    assert_eq!(steps, ["begin", "work", "finish"], "the interrupted transition ran again, once");
+
+    // The old driver's epoch can no longer write.
+    let state = serde_json::value::to_raw_value(&Vec::<String>::new()).unwrap();
+    let stale = Checkpoint::new(
+        run_id,
+        Fence { epoch: 1, step: 1 },
+        StepRecord::new(2, "work", "busy", "done"),
+        RunStatus::Running,
+        state,
+    );
+    assert!(matches!(store.commit(stale).await, Err(StoreError::Finished { .. })));
+}
