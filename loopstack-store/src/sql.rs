@@ -369,7 +369,7 @@ macro_rules! sql_store {
             NULL, NULL, NULL, $5, $5 FROM runs WHERE run_id = $1";
         const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
 
-        const ENDED: &str = "the run ended before the signal was delivered";
+        const ENDED: &str = loopstack_core::store::SIGNAL_OUTLIVED_RUN;
 
         fn run_from_row(row: &DbRow) -> Result<RunRecord, StoreError> {
             let get_err = |e: sqlx::Error| corrupt(e);

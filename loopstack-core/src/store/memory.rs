@@ -289,7 +289,7 @@ impl Store for MemoryStore {
         let t = cp.transition;
         run.checkpoints.push(MemCheckpoint { step: t.step, transition: t.transition, to: t.to, at: t.at, state: None });
         if cp.status.is_finished() {
-            run.reject_pending("the run ended before the signal was delivered");
+            run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
             inner.finished(cp.run_id);
         }
         Ok(())
@@ -312,7 +312,7 @@ impl Store for MemoryStore {
         r.lease_owner = None;
         r.lease_until = None;
         if status.is_finished() {
-            run.reject_pending("the run ended before the signal was delivered");
+            run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
             inner.finished(run_id);
         }
         Ok(())

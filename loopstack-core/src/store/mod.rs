@@ -704,6 +704,9 @@ pub fn check_fence(run_id: RunId, status: RunStatus, epoch: u64, step: u64, fenc
     Ok(())
 }
 
+/// The reason stores record for a signal still pending when its run finishes.
+pub const SIGNAL_OUTLIVED_RUN: &str = "the run ended before the signal was delivered";
+
 /// Whether a worker may claim `run` at `now` ([`Store::claim_runnable`]), given
 /// whether it has a pending signal.
 pub fn is_runnable(run: &RunRecord, now: Timestamp, has_pending_signal: bool) -> bool {
