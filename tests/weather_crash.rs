@@ -180,7 +180,10 @@ async fn a_run_killed_during_a_model_call_resumes_to_completion() {
     assert_eq!(steps, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
     // Exactly the documents of an uninterrupted run: question, call, result, answer.
     let docs = store.documents(run_id).await.unwrap();
-    let roles: Vec<String> = docs.iter().map(|d| d.value()["role"].as_str().unwrap_or_default().to_owned()).collect();
+    let roles: Vec<String> = docs
+        .iter()
+        .map(|d| d.value().expect("a stored document reads back")["role"].as_str().unwrap_or_default().to_owned())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant"], "{docs:?}");
     assert_eq!(store.document_versions(run_id).await.unwrap().len(), 4, "nothing committed twice");
     drop(store);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use crate::document::{Document, DocumentType, SaveOptions};
+use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
 use crate::store::{MemoryStore, RunId, Store};
 
 /// What a transition method can reach: the run's documents, its id and place, and
@@ -148,24 +148,36 @@ impl RunContext {
     }
 
     /// Saves a typed document with the type's default tags.
+    ///
+    /// Errors like [`RunContext::save_with`].
     pub fn save<T: DocumentType>(&mut self, doc: &T) -> Result<&Arc<Document>, serde_json::Error> {
         self.save_with(doc, SaveOptions::new())
     }
 
     /// Saves a typed document with a key, tags and metadata.
+    ///
+    /// Content that would not read back is refused with an error and nothing is
+    /// saved: a float that is NaN or infinite (JSON has no such number; it would be
+    /// written as `null`), or arrays and objects nested more than 127 levels deep in
+    /// the content or the metadata (serde_json reads no deeper). So is content that
+    /// does not serialize at all (a map whose keys are not strings).
     pub fn save_with<T: DocumentType>(
         &mut self,
         doc: &T,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
-        let content = serde_json::value::to_raw_value(doc)?;
+        let content = crate::document::to_checked_raw_value(doc).map_err(|e| match e {
+            CheckedError::Unreadable(why, _) => unreadable(T::TYPE, why),
+            CheckedError::Serialize(e) => e,
+        })?;
+        check_metadata(T::TYPE, &options)?;
         let mut options = options;
         for tag in T::default_tags().iter().rev() {
             if !options.tags.iter().any(|t| t == tag) {
                 options.tags.insert(0, Cow::Borrowed(*tag));
             }
         }
-        Ok(self.save_raw(T::TYPE, content, options))
+        Ok(self.insert(T::TYPE.into(), content, options))
     }
 
     fn find_keyed(&self, doc_type: &str, key: &str) -> Option<usize> {
@@ -173,13 +185,25 @@ impl RunContext {
     }
 
     /// Saves an untyped document whose content is already JSON.
+    ///
+    /// Content or metadata nested more than 127 levels deep is refused with an error
+    /// and nothing is saved, as [`RunContext::save_with`] refuses it: serde_json
+    /// would not read it back. (The check is one pass over the text.)
     pub fn save_raw(
         &mut self,
         doc_type: impl Into<Cow<'static, str>>,
         content: Box<RawValue>,
         options: SaveOptions,
-    ) -> &Arc<Document> {
+    ) -> Result<&Arc<Document>, serde_json::Error> {
         let doc_type = doc_type.into();
+        if crate::document::nests_deeper_than(content.get().as_bytes(), 0, READ_DEPTH) {
+            return Err(unreadable(&doc_type, Unreadable::TooDeep));
+        }
+        check_metadata(&doc_type, &options)?;
+        Ok(self.insert(doc_type, content, options))
+    }
+
+    fn insert(&mut self, doc_type: Cow<'static, str>, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
         let SaveOptions { key, tags, metadata } = options;
         let existing = key.as_deref().and_then(|k| self.find_keyed(&doc_type, k));
         let (seq, version) = match existing {
@@ -226,4 +250,17 @@ impl RunContext {
     pub fn get<T: DocumentType>(&self, key: &str) -> Option<Result<T, serde_json::Error>> {
         self.find_keyed(T::TYPE, key).map(|i| self.docs[i].read())
     }
+}
+
+/// The error of a document refused because it would not read back.
+fn unreadable(doc_type: &str, why: Unreadable) -> serde_json::Error {
+    serde::ser::Error::custom(format_args!("a `{doc_type}` document cannot be saved: {why}"))
+}
+
+/// Refuses metadata nested deeper than serde_json reads back (the map is one level).
+fn check_metadata(doc_type: &str, options: &SaveOptions) -> Result<(), serde_json::Error> {
+    if options.metadata.values().any(|v| crate::document::value_deeper_than(v, 1, READ_DEPTH)) {
+        return Err(unreadable(doc_type, Unreadable::TooDeep));
+    }
+    Ok(())
 }

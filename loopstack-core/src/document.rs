@@ -43,8 +43,12 @@ impl Document {
     }
 
     /// The content as a JSON value.
-    pub fn value(&self) -> Value {
-        serde_json::from_str(self.content.get()).expect("a document's content is valid JSON")
+    ///
+    /// An error only for content the runtime would not have saved (it refuses
+    /// content nested deeper than serde_json reads back), such as a document written
+    /// to the store by other means; never a panic.
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.content.get())
     }
 
     /// Whether the document is of type `T`.
@@ -124,5 +128,544 @@ impl SaveOptions {
     pub fn meta(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
         self.metadata.insert(name.into(), value.into());
         self
+    }
+}
+
+/// The deepest nesting of arrays and objects serde_json reads back: 127 levels
+/// (`[]` is one level). Its reader stops at 128, so a value written any deeper could
+/// be stored but never loaded again.
+pub(crate) const READ_DEPTH: usize = 127;
+
+/// Why a value cannot be stored so that it reads back as it was.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Unreadable {
+    /// A float that is NaN or infinite: serde_json writes it as `null`.
+    NonFinite(f64),
+    /// Arrays and objects nested deeper than [`READ_DEPTH`].
+    TooDeep,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NonFinite(v) => write!(
+                f,
+                "it holds the float {v}, which JSON cannot represent (it would be written as null and not read back)"
+            ),
+            Self::TooDeep => write!(
+                f,
+                "it nests arrays and objects more than {READ_DEPTH} levels deep, deeper than serde_json reads back"
+            ),
+        }
+    }
+}
+
+/// Why [`to_checked_raw_value`] failed.
+#[derive(Debug)]
+pub(crate) enum CheckedError {
+    /// The value serializes, but would not read back.
+    Unreadable(Unreadable, serde_json::Error),
+    /// The value does not serialize (its `Serialize` impl failed, a map key is not a string).
+    Serialize(serde_json::Error),
+}
+
+impl From<CheckedError> for serde_json::Error {
+    fn from(e: CheckedError) -> Self {
+        match e {
+            CheckedError::Unreadable(_, e) | CheckedError::Serialize(e) => e,
+        }
+    }
+}
+
+/// `serde_json::value::to_raw_value`, refusing what would not read back: a float
+/// that is not finite, nesting deeper than [`READ_DEPTH`]. One pass, the same text
+/// as `to_raw_value` writes for everything it accepts.
+pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
+    let refused = std::cell::Cell::new(None);
+    serde_json::value::to_raw_value(&checked::Checked { value, depth: 0, raw: false, refused: &refused }).map_err(|e| {
+        match refused.get() {
+            Some(why) => CheckedError::Unreadable(why, e),
+            None => CheckedError::Serialize(e),
+        }
+    })
+}
+
+/// Whether the JSON text nests arrays and objects deeper than `limit`, starting at
+/// `depth` levels: one pass over the bytes, counting brackets outside strings and
+/// stopping as soon as it knows.
+pub(crate) fn nests_deeper_than(text: &[u8], depth: usize, limit: usize) -> bool {
+    let mut depth = depth;
+    let mut bytes = text.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' => {
+                // Skip the string, escapes included.
+                while let Some(&c) = bytes.next() {
+                    match c {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether a JSON value nests deeper than `limit`, counting from `depth`; never
+/// descends more than `limit` levels.
+pub(crate) fn value_deeper_than(value: &Value, depth: usize, limit: usize) -> bool {
+    match value {
+        Value::Array(items) => depth + 1 > limit || items.iter().any(|v| value_deeper_than(v, depth + 1, limit)),
+        Value::Object(map) => depth + 1 > limit || map.values().any(|v| value_deeper_than(v, depth + 1, limit)),
+        _ => false,
+    }
+}
+
+/// A serializer that forwards to serde_json's and refuses non-finite floats and
+/// nesting deeper than [`READ_DEPTH`] on the way.
+mod checked {
+    use std::cell::Cell;
+    use std::fmt::Display;
+
+    use serde::ser::{self, Serialize, Serializer};
+
+    use super::{READ_DEPTH, Unreadable};
+
+    /// serde_json's name of the struct a `RawValue` serializes as.
+    const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+    /// A value to serialize at `depth` levels of nesting.
+    pub(super) struct Checked<'a, T: ?Sized> {
+        pub(super) value: &'a T,
+        pub(super) depth: usize,
+        /// The value is a `RawValue`'s text: its nesting is counted in the text.
+        pub(super) raw: bool,
+        pub(super) refused: &'a Cell<Option<Unreadable>>,
+    }
+
+    impl<T: Serialize + ?Sized> Serialize for Checked<'_, T> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            self.value.serialize(Ser { inner: serializer, depth: self.depth, raw: self.raw, refused: self.refused })
+        }
+    }
+
+    struct Ser<'a, S> {
+        inner: S,
+        depth: usize,
+        raw: bool,
+        refused: &'a Cell<Option<Unreadable>>,
+    }
+
+    /// A compound (array, object, variant) whose members are checked at `depth`.
+    pub(super) struct Compound<'a, C> {
+        inner: C,
+        depth: usize,
+        raw: bool,
+        refused: &'a Cell<Option<Unreadable>>,
+    }
+
+    impl<'a, C> Compound<'a, C> {
+        fn member<'v, T: ?Sized>(&self, value: &'v T) -> Checked<'v, T>
+        where
+            'a: 'v,
+        {
+            Checked { value, depth: self.depth, raw: self.raw, refused: self.refused }
+        }
+    }
+
+    impl<'a, S: Serializer> Ser<'a, S> {
+        fn refuse<E: ser::Error>(&self, why: Unreadable) -> E {
+            self.refused.set(Some(why));
+            E::custom(why)
+        }
+
+        /// The depth `levels` more levels in, unless that is too deep.
+        fn enter(&self, levels: usize) -> Result<usize, S::Error> {
+            let depth = self.depth + levels;
+            if depth > READ_DEPTH { Err(self.refuse(Unreadable::TooDeep)) } else { Ok(depth) }
+        }
+
+        fn nested<'v, T: ?Sized>(&self, value: &'v T, depth: usize) -> Checked<'v, T>
+        where
+            'a: 'v,
+        {
+            Checked { value, depth, raw: false, refused: self.refused }
+        }
+    }
+
+    macro_rules! forward {
+        ($($method:ident($ty:ty)),* $(,)?) => {
+            $(fn $method(self, v: $ty) -> Result<S::Ok, S::Error> {
+                self.inner.$method(v)
+            })*
+        };
+    }
+
+    impl<'a, S: Serializer> Serializer for Ser<'a, S> {
+        type Ok = S::Ok;
+        type Error = S::Error;
+        type SerializeSeq = Compound<'a, S::SerializeSeq>;
+        type SerializeTuple = Compound<'a, S::SerializeTuple>;
+        type SerializeTupleStruct = Compound<'a, S::SerializeTupleStruct>;
+        type SerializeTupleVariant = Compound<'a, S::SerializeTupleVariant>;
+        type SerializeMap = Compound<'a, S::SerializeMap>;
+        type SerializeStruct = Compound<'a, S::SerializeStruct>;
+        type SerializeStructVariant = Compound<'a, S::SerializeStructVariant>;
+
+        forward! {
+            serialize_bool(bool), serialize_i8(i8), serialize_i16(i16), serialize_i32(i32), serialize_i64(i64),
+            serialize_i128(i128), serialize_u8(u8), serialize_u16(u16), serialize_u32(u32), serialize_u64(u64),
+            serialize_u128(u128), serialize_char(char), serialize_bytes(&[u8]),
+            serialize_unit_struct(&'static str),
+        }
+
+        fn serialize_f32(self, v: f32) -> Result<S::Ok, S::Error> {
+            if !v.is_finite() {
+                return Err(self.refuse(Unreadable::NonFinite(f64::from(v))));
+            }
+            self.inner.serialize_f32(v)
+        }
+
+        fn serialize_f64(self, v: f64) -> Result<S::Ok, S::Error> {
+            if !v.is_finite() {
+                return Err(self.refuse(Unreadable::NonFinite(v)));
+            }
+            self.inner.serialize_f64(v)
+        }
+
+        fn serialize_str(self, v: &str) -> Result<S::Ok, S::Error> {
+            // A `RawValue`'s text is written as it is: count its nesting here.
+            if self.raw && super::nests_deeper_than(v.as_bytes(), self.depth, READ_DEPTH) {
+                return Err(self.refuse(Unreadable::TooDeep));
+            }
+            self.inner.serialize_str(v)
+        }
+
+        fn serialize_none(self) -> Result<S::Ok, S::Error> {
+            self.inner.serialize_none()
+        }
+
+        fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
+            let checked = self.nested(value, self.depth);
+            self.inner.serialize_some(&checked)
+        }
+
+        fn serialize_unit(self) -> Result<S::Ok, S::Error> {
+            self.inner.serialize_unit()
+        }
+
+        fn serialize_unit_variant(
+            self,
+            name: &'static str,
+            index: u32,
+            variant: &'static str,
+        ) -> Result<S::Ok, S::Error> {
+            self.inner.serialize_unit_variant(name, index, variant)
+        }
+
+        fn serialize_newtype_struct<T: Serialize + ?Sized>(
+            self,
+            name: &'static str,
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            let checked = self.nested(value, self.depth);
+            self.inner.serialize_newtype_struct(name, &checked)
+        }
+
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            name: &'static str,
+            index: u32,
+            variant: &'static str,
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            // `{"variant": value}`: one level.
+            let depth = self.enter(1)?;
+            let checked = self.nested(value, depth);
+            self.inner.serialize_newtype_variant(name, index, variant, &checked)
+        }
+
+        fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
+            let depth = self.enter(1)?;
+            let inner = self.inner.serialize_seq(len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
+            let depth = self.enter(1)?;
+            let inner = self.inner.serialize_tuple(len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_tuple_struct(
+            self,
+            name: &'static str,
+            len: usize,
+        ) -> Result<Self::SerializeTupleStruct, S::Error> {
+            let depth = self.enter(1)?;
+            let inner = self.inner.serialize_tuple_struct(name, len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_tuple_variant(
+            self,
+            name: &'static str,
+            index: u32,
+            variant: &'static str,
+            len: usize,
+        ) -> Result<Self::SerializeTupleVariant, S::Error> {
+            // `{"variant": [..]}`: two levels.
+            let depth = self.enter(2)?;
+            let inner = self.inner.serialize_tuple_variant(name, index, variant, len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
+            let depth = self.enter(1)?;
+            let inner = self.inner.serialize_map(len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, S::Error> {
+            if name == RAW_VALUE_TOKEN {
+                // Not an object: serde_json writes the raw text in its place.
+                let (depth, refused) = (self.depth, self.refused);
+                let inner = self.inner.serialize_struct(name, len)?;
+                return Ok(Compound { inner, depth, raw: true, refused });
+            }
+            let depth = self.enter(1)?;
+            let inner = self.inner.serialize_struct(name, len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn serialize_struct_variant(
+            self,
+            name: &'static str,
+            index: u32,
+            variant: &'static str,
+            len: usize,
+        ) -> Result<Self::SerializeStructVariant, S::Error> {
+            // `{"variant": {..}}`: two levels.
+            let depth = self.enter(2)?;
+            let inner = self.inner.serialize_struct_variant(name, index, variant, len)?;
+            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+        }
+
+        fn collect_str<T: Display + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
+            self.inner.collect_str(value)
+        }
+
+        fn is_human_readable(&self) -> bool {
+            self.inner.is_human_readable()
+        }
+    }
+
+    impl<C: ser::SerializeSeq> ser::SerializeSeq for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_element(&checked)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeTuple> ser::SerializeTuple for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_element(&checked)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeTupleStruct> ser::SerializeTupleStruct for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_field(&checked)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeTupleVariant> ser::SerializeTupleVariant for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_field(&checked)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeMap> ser::SerializeMap for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        // Keys go to serde_json as they are: it accepts only strings, numbers (a
+        // non-finite float is an error there) and the like, never a nested value.
+        fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), C::Error> {
+            self.inner.serialize_key(key)
+        }
+        fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_value(&checked)
+        }
+        fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
+            &mut self,
+            key: &K,
+            value: &V,
+        ) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_entry(key, &checked)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeStruct> ser::SerializeStruct for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_field(key, &checked)
+        }
+        fn skip_field(&mut self, key: &'static str) -> Result<(), C::Error> {
+            self.inner.skip_field(key)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+
+    impl<C: ser::SerializeStructVariant> ser::SerializeStructVariant for Compound<'_, C> {
+        type Ok = C::Ok;
+        type Error = C::Error;
+        fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), C::Error> {
+            let checked = self.member(value);
+            self.inner.serialize_field(key, &checked)
+        }
+        fn skip_field(&mut self, key: &'static str) -> Result<(), C::Error> {
+            self.inner.skip_field(key)
+        }
+        fn end(self) -> Result<C::Ok, C::Error> {
+            self.inner.end()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+    use serde_json::value::RawValue;
+
+    use super::{CheckedError, READ_DEPTH, Unreadable, nests_deeper_than, to_checked_raw_value};
+
+    /// Every shape serde_json writes as nesting: arrays, objects, each enum variant kind.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Shape {
+        Leaf,
+        Newtype(Box<Self>),
+        Tuple(Box<Self>, u8),
+        Struct { inner: Box<Self> },
+        Seq(Vec<Self>),
+        Map(std::collections::BTreeMap<String, Self>),
+        Pair((Box<Self>, Option<f64>)),
+    }
+
+    fn chain(kinds: &[u8]) -> Shape {
+        kinds.iter().rev().fold(Shape::Leaf, |inner, k| match k % 6 {
+            0 => Shape::Newtype(Box::new(inner)),
+            1 => Shape::Tuple(Box::new(inner), 7),
+            2 => Shape::Struct { inner: Box::new(inner) },
+            3 => Shape::Seq(vec![inner]),
+            4 => Shape::Map([("k".to_owned(), inner)].into()),
+            _ => Shape::Pair((Box::new(inner), Some(-0.0))),
+        })
+    }
+
+    #[test]
+    fn accepts_exactly_what_serde_json_reads_back_and_writes_the_same_text() {
+        let (mut accepted, mut refused) = (0, 0);
+        for pattern in [[0u8, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [3, 3, 3, 3, 3, 3], [1, 2, 1, 2, 0, 0]] {
+            for len in 40..100 {
+                let kinds: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
+                let value = chain(&kinds);
+                let plain = serde_json::value::to_raw_value(&value).unwrap();
+                let reads_back = serde_json::from_str::<Shape>(plain.get()).is_ok_and(|v| v == value);
+                match to_checked_raw_value(&value) {
+                    Ok(checked) => {
+                        assert_eq!(checked.get(), plain.get(), "the same text");
+                        assert!(reads_back, "accepted but not readable: {len} of {pattern:?}");
+                        accepted += 1;
+                    }
+                    Err(CheckedError::Unreadable(Unreadable::TooDeep, _)) => {
+                        assert!(!reads_back, "refused but readable: {len} of {pattern:?}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+        assert!(accepted > 20 && refused > 20, "both sides of the limit: {accepted} accepted, {refused} refused");
+    }
+
+    #[test]
+    fn refuses_non_finite_floats_anywhere_and_keeps_finite_ones_exact() {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let err = to_checked_raw_value(&json!({"a": [1]}).as_object().map(|_| vec![(1, bad)])).unwrap_err();
+            assert!(matches!(err, CheckedError::Unreadable(Unreadable::NonFinite(_), _)), "{err:?}");
+            assert!(matches!(to_checked_raw_value(&(bad as f32)), Err(CheckedError::Unreadable(..))));
+        }
+        let floats = [0.0, -0.0, 2.017351698988807e285, f64::MIN_POSITIVE, 5e-324, f64::MAX, -1.5];
+        let text = to_checked_raw_value(&floats).unwrap();
+        assert_eq!(text.get(), serde_json::to_string(&floats).unwrap());
+        let back: Vec<f64> = serde_json::from_str(text.get()).unwrap();
+        assert_eq!(back.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), floats.map(f64::to_bits).to_vec());
+    }
+
+    #[test]
+    fn counts_the_nesting_inside_raw_values() {
+        let raw = |depth: usize| RawValue::from_string(format!("{}{}", "[".repeat(depth), "]".repeat(depth))).unwrap();
+        // One level of object around the raw text.
+        assert!(to_checked_raw_value(&json!({"x": 1})).is_ok());
+        let ok = std::collections::BTreeMap::from([("raw", raw(READ_DEPTH - 1))]);
+        assert_eq!(to_checked_raw_value(&ok).unwrap().get(), serde_json::to_string(&ok).unwrap());
+        let deep = std::collections::BTreeMap::from([("raw", raw(READ_DEPTH))]);
+        assert!(matches!(to_checked_raw_value(&deep), Err(CheckedError::Unreadable(Unreadable::TooDeep, _))));
+        // Non-string map keys are still serde_json's error.
+        let keys = std::collections::BTreeMap::from([((1, 2), 3)]);
+        assert!(matches!(to_checked_raw_value(&keys), Err(CheckedError::Serialize(_))));
+    }
+
+    #[test]
+    fn the_scan_skips_strings_and_escapes() {
+        assert!(!nests_deeper_than(br#"["[[[[", "\"[[[", {"{{": "}}"}]"#, 0, 2));
+        assert!(nests_deeper_than(br#"["\\", [[1]]]"#, 0, 2));
+        assert!(!nests_deeper_than(br#"["\\", [[1]]]"#, 0, 3));
+        assert!(nests_deeper_than(b"[]", 3, 3));
     }
 }

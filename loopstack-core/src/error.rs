@@ -231,6 +231,24 @@ pub enum RunError {
         #[source]
         source: serde_json::Error,
     },
+    /// The state cannot be checkpointed so that it reads back as it was: it holds a
+    /// float that is NaN or infinite (JSON has no such number; serde_json writes it as
+    /// `null`), or arrays and objects nested more than 127 levels deep (serde_json
+    /// reads no deeper). Nothing that cannot be loaded is committed: after a
+    /// transition, the run keeps its last checkpoint, the transition's documents are
+    /// discarded and the run is failed; the initial state of a new run is refused
+    /// before the run is created.
+    #[error("workflow `{workflow}` (run {run_id}): {} cannot be stored: {reason}", fmt_after(*.after))]
+    UnstorableState {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The transition that left the state, or `None` for the initial state.
+        after: Option<&'static str>,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The run stands at a place the workflow no longer has: its transition table
     /// changed since the run was started.
     #[error(
@@ -281,6 +299,13 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
+fn fmt_after(after: Option<&'static str>) -> String {
+    match after {
+        Some(t) => format!("the state left by transition `{t}`"),
+        None => "the initial state".to_owned(),
+    }
+}
+
 fn fmt_guards(guards: &[&'static str]) -> String {
     if guards.is_empty() { String::new() } else { format!(" (guards that were false: {})", guards.join(", ")) }
 }
@@ -300,7 +325,8 @@ impl RunError {
             | Self::DefinitionChanged { run_id, .. }
             | Self::GuardPanicked { run_id, .. }
             | Self::SignalRefused { run_id, .. }
-            | Self::State { run_id, .. } => Some(*run_id),
+            | Self::State { run_id, .. }
+            | Self::UnstorableState { run_id, .. } => Some(*run_id),
             Self::Store(_) => None,
         }
     }

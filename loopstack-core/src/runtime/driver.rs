@@ -9,13 +9,29 @@ use tracing::Instrument as _;
 use super::run_loop::{LeaseCfg, RunLoop};
 use super::{Drive, Mode, RunOutcome, RunReport};
 use crate::context::RunContext;
-use crate::document::Document;
+use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
 use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
 pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
     move |source| RunError::State { workflow, run_id, source }
+}
+
+/// Serializes a state to checkpoint, refusing one that would not read back
+/// ([`RunError::UnstorableState`]); `after` is the transition that left it.
+pub(super) fn checkpoint_state<S: serde::Serialize>(
+    state: &S,
+    workflow: &'static str,
+    run_id: RunId,
+    after: Option<&'static str>,
+) -> Result<Box<RawValue>, RunError> {
+    crate::document::to_checked_raw_value(state).map_err(|e| match e {
+        CheckedError::Unreadable(why, _) => {
+            RunError::UnstorableState { workflow, run_id, after, reason: why.to_string() }
+        }
+        CheckedError::Serialize(source) => RunError::State { workflow, run_id, source },
+    })
 }
 
 /// Checks that a stored run can be driven by `wf`: its workflow, its place (naming
@@ -84,7 +100,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Mode::Start(input) => {
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
-            let value = serde_json::value::to_raw_value(&state).map_err(state_error(name, run_id))?;
+            let value = checkpoint_state(&state, name, run_id, None)?;
             let mut new = NewRun::new(run_id, name, def.hash(), value);
             if let Some(l) = new_lease() {
                 new = new.lease(l);
@@ -141,7 +157,16 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             if !enabled.contains(&signal.as_str()) {
                 return Err(RunError::UnknownSignal { workflow: name, run_id: id, place, signal, expected: enabled });
             }
-            let raw: Box<RawValue> = serde_json::value::to_raw_value(&payload).map_err(state_error(name, id))?;
+            // A payload that would not read back is refused before it is stored.
+            let raw: Box<RawValue> = crate::document::to_checked_raw_value(&payload).map_err(|e| match e {
+                CheckedError::Unreadable(why, _) => RunError::InvalidSignalPayload {
+                    workflow: name,
+                    run_id: id,
+                    signal: enabled.iter().copied().find(|s| *s == signal).unwrap_or("?"),
+                    reason: why.to_string(),
+                },
+                CheckedError::Serialize(source) => RunError::State { workflow: name, run_id: id, source },
+            })?;
             let receipt = store.send_signal(id, &signal, raw).await.map_err(invalid_status(name, "take a signal"))?;
             match store.claim(id, &claim(&[RunStatus::Waiting])).await {
                 Ok(record) => {

@@ -233,11 +233,7 @@ impl Runtime {
         let def = workflow.definition();
         let run_id = RunId::new();
         let state = workflow.init(input);
-        let value = serde_json::value::to_raw_value(&state).map_err(|source| RunError::State {
-            workflow: def.name(),
-            run_id,
-            source,
-        })?;
+        let value = driver::checkpoint_state(&state, def.name(), run_id, None)?;
         self.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
         Ok(run_id)
     }

@@ -1,0 +1,238 @@
+//! Whatever the runtime commits reads back: a state or document that would not (a
+//! NaN or infinite float, nesting deeper than serde_json reads) is refused at the
+//! transition, and the run keeps its last checkpoint.
+
+use futures::future::BoxFuture;
+use loopstack_core::serde_json::value::RawValue;
+use loopstack_core::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The deepest nesting serde_json reads back.
+const READ_DEPTH: usize = 127;
+
+/// `depth` levels of arrays.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(json!(1), |inner, _| Value::Array(vec![inner]))
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct State {
+    x: f64,
+    deep: Value,
+    log: Vec<String>,
+}
+
+/// What `begin` does to the state, or saves.
+#[derive(Debug, Clone)]
+enum Poison {
+    Float(f64),
+    /// `deep` nested this many levels (the state's own object is one more).
+    Deep(usize),
+    /// A document nested this many levels.
+    Document(usize),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Note {
+    text: String,
+}
+impl DocumentType for Note {
+    const TYPE: &'static str = "note";
+}
+
+#[derive(Serialize, Deserialize)]
+struct Blob(Value);
+impl DocumentType for Blob {
+    const TYPE: &'static str = "blob";
+}
+
+struct Poisoned(Poison);
+
+static DEF: Definition = Definition::new(
+    "poisoned",
+    &[START, "a", "waiting", END],
+    &[
+        TransitionDef::new("begin", &[START], "a"),
+        TransitionDef::new("park", &["a"], "waiting"),
+        TransitionDef::new("approve", &["waiting"], END).wait(|| json!({})),
+    ],
+);
+
+impl Workflow for Poisoned {
+    type State = State;
+    type Input = State;
+    fn definition(&self) -> &'static Definition {
+        &DEF
+    }
+    fn init(&self, input: State) -> State {
+        input
+    }
+    fn guard(&self, _: usize, _: &State) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        s: &'a mut State,
+        cx: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            let name = DEF.transitions()[t].name;
+            s.log.push(name.to_owned());
+            cx.save(&Note { text: format!("{name} ran") }).map_err(TransitionError::failed)?;
+            if name == "park" {
+                match &self.0 {
+                    Poison::Float(f) => s.x = *f,
+                    Poison::Deep(depth) => s.deep = nested(*depth),
+                    Poison::Document(depth) => {
+                        cx.save(&Blob(nested(*depth))).map_err(TransitionError::failed)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The run failed at step 1 (after `begin`), its checkpoint reads back, and nothing
+/// of `park` was kept.
+async fn assert_kept_its_checkpoint(rt: &Runtime, run_id: RunId) {
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step, &*record.place), (RunStatus::Failed, 1, "a"));
+    let state: State = serde_json::from_str(record.state.get()).expect("the last checkpoint reads back");
+    assert_eq!(state.log, ["begin"]);
+    assert_eq!(rt.store().history(run_id).await.unwrap().len(), 1);
+    let docs = rt.store().documents(run_id).await.unwrap();
+    assert_eq!(docs.len(), 1, "the refused transition's documents are discarded");
+    for doc in rt.store().document_versions(run_id).await.unwrap() {
+        assert_eq!(doc.step, 1);
+        doc.value().expect("every stored document reads back");
+    }
+}
+
+#[tokio::test]
+async fn a_state_holding_nan_or_infinity_is_refused_and_the_run_keeps_its_checkpoint() {
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let rt = Runtime::new();
+        let err = rt.start(&Poisoned(Poison::Float(bad)), State::default()).await.unwrap_err();
+        assert!(
+            matches!(&err, RunError::UnstorableState { after: Some("park"), reason, .. } if reason.contains("float")),
+            "{err:?}"
+        );
+        let run_id = err.run_id().unwrap();
+        assert_kept_its_checkpoint(&rt, run_id).await;
+        // The failed run can be retried from that checkpoint (and fails the same way).
+        let again = rt.retry(&Poisoned(Poison::Float(bad)), run_id).await.unwrap_err();
+        assert!(matches!(again, RunError::UnstorableState { .. }), "{again:?}");
+        // With the bug fixed, it completes.
+        let fixed = rt.retry(&Poisoned(Poison::Float(1.5)), run_id).await.unwrap();
+        assert_eq!(fixed.outcome, RunOutcome::Waiting { place: "waiting", signals: vec!["approve"] });
+    }
+}
+
+#[tokio::test]
+async fn a_state_nested_deeper_than_serde_json_reads_is_refused_and_one_at_the_limit_is_kept() {
+    let rt = Runtime::new();
+    // The state's own object is one level: `deep` may nest 126 more.
+    let report = rt.start(&Poisoned(Poison::Deep(READ_DEPTH - 1)), State::default()).await.unwrap();
+    let record = rt.store().load_run(report.run_id).await.unwrap();
+    let state: State = serde_json::from_str(record.state.get()).expect("a state at the limit reads back");
+    assert_eq!(state.deep, nested(READ_DEPTH - 1));
+
+    let err = rt.start(&Poisoned(Poison::Deep(READ_DEPTH)), State::default()).await.unwrap_err();
+    assert!(
+        matches!(&err, RunError::UnstorableState { after: Some("park"), reason, .. } if reason.contains("127 levels")),
+        "{err:?}"
+    );
+    assert_kept_its_checkpoint(&rt, err.run_id().unwrap()).await;
+}
+
+#[tokio::test]
+async fn an_initial_state_that_would_not_read_back_is_refused_before_the_run_exists() {
+    let store = MemoryStore::new();
+    let rt = Runtime::with_store(store.clone());
+    let wf = Poisoned(Poison::Float(0.0));
+    let err = rt.start(&wf, State { x: f64::NAN, ..State::default() }).await.unwrap_err();
+    assert!(matches!(err, RunError::UnstorableState { after: None, .. }), "{err:?}");
+    let err = rt.submit(&wf, State { deep: nested(200), ..State::default() }).await.unwrap_err();
+    assert!(matches!(err, RunError::UnstorableState { after: None, .. }), "{err:?}");
+    assert!(store.is_empty(), "no run was created");
+}
+
+#[tokio::test]
+async fn a_document_nested_too_deep_fails_the_transition_and_nothing_of_it_is_kept() {
+    let rt = Runtime::new();
+    // A `Blob` is a newtype: its content is the value itself.
+    let report = rt.start(&Poisoned(Poison::Document(READ_DEPTH)), State::default()).await.unwrap();
+    let docs = rt.store().documents(report.run_id).await.unwrap();
+    assert_eq!(docs[2].value().expect("a document at the limit reads back"), nested(READ_DEPTH));
+
+    let err = rt.start(&Poisoned(Poison::Document(READ_DEPTH + 1)), State::default()).await.unwrap_err();
+    let source = err.transition_source().map(ToString::to_string).unwrap_or_default();
+    assert!(source.contains("`blob` document cannot be saved"), "{err:?}");
+    assert_kept_its_checkpoint(&rt, err.run_id().unwrap()).await;
+}
+
+#[test]
+fn saving_refuses_content_and_metadata_that_would_not_read_back() {
+    let mut cx = RunContext::detached("unit");
+    assert!(cx.save(&Blob(nested(READ_DEPTH + 1))).is_err());
+    assert!(cx.save(&Blob(nested(10_000))).is_err());
+    let raw = |depth: usize| RawValue::from_string(format!("{}{}", "[".repeat(depth), "]".repeat(depth))).unwrap();
+    assert!(cx.save_raw("raw", raw(READ_DEPTH + 1), SaveOptions::new()).is_err());
+    // Brackets inside strings are not nesting.
+    let text = RawValue::from_string(format!("[\"{}\"]", "[{\\\"".repeat(500))).unwrap();
+    cx.save_raw("raw", text, SaveOptions::new()).unwrap();
+    cx.save_raw("raw", raw(READ_DEPTH), SaveOptions::new()).unwrap();
+    // Metadata is an object: its values may nest 126 levels.
+    assert!(cx.save_with(&Note { text: "m".into() }, SaveOptions::new().meta("m", nested(READ_DEPTH))).is_err());
+    cx.save_with(&Note { text: "m".into() }, SaveOptions::new().meta("m", nested(READ_DEPTH - 1))).unwrap();
+
+    #[derive(Serialize, Deserialize)]
+    struct Reading {
+        celsius: f32,
+    }
+    impl DocumentType for Reading {
+        const TYPE: &'static str = "reading";
+    }
+    let err = cx.save(&Reading { celsius: f32::NAN }).unwrap_err();
+    assert!(err.to_string().contains("`reading` document cannot be saved"), "{err}");
+    // Only the documents that read back were saved.
+    assert_eq!(cx.documents().len(), 3);
+    for doc in cx.documents() {
+        doc.value().unwrap();
+    }
+}
+
+#[test]
+fn reading_a_document_that_does_not_parse_is_an_error_not_a_panic() {
+    let deep = RawValue::from_string(format!("{}{}", "[".repeat(5_000), "]".repeat(5_000))).unwrap();
+    let doc = Document {
+        seq: 0,
+        doc_type: "raw".into(),
+        key: None,
+        version: 1,
+        tags: Vec::new(),
+        metadata: Default::default(),
+        content: deep,
+        step: 1,
+    };
+    assert!(doc.value().is_err());
+}
+
+#[tokio::test]
+async fn a_signal_payload_nested_too_deep_is_refused_before_it_is_stored() {
+    let rt = Runtime::new();
+    let wf = Poisoned(Poison::Float(0.0));
+    let run_id = rt.start(&wf, State::default()).await.unwrap().run_id;
+    let err = rt.signal(&wf, run_id, ("approve", json!({"deep": nested(500)}))).await.unwrap_err();
+    assert!(matches!(err, RunError::InvalidSignalPayload { signal: "approve", .. }), "{err:?}");
+    assert!(rt.store().signals(run_id).await.unwrap().is_empty(), "nothing was stored");
+    let record = rt.store().load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step), (RunStatus::Waiting, 2));
+    // The run still takes a good one.
+    let report = rt.signal(&wf, run_id, ("approve", json!({"deep": nested(100)}))).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+}
