@@ -73,6 +73,28 @@ pub trait Tool: Send + Sync + 'static {
     ///
     /// Arguments that do not deserialize are an [`ToolErrorKind::InvalidArguments`]
     /// error, never a panic: the model sees the reason and can correct itself.
+    ///
+    /// # Blocking work
+    ///
+    /// The call runs on the async runtime's threads: work that blocks its thread
+    /// (synchronous I/O, a blocking client, heavy computation) belongs in
+    /// [`tokio::task::spawn_blocking`], so it holds no thread other tasks need:
+    ///
+    /// ```no_run
+    /// # use loopstack_core::ToolError;
+    /// # async fn demo(path: std::path::PathBuf) -> Result<String, ToolError> {
+    /// let text = tokio::task::spawn_blocking(move || std::fs::read_to_string(path))
+    ///     .await
+    ///     .map_err(ToolError::new)?
+    ///     .map_err(ToolError::new)?;
+    /// # Ok(text) }
+    /// ```
+    ///
+    /// A call that blocks anyway still gets its timeout result on time on a
+    /// multi-thread runtime: the LLM layer runs each call in a task of its own and
+    /// waits for it elsewhere. But the blocked thread stays blocked until the call
+    /// returns (a task can only be stopped at an await), and on a current-thread
+    /// runtime nothing else runs meanwhile, not even the timeout.
     async fn call(&self, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 

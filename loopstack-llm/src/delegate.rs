@@ -64,6 +64,13 @@ pub struct DelegateResult {
 /// [`DEFAULT_CONCURRENCY`] at once unless set); a tool whose options say it is not
 /// concurrent runs alone.
 ///
+/// Called from a task of a multi-thread runtime (a [`Worker`](loopstack_core::Worker)'s
+/// runs, a drive inside `tokio::spawn`), each call runs in a task of its own, so a
+/// tool that blocks its thread still gets its timeout result on time (the blocked
+/// task is aborted at its next await); called from outside a task (`block_on`, the
+/// body of `#[tokio::main]`) the calls run inline. Either way, blocking work belongs in
+/// `tokio::task::spawn_blocking` (see [`Tool::call`](loopstack_core::Tool::call)).
+///
 /// Each call gets exactly one result, and no two results share an id: a call that
 /// repeats the id of an earlier call in the message is not run, and its error result
 /// (saying why) carries the id `<id>_dup<n>` (`n` from 2). Messages from
@@ -182,7 +189,7 @@ impl LlmDelegateToolCalls {
             outcome = tracing::field::Empty,
         );
         let started = Instant::now();
-        let output = self.execute(call, &cx, offered, exclusive).instrument(span.clone()).await;
+        let output = self.execute(call, cx, offered, exclusive).instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         span.record("outcome", if output.is_error { "error" } else { "ok" });
         if output.is_error {
@@ -192,13 +199,7 @@ impl LlmDelegateToolCalls {
         ToolCallResult { tool_use_id: call.id.clone(), name: call.name.clone(), content: output.into_text(), is_error }
     }
 
-    async fn execute(
-        &self,
-        call: &ToolUse,
-        cx: &ToolContext,
-        offered: &[String],
-        exclusive: &RwLock<()>,
-    ) -> ToolOutput {
+    async fn execute(&self, call: &ToolUse, cx: ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolOutput {
         let name = call.name.as_str();
         if !offered.iter().any(|o| o == name) || self.tools.get(name).is_none() {
             let available: Vec<String> = offered.iter().filter(|o| self.tools.get(o).is_some()).cloned().collect();
@@ -224,17 +225,59 @@ impl LlmDelegateToolCalls {
         } else {
             futures::future::Either::Right(exclusive.write().await)
         };
-        let invocation = AssertUnwindSafe(self.tools.call(name, call.input.clone(), cx)).catch_unwind();
-        match tokio::time::timeout(timeout, invocation).await {
-            Err(_) => ToolOutput::error(format!("tool `{name}` timed out after {}", fmt_duration(timeout))),
-            Ok(Err(panic)) => {
+        let registry = self.tools.clone();
+        let (tool, input) = (name.to_owned(), call.input.clone());
+        let invocation = async move { registry.call(&tool, input, &cx).await };
+        let finished = if in_own_task() {
+            // In a task of its own, so the timeout fires here even while the tool
+            // blocks the worker thread it runs on: the call gets its error result on
+            // time. The task is aborted (at its next await) once this future stops
+            // waiting for it: on the timeout, or when dropped, as on cancellation.
+            let mut task = AbortOnDrop(tokio::spawn(invocation.in_current_span()));
+            match tokio::time::timeout(timeout, &mut task.0).await {
+                Err(_) => None,
+                Ok(Ok(result)) => Some(Ok(result)),
+                Ok(Err(join)) => Some(Err(join.try_into_panic().ok())),
+            }
+        } else {
+            tokio::time::timeout(timeout, AssertUnwindSafe(invocation).catch_unwind())
+                .await
+                .ok()
+                .map(|r| r.map_err(Some))
+        };
+        match finished {
+            None => ToolOutput::error(format!("tool `{name}` timed out after {}", fmt_duration(timeout))),
+            Some(Err(Some(panic))) => {
                 let what = loopstack_core::panic_message(panic.as_ref());
-                tracing::error!(tool = name, call_id = cx.call_id(), panic = %what, "tool panicked");
+                tracing::error!(tool = name, call_id = %call.id, panic = %what, "tool panicked");
                 ToolOutput::error(format!("tool `{name}` failed: it panicked: {what}"))
             }
-            Ok(Ok(Err(err))) => err.into(),
-            Ok(Ok(Ok(output))) => output,
+            // Only an abort cancels the task, and only once nothing awaits it.
+            Some(Err(None)) => ToolOutput::error(format!("tool `{name}` failed: its task was cancelled")),
+            Some(Ok(Err(err))) => err.into(),
+            Some(Ok(Ok(output))) => output,
         }
+    }
+}
+
+/// Whether a call runs in a task of its own: when it is made from a task of a
+/// multi-thread runtime, where that is a cheap spawn onto the same worker and the
+/// caller's timeout can fire on another one. Outside a task (the future `block_on`
+/// runs, such as the body of `#[tokio::main]`) the hand-off to a worker would cost a
+/// cross-thread round trip per call, and on a current-thread runtime a blocked
+/// thread holds up everything anyway: there the call runs inline.
+fn in_own_task() -> bool {
+    tokio::task::try_id().is_some()
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
+/// A spawned call, aborted when it is no longer awaited.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
