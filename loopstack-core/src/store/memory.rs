@@ -19,8 +19,10 @@ use crate::error::StoreError;
 ///
 /// It keeps every run, with all its checkpoints, document versions and signals,
 /// until [`MemoryStore::remove`] drops it, or, with
-/// [`MemoryStore::keep_finished`], until more than that many finished runs are held
-/// (the oldest-finished go first). Runs that have not finished are never evicted.
+/// [`MemoryStore::keep_finished`], until more than that many finished runs
+/// (completed, failed or cancelled) are held: then the runs that finished first are
+/// dropped whole. Runs that have not finished (queued, running, waiting) are never
+/// evicted and do not count toward the bound.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
@@ -104,7 +106,8 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Keeps at most `n` finished runs, evicting the oldest-finished beyond that.
+    /// Keeps at most `n` finished runs (completed, failed or cancelled), evicting
+    /// those that finished first beyond that; unfinished runs are never evicted.
     #[must_use]
     pub fn keep_finished(self, n: usize) -> Self {
         self.lock().keep_finished = Some(n);
