@@ -148,3 +148,23 @@ async fn when_the_driver_is_gone_a_worker_takes_the_run_once_its_lease_ran_out()
     );
     assert!(matches!(store.commit(stale).await, Err(StoreError::Finished { .. })));
 }
+
+#[tokio::test]
+async fn a_worker_fails_a_run_whose_place_its_build_no_longer_has() {
+    let store = MemoryStore::new();
+    let run_id = RunId::new();
+    let state = serde_json::value::to_raw_value(&Vec::<String>::new()).unwrap();
+    // A run an older build of `slow` queued at a place this build does not have.
+    let run = store.create_run(NewRun::new(run_id, "slow", "0123456789abcdef", state.clone())).await.unwrap();
+    let step = StepRecord::new(1, "gone", START, "nowhere");
+    store.commit(Checkpoint::new(run_id, run.fence(), step, RunStatus::Running, state)).await.unwrap();
+    store.set_status(run_id, Fence { epoch: 1, step: 1 }, RunStatus::Queued, None).await.unwrap();
+
+    let worker = Worker::new(Runtime::with_store(store.clone())).register(Slow::default());
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Failed, "failed, not claimed again at every lease");
+    let error = record.error.unwrap();
+    assert!(error.contains("`nowhere`") && error.contains("0123456789abcdef") && error.contains(DEF.hash()), "{error}");
+    assert_eq!(worker.run_once().await.unwrap(), 0);
+}

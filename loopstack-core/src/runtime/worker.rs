@@ -118,10 +118,22 @@ impl Worker {
 
     async fn drive(&self, record: RunRecord) {
         let Some(workflow) = self.workflows.get(record.workflow.as_str()) else { return };
-        let run_id = record.run_id;
-        if let Err(e) = workflow.drive(&self.runtime, record).await {
-            // The run records its own failure; the worker goes on.
-            tracing::info!(run_id = %run_id, error = %e, "a drive ended with an error");
+        let (run_id, fence) = (record.run_id, record.fence());
+        match workflow.drive(&self.runtime, record).await {
+            Ok(()) => {}
+            // A run this build cannot drive (its place is gone, its state no longer
+            // reads) would otherwise be claimed again at every lease: it fails with
+            // the reason, and `retry` picks it up under a build that can.
+            Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
+                tracing::warn!(run_id = %run_id, error = %e, "this build cannot drive the run");
+                let status = crate::store::RunStatus::Failed;
+                if let Err(store_err) = self.runtime.store.set_status(run_id, fence, status, Some(e.to_string())).await
+                {
+                    tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure");
+                }
+            }
+            // The run recorded its own failure; the worker goes on.
+            Err(e) => tracing::info!(run_id = %run_id, error = %e, "a drive ended with an error"),
         }
     }
 
