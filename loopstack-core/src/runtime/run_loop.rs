@@ -243,7 +243,12 @@ impl<W: Workflow> RunLoop<'_, W> {
                         source,
                     });
                 };
-                // A wait transition that fails refuses its signal: the run keeps waiting.
+                // A wait transition that fails refuses its signal: the run keeps waiting,
+                // from its checkpoint's state (the transition may have changed it before
+                // it failed, and a later signal of this drive must not commit that).
+                // Read back from the store: this path is rare, the common one keeps no copy.
+                let record = cx.store.load_run(run_id).await?;
+                *state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
                 let error = match err {
                     TransitionError::InvalidPayload(reason) => {
                         RunError::InvalidSignalPayload { workflow: name, run_id, signal: t.name, reason }
