@@ -174,11 +174,10 @@ async fn sixteen_thousand_keyed_saves_keep_one_current_document_per_key() {
     assert!(at_one.iter().filter(|d| d.is::<Counter>()).all(|d| d.step == 1 && d.read::<Counter>().unwrap().pass == 1));
 }
 
-/// A run retried after it failed and then finished again must count as the newest
-/// finished run. Today its entry from the first finish evicts it (with two runs and a
-/// bound of two): `Inner::finished` pushes the id again without dropping the old entry.
+/// A run retried after it failed and then finished again counts as the newest
+/// finished run: its entry from the first finish must not evict it (with two runs and
+/// a bound of two).
 #[tokio::test]
-#[ignore = "known bug in MemoryStore's eviction of retried runs (loopstack-core/src/store/memory.rs, `Inner::finished`)"]
 async fn a_retried_run_counts_from_its_last_finish() {
     let store = MemoryStore::new().keep_finished(2);
     let rt = Runtime::with_store(store.clone());

@@ -147,6 +147,8 @@ impl Inner {
 
     fn finished(&mut self, run_id: RunId) {
         let Some(keep) = self.keep_finished else { return };
+        // A retried run that finishes again counts from its last finish.
+        self.finished.retain(|&id| id != run_id);
         self.finished.push_back(run_id);
         while self.finished.len() > keep {
             if let Some(old) = self.finished.pop_front() {
