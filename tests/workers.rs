@@ -49,10 +49,12 @@ impl Drop for WorkerProcess {
     }
 }
 
-fn spawn_worker(store_args: &[String], owner: &str) -> WorkerProcess {
+/// A worker process whose scripted model takes `latency_ms` per turn.
+fn spawn_worker(store_args: &[String], owner: &str, latency_ms: u64) -> WorkerProcess {
+    let latency = latency_ms.to_string();
     let child = Command::new(worker_exe())
         .args(store_args)
-        .args(["--owner", owner, "--lease-ms", "1000", "--concurrency", "8", "--model-latency-ms", "2"])
+        .args(["--owner", owner, "--lease-ms", "1000", "--concurrency", "8", "--model-latency-ms", &latency])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -162,26 +164,29 @@ async fn three_postgres_workers_finish_every_run_when_one_is_killed() {
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let ids = submit_all(shared.clone()).await;
     let args = vec!["--postgres".to_owned(), url.clone(), "--schema".to_owned(), schema.clone()];
-    let mut workers: Vec<WorkerProcess> = (0..3).map(|i| spawn_worker(&args, &format!("worker-{i}"))).collect();
-
-    // Kill worker 0 while it holds runs, a third of the way in.
-    until("a third of the runs and worker-0 holding one", async || {
-        let held: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running' AND lease_owner = 'worker-0'")
-                .fetch_one(store.pool())
-                .await
-                .unwrap();
-        held > 0 && count(&*shared, RunStatus::Completed).await >= RUNS / 3
+    // Worker 0's model never answers in time: it holds the runs it claims (renewing
+    // their leases) until it is killed, a third of the way in.
+    let mut killed = spawn_worker(&args, "worker-0", 3_600_000);
+    let workers: Vec<WorkerProcess> = (1..3).map(|i| spawn_worker(&args, &format!("worker-{i}"), 2)).collect();
+    let held_by_0 = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running' AND lease_owner = 'worker-0'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    until("a third of the runs, and worker-0 holding some", async || {
+        held_by_0().await > 0 && count(&*shared, RunStatus::Completed).await >= RUNS / 3
     })
     .await;
-    let mut killed = workers.remove(0);
     killed.0.kill().unwrap(); // SIGKILL
     killed.0.wait().unwrap();
+    let held = held_by_0().await;
+    assert!(held > 0);
 
     until("every run to complete", async || count(&*shared, RunStatus::Completed).await == RUNS).await;
     drop(workers);
     let taken_over = check_runs(&*shared, &ids).await;
-    assert!(taken_over >= 1, "the runs the killed worker held were taken over by the others");
+    assert!(taken_over as i64 >= held, "the {held} runs the killed worker held were taken over by the others");
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }
 
@@ -195,7 +200,7 @@ async fn a_sqlite_worker_killed_and_restarted_finishes_every_run() {
     let ids = submit_all(store.clone()).await;
     let args = vec!["--sqlite".to_owned(), path.to_string_lossy().into_owned()];
 
-    let mut first = spawn_worker(&args, "first");
+    let mut first = spawn_worker(&args, "first", 2);
     until("a third of the runs and the worker holding one", async || {
         let held: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running'")
             .fetch_one(sqlite.pool())
@@ -209,7 +214,7 @@ async fn a_sqlite_worker_killed_and_restarted_finishes_every_run() {
     let interrupted = count(&*store, RunStatus::Running).await;
     assert!(interrupted > 0, "the worker died holding runs");
 
-    let _second = spawn_worker(&args, "second");
+    let _second = spawn_worker(&args, "second", 2);
     until("every run to complete", async || count(&*store, RunStatus::Completed).await == RUNS).await;
     let taken_over = check_runs(&*store, &ids).await;
     assert_eq!(taken_over, interrupted, "every run the killed worker held was resumed by the new one");
