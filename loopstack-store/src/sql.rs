@@ -382,14 +382,14 @@ macro_rules! sql_store {
             let wake_at: Option<i64> = row.try_get("wake_at").map_err(get_err)?;
             let mut record = RunRecord {
                 run_id: RunId(row.try_get("run_id").map_err(get_err)?),
-                workflow: row.try_get("workflow").map_err(get_err)?,
+                workflow: std::borrow::Cow::Owned(row.try_get("workflow").map_err(get_err)?),
                 status: status.parse()?,
                 place: std::borrow::Cow::Owned(row.try_get("place").map_err(get_err)?),
                 step: to_u64(row.try_get("step").map_err(get_err)?)?,
                 // Filled in from the checkpoints by the caller.
                 state: raw("null".to_owned())?,
                 error: row.try_get("error").map_err(get_err)?,
-                definition_hash: row.try_get("definition_hash").map_err(get_err)?,
+                definition_hash: std::borrow::Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
                 parent: parent.map(RunId),
                 forked_from: None,
                 epoch: to_u64(row.try_get("epoch").map_err(get_err)?)?,
@@ -545,9 +545,9 @@ macro_rules! sql_store {
                 let mut tx = self.pool.begin().await.map_err(backend)?;
                 let done = sqlx::query(INSERT_RUN)
                     .bind(run.run_id.0)
-                    .bind(&run.workflow)
+                    .bind(&*run.workflow)
                     .bind(run.status.as_str())
-                    .bind(&run.definition_hash)
+                    .bind(&*run.definition_hash)
                     .bind(run.parent.map(|p| p.0))
                     .bind(epoch)
                     .bind(run.lease.as_ref().map(|l| l.owner.clone()))

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
 use super::run_loop::{LeaseCfg, RunLoop};
-use super::{Drive, Mode, RunOutcome, RunReport};
+use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
@@ -54,7 +54,7 @@ fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(&'static str, W
                 workflow: name,
                 run_id,
                 place: record.place.to_string(),
-                stored_hash: record.definition_hash.clone(),
+                stored_hash: record.definition_hash.to_string(),
                 current_hash: def.hash().to_owned(),
             }
         }
@@ -81,13 +81,27 @@ struct Ready<S> {
     own_signal: Option<u64>,
 }
 
-pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
-    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation } = d;
+/// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the
+/// report at once.
+enum Prepared<S> {
+    Ready(Ready<S>),
+    Done(RunReport<S>),
+}
+
+/// Sets a drive up: creates, claims or forks the run and loads what the loop needs.
+/// A function of its own, so its locals and the loop's never share the drive's
+/// future: each run in flight holds only the larger of the two.
+async fn prepare<W: Workflow>(
+    runtime: &Runtime,
+    wf: &W,
+    mode: Mode<W::Input>,
+    run_id: Option<RunId>,
+    lease: Option<&LeaseCfg>,
+) -> Result<Prepared<W::State>, RunError> {
     let def = wf.definition();
     let name = def.name();
     let store = &runtime.store;
-    let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
-    let new_lease = || lease.as_ref().map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
+    let new_lease = || lease.map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
         match new_lease() {
@@ -95,8 +109,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             None => claim,
         }
     };
-
-    let ready: Ready<W::State> = match mode {
+    let ready = match mode {
         Mode::Start(input) => {
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
@@ -177,18 +190,29 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
                 Err(StoreError::InvalidStatus { .. }) => {
-                    return Ok(RunReport {
+                    return Ok(Prepared::Done(RunReport {
                         run_id: id,
                         outcome: RunOutcome::Queued { signal: receipt.id },
                         state,
                         steps: stored.step,
-                    });
+                    }));
                 }
                 Err(e) => return Err(e.into()),
             }
         }
     };
+    Ok(Prepared::Ready(ready))
+}
 
+pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
+    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation } = d;
+    let name = wf.definition().name();
+    let store = &runtime.store;
+    let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
+    let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
+        Prepared::Ready(ready) => ready,
+        Prepared::Done(report) => return Ok(report),
+    };
     let Ready { record, place, mut state, documents, own_signal } = ready;
     let run_id = record.run_id;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs

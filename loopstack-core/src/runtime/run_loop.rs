@@ -163,9 +163,17 @@ impl<W: Workflow> RunLoop<'_, W> {
                     let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
                     let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
                     let inbox = cx.store.inbox(run_id).await?;
-                    let picked = self
-                        .pick_signal(cx.store.as_ref(), run_id, from, &signals, inbox.pending, &mut own_error)
-                        .await?;
+                    // Boxed: waits are rare, and its future would otherwise sit in every
+                    // run's future, waiting or not.
+                    let picked = Box::pin(self.pick_signal(
+                        cx.store.as_ref(),
+                        run_id,
+                        from,
+                        &signals,
+                        inbox.pending,
+                        &mut own_error,
+                    ))
+                    .await?;
                     match (picked, due) {
                         // The earlier event wins: a timer that came due before the signal arrived.
                         (Some(s), Some((index, at))) if at < s.received_at => (index, None, None),

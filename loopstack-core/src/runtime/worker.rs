@@ -117,7 +117,7 @@ impl Worker {
     }
 
     async fn drive(&self, record: RunRecord) {
-        let Some(workflow) = self.workflows.get(record.workflow.as_str()) else { return };
+        let Some(workflow) = self.workflows.get(&*record.workflow) else { return };
         let (run_id, fence) = (record.run_id, record.fence());
         match workflow.drive(&self.runtime, record).await {
             Ok(()) => {}

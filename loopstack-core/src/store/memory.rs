@@ -236,7 +236,7 @@ impl Store for MemoryStore {
             .values_mut()
             .filter(|r| {
                 let pending = r.signals.iter().any(|s| s.status == SignalStatus::Pending);
-                workflows.contains(&r.record.workflow.as_str()) && super::is_runnable(&r.record, now, pending)
+                workflows.contains(&&*r.record.workflow) && super::is_runnable(&r.record, now, pending)
             })
             .collect();
         runnable.sort_by_key(|r| (r.record.updated_at, r.record.run_id));

@@ -197,7 +197,7 @@ pub struct RunRecord {
     /// The run's id.
     pub run_id: RunId,
     /// The workflow's name.
-    pub workflow: String,
+    pub workflow: Cow<'static, str>,
     /// Where the run stands.
     pub status: RunStatus,
     /// The place of the last checkpoint.
@@ -210,7 +210,7 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// The hash of the transition table the run was started (or last driven) with:
     /// [`Definition::hash`](crate::Definition::hash).
-    pub definition_hash: String,
+    pub definition_hash: Cow<'static, str>,
     /// The run that started this one, for child runs.
     pub parent: Option<RunId>,
     /// The run and step this one was forked from.
@@ -249,9 +249,9 @@ pub struct NewRun {
     /// The run's id.
     pub run_id: RunId,
     /// The workflow's name.
-    pub workflow: String,
+    pub workflow: Cow<'static, str>,
     /// The hash of the workflow's transition table.
-    pub definition_hash: String,
+    pub definition_hash: Cow<'static, str>,
     /// The initial state, as JSON.
     pub state: Box<RawValue>,
     /// [`RunStatus::Running`] for a run its creator drives at once (epoch 1), or
@@ -267,8 +267,8 @@ impl NewRun {
     /// A run that its creator drives at once.
     pub fn new(
         run_id: RunId,
-        workflow: impl Into<String>,
-        definition_hash: impl Into<String>,
+        workflow: impl Into<Cow<'static, str>>,
+        definition_hash: impl Into<Cow<'static, str>>,
         state: Box<RawValue>,
     ) -> Self {
         Self {
