@@ -74,11 +74,17 @@ fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(S
 
 /// A drive ready to loop: the claimed run and where it starts.
 struct Ready<S> {
-    record: RunRecord,
+    /// The run's id, step, epoch and when it reached its place: all the loop needs of
+    /// the claimed record.
+    run: (RunId, u64, u64, crate::Timestamp),
     place: &'static str,
     state: S,
     documents: Vec<Arc<Document>>,
     own_signal: Option<u64>,
+}
+
+fn parts(record: &RunRecord) -> (RunId, u64, u64, crate::Timestamp) {
+    (record.run_id, record.step, record.epoch, record.place_since)
 }
 
 /// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the
@@ -119,7 +125,7 @@ async fn prepare<W: Workflow>(
                 new = new.lease(l);
             }
             let record = store.create_run(new).await?;
-            Ready { record, place: crate::START, state, documents: Vec::new(), own_signal: None }
+            Ready { run: parts(&record), place: crate::START, state, documents: Vec::new(), own_signal: None }
         }
         Mode::Resume(id) | Mode::Retry(id) => {
             let (expect, action): (&[RunStatus], _) = match mode {
@@ -131,19 +137,19 @@ async fn prepare<W: Workflow>(
             let record = store.claim(id, &claim(expect)).await.map_err(invalid_status(name, action))?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(id).await?;
-            Ready { record, place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None }
         }
         Mode::Claimed(record) => {
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { record: *record, place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { record, place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
@@ -185,7 +191,7 @@ async fn prepare<W: Workflow>(
                 Ok(record) => {
                     let (place, state) = check_run(wf, &record)?;
                     let documents = store.documents(id).await?;
-                    Ready { record, place, state, documents, own_signal: Some(receipt.id) }
+                    Ready { run: parts(&record), place, state, documents, own_signal: Some(receipt.id) }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
@@ -213,17 +219,12 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
-    let Ready { record, place, mut state, documents, own_signal } = ready;
-    let run_id = record.run_id;
+    let Ready { run: (run_id, step, epoch, place_since), place, mut state, documents, own_signal } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
-    let mut cx = RunContext::new(store.clone(), run_id, name, place, record.step, documents, cancellation);
-    let epoch = record.epoch;
-    let place_since = record.place_since;
-    // Nothing of the record is needed while the run is driven.
-    drop(record);
+    let mut cx = RunContext::new(store.clone(), run_id, name, place, step, documents, cancellation);
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };
