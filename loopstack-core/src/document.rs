@@ -472,53 +472,29 @@ mod checked {
         }
     }
 
-    impl<C: ser::SerializeSeq> ser::SerializeSeq for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_element(&checked)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
+    /// The sequence-like compounds: each element is checked one level deeper.
+    macro_rules! checked_elements {
+        ($($trait:ident::$method:ident),* $(,)?) => {$(
+            impl<C: ser::$trait> ser::$trait for Compound<'_, C> {
+                type Ok = C::Ok;
+                type Error = C::Error;
+                fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
+                    let checked = self.member(value);
+                    self.inner.$method(&checked)
+                }
+                fn end(self) -> Result<C::Ok, C::Error> {
+                    self.inner.end()
+                }
+            }
+        )*};
     }
 
-    impl<C: ser::SerializeTuple> ser::SerializeTuple for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_element(&checked)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
-    }
-
-    impl<C: ser::SerializeTupleStruct> ser::SerializeTupleStruct for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_field(&checked)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
-    }
-
-    impl<C: ser::SerializeTupleVariant> ser::SerializeTupleVariant for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_field(&checked)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
-    }
+    checked_elements!(
+        SerializeSeq::serialize_element,
+        SerializeTuple::serialize_element,
+        SerializeTupleStruct::serialize_field,
+        SerializeTupleVariant::serialize_field,
+    );
 
     impl<C: ser::SerializeMap> ser::SerializeMap for Compound<'_, C> {
         type Ok = C::Ok;
