@@ -17,6 +17,9 @@
 //! - W2: each model turn awaits 20 ms; N runs started at once: wall time, peak RSS and
 //!   memory per in-flight run.
 //! - W3: 64 tool calls per run, each awaiting 50 ms: median wall time per run.
+//! - `--keyed [--n N]`: N keyed document saves in one transition (16,000 by default)
+//!   and the same keys again in the next, through the in-memory store: milliseconds
+//!   each (a save finds its key in an index, so both grow linearly).
 //! - W4: the W1 loop with every transition checkpointed to a database
 //!   (`--store sqlite|postgres`; PostgreSQL at `LOOPSTACK_DATABASE_URL`, by default the
 //!   local server): runs/s, microseconds per run, and rows and bytes the database grew
@@ -36,7 +39,7 @@ use loopstack::llm::{
     ToolUse, Usage,
 };
 use loopstack::prelude::*;
-use loopstack::{MemoryStore, RunId, Runtime, Store};
+use loopstack::{Definition, END, MemoryStore, RunId, Runtime, START, Store, TransitionDef, TransitionError};
 use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::{Value, json};
 
@@ -564,7 +567,82 @@ fn compare(args: &Args) -> ExitCode {
     if fw["ok"] == true && base["ok"] == true { ExitCode::SUCCESS } else { ExitCode::from(2) }
 }
 
+/// Keyed saves: a workflow whose two transitions each save `keys` documents by key.
+struct Keyed {
+    keys: usize,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Counter {
+    n: usize,
+}
+
+impl DocumentType for Counter {
+    const TYPE: &'static str = "counter";
+}
+
+static KEYED: Definition = Definition::new(
+    "keyed",
+    &[START, "once", END],
+    &[TransitionDef::new("first", &[START], "once"), TransitionDef::new("again", &["once"], END)],
+);
+
+impl Workflow for Keyed {
+    type State = ();
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &KEYED
+    }
+    fn init(&self, (): ()) {}
+    fn guard(&self, _: usize, (): &()) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        (): &'a mut (),
+        cx: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            for n in 0..self.keys {
+                cx.save_with(&Counter { n }, SaveOptions::new().key(format!("key-{n}")))
+                    .map_err(TransitionError::failed)?;
+            }
+            eprintln!(
+                "{}: {} keyed saves in {:.1} ms",
+                KEYED.transitions()[t].name,
+                self.keys,
+                started.elapsed().as_secs_f64() * 1e3
+            );
+            Ok(())
+        })
+    }
+}
+
+fn keyed(keys: usize) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let store = MemoryStore::new();
+    let runtime = Runtime::with_store(store.clone());
+    let started = Instant::now();
+    let report = rt.block_on(runtime.start(&Keyed { keys }, ()).into_future());
+    let wall = started.elapsed();
+    let ok = match &report {
+        Ok(report) => rt
+            .block_on(store.documents(report.run_id))
+            .is_ok_and(|docs| docs.len() == keys && docs.iter().all(|d| d.version == 2)),
+        Err(_) => false,
+    };
+    println!("{}", json!({"workload": "keyed", "keys": keys, "wall_ms": round(wall.as_secs_f64() * 1e3, 1), "ok": ok}));
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}
+
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--keyed") {
+        let n = std::env::args().skip_while(|a| a != "--n").nth(1).and_then(|n| n.parse().ok()).unwrap_or(16_000);
+        return keyed(n);
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
