@@ -235,23 +235,28 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Runtime::with_store(loopstack::SqliteStore::open(&args.db).await?)
     };
     // A model that keeps calling tools is stopped after 40 transitions (13 model turns).
-    let report = match args.resume {
+    let run_id = match args.resume {
+        // A run that already ended is shown as it is.
+        Some(run_id) if runtime.store().load_run(run_id).await?.status == loopstack::RunStatus::Completed => {
+            println!("Run {run_id} in {} has completed.", args.db);
+            run_id
+        }
         Some(run_id) => {
             println!("Resuming run {run_id} from {}", args.db);
-            runtime.resume(&workflow, run_id).max_steps(40).await?
+            runtime.resume(&workflow, run_id).max_steps(40).await?.run_id
         }
         None => {
             let run_id = RunId::new();
             // Printed before the first transition, so a run whose process dies can be resumed.
             println!("Run {run_id} (store: {})", args.db);
-            runtime.start(&workflow, args.question).run_id(run_id).max_steps(40).await?
+            runtime.start(&workflow, args.question).run_id(run_id).max_steps(40).await?.run_id
         }
     };
     let store = runtime.store();
 
     println!("\nConversation:");
     let mut usage = Usage::default();
-    for doc in store.documents(report.run_id).await? {
+    for doc in store.documents(run_id).await? {
         let message: Message = doc.read()?;
         if let Some(u) = doc.metadata.get("usage") {
             usage += serde_json::from_value::<Usage>(u.clone())?;
@@ -270,7 +275,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("\nTransitions:");
-    for step in store.history(report.run_id).await? {
+    for step in store.history(run_id).await? {
         println!("  {:>2}. {} -> {} ({})", step.step, step.from, step.to, step.transition);
     }
     println!("\nTokens: {} input, {} output", usage.input_tokens, usage.output_tokens);
