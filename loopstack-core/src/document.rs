@@ -521,35 +521,31 @@ mod checked {
         }
     }
 
-    impl<C: ser::SerializeStruct> ser::SerializeStruct for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_field(key, &checked)
-        }
-        fn skip_field(&mut self, key: &'static str) -> Result<(), C::Error> {
-            self.inner.skip_field(key)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
+    /// The struct-like compounds: each field is checked one level deeper.
+    macro_rules! checked_fields {
+        ($($trait:ident),* $(,)?) => {$(
+            impl<C: ser::$trait> ser::$trait for Compound<'_, C> {
+                type Ok = C::Ok;
+                type Error = C::Error;
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    key: &'static str,
+                    value: &T,
+                ) -> Result<(), C::Error> {
+                    let checked = self.member(value);
+                    self.inner.serialize_field(key, &checked)
+                }
+                fn skip_field(&mut self, key: &'static str) -> Result<(), C::Error> {
+                    self.inner.skip_field(key)
+                }
+                fn end(self) -> Result<C::Ok, C::Error> {
+                    self.inner.end()
+                }
+            }
+        )*};
     }
 
-    impl<C: ser::SerializeStructVariant> ser::SerializeStructVariant for Compound<'_, C> {
-        type Ok = C::Ok;
-        type Error = C::Error;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), C::Error> {
-            let checked = self.member(value);
-            self.inner.serialize_field(key, &checked)
-        }
-        fn skip_field(&mut self, key: &'static str) -> Result<(), C::Error> {
-            self.inner.skip_field(key)
-        }
-        fn end(self) -> Result<C::Ok, C::Error> {
-            self.inner.end()
-        }
-    }
+    checked_fields!(SerializeStruct, SerializeStructVariant);
 }
 
 #[cfg(test)]
