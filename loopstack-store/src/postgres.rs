@@ -75,3 +75,111 @@ impl PostgresStore {
 }
 
 crate::sql::sql_store!(PostgresStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED");
+
+/// A whole commit in one statement: the fenced run row update, the checkpoint, the
+/// documents (as arrays) and, when the run ends, the rejection of pending signals.
+/// Data-modifying `WITH` clauses all run, in one snapshot and one implicit
+/// transaction; when the fence does not hold, `r` is empty and nothing is written.
+const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
+    place_since = $7, lease_until = COALESCE($8, lease_until) \
+    WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ('completed', 'failed', 'cancelled') \
+    RETURNING id), \
+    d AS (INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, step) \
+    SELECT r.id, x.seq, x.version, x.doc_type, x.doc_key, x.tags, x.metadata, x.content, x.step FROM r, \
+    UNNEST($12::BIGINT[], $13::BIGINT[], $14::TEXT[], $15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], \
+    $19::BIGINT[]) AS x(seq, version, doc_type, doc_key, tags, metadata, content, step)), \
+    p AS (UPDATE signals SET status = 'rejected', reason = $20 \
+    WHERE $21 AND run IN (SELECT id FROM r) AND status = 'pending') \
+    INSERT INTO checkpoints (run, step, transition, to_place, state, state_patch, at) \
+    SELECT id, $4, $9, $5, CASE WHEN $10 THEN NULL ELSE $11 END, $22, $7 FROM r";
+
+/// A run and its step-0 checkpoint in one statement.
+const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status, place, step, error, \
+    definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+    wake_at, lease_owner, lease_until, created_at, updated_at) \
+    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
+    ON CONFLICT (run_id) DO NOTHING RETURNING id) \
+    INSERT INTO checkpoints (run, step, transition, to_place, state, at) SELECT id, 0, '', 'start', $10, $9 FROM r";
+
+impl PostgresStore {
+    /// Commits `cp` in one round trip; `Ok(false)` when the fence did not hold.
+    async fn one_statement_commit(
+        &self,
+        cp: &loopstack_core::Checkpoint,
+        unchanged: bool,
+        patch: Option<&str>,
+    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+        use crate::sql::{backend, corrupt, to_i64};
+        let docs = &cp.documents;
+        let mut columns =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for d in docs {
+            let (tags, metadata) = match (serde_json::to_string(&d.tags), serde_json::to_string(&d.metadata)) {
+                (Ok(t), Ok(m)) => (t, m),
+                (Err(e), _) | (_, Err(e)) => return Some(Err(corrupt(e))),
+            };
+            columns.0.push(to_i64(d.seq));
+            columns.1.push(i64::from(d.version));
+            columns.2.push(d.doc_type.to_string());
+            columns.3.push(d.key.clone());
+            columns.4.push(tags);
+            columns.5.push(metadata);
+            columns.6.push(d.content.get().to_owned());
+            columns.7.push(to_i64(d.step));
+        }
+        let done = sqlx::query(COMMIT_ONE)
+            .bind(cp.run_id.0)
+            .bind(to_i64(cp.fence.epoch))
+            .bind(to_i64(cp.fence.step))
+            .bind(to_i64(cp.transition.step))
+            .bind(&*cp.transition.to)
+            .bind(cp.status.as_str())
+            .bind(cp.transition.at.as_millis())
+            .bind(cp.lease_until.map(loopstack_core::Timestamp::as_millis))
+            .bind(&*cp.transition.transition)
+            .bind(unchanged)
+            .bind(cp.state.get())
+            .bind(columns.0)
+            .bind(columns.1)
+            .bind(columns.2)
+            .bind(columns.3)
+            .bind(columns.4)
+            .bind(columns.5)
+            .bind(columns.6)
+            .bind(columns.7)
+            .bind(loopstack_core::store::SIGNAL_OUTLIVED_RUN)
+            .bind(cp.status.is_finished())
+            .bind(patch)
+            .execute(&self.pool)
+            .await;
+        Some(match done {
+            Ok(done) => Ok(done.rows_affected() == 1),
+            // Two writers of one epoch and step: the second loses.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
+            Err(e) => Err(backend(e)),
+        })
+    }
+
+    /// Creates a run in one round trip; `Ok(false)` if it exists.
+    async fn one_statement_create(
+        &self,
+        run: &loopstack_core::NewRun,
+        epoch: i64,
+        now: i64,
+    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+        let done = sqlx::query(CREATE_ONE)
+            .bind(run.run_id.0)
+            .bind(&*run.workflow)
+            .bind(run.status.as_str())
+            .bind(&*run.definition_hash)
+            .bind(run.parent.map(|p| p.0))
+            .bind(epoch)
+            .bind(run.lease.as_ref().map(|l| l.owner.clone()))
+            .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
+            .bind(now)
+            .bind(run.state.get())
+            .execute(&self.pool)
+            .await;
+        Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))
+    }
+}

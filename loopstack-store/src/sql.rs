@@ -510,6 +510,40 @@ macro_rules! sql_store {
                 }
             }
 
+            /// Creates a run and its step-0 checkpoint in a transaction; `false` if the
+            /// run exists.
+            async fn create_in_transaction(&self, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
+                let mut tx = self.pool.begin().await.map_err(backend)?;
+                let done = sqlx::query(INSERT_RUN)
+                    .bind(run.run_id.0)
+                    .bind(&*run.workflow)
+                    .bind(run.status.as_str())
+                    .bind(&*run.definition_hash)
+                    .bind(run.parent.map(|p| p.0))
+                    .bind(epoch)
+                    .bind(run.lease.as_ref().map(|l| l.owner.clone()))
+                    .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                if done.rows_affected() == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(&INSERT_CHECKPOINT)
+                    .bind(run.run_id.0)
+                    .bind(0_i64)
+                    .bind("")
+                    .bind(loopstack_core::START)
+                    .bind(run.state.get())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                tx.commit().await.map_err(backend)?;
+                Ok(true)
+            }
+
             async fn exists(&self, run_id: RunId) -> Result<(), StoreError> {
                 let row = sqlx::query(RUN_EXISTS).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
                 row.map(|_| ()).ok_or(StoreError::RunNotFound(run_id))
@@ -542,35 +576,15 @@ macro_rules! sql_store {
             async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
                 let now = Timestamp::now().as_millis();
                 let epoch: i64 = i64::from(run.status != RunStatus::Queued);
-                let mut tx = self.pool.begin().await.map_err(backend)?;
-                let done = sqlx::query(INSERT_RUN)
-                    .bind(run.run_id.0)
-                    .bind(&*run.workflow)
-                    .bind(run.status.as_str())
-                    .bind(&*run.definition_hash)
-                    .bind(run.parent.map(|p| p.0))
-                    .bind(epoch)
-                    .bind(run.lease.as_ref().map(|l| l.owner.clone()))
-                    .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-                if done.rows_affected() == 0 {
+                let created = match self.one_statement_create(&run, epoch, now).await {
+                    Some(created) => created?,
+                    None => self.create_in_transaction(&run, epoch, now).await?,
+                };
+                if !created {
                     return Err(StoreError::RunExists(run.run_id));
                 }
-                sqlx::query(&INSERT_CHECKPOINT)
-                    .bind(run.run_id.0)
-                    .bind(0_i64)
-                    .bind("")
-                    .bind(loopstack_core::START)
-                    .bind(run.state.get())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-                tx.commit().await.map_err(backend)?;
                 let at = Timestamp::from_millis(now);
+
                 let base = crate::sql::LastState { epoch: epoch as u64, step: 0, state: Arc::from(run.state.get()), chain: 0 };
                 self.last.set(run.run_id, Some(base));
                 Ok(RunRecord {
@@ -633,6 +647,27 @@ macro_rules! sql_store {
                     },
                     _ => (false, None, 0),
                 };
+                let committed = |this: &Self| {
+                    let last = (!cp.status.is_finished()).then(|| crate::sql::LastState {
+                        epoch: cp.fence.epoch,
+                        step,
+                        state: Arc::from(next),
+                        chain,
+                    });
+                    this.last.set(cp.run_id, last);
+                };
+                // Where the dialect can, the whole commit is one statement (one round
+                // trip, atomic on its own); a commit that delivers a signal, which must
+                // be refused if the signal is gone, takes the transaction below.
+                if cp.signal.is_none()
+                    && let Some(done) = self.one_statement_commit(&cp, unchanged, patch.as_deref()).await
+                {
+                    if !done? {
+                        return Err(self.fence_error(cp.run_id, cp.fence).await);
+                    }
+                    committed(self);
+                    return Ok(());
+                }
                 let mut tx = self.pool.begin().await.map_err(backend)?;
                 // The checkpoint first, selected from the fenced run row: a write, so it
                 // takes SQLite's write lock before anything is read.
@@ -713,13 +748,7 @@ macro_rules! sql_store {
                         .map_err(backend)?;
                 }
                 tx.commit().await.map_err(backend)?;
-                let last = (!cp.status.is_finished()).then(|| crate::sql::LastState {
-                    epoch: cp.fence.epoch,
-                    step,
-                    state: Arc::from(next),
-                    chain,
-                });
-                self.last.set(cp.run_id, last);
+                committed(self);
                 Ok(())
             }
 

@@ -81,3 +81,27 @@ impl SqliteStore {
 }
 
 crate::sql::sql_store!(SqliteStore, sqlx::Sqlite, "");
+
+impl SqliteStore {
+    /// SQLite cannot modify rows in a `WITH` clause: commits take a transaction.
+    #[allow(clippy::unused_async)]
+    async fn one_statement_commit(
+        &self,
+        _: &loopstack_core::Checkpoint,
+        _: bool,
+        _: Option<&str>,
+    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+        None
+    }
+
+    /// See [`SqliteStore::one_statement_commit`].
+    #[allow(clippy::unused_async)]
+    async fn one_statement_create(
+        &self,
+        _: &loopstack_core::NewRun,
+        _: i64,
+        _: i64,
+    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+        None
+    }
+}

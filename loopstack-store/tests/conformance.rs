@@ -128,6 +128,7 @@ async fn suite(store: Arc<dyn Store>) {
     a_crashed_transition_runs_again_on_resume(&store).await;
     retry_and_fork(&store).await;
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
+    signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
     a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
 }
@@ -577,4 +578,42 @@ fn pg_schema(name: &str) -> (String, String) {
 
 async fn drop_schema(store: &PostgresStore, schema: &str) {
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+}
+
+async fn signals_still_pending_when_a_run_ends_are_rejected(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let run_id = rt.start(&Review::default(), input(true)).await.unwrap().run_id;
+    let claimed = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
+    let payload = serde_json::value::to_raw_value(&json!({"approved_by": "ada"})).unwrap();
+    store.send_signal(run_id, "approve", payload).await.unwrap();
+    // The driver ends the run another way, with a document, before it reads its inbox.
+    let state = serde_json::value::to_raw_value(&input(true)).unwrap();
+    let mut cp = Checkpoint::new(
+        run_id,
+        claimed.fence(),
+        StepRecord::new(3, "auto", "review", END),
+        RunStatus::Completed,
+        state,
+    );
+    let note = Document {
+        seq: 3,
+        doc_type: "note".into(),
+        key: None,
+        version: 1,
+        tags: vec!["closing".into()],
+        metadata: serde_json::Map::new(),
+        content: serde_json::value::to_raw_value(&Note { text: "closed".into() }).unwrap(),
+        step: 3,
+    };
+    cp.documents = vec![Arc::new(note)];
+    store.commit(cp).await.unwrap();
+    let signals = store.signals(run_id).await.unwrap();
+    assert!(
+        matches!(&signals[0].status, SignalStatus::Rejected { reason } if reason == loopstack_core::store::SIGNAL_OUTLIVED_RUN),
+        "{signals:?}"
+    );
+    let docs = store.documents(run_id).await.unwrap();
+    assert_eq!(docs.len(), 4);
+    assert_eq!(docs[3].tags, ["closing"]);
+    assert_eq!(store.load_run(run_id).await.unwrap().status, RunStatus::Completed);
 }
