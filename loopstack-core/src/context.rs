@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{EventHub, EventKind};
 use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
 use crate::store::{MemoryStore, RunId, Store};
 
@@ -30,6 +31,7 @@ pub struct RunContext {
     undo: Vec<(usize, Arc<Document>)>,
     pub(crate) pending: Vec<Arc<Document>>,
     pub(crate) cancellation: CancellationToken,
+    pub(crate) events: EventHub,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -53,6 +55,7 @@ impl RunContext {
         step: u64,
         docs: Vec<Arc<Document>>,
         cancellation: CancellationToken,
+        events: EventHub,
     ) -> Self {
         let mut keyed: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, d) in docs.iter().enumerate() {
@@ -73,6 +76,7 @@ impl RunContext {
             undo: Vec::new(),
             pending: Vec::new(),
             cancellation,
+            events,
         }
     }
 
@@ -87,6 +91,7 @@ impl RunContext {
             0,
             Vec::new(),
             CancellationToken::new(),
+            EventHub::new(),
         )
     }
 
@@ -140,6 +145,27 @@ impl RunContext {
     /// Cancelled when the run is cancelled.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancellation
+    }
+
+    /// Whether anyone subscribed to run events
+    /// ([`Runtime::subscribe`](crate::Runtime::subscribe)): check it before doing
+    /// work only events need, such as streaming a model's reply.
+    #[inline]
+    pub fn events_enabled(&self) -> bool {
+        self.events.enabled()
+    }
+
+    /// Reports an event of this run to the runtime's subscribers. `kind` is called
+    /// only when someone listens, so building the event costs nothing otherwise.
+    #[inline]
+    pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
+        self.events.emit(self.run_id, self.workflow, kind);
+    }
+
+    /// A handle that reports events of this run from elsewhere, such as the tasks
+    /// of a tool batch; cheap to clone.
+    pub fn emitter(&self) -> Emitter {
+        Emitter { events: self.events.clone(), run_id: self.run_id, workflow: self.workflow }
     }
 
     /// The store the run is kept in.
@@ -263,4 +289,26 @@ fn check_metadata(doc_type: &str, options: &SaveOptions) -> Result<(), serde_jso
         return Err(unreadable(doc_type, Unreadable::TooDeep));
     }
     Ok(())
+}
+
+/// Reports events of one run; see [`RunContext::emitter`].
+#[derive(Clone, Debug)]
+pub struct Emitter {
+    events: EventHub,
+    run_id: RunId,
+    workflow: &'static str,
+}
+
+impl Emitter {
+    /// Whether anyone listens.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.events.enabled()
+    }
+
+    /// Reports an event built by `kind`, called only when someone listens.
+    #[inline]
+    pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
+        self.events.emit(self.run_id, self.workflow, kind);
+    }
 }

@@ -48,6 +48,7 @@
 mod context;
 mod document;
 mod error;
+pub mod events;
 mod registry;
 mod runtime;
 pub mod store;
@@ -60,7 +61,8 @@ pub use ::schemars;
 pub use ::serde;
 /// The serde_json loopstack uses.
 pub use ::serde_json;
-pub use context::RunContext;
+pub use context::{Emitter, RunContext};
+pub use events::{EventKind, RunEvent, RunEvents};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use futures::future::BoxFuture;

@@ -11,6 +11,7 @@ use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
+use crate::events::EventKind;
 use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
@@ -224,13 +225,17 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
-    let mut cx = RunContext::new(store.clone(), run_id, name, place, step, documents, cancellation);
+    let mut cx =
+        RunContext::new(store.clone(), run_id, name, place, step, documents, cancellation, runtime.events.clone());
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };
         let outcome = run_loop.run(&mut state, &mut cx).await;
         match &outcome {
-            Ok(RunOutcome::Completed) => tracing::info!(steps = cx.step, "run completed"),
+            Ok(RunOutcome::Completed) => {
+                tracing::info!(steps = cx.step, "run completed");
+                cx.emit(|| EventKind::Finished { status: RunStatus::Completed, error: None });
+            }
             Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
             Ok(_) => {}
             // A refused signal leaves the run waiting; the loop parked it again.
@@ -249,6 +254,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string())).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
+                cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });
             }
         }
         let outcome = outcome?;

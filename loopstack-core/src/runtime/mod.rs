@@ -54,6 +54,7 @@ pub struct Runtime {
     owner: Arc<str>,
     lease: Option<Duration>,
     clock: Clock,
+    events: crate::events::EventHub,
 }
 
 /// What a runtime reads the time from for timers and leases.
@@ -126,7 +127,14 @@ impl Runtime {
     pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
         let lease = store.lease_duration();
         let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
-        Self { store, max_steps: DEFAULT_MAX_STEPS, owner: owner.into(), lease, clock: Arc::new(crate::Timestamp::now) }
+        Self {
+            store,
+            max_steps: DEFAULT_MAX_STEPS,
+            owner: owner.into(),
+            lease,
+            clock: Arc::new(crate::Timestamp::now),
+            events: crate::events::EventHub::new(),
+        }
     }
 
     /// Sets the default step limit of a drive (1,000 unless set): how many
@@ -165,6 +173,13 @@ impl Runtime {
     /// The current time by this runtime's clock.
     pub fn now(&self) -> crate::Timestamp {
         (self.clock)()
+    }
+
+    /// Subscribes to the events of every run this runtime (or a clone of it)
+    /// drives from now on: transitions, model text as it streams, tool calls,
+    /// usage, waits and how each drive ended. See [`events`](crate::events).
+    pub fn subscribe(&self) -> crate::RunEvents {
+        self.events.subscribe()
     }
 
     /// The store.
@@ -262,7 +277,17 @@ impl Runtime {
     pub async fn cancel(&self, run_id: RunId, reason: impl Into<String>) -> Result<(), StoreError> {
         let claimed =
             self.store.claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting])).await?;
-        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.into())).await
+        let reason = reason.into();
+        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone())).await?;
+        if self.events.enabled() {
+            self.events.send(crate::RunEvent {
+                run_id,
+                workflow: claimed.workflow,
+                at: self.now(),
+                kind: crate::EventKind::Finished { status: RunStatus::Cancelled, error: Some(reason) },
+            });
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ use super::RunOutcome;
 use super::driver::{checkpoint_state, state_error};
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
+use crate::events::EventKind;
 use crate::store::{Checkpoint, Fence, Park, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
 use crate::workflow::{END, Route, TransitionError, Workflow};
 
@@ -188,6 +189,10 @@ impl<W: Workflow> RunLoop<'_, W> {
                             let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
                             match cx.store.park(run_id, &park).await {
                                 Ok(()) => {
+                                    cx.emit(|| EventKind::Waiting {
+                                        place: from.into(),
+                                        signals: signals.iter().map(|&s| s.into()).collect(),
+                                    });
                                     return match own_error {
                                         Some(e) => Err(e),
                                         None => Ok(RunOutcome::Waiting { place: from, signals }),
@@ -210,6 +215,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             let t = &def.transitions()[index];
             let step = cx.step + 1;
             let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
+            cx.emit(|| EventKind::TransitionStarted { transition: t.name.into(), from: from.into(), to: t.to.into(), step });
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
             let store = self.lease.map(|l| (cx.store.clone(), l.duration));
@@ -288,6 +294,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
             cx.store.commit(checkpoint).await?;
             cx.committed(step, t.to);
+            cx.emit(|| EventKind::TransitionCommitted { transition: t.name.into(), from: from.into(), to: t.to.into(), step });
             self.place_since = at;
             if signal.is_some() && signal == self.own_signal {
                 self.own_signal = None;

@@ -1,0 +1,303 @@
+//! Run events: what happens inside runs as it happens, for progress output, a
+//! command line following a run, or a web inspector.
+//!
+//! [`Runtime::subscribe`](crate::Runtime::subscribe) returns a [`RunEvents`]
+//! receiver of every run the runtime drives (filter one with
+//! [`RunEvents::run`]). The runtime itself reports transitions, waits and how a
+//! drive ended; steps report their own work through [`RunContext::emit`]
+//! (the agent reports model text as it streams, tool calls and token usage).
+//!
+//! Events cost nothing when nobody listens: with no subscriber, emitting is one
+//! atomic load, and steps that would do extra work for events (such as streaming a
+//! model's reply) check [`RunContext::events_enabled`] first.
+//!
+//! Events are a live view, not a record: they reach the subscribers of the process
+//! that drives the run, and a subscriber that falls more than the channel's
+//! capacity behind skips the oldest ([`RunEvents::recv`] reports how many). The
+//! durable record of a run is its store: its history, checkpoints and documents.
+//!
+//! [`RunContext::emit`]: crate::RunContext::emit
+//! [`RunContext::events_enabled`]: crate::RunContext::events_enabled
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::store::{RunId, RunStatus, Timestamp};
+
+/// How many events a subscriber may fall behind before it skips the oldest.
+pub const EVENT_CAPACITY: usize = 4096;
+
+/// Something that happened in a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunEvent {
+    /// The run.
+    pub run_id: RunId,
+    /// The run's workflow.
+    pub workflow: Cow<'static, str>,
+    /// When it happened.
+    pub at: Timestamp,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened in a run. Serialized with a `type` tag in snake case
+/// (`{"type": "text_delta", "text": "..."}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A transition began; it commits as `step`.
+    TransitionStarted {
+        /// The transition.
+        transition: Cow<'static, str>,
+        /// The place it leaves.
+        from: Cow<'static, str>,
+        /// The place it reaches.
+        to: Cow<'static, str>,
+        /// The step it commits as.
+        step: u64,
+    },
+    /// A transition's step was committed to the store.
+    TransitionCommitted {
+        /// The transition.
+        transition: Cow<'static, str>,
+        /// The place it left.
+        from: Cow<'static, str>,
+        /// The place the run is at now.
+        to: Cow<'static, str>,
+        /// The step committed.
+        step: u64,
+    },
+    /// A piece of a model's reply, as the provider streamed it.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+    },
+    /// A tool call finished, with its result or error.
+    ToolCallFinished {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// How long it ran.
+        #[serde(with = "millis")]
+        duration: Duration,
+        /// The error result's text when the call failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Tokens a model turn used.
+    Usage {
+        /// The provider.
+        provider: String,
+        /// The model.
+        model: String,
+        /// Input tokens.
+        input_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+        /// Input tokens read from the provider's prompt cache.
+        #[serde(default)]
+        cache_read_input_tokens: u64,
+        /// Input tokens written to the provider's prompt cache.
+        #[serde(default)]
+        cache_creation_input_tokens: u64,
+    },
+    /// Something a step reports that has no kind of its own.
+    Custom {
+        /// What it is.
+        name: Cow<'static, str>,
+        /// Its data.
+        data: serde_json::Value,
+    },
+    /// The run waits for one of `signals` (or a timer).
+    Waiting {
+        /// The place.
+        place: Cow<'static, str>,
+        /// The wait transitions that take a signal there.
+        signals: Vec<Cow<'static, str>>,
+    },
+    /// The drive ended: the run completed, failed or was cancelled.
+    Finished {
+        /// How the run stands.
+        status: RunStatus,
+        /// The error, when it failed or was cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+/// The runtime's event channel; clones share it.
+#[derive(Clone)]
+pub(crate) struct EventHub {
+    sender: broadcast::Sender<Arc<RunEvent>>,
+    /// Live [`RunEvents`] receivers: checked before anything is built or sent.
+    /// Apart from the sender, so receivers see the channel close when the last
+    /// runtime clone is gone.
+    subscribers: Arc<AtomicUsize>,
+}
+
+impl EventHub {
+    pub(crate) fn new() -> Self {
+        let (sender, _) = broadcast::channel(EVENT_CAPACITY);
+        Self { sender, subscribers: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    /// Whether anyone listens.
+    #[inline]
+    pub(crate) fn enabled(&self) -> bool {
+        self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Sends an event built by `kind`, which runs only when someone listens.
+    #[inline]
+    pub(crate) fn emit(&self, run_id: RunId, workflow: &'static str, kind: impl FnOnce() -> EventKind) {
+        if self.enabled() {
+            self.send(RunEvent { run_id, workflow: Cow::Borrowed(workflow), at: Timestamp::now(), kind: kind() });
+        }
+    }
+
+    #[cold]
+    pub(crate) fn send(&self, event: RunEvent) {
+        // An error means every receiver is gone: nobody to tell.
+        let _ = self.sender.send(Arc::new(event));
+    }
+
+    pub(crate) fn subscribe(&self) -> RunEvents {
+        self.subscribers.fetch_add(1, Ordering::Relaxed);
+        RunEvents { receiver: self.sender.subscribe(), subscribers: self.subscribers.clone(), run: None }
+    }
+}
+
+impl std::fmt::Debug for EventHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHub").field("subscribers", &self.subscribers.load(Ordering::Relaxed)).finish()
+    }
+}
+
+/// A subscription to run events; see the [module docs](self). Dropping it
+/// unsubscribes.
+///
+/// ```
+/// use loopstack_core::{EventKind, Runtime};
+/// # use loopstack_core::*;
+/// # struct Noop;
+/// # static DEF: Definition = Definition::new("noop", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+/// # impl Workflow for Noop {
+/// #     type State = (); type Input = ();
+/// #     fn definition(&self) -> &'static Definition { &DEF }
+/// #     fn init(&self, _: ()) {}
+/// #     fn guard(&self, _: usize, _: &()) -> bool { true }
+/// #     fn transition<'a>(&'a self, _: usize, _: &'a mut (), _: &'a mut RunContext, _: Option<serde_json::Value>)
+/// #         -> BoxFuture<'a, Result<(), TransitionError>> { Box::pin(async { Ok(()) }) }
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let runtime = Runtime::new();
+/// let mut events = runtime.subscribe();
+/// let report = runtime.start(&Noop, ()).await?;
+/// let mut kinds = Vec::new();
+/// while let Some(Ok(event)) = events.try_recv() {
+///     assert_eq!(event.run_id, report.run_id);
+///     kinds.push(event.kind.clone());
+/// }
+/// assert!(matches!(kinds.first(), Some(EventKind::TransitionStarted { .. })));
+/// assert!(matches!(kinds.last(), Some(EventKind::Finished { .. })));
+/// # Ok::<(), RunError>(()) }).unwrap();
+/// ```
+pub struct RunEvents {
+    receiver: broadcast::Receiver<Arc<RunEvent>>,
+    subscribers: Arc<AtomicUsize>,
+    run: Option<RunId>,
+}
+
+/// Events a slow subscriber skipped: it fell more than [`EVENT_CAPACITY`] behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} run events were skipped: the subscriber fell behind")]
+pub struct Lagged(pub u64);
+
+impl RunEvents {
+    /// Only the events of `run_id`.
+    #[must_use]
+    pub fn run(mut self, run_id: RunId) -> Self {
+        self.run = Some(run_id);
+        self
+    }
+
+    fn wanted(&self, event: &RunEvent) -> bool {
+        self.run.is_none_or(|id| id == event.run_id)
+    }
+
+    /// The next event; `None` once the runtime and all its clones are gone, and
+    /// `Some(Err(Lagged))` when events were skipped (the next call goes on with the
+    /// oldest kept).
+    pub async fn recv(&mut self) -> Option<Result<Arc<RunEvent>, Lagged>> {
+        loop {
+            match self.receiver.recv().await {
+                Ok(event) if self.wanted(&event) => return Some(Ok(event)),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n)) => return Some(Err(Lagged(n))),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next event if one is ready, without waiting.
+    pub fn try_recv(&mut self) -> Option<Result<Arc<RunEvent>, Lagged>> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(event) if self.wanted(&event) => return Some(Ok(event)),
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Lagged(n)) => return Some(Err(Lagged(n))),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// The events as a stream.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Arc<RunEvent>, Lagged>> + Send + Unpin {
+        Box::pin(futures::stream::unfold(self, |mut events| async move {
+            let next = events.recv().await?;
+            Some((next, events))
+        }))
+    }
+}
+
+impl Drop for RunEvents {
+    fn drop(&mut self) {
+        self.subscribers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for RunEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunEvents").field("run", &self.run).finish_non_exhaustive()
+    }
+}
