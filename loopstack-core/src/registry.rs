@@ -38,6 +38,9 @@ pub enum RegistryError {
     /// The name does not match `^[a-zA-Z0-9_-]{1,64}$`.
     #[error("tool name `{0}` is invalid: use 1 to 64 ASCII letters, digits, `_` or `-`")]
     InvalidName(String),
+    /// No tool is registered under this name.
+    #[error("no tool named `{0}` is registered")]
+    Unknown(String),
     /// The input schema is not a JSON object.
     #[error("tool `{0}`'s input schema is not a JSON object")]
     InvalidSchema(String),
@@ -141,6 +144,27 @@ impl ToolRegistry {
         let inner = Arc::make_mut(&mut self.inner);
         inner.order.push(key.clone());
         inner.by_name.insert(key, Entry { spec, tool, type_name, known_args });
+        Ok(self)
+    }
+
+    /// Marks the tool registered under `name` as needing a person's approval
+    /// before each call runs (as `#[tool(approve)]` does), whatever its own options
+    /// say. Errors with [`RegistryError::Unknown`] when no such tool is registered.
+    pub fn require_approval(&mut self, name: &str) -> Result<&mut Self, RegistryError> {
+        self.set_options(name, |o| o.approve(true))
+    }
+
+    /// Changes the options of the tool registered under `name`: its timeout,
+    /// concurrency or approval, for this registry only.
+    pub fn set_options(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(ToolOptions) -> ToolOptions,
+    ) -> Result<&mut Self, RegistryError> {
+        let inner = Arc::make_mut(&mut self.inner);
+        let entry = inner.by_name.get_mut(name).ok_or_else(|| RegistryError::Unknown(name.to_owned()))?;
+        let spec = Arc::make_mut(&mut entry.spec);
+        spec.options = f(spec.options);
         Ok(self)
     }
 

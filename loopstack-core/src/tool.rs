@@ -108,18 +108,29 @@ pub struct ToolOptions {
     /// Whether a call may run at the same time as other calls of one batch.
     /// A tool that is not concurrent runs alone.
     pub concurrent: bool,
+    /// Whether a person must approve each call before it runs: the agent then
+    /// waits for an approval signal, and a denied call becomes an error result
+    /// the model reads.
+    pub approve: bool,
 }
 
 impl Default for ToolOptions {
     fn default() -> Self {
-        Self { timeout: None, concurrent: true }
+        Self::new()
     }
 }
 
 impl ToolOptions {
-    /// The defaults: the caller's timeout, concurrent.
+    /// The defaults: the caller's timeout, concurrent, no approval.
     pub const fn new() -> Self {
-        Self { timeout: None, concurrent: true }
+        Self { timeout: None, concurrent: true, approve: false }
+    }
+
+    /// Sets whether each call needs a person's approval before it runs.
+    #[must_use]
+    pub const fn approve(mut self, approve: bool) -> Self {
+        self.approve = approve;
+        self
     }
 
     /// Sets the timeout; `Duration::ZERO` means 24 hours.

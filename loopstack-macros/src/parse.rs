@@ -16,6 +16,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(description);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(concurrent);
+    syn::custom_keyword!(approve);
     syn::custom_keyword!(input);
     syn::custom_keyword!(state);
     syn::custom_keyword!(from);
@@ -56,13 +57,15 @@ fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse()
 }
 
-/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, crate = path)]`
+/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, approve, crate = path)]`
 #[derive(Default)]
 pub(crate) struct ToolArgs {
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
     pub(crate) timeout: Option<LitInt>,
     pub(crate) concurrent: Option<LitBool>,
+    /// `approve` or `approve = true|false`.
+    pub(crate) approve: Option<LitBool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -83,6 +86,10 @@ impl Parse for ToolArgs {
             } else if lh.peek(kw::concurrent) {
                 let key = input.parse::<kw::concurrent>()?.span;
                 set_once(&mut args.concurrent, key, "concurrent", value(input)?)
+            } else if lh.peek(kw::approve) {
+                let key = input.parse::<kw::approve>()?.span;
+                let flag = if input.peek(Token![=]) { value(input)? } else { LitBool::new(true, key) };
+                set_once(&mut args.approve, key, "approve", flag)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

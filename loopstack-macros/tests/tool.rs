@@ -169,6 +169,26 @@ async fn forever() -> String {
     String::new()
 }
 
+/// Refunds an order; a person approves each call.
+#[tool(approve)]
+async fn refund(order: String) -> String {
+    order
+}
+
+/// Approval switched off explicitly.
+#[tool(approve = false, timeout = 5)]
+async fn lookup(order: String) -> String {
+    order
+}
+
+#[test]
+fn approve_marks_the_tool_as_needing_approval() {
+    assert!(Refund.options().approve);
+    assert!(Refund.options().concurrent);
+    assert!(!Lookup.options().approve);
+    assert!(!Slow.options().approve);
+}
+
 #[tokio::test]
 async fn options_and_overrides() {
     assert_eq!(Slow.name(), "slow-search");

@@ -18,6 +18,7 @@ pub(crate) struct ToolModel {
     /// Seconds; 0 means 24 hours.
     pub(crate) timeout: Option<u64>,
     pub(crate) concurrent: Option<bool>,
+    pub(crate) approve: Option<bool>,
     pub(crate) cfgs: Vec<Attribute>,
     pub(crate) form: Form,
 }
@@ -121,6 +122,7 @@ struct Common {
     description: Text,
     timeout: Option<u64>,
     concurrent: Option<bool>,
+    approve: Option<bool>,
 }
 
 fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribute], what: &str) -> Option<Common> {
@@ -176,7 +178,13 @@ fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribut
             None
         }
     });
-    Some(Common { name, description, timeout, concurrent: args.concurrent.as_ref().map(|c| c.value) })
+    Some(Common {
+        name,
+        description,
+        timeout,
+        concurrent: args.concurrent.as_ref().map(|c| c.value),
+        approve: args.approve.as_ref().map(|c| c.value),
+    })
 }
 
 fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
@@ -299,6 +307,7 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
             description: c.description,
             timeout: c.timeout,
             concurrent: c.concurrent,
+            approve: c.approve,
             cfgs,
             form: Form::Fn(FnForm { item, struct_ident, params, output }),
         }),
@@ -401,6 +410,7 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
                 description: c.description,
                 timeout: c.timeout,
                 concurrent: c.concurrent,
+                approve: c.approve,
                 cfgs,
                 form: Form::Impl(ImplForm {
                     self_ty: (*item.self_ty).clone(),
