@@ -1,0 +1,168 @@
+//! Encoding a [`ChatRequest`] as the JSON body of a Messages API request.
+
+use serde_json::{Map, Value, json};
+
+use super::PROVIDER;
+use crate::http;
+use crate::message::{ContentBlock, Message, Role};
+use crate::model::ChatRequest;
+
+/// The JSON body of a Messages API request.
+pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), request.model.clone().into());
+    body.insert("max_tokens".into(), request.max_tokens.unwrap_or(default_max_tokens).into());
+    if let Some(system) = &request.system {
+        body.insert("system".into(), system.clone().into());
+    }
+    body.insert("messages".into(), request.messages.iter().map(encode_message).collect());
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        body.insert("tools".into(), tools);
+    }
+    if let Some(temperature) = request.temperature {
+        body.insert("temperature".into(), http::f32_value(temperature));
+    }
+    if !request.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), request.stop_sequences.clone().into());
+    }
+    if stream {
+        body.insert("stream".into(), true.into());
+    }
+    Value::Object(body)
+}
+
+fn encode_message(message: &Message) -> Value {
+    let role = match message.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    let content: Vec<Value> = message.content.iter().filter_map(encode_block).collect();
+    json!({"role": role, "content": content})
+}
+
+fn encode_block(block: &ContentBlock) -> Option<Value> {
+    Some(match block {
+        // The API refuses empty text blocks.
+        ContentBlock::Text { text } if text.is_empty() => return None,
+        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+        ContentBlock::ToolUse(tool) => {
+            // The API takes an object only. Arguments that did not parse are answered by
+            // an error result that quotes them; the call itself is sent with no arguments.
+            let input = if tool.input.is_object() { tool.input.clone() } else { json!({}) };
+            json!({"type": "tool_use", "id": tool.id, "name": tool.name, "input": input})
+        }
+        ContentBlock::ToolResult(result) => json!({
+            "type": "tool_result",
+            "tool_use_id": result.tool_use_id,
+            "content": result.content,
+            "is_error": result.is_error,
+        }),
+        ContentBlock::Provider { provider, raw } if provider == PROVIDER => raw.clone(),
+        ContentBlock::Provider { .. } => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+
+    use super::*;
+    use crate::message::{ToolResult, ToolUse};
+
+    struct Weather;
+
+    #[async_trait::async_trait]
+    impl Tool for Weather {
+        fn name(&self) -> &str {
+            "get_weather"
+        }
+        fn description(&self) -> &str {
+            "Gets the weather."
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+        }
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("sunny"))
+        }
+    }
+
+    fn weather_spec() -> Arc<ToolSpec> {
+        let tools = ToolRegistry::new().with(Weather).unwrap();
+        tools.spec("get_weather").unwrap().clone()
+    }
+
+    #[test]
+    fn encodes_a_full_request() {
+        let mut request = ChatRequest::new(
+            "claude-x",
+            vec![
+                Message::user("Weather in Paris?"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::Provider {
+                            provider: "anthropic".into(),
+                            raw: json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+                        },
+                        ContentBlock::Provider { provider: "openai".into(), raw: json!({"x": 1}) },
+                        ContentBlock::text(""),
+                        ContentBlock::text("Let me check."),
+                        ContentBlock::ToolUse(ToolUse::new("tu_1", "get_weather", json!({"city": "Paris"}))),
+                        ContentBlock::ToolUse(ToolUse::from_raw_arguments("tu_2", "get_weather", "{oops")),
+                    ],
+                },
+                Message::tool_results([
+                    ToolResult { tool_use_id: "tu_1".into(), content: "sunny".into(), is_error: false },
+                    ToolResult { tool_use_id: "tu_2".into(), content: "bad arguments".into(), is_error: true },
+                ]),
+            ],
+        )
+        .system("Be brief.")
+        .tools(vec![weather_spec()])
+        .temperature(0.2);
+        request.stop_sequences = vec!["END".into()];
+        let body = encode_request(&request, 4096, false);
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-x",
+                "max_tokens": 4096,
+                "system": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                        {"type": "text", "text": "Let me check."},
+                        {"type": "tool_use", "id": "tu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                        {"type": "tool_use", "id": "tu_2", "name": "get_weather", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "tu_1", "content": "sunny", "is_error": false},
+                        {"type": "tool_result", "tool_use_id": "tu_2", "content": "bad arguments", "is_error": true},
+                    ]},
+                ],
+                "tools": [{
+                    "name": "get_weather",
+                    "description": "Gets the weather.",
+                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                }],
+                "temperature": 0.2,
+                "stop_sequences": ["END"],
+            })
+        );
+        let minimal = encode_request(&ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10), 4096, true);
+        assert_eq!(
+            minimal,
+            json!({"model": "m", "max_tokens": 10, "stream": true,
+                   "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+        );
+    }
+}

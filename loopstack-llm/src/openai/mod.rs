@@ -1,0 +1,232 @@
+//! The OpenAI Chat Completions provider, also for OpenAI-compatible local servers
+//! (llama.cpp's `llama-server`, Ollama, vLLM).
+//!
+//! ```no_run
+//! use loopstack_llm::{ChatModel, ChatRequest, Message, OpenAi};
+//!
+//! # async fn run() -> Result<(), loopstack_llm::LlmError> {
+//! // A local Ollama: no key, and small models may write tool calls as JSON text.
+//! let local = OpenAi::new().base_url("http://localhost:11434/v1").text_tool_calls(true);
+//! let request = ChatRequest::new("qwen2.5:3b", vec![Message::user("Hello!")]);
+//! let response = local.chat(&request).await?;
+//! println!("{}", response.message.text());
+//! # Ok(()) }
+//! ```
+//!
+//! The provider is split by concern: [`request`] encodes a [`ChatRequest`], [`reply`]
+//! decodes a response body, [`stream`] a streamed response, and [`text_tools`] reads
+//! tool calls a model wrote as text.
+
+mod reply;
+mod request;
+mod stream;
+mod text_tools;
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+
+use crate::error::LlmError;
+use crate::http::{self, Auth, Call, Client, http_settings};
+use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent};
+
+const PROVIDER: &str = "openai";
+
+/// The endpoint's path.
+const PATH: &str = "/v1/chat/completions";
+
+/// OpenAI Chat Completions (`POST {base}/v1/chat/completions`), and the servers that
+/// speak it: llama.cpp's `llama-server`, Ollama, vLLM.
+///
+/// The model of each call is [`ChatRequest::model`]. One HTTP client is built with the
+/// model and reused by every call (clones share it).
+///
+/// | setting | default | setter |
+/// |---|---|---|
+/// | API key | `OPENAI_API_KEY` in [`OpenAi::from_env`]; none: no `Authorization` header | [`OpenAi::api_key`] |
+/// | base URL | `OPENAI_BASE_URL`, else `https://api.openai.com` | [`OpenAi::base_url`] |
+/// | request timeout | 10 minutes | [`OpenAi::timeout`] |
+/// | retries | [`RetryPolicy::default`]: 3, backoff 0.5 s doubling up to 8 s | [`OpenAi::retry_policy`] |
+/// | tool calls written as JSON text | off | [`OpenAi::text_tool_calls`] |
+///
+/// The base URL may end in `/v1` (`http://localhost:11434/v1`, as Ollama documents it)
+/// or not (`http://localhost:8080`); `/v1/chat/completions` is appended without doubling
+/// `/v1`. The timeout is a deadline for each whole attempt, whatever the server sends:
+/// a non-streamed call until its body is read, a stream from the request until its last
+/// chunk (a server that keeps sending forever still times out; raise the timeout for
+/// very long streamed replies). An error response's body is read up to 64 KiB; a line
+/// of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) long and
+/// an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond, the
+/// stream ends in [`LlmError::MalformedResponse`]).
+///
+/// How messages map: the system prompt is the first `system` message; each
+/// [`ToolResult`](crate::ToolResult) is a `tool` message (the API has no error flag: an error result's
+/// content is prefixed with `Error: `); tool arguments that were not valid JSON are sent
+/// back as the model wrote them (shortened, when refused for their depth). In replies,
+/// arguments that are not valid JSON are kept in [`ToolUse::invalid_input`](crate::ToolUse::invalid_input), as are arguments (a
+/// string, an object, or written as text) nested deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), which are not
+/// parsed; a missing tool-call id becomes `call_<n>`, and a reply
+/// with tool calls whose `finish_reason` is `stop` (some local servers) stops with
+/// [`StopReason::ToolUse`](crate::StopReason::ToolUse). `input_tokens` is the API's `prompt_tokens`, which includes
+/// the cached tokens also counted in `cache_read_input_tokens`.
+///
+/// The API key never appears in `Debug` output, logs or errors.
+#[derive(Clone)]
+#[must_use = "a model does nothing until it is called"]
+pub struct OpenAi {
+    http: Client,
+    text_tool_calls: bool,
+    completion_tokens_field: Option<bool>,
+}
+
+impl fmt::Debug for OpenAi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("OpenAi");
+        self.http.debug_fields(&mut d);
+        d.field("text_tool_calls", &self.text_tool_calls).finish()
+    }
+}
+
+impl Default for OpenAi {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenAi {
+    /// The API's address when none is set.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com";
+    /// The request timeout when none is set: 10 minutes, as in OpenAI's SDKs.
+    pub const DEFAULT_TIMEOUT: Duration = http::DEFAULT_TIMEOUT;
+
+    /// A model at [`OpenAi::DEFAULT_BASE_URL`] with no API key; set one with
+    /// [`OpenAi::api_key`], or point [`OpenAi::base_url`] at a local server.
+    pub fn new() -> Self {
+        Self {
+            http: Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth::Bearer),
+            text_tool_calls: false,
+            completion_tokens_field: None,
+        }
+    }
+
+    /// A model configured from the environment: `OPENAI_API_KEY` (optional: local
+    /// servers need none) and `OPENAI_BASE_URL` (optional).
+    ///
+    /// # Errors
+    /// [`LlmError::Config`] when the base URL is invalid.
+    pub fn from_env() -> Result<Self, LlmError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
+        let mut model = Self::new();
+        model.http.configure_from(lookup, "OPENAI_API_KEY", "OPENAI_BASE_URL")?;
+        Ok(model)
+    }
+
+    /// Sets the API key, sent as `Authorization: Bearer <key>`.
+    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.http.api_key = Some(http::ApiKey::new(api_key));
+        self
+    }
+
+    http_settings!();
+
+    /// Whether to accept tool calls a model wrote as JSON in its text (off by default),
+    /// for small local models that do not use the API's `tool_calls`.
+    ///
+    /// When on, the request offered tools and the reply has no `tool_calls`, a reply
+    /// whose text is `{"name": <an offered tool>, "arguments": {..}}` (or `"parameters"`,
+    /// or an array of such objects), alone or in a `` ``` `` / `` ```json `` fence, becomes
+    /// tool calls with ids `call_0`, `call_1`, ... and [`StopReason::ToolUse`]; the JSON is
+    /// removed from the text, text around a fence is kept. A name that is not an offered
+    /// tool leaves the text as it is. In a stream, the text deltas were already yielded;
+    /// the tool calls follow as events before [`StreamEvent::Done`].
+    pub fn text_tool_calls(mut self, enabled: bool) -> Self {
+        self.text_tool_calls = enabled;
+        self
+    }
+
+    /// Whether the output token limit is sent as `max_completion_tokens` (which
+    /// OpenAI's reasoning models require) instead of `max_tokens` (which local servers
+    /// understand). Unset, it is `max_completion_tokens` for `api.openai.com` and
+    /// `max_tokens` for any other base URL.
+    pub fn max_completion_tokens(mut self, enabled: bool) -> Self {
+        self.completion_tokens_field = Some(enabled);
+        self
+    }
+
+    fn token_limit_field(&self) -> &'static str {
+        let official = self.http.base_url.contains("://api.openai.com");
+        if self.completion_tokens_field.unwrap_or(official) { "max_completion_tokens" } else { "max_tokens" }
+    }
+
+    fn call<'a>(&self, request: &'a ChatRequest, stream: bool) -> Result<Call<'a>, LlmError> {
+        let body = request::encode_request(request, stream, self.token_limit_field());
+        self.http.call(&request.model, &body, stream)
+    }
+
+    /// The tools whose JSON-text calls are accepted, if that is on.
+    fn text_tools<'a>(&self, request: &'a ChatRequest) -> Vec<&'a str> {
+        if self.text_tool_calls { request.tools.iter().map(|t| t.name.as_str()).collect() } else { Vec::new() }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for OpenAi {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let text_tools = self.text_tools(request);
+        self.http
+            .chat(request, self.call(request, false), |body| {
+                let mut response = reply::decode_response(body, &request.model)?;
+                text_tools::apply_text_tool_calls(&mut response, &text_tools);
+                Ok(response)
+            })
+            .await
+    }
+
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+        let decoder = stream::Decoder::new(&request.model, self.text_tools(request));
+        self.http.stream(request, self.call(request, true), decoder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::ApiKey;
+
+    #[test]
+    fn the_token_limit_field_follows_the_server() {
+        assert_eq!(OpenAi::new().token_limit_field(), "max_completion_tokens");
+        let local = OpenAi::new().base_url("http://localhost:11434/v1");
+        assert_eq!(local.token_limit_field(), "max_tokens");
+        assert_eq!(local.max_completion_tokens(true).token_limit_field(), "max_completion_tokens");
+        assert_eq!(OpenAi::new().max_completion_tokens(false).token_limit_field(), "max_tokens");
+    }
+
+    #[test]
+    fn env_configuration() {
+        let lookup = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        };
+        let model = OpenAi::from_lookup(&lookup(&[])).unwrap();
+        assert_eq!((model.http.api_key.clone(), model.http.base_url.as_str()), (None, OpenAi::DEFAULT_BASE_URL));
+        let model =
+            OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", ""), ("OPENAI_BASE_URL", "http://localhost:11434/v1")]))
+                .unwrap();
+        assert_eq!((model.http.api_key.clone(), model.http.base_url.as_str()), (None, "http://localhost:11434/v1"));
+        let model = OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", "sk-secret")])).unwrap();
+        assert_eq!(model.http.api_key, Some(ApiKey::new("sk-secret")));
+        assert!(!format!("{model:?}").contains("secret"));
+        assert!(matches!(
+            OpenAi::from_lookup(&lookup(&[("OPENAI_BASE_URL", "localhost:11434")])),
+            Err(LlmError::Config { .. })
+        ));
+    }
+}

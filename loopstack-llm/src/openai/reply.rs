@@ -1,0 +1,214 @@
+//! Decoding the body of a Chat Completions response.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::PROVIDER;
+use crate::error::LlmError;
+use crate::http::malformed;
+use crate::message::{ContentBlock, Message, Role, StopReason, ToolUse, Usage};
+use crate::model::ChatResponse;
+
+/// A response body. Tool call arguments are kept as raw text until each call is
+/// decoded, so that they are checked for their depth before they are parsed.
+#[derive(Deserialize)]
+struct WireResponse {
+    id: Option<String>,
+    model: Option<String>,
+    choices: Option<Vec<WireChoice>>,
+    usage: Option<WireUsage>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    message: WireMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    content: Option<Value>,
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    id: Option<String>,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: String,
+    arguments: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<WireUsageDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsageDetails {
+    cached_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    pub(super) fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
+        }
+    }
+}
+
+/// A message's `content`: a string, or (some servers) an array of text parts.
+pub(super) fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
+        _ => String::new(),
+    }
+}
+
+/// The id of the `n`th tool call when the server gave none.
+pub(super) fn tool_call_id(id: Option<&str>, n: usize) -> String {
+    id.filter(|id| !id.is_empty()).map_or_else(|| format!("call_{n}"), str::to_owned)
+}
+
+/// A tool call from its arguments as sent: a JSON string (usually), or an object (some
+/// local servers); absent or `null` is `{}`. Either way the arguments are read by
+/// [`ToolUse::from_raw_arguments`], which refuses them when they nest too deep.
+pub(super) fn tool_use(id: String, name: String, arguments: Option<&RawValue>) -> ToolUse {
+    match arguments.map(RawValue::get) {
+        None | Some("null") => ToolUse::new(id, name, json!({})),
+        Some(raw) => match raw.starts_with('"').then(|| serde_json::from_str::<String>(raw)) {
+            Some(Ok(text)) => ToolUse::from_raw_arguments(id, name, &text),
+            _ => ToolUse::from_raw_arguments(id, name, raw),
+        },
+    }
+}
+
+/// The stop reason of a `finish_reason`.
+pub(super) fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
+    match finish_reason {
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "stop" if has_tool_calls => StopReason::ToolUse,
+        "stop" => StopReason::EndTurn,
+        "length" => StopReason::MaxTokens,
+        other => StopReason::Other(other.to_owned()),
+    }
+}
+
+/// The API's message of an error object (the `error` field) a server sent with a
+/// success status.
+pub(super) fn error_message(error: &Value) -> String {
+    error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message").to_owned()
+}
+
+/// Decodes a non-streamed response body.
+pub(super) fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
+    let wire: WireResponse =
+        serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
+    if let Some(error) = &wire.error {
+        return Err(malformed(PROVIDER, model, format!("error in response: {}", error_message(error))));
+    }
+    let choices = wire.choices.ok_or_else(|| malformed(PROVIDER, model, "missing field `choices`"))?;
+    let choice = choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
+    let mut content = Vec::new();
+    let text = content_text(choice.message.content.as_ref());
+    if !text.is_empty() {
+        content.push(ContentBlock::Text { text });
+    }
+    for (n, call) in choice.message.tool_calls.into_iter().flatten().enumerate() {
+        let id = tool_call_id(call.id.as_deref(), n);
+        content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_deref())));
+    }
+    let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
+    let finish_reason = choice.finish_reason.ok_or_else(|| malformed(PROVIDER, model, "missing finish_reason"))?;
+    Ok(ChatResponse {
+        message: Message { role: Role::Assistant, content },
+        stop_reason: stop_reason(&finish_reason, has_tool_calls),
+        usage: wire.usage.unwrap_or_default().usage(),
+        model: wire.model.unwrap_or_else(|| model.to_owned()),
+        id: wire.id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_text_tools_finish_reasons_and_usage() {
+        let body = json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-x-2025",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "Checking.",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Paris\"}"}},
+                    {"type": "function", "function": {"name": "w", "arguments": ""}},
+                    {"id": "c3", "type": "function", "function": {"name": "w", "arguments": {"city": "Rome"}}},
+                    {"id": "c4", "type": "function", "function": {"name": "w", "arguments": "{\"city\": Rome"}},
+                ],
+            }}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27,
+                      "prompt_tokens_details": {"cached_tokens": 8}},
+        });
+        let response = decode_response(body.to_string().as_bytes(), "gpt-x").unwrap();
+        assert_eq!(response.stop_reason, StopReason::ToolUse);
+        assert_eq!(
+            response.usage,
+            Usage { input_tokens: 20, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 8 }
+        );
+        assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("chatcmpl-1"), "gpt-x-2025"));
+        let content = &response.message.content;
+        assert_eq!(content[0], ContentBlock::text("Checking."));
+        assert_eq!(content[1], ContentBlock::ToolUse(ToolUse::new("c1", "w", json!({"city": "Paris"}))));
+        assert_eq!(content[2], ContentBlock::ToolUse(ToolUse::new("call_1", "w", json!({}))));
+        assert_eq!(content[3], ContentBlock::ToolUse(ToolUse::new("c3", "w", json!({"city": "Rome"}))));
+        let ContentBlock::ToolUse(bad) = &content[4] else { panic!("{content:?}") };
+        assert_eq!(
+            (bad.input.clone(), bad.invalid_input.as_ref().unwrap().raw.as_str()),
+            (Value::Null, "{\"city\": Rome")
+        );
+
+        for (finish, tools, want) in [
+            ("stop", false, StopReason::EndTurn),
+            ("stop", true, StopReason::ToolUse),
+            ("function_call", true, StopReason::ToolUse),
+            ("length", false, StopReason::MaxTokens),
+            ("content_filter", false, StopReason::Other("content_filter".into())),
+        ] {
+            assert_eq!(stop_reason(finish, tools), want);
+        }
+        let minimal = json!({"choices": [{"message": {"content": null}, "finish_reason": "stop"}]});
+        let response = decode_response(minimal.to_string().as_bytes(), "local").unwrap();
+        assert_eq!((response.model.as_str(), response.id.clone(), response.usage), ("local", None, Usage::default()));
+        assert!(response.message.content.is_empty());
+    }
+
+    #[test]
+    fn malformed_bodies() {
+        let err = |body: &str| decode_response(body.as_bytes(), "gpt-x").unwrap_err();
+        for body in [
+            "{oops",
+            r#"{"choices": []}"#,
+            r#"{"id": "x"}"#,
+            r#"{"choices": [{"message": {"content": "hi"}}]}"#,
+            r#"{"error": {"message": "model crashed"}}"#,
+        ] {
+            assert!(
+                matches!(err(body), LlmError::MalformedResponse { provider: "openai", ref model, .. } if model == "gpt-x"),
+                "{body}"
+            );
+        }
+        assert!(err(r#"{"error": "model crashed"}"#).to_string().contains("model crashed"));
+    }
+}

@@ -1,0 +1,192 @@
+//! Encoding a [`ChatRequest`] as the JSON body of a Chat Completions request.
+
+use serde_json::{Map, Value, json};
+
+use crate::http;
+use crate::message::{ContentBlock, Message, Role, ToolResult, ToolUse};
+use crate::model::ChatRequest;
+
+/// The JSON body of a Chat Completions request.
+pub(super) fn encode_request(request: &ChatRequest, stream: bool, token_limit_field: &str) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = &request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for message in &request.messages {
+        encode_message(message, &mut messages);
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), request.model.clone().into());
+    body.insert("messages".into(), messages.into());
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+        body.insert("tools".into(), tools);
+    }
+    if let Some(max_tokens) = request.max_tokens {
+        body.insert(token_limit_field.into(), max_tokens.into());
+    }
+    if let Some(temperature) = request.temperature {
+        body.insert("temperature".into(), http::f32_value(temperature));
+    }
+    if !request.stop_sequences.is_empty() {
+        body.insert("stop".into(), request.stop_sequences.clone().into());
+    }
+    if stream {
+        body.insert("stream".into(), true.into());
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+/// Appends the API messages of one message: a user message's tool results become `tool`
+/// messages (first, so they follow the assistant's calls), its text a `user` message.
+fn encode_message(message: &Message, out: &mut Vec<Value>) {
+    let has_text = message.content.iter().any(|b| matches!(b, ContentBlock::Text { .. }));
+    match message.role {
+        Role::User => {
+            let mut results = 0;
+            for result in message.tool_results_iter() {
+                results += 1;
+                out.push(
+                    json!({"role": "tool", "tool_call_id": result.tool_use_id, "content": tool_result_text(result)}),
+                );
+            }
+            if has_text || results == 0 {
+                out.push(json!({"role": "user", "content": message.text()}));
+            }
+        }
+        Role::Assistant => {
+            let calls: Vec<Value> = message.tool_uses().map(encode_tool_call).collect();
+            let text = message.text();
+            let mut encoded = json!({"role": "assistant", "content": text});
+            if !calls.is_empty() {
+                if text.is_empty() {
+                    encoded["content"] = Value::Null;
+                }
+                encoded["tool_calls"] = calls.into();
+            }
+            out.push(encoded);
+        }
+    }
+}
+
+fn encode_tool_call(tool: &ToolUse) -> Value {
+    let arguments = match &tool.invalid_input {
+        Some(invalid) => invalid.raw.clone(),
+        None => tool.input.to_string(),
+    };
+    json!({"id": tool.id, "type": "function", "function": {"name": tool.name, "arguments": arguments}})
+}
+
+fn tool_result_text(result: &ToolResult) -> String {
+    if result.is_error { format!("Error: {}", result.content) } else { result.content.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+
+    use super::*;
+
+    struct Named(&'static str);
+
+    #[async_trait::async_trait]
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "A tool."
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object", "properties": {"city": {"type": "string"}}})
+        }
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("ok"))
+        }
+    }
+
+    fn spec(name: &'static str) -> Arc<ToolSpec> {
+        ToolRegistry::new().with(Named(name)).unwrap().spec(name).unwrap().clone()
+    }
+
+    #[test]
+    fn encodes_a_full_request() {
+        let mut request = ChatRequest::new(
+            "gpt-x",
+            vec![
+                Message::user("Weather in Paris and Rome?"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::Provider { provider: "anthropic".into(), raw: json!({"type": "thinking"}) },
+                        ContentBlock::ToolUse(ToolUse::new("c1", "get_weather", json!({"city": "Paris"}))),
+                        ContentBlock::ToolUse(ToolUse::from_raw_arguments("c2", "get_weather", "{\"city\": Rome}")),
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::ToolResult(ToolResult {
+                            tool_use_id: "c1".into(),
+                            content: "sunny".into(),
+                            is_error: false,
+                        }),
+                        ContentBlock::ToolResult(ToolResult {
+                            tool_use_id: "c2".into(),
+                            content: "invalid arguments".into(),
+                            is_error: true,
+                        }),
+                        ContentBlock::text("Thanks."),
+                    ],
+                },
+                Message::assistant("Paris is sunny."),
+            ],
+        )
+        .system("Be brief.")
+        .tools(vec![spec("get_weather")])
+        .max_tokens(100)
+        .temperature(0.7);
+        request.stop_sequences = vec!["END".into()];
+        assert_eq!(
+            encode_request(&request, false, "max_tokens"),
+            json!({
+                "model": "gpt-x",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Weather in Paris and Rome?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                        {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": Rome}"}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                    {"role": "tool", "tool_call_id": "c2", "content": "Error: invalid arguments"},
+                    {"role": "user", "content": "Thanks."},
+                    {"role": "assistant", "content": "Paris is sunny."},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather", "description": "A tool.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }}],
+                "max_tokens": 100,
+                "temperature": 0.7,
+                "stop": ["END"],
+            })
+        );
+        assert_eq!(
+            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, "max_tokens"),
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                   "stream": true, "stream_options": {"include_usage": true}})
+        );
+    }
+}
