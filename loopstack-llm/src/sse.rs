@@ -5,7 +5,9 @@
 //! [`SSE_MAX_LINE_BYTES`], or an event whose data is larger than
 //! [`SSE_MAX_EVENT_BYTES`], is an error, so no server can make the parser buffer
 //! without bound. Fields other than `event` and `data` (`id`, `retry`) are not needed
-//! by the providers and are ignored, as are comments.
+//! by the providers and are ignored, as are comments; except `error`: llama.cpp's
+//! server sends an error during a stream as a line `error: <json>` instead of an
+//! `event: error` with `data: <json>`, so such a line is read as exactly that.
 
 use std::fmt;
 
@@ -165,20 +167,30 @@ impl SseParser {
             None => (line, ""),
         };
         match field {
-            "data" => {
-                if self.data.len() + value.len() + 1 > self.max_event {
-                    return Err(FeedError::Stream(SseError::EventTooLarge(self.max_event)));
-                }
-                self.data.push_str(value);
-                self.data.push('\n');
-            }
-            "event" => {
-                self.name.clear();
-                self.name.push_str(value);
+            "data" => self.push_data(value)?,
+            "event" => self.set_name(value),
+            // llama.cpp's `error: <json>`: an `error` event with this data.
+            "error" => {
+                self.set_name("error");
+                self.push_data(value)?;
             }
             _ => {}
         }
         Ok(false)
+    }
+
+    fn set_name(&mut self, name: &str) {
+        self.name.clear();
+        self.name.push_str(name);
+    }
+
+    fn push_data<E>(&mut self, value: &str) -> Result<(), FeedError<E>> {
+        if self.data.len() + value.len() + 1 > self.max_event {
+            return Err(FeedError::Stream(SseError::EventTooLarge(self.max_event)));
+        }
+        self.data.push_str(value);
+        self.data.push('\n');
+        Ok(())
     }
 
     fn dispatch<E>(&mut self, on_event: &mut impl FnMut(&str, &str) -> Result<bool, E>) -> Result<bool, FeedError<E>> {
@@ -282,6 +294,15 @@ mod tests {
         assert_eq!(
             SseError::EventTooLarge(SSE_MAX_EVENT_BYTES).to_string(),
             "invalid event stream: an event is larger than the 8 MiB allowed"
+        );
+    }
+
+    #[test]
+    fn an_error_field_is_an_error_event() {
+        let stream: &[u8] = b"data: {\"a\": 1}\n\nerror: {\"code\": 500}\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            events_of(&mut SseParser::new(), &[stream]).unwrap(),
+            [pair("message", "{\"a\": 1}"), pair("error", "{\"code\": 500}"), pair("message", "[DONE]")]
         );
     }
 

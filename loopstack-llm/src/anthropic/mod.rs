@@ -10,9 +10,9 @@
 //! println!("{}", response.message.text());
 //! # Ok(()) }
 //! ```
-//!
-//! The provider is split by concern: [`request`] encodes a [`ChatRequest`], [`reply`]
-//! decodes a response body and [`stream`] a streamed response.
+
+// Split by concern: `request` encodes a `ChatRequest`, `reply` decodes a response
+// body and `stream` a streamed response.
 
 mod reply;
 mod request;
@@ -43,7 +43,7 @@ const PATH: &str = "/v1/messages";
 /// | API key | `ANTHROPIC_API_KEY` in [`Anthropic::from_env`] | [`Anthropic::api_key`] |
 /// | base URL | `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com` | [`Anthropic::base_url`] |
 /// | request timeout | 10 minutes | [`Anthropic::timeout`] |
-/// | retries | [`RetryPolicy::default`]: 3, backoff 0.5 s doubling up to 8 s | [`Anthropic::retry_policy`] |
+/// | retries | [`RetryPolicy::default`](crate::RetryPolicy::default): 3, backoff 0.5 s doubling up to 8 s | [`Anthropic::retry_policy`] |
 /// | `max_tokens` when the request has none | 4096 | [`Anthropic::default_max_tokens`] |
 ///
 /// The timeout is a deadline for each whole attempt, whatever the server sends: a
@@ -52,7 +52,10 @@ const PATH: &str = "/v1/messages";
 /// the timeout for very long streamed replies). An error response's body is read up to
 /// 64 KiB; a line of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES)
 /// long and an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond,
-/// the stream ends in [`LlmError::MalformedResponse`]). Tool inputs nested deeper than
+/// the stream ends in [`LlmError::MalformedResponse`]). An `error` object sent with a
+/// success status, as the body or as an `error` event of a stream, is the [`LlmError`]
+/// of the HTTP status its type stands for (`overloaded_error`: [`LlmError::Overloaded`]),
+/// and a non-streamed one is retried like that status. Tool inputs nested deeper than
 /// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) are not parsed: they are kept as
 /// [`ToolUse::invalid_input`](crate::ToolUse::invalid_input) and answered with an error
 /// result.

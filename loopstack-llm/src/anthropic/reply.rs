@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::PROVIDER;
 use crate::error::LlmError;
-use crate::http::malformed;
+use crate::http::{self, malformed};
 use crate::message::{
     ContentBlock, MAX_JSON_DEPTH, Message, Role, StopReason, ToolUse, Usage, nests_deeper_than, too_deep,
 };
@@ -119,18 +119,13 @@ fn parse_provider_json(raw: &str) -> Result<Value, String> {
     serde_json::from_str(raw).map_err(|e| format!("invalid content block: {e}"))
 }
 
-/// The error of an `error` object: `{"type": "error", "error": {"type", "message"}}`.
+/// The error of an `error` object, `{"type": "error", "error": {"type", "message"}}`,
+/// sent as a 200 body or as an `error` event of a stream: the kind of the HTTP status
+/// its type stands for ([`http::body_error`]), so `overloaded_error` is
+/// [`LlmError::Overloaded`], `rate_limit_error` [`LlmError::RateLimited`] and
+/// `api_error` [`LlmError::Server`], all retryable.
 pub(super) fn error_event(error: Option<&Value>, model: &str) -> LlmError {
-    let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or("unknown_error");
-    let message = error.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("no message").to_owned();
-    let model = model.to_owned();
-    match kind {
-        "overloaded_error" => LlmError::Overloaded { provider: PROVIDER, model, message },
-        "rate_limit_error" => LlmError::RateLimited { provider: PROVIDER, model, retry_after: None, message },
-        _ => {
-            LlmError::MalformedResponse { provider: PROVIDER, model, message: format!("error event {kind}: {message}") }
-        }
-    }
+    http::body_error(PROVIDER, model, error.unwrap_or(&Value::Null))
 }
 
 #[cfg(test)]

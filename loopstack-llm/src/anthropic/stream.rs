@@ -345,7 +345,12 @@ mod tests {
         assert!(matches!(r, Err(LlmError::Overloaded { .. })));
         let (_, r) =
             run_stream(&[start.clone(), json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})]);
-        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("boom")));
+        assert!(matches!(r, Err(LlmError::Server { status: 500, ref message, .. }) if message == "boom"));
+        let (_, r) = run_stream(&[
+            start.clone(),
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+        ]);
+        assert!(matches!(r, Err(LlmError::RateLimited { retry_after: None, .. })));
         // A block index far beyond the blocks so far is refused, not allocated.
         let (_, r) = run_stream(&[
             start.clone(),

@@ -96,23 +96,19 @@ impl Client {
         Ok(Call { provider: self.provider, model, url, headers, body: body.into() })
     }
 
-    /// Sends `call` (built for `request`), retrying per the policy, and decodes the
-    /// body of its successful response with `decode`; in a span recording the
+    /// Sends `call` (built for `request`) and decodes the body of its successful
+    /// response with `decode`, retrying per the policy (see
+    /// [`Transport::post_json`](super::Transport::post_json)); in a span recording the
     /// outcome.
     pub(crate) async fn chat(
         &self,
         request: &ChatRequest,
         call: Result<Call<'_>, LlmError>,
-        decode: impl FnOnce(&[u8]) -> Result<ChatResponse, LlmError> + Send,
+        decode: impl Fn(&[u8]) -> Result<ChatResponse, LlmError> + Send + Sync,
     ) -> Result<ChatResponse, LlmError> {
         let span = request_span(self.provider, &request.model, false);
         let started = Instant::now();
-        let result = async {
-            let body = self.transport.post_json(&call?).await?;
-            decode(&body)
-        }
-        .instrument(span.clone())
-        .await;
+        let result = async { self.transport.post_json(&call?, decode).await }.instrument(span.clone()).await;
         record_outcome(&span, started, result.as_ref().map(|r| &r.usage));
         result
     }

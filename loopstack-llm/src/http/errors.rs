@@ -1,4 +1,8 @@
-//! The typed errors of unsuccessful HTTP responses.
+//! The typed errors of failed responses: an unsuccessful HTTP status, or an error the
+//! API sent in place of an answer, in the body of a successful response or as an event
+//! of a stream. Both map to the same [`LlmError`] kinds: an error object stands for the
+//! HTTP status its type (or numeric `code`) names, so an `overloaded_error` in a 200
+//! body is [`LlmError::Overloaded`] and retried like an HTTP 529.
 
 use std::time::Duration;
 
@@ -9,7 +13,7 @@ use super::{Call, Failure};
 use crate::error::LlmError;
 
 /// The longest error body kept in an error message when the body is not the API's JSON.
-pub(super) const MAX_ERROR_BODY: usize = 500;
+const MAX_ERROR_BODY: usize = 500;
 
 /// How much of an error response's body is read: 64 KiB. The API's JSON error is far
 /// smaller; the rest of a larger body (a proxy's page, or a broken server's endless
@@ -40,6 +44,33 @@ pub(super) async fn response_failure(call: &Call<'_>, response: reqwest::Respons
     status_failure(call.provider, call.model, status, hints, &body)
 }
 
+/// Whether a response is JSON (`application/json`, with or without parameters).
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The failure of a stream request answered with a successful JSON response instead of
+/// an event stream: the error in its body (`{"error": ..}`, see [`body_error`]),
+/// retried as that error's status would be, or else a malformed response.
+pub(super) async fn json_instead_of_stream(call: &Call<'_>, response: reqwest::Response) -> Failure {
+    let hints = RetryHints::of(response.headers());
+    let body = read_bounded(response, MAX_ERROR_BODY_READ).await;
+    let value = serde_json::from_slice::<Value>(&body).ok();
+    let error = match value.as_ref().and_then(|v| v.get("error")).filter(|e| !e.is_null()) {
+        Some(error) => body_error(call.provider, call.model, error),
+        None => LlmError::MalformedResponse {
+            provider: call.provider,
+            model: call.model.to_owned(),
+            message: "an event stream was asked for, but the response is JSON without an error".into(),
+        },
+    };
+    decode_failure(error, hints)
+}
+
 /// The first `limit` bytes of a body (fewer if it ends or fails first); the rest is
 /// not read, and dropping the response closes its connection.
 async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
@@ -64,6 +95,17 @@ pub(super) fn status_failure(
     let (kind, message) = api_error_message(status, body);
     let error = classify(provider, model, status, kind.as_deref(), message, hints.retry_after);
     let retryable = is_retried_status(status) && !hints.refused;
+    Failure { error, retryable, retry_after: hints.retry_after }
+}
+
+/// The failure of a successful response whose body `decode` refused with `error`: an
+/// error the API sent in the body (see [`body_error`]) is retried as its status would
+/// be, a malformed body is not.
+pub(super) fn decode_failure(mut error: LlmError, hints: RetryHints) -> Failure {
+    if let LlmError::RateLimited { retry_after, .. } = &mut error {
+        *retry_after = retry_after.or(hints.retry_after);
+    }
+    let retryable = error.is_retryable() && !hints.refused;
     Failure { error, retryable, retry_after: hints.retry_after }
 }
 
@@ -92,6 +134,53 @@ fn classify(
         408 | 409 | 500..=599 => LlmError::Server { provider, model, status, message },
         _ => LlmError::InvalidRequest { provider, model, status, message },
     }
+}
+
+/// The typed error of an error object an API sent in place of an answer: in the body
+/// of a successful response (`{"type": "error", "error": {..}}` from Anthropic,
+/// `{"error": {..}}` from OpenAI-compatible servers; `error` is the inner object) or as
+/// an event of a stream. Its kind is that of the HTTP status the error stands for (see
+/// [`error_status`]): `overloaded_error` is [`LlmError::Overloaded`], a rate limit
+/// [`LlmError::RateLimited`], `api_error`, `server_error` and errors of unknown types
+/// [`LlmError::Server`] (all retryable), `invalid_request_error`
+/// [`LlmError::InvalidRequest`], and so on.
+pub(crate) fn body_error(provider: &'static str, model: &str, error: &Value) -> LlmError {
+    let kind = error.get("type").and_then(Value::as_str);
+    let message = error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message");
+    classify(provider, model, error_status(error), kind, message.to_owned(), None)
+}
+
+/// The HTTP status an error object stands for: its numeric `code` when that is an
+/// error status (llama.cpp and vLLM send one), else the status its `type` or string
+/// `code` names at Anthropic, OpenAI or llama.cpp; 500 when it names none.
+fn error_status(error: &Value) -> u16 {
+    let code = error.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok());
+    if let Some(code) = code.filter(|c| (400..600).contains(c)) {
+        return code;
+    }
+    [error.get("type"), error.get("code")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(type_status)
+        .unwrap_or(500)
+}
+
+/// The HTTP status an API sends with errors of this type (or OpenAI `code`).
+fn type_status(kind: &str) -> Option<u16> {
+    Some(match kind {
+        "invalid_request_error" | "context_length_exceeded" | "exceed_context_size_error" | "BadRequestError" => 400,
+        "authentication_error" | "invalid_api_key" => 401,
+        "permission_error" => 403,
+        "not_found_error" | "model_not_found" | "NotFoundError" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" | "insufficient_quota" => 429,
+        "api_error" | "server_error" => 500,
+        "not_supported_error" => 501,
+        "unavailable_error" => 503,
+        "overloaded_error" => 529,
+        _ => return None,
+    })
 }
 
 /// The API's error type and message from an error body: `{"error": {"type", "message"}}`
@@ -142,6 +231,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use reqwest::header::HeaderValue;
+    use serde_json::json;
 
     use super::*;
 
@@ -204,6 +294,67 @@ mod tests {
             let f = status_failure("openai", "m", status, none, b"");
             assert_eq!(f.retryable, f.error.is_retryable(), "{status}");
         }
+    }
+
+    #[test]
+    fn error_objects_map_to_the_kind_of_their_status() {
+        let kind = |error: Value| body_error("anthropic", "m", &error);
+        assert!(matches!(
+            kind(json!({"type": "overloaded_error", "message": "Overloaded"})),
+            LlmError::Overloaded { provider: "anthropic", ref message, .. } if message == "Overloaded"
+        ));
+        assert!(matches!(
+            kind(json!({"type": "api_error", "message": "Internal"})),
+            LlmError::Server { status: 500, ref message, .. } if message == "Internal"
+        ));
+        assert!(matches!(
+            kind(json!({"type": "rate_limit_error", "message": "slow"})),
+            LlmError::RateLimited { retry_after: None, .. }
+        ));
+        // OpenAI's rate limit types and codes.
+        assert!(matches!(
+            kind(json!({"type": "requests", "code": "rate_limit_exceeded"})),
+            LlmError::RateLimited { .. }
+        ));
+        assert!(matches!(kind(json!({"type": null, "code": "rate_limit_exceeded"})), LlmError::RateLimited { .. }));
+        assert!(matches!(kind(json!({"type": "server_error", "message": "m"})), LlmError::Server { status: 500, .. }));
+        // A numeric code (llama.cpp, vLLM) is the status.
+        assert!(matches!(
+            kind(json!({"code": 503, "type": "unavailable_error", "message": "Loading model"})),
+            LlmError::Server { status: 503, .. }
+        ));
+        assert!(matches!(
+            kind(json!({"code": 400, "type": "exceed_context_size_error", "message": "too long"})),
+            LlmError::InvalidRequest { status: 400, .. }
+        ));
+        assert!(matches!(kind(json!({"type": "authentication_error"})), LlmError::Authentication { status: 401, .. }));
+        // Unknown types, a bare message (Ollama) and an empty object are server errors.
+        assert!(matches!(kind(json!({"type": "new_error", "message": "m"})), LlmError::Server { status: 500, .. }));
+        assert!(matches!(
+            kind(json!("model crashed")),
+            LlmError::Server { status: 500, ref message, .. } if message == "model crashed"
+        ));
+        assert!(matches!(
+            kind(json!({})),
+            LlmError::Server { status: 500, ref message, .. } if message == "no message"
+        ));
+        assert!(kind(json!({"code": 200})).is_retryable(), "a code that is no error status is ignored");
+    }
+
+    #[test]
+    fn decode_failures_are_retried_when_their_kind_is() {
+        let overloaded = LlmError::Overloaded { provider: "anthropic", model: "m".into(), message: String::new() };
+        assert!(decode_failure(overloaded, RetryHints::default()).retryable);
+        let malformed = LlmError::MalformedResponse { provider: "openai", model: "m".into(), message: String::new() };
+        assert!(!decode_failure(malformed, hints(&[("retry-after", "1")])).retryable);
+        let limited =
+            LlmError::RateLimited { provider: "openai", model: "m".into(), retry_after: None, message: String::new() };
+        let f = decode_failure(limited, hints(&[("retry-after", "2")]));
+        assert!(f.retryable);
+        assert_eq!(f.retry_after, Some(Duration::from_secs(2)));
+        assert!(matches!(f.error, LlmError::RateLimited { retry_after: Some(d), .. } if d == Duration::from_secs(2)));
+        let server = LlmError::Server { provider: "openai", model: "m".into(), status: 500, message: String::new() };
+        assert!(!decode_failure(server, hints(&[("x-should-retry", "false")])).retryable);
     }
 
     #[test]

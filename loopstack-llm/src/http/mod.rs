@@ -11,6 +11,7 @@ mod client;
 mod errors;
 
 pub(crate) use client::{Auth, Client, http_settings};
+pub(crate) use errors::body_error;
 
 use std::fmt;
 use std::future::Future;
@@ -31,7 +32,7 @@ use crate::error::LlmError;
 use crate::message::Usage;
 use crate::model::{ChatResponse, StreamEvent};
 use crate::sse::{FeedError, SseParser};
-use errors::response_failure;
+use errors::{RetryHints, decode_failure, response_failure};
 
 /// The default request timeout: 10 minutes, as in Anthropic's and OpenAI's own SDKs. A
 /// non-streamed reply of a few thousand tokens, or any reply of a local model on a CPU,
@@ -307,9 +308,16 @@ impl Transport {
         Failure::fatal(LlmError::Timeout { provider: call.provider, model: call.model.to_owned(), after: self.timeout })
     }
 
-    /// Sends `call` and returns the body of its successful response, retrying per the policy.
-    /// The timeout covers each whole attempt: sending, waiting and reading the body.
-    pub(crate) async fn post_json(&self, call: &Call<'_>) -> Result<Bytes, LlmError> {
+    /// Sends `call` and decodes the body of its successful response with `decode`,
+    /// retrying per the policy. A body `decode` refuses with a retryable error (an
+    /// error the API sent in a 200 body, see [`body_error`]) is retried like the HTTP
+    /// status it stands for; a malformed one is not. The timeout covers each whole
+    /// attempt: sending, waiting and reading the body.
+    pub(crate) async fn post_json<T>(
+        &self,
+        call: &Call<'_>,
+        decode: impl Fn(&[u8]) -> Result<T, LlmError>,
+    ) -> Result<T, LlmError> {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let attempt = async {
@@ -317,9 +325,12 @@ impl Transport {
                 if !response.status().is_success() {
                     return Err(response_failure(call, response).await);
                 }
+                let hints = RetryHints::of(response.headers());
                 // The server accepted and answered the request (and billed it): a body
                 // cut off now is not sent again, so one call is never paid for twice.
-                response.bytes().await.map_err(|e| Failure { retryable: false, ..transport_failure(call, e) })
+                let body =
+                    response.bytes().await.map_err(|e| Failure { retryable: false, ..transport_failure(call, e) })?;
+                decode(&body).map_err(|error| decode_failure(error, hints))
             };
             tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
         })
@@ -328,14 +339,22 @@ impl Transport {
 
     /// Sends `call` and returns its successful response once its headers arrived, with
     /// the deadline of the attempt that got it (the timeout after that attempt
-    /// started), retrying per the policy.
+    /// started), retrying per the policy. A successful JSON response (not an event
+    /// stream) is a failure: the error in its body, retried as its status would be.
     async fn open(&self, call: &Call<'_>) -> Result<(reqwest::Response, tokio::time::Instant), LlmError> {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let deadline = self.deadline();
             let attempt = async {
                 let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
-                if response.status().is_success() { Ok(response) } else { Err(response_failure(call, response).await) }
+                if !response.status().is_success() {
+                    return Err(response_failure(call, response).await);
+                }
+                // Some servers answer a stream request that failed with a JSON error.
+                if errors::is_json(response.headers()) {
+                    return Err(errors::json_instead_of_stream(call, response).await);
+                }
+                Ok(response)
             };
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(result) => result.map(|response| (response, deadline)),

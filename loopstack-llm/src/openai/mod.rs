@@ -12,10 +12,10 @@
 //! println!("{}", response.message.text());
 //! # Ok(()) }
 //! ```
-//!
-//! The provider is split by concern: [`request`] encodes a [`ChatRequest`], [`reply`]
-//! decodes a response body, [`stream`] a streamed response, and [`text_tools`] reads
-//! tool calls a model wrote as text.
+
+// Split by concern: `request` encodes a `ChatRequest`, `reply` decodes a response
+// body, `stream` a streamed response, and `text_tools` reads tool calls a model wrote
+// as text.
 
 mod reply;
 mod request;
@@ -47,7 +47,7 @@ const PATH: &str = "/v1/chat/completions";
 /// | API key | `OPENAI_API_KEY` in [`OpenAi::from_env`]; none: no `Authorization` header | [`OpenAi::api_key`] |
 /// | base URL | `OPENAI_BASE_URL`, else `https://api.openai.com` | [`OpenAi::base_url`] |
 /// | request timeout | 10 minutes | [`OpenAi::timeout`] |
-/// | retries | [`RetryPolicy::default`]: 3, backoff 0.5 s doubling up to 8 s | [`OpenAi::retry_policy`] |
+/// | retries | [`RetryPolicy::default`](crate::RetryPolicy::default): 3, backoff 0.5 s doubling up to 8 s | [`OpenAi::retry_policy`] |
 /// | tool calls written as JSON text | off | [`OpenAi::text_tool_calls`] |
 ///
 /// The base URL may end in `/v1` (`http://localhost:11434/v1`, as Ollama documents it)
@@ -58,7 +58,10 @@ const PATH: &str = "/v1/chat/completions";
 /// very long streamed replies). An error response's body is read up to 64 KiB; a line
 /// of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) long and
 /// an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond, the
-/// stream ends in [`LlmError::MalformedResponse`]).
+/// stream ends in [`LlmError::MalformedResponse`]). An error a server sends with a
+/// success status (`{"error": ..}` as the body, as a chunk of a stream, or llama.cpp's
+/// `error:` line) is the [`LlmError`] of the HTTP status it stands for, and a
+/// non-streamed one is retried like that status.
 ///
 /// How messages map: the system prompt is the first `system` message; each
 /// [`ToolResult`](crate::ToolResult) is a `tool` message (the API has no error flag: an error result's
@@ -139,7 +142,7 @@ impl OpenAi {
     /// When on, the request offered tools and the reply has no `tool_calls`, a reply
     /// whose text is `{"name": <an offered tool>, "arguments": {..}}` (or `"parameters"`,
     /// or an array of such objects), alone or in a `` ``` `` / `` ```json `` fence, becomes
-    /// tool calls with ids `call_0`, `call_1`, ... and [`StopReason::ToolUse`]; the JSON is
+    /// tool calls with ids `call_0`, `call_1`, ... and [`StopReason::ToolUse`](crate::StopReason::ToolUse); the JSON is
     /// removed from the text, text around a fence is kept. A name that is not an offered
     /// tool leaves the text as it is. In a stream, the text deltas were already yielded;
     /// the tool calls follow as events before [`StreamEvent::Done`].

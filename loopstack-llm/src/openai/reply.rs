@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::PROVIDER;
 use crate::error::LlmError;
-use crate::http::malformed;
+use crate::http::{self, malformed};
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolUse, Usage};
 use crate::model::ChatResponse;
 
@@ -106,18 +106,14 @@ pub(super) fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReas
     }
 }
 
-/// The API's message of an error object (the `error` field) a server sent with a
-/// success status.
-pub(super) fn error_message(error: &Value) -> String {
-    error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message").to_owned()
-}
-
-/// Decodes a non-streamed response body.
+/// Decodes a non-streamed response body. A body with an `error` (which some servers
+/// send with a success status) is the error of the HTTP status it stands for
+/// ([`http::body_error`]), retried as that status would be.
 pub(super) fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
     let wire: WireResponse =
         serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
     if let Some(error) = &wire.error {
-        return Err(malformed(PROVIDER, model, format!("error in response: {}", error_message(error))));
+        return Err(http::body_error(PROVIDER, model, error));
     }
     let choices = wire.choices.ok_or_else(|| malformed(PROVIDER, model, "missing field `choices`"))?;
     let choice = choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
@@ -197,18 +193,34 @@ mod tests {
     #[test]
     fn malformed_bodies() {
         let err = |body: &str| decode_response(body.as_bytes(), "gpt-x").unwrap_err();
-        for body in [
-            "{oops",
-            r#"{"choices": []}"#,
-            r#"{"id": "x"}"#,
-            r#"{"choices": [{"message": {"content": "hi"}}]}"#,
-            r#"{"error": {"message": "model crashed"}}"#,
-        ] {
+        for body in
+            ["{oops", r#"{"choices": []}"#, r#"{"id": "x"}"#, r#"{"choices": [{"message": {"content": "hi"}}]}"#]
+        {
             assert!(
                 matches!(err(body), LlmError::MalformedResponse { provider: "openai", ref model, .. } if model == "gpt-x"),
                 "{body}"
             );
         }
-        assert!(err(r#"{"error": "model crashed"}"#).to_string().contains("model crashed"));
+    }
+
+    #[test]
+    fn error_bodies_are_the_errors_they_stand_for() {
+        let err = |body: &str| decode_response(body.as_bytes(), "gpt-x").unwrap_err();
+        assert!(matches!(
+            err(r#"{"error": {"message": "model crashed"}}"#),
+            LlmError::Server { provider: "openai", status: 500, ref model, ref message } if model == "gpt-x" && message == "model crashed"
+        ));
+        assert!(matches!(
+            err(r#"{"error": "model crashed"}"#),
+            LlmError::Server { ref message, .. } if message == "model crashed"
+        ));
+        assert!(matches!(
+            err(r#"{"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}"#),
+            LlmError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            err(r#"{"error": {"message": "too long", "type": "invalid_request_error"}, "choices": []}"#),
+            LlmError::InvalidRequest { status: 400, .. }
+        ));
     }
 }

@@ -7,10 +7,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROVIDER;
-use super::reply::{WireUsage, content_text, error_message, stop_reason, tool_call_id};
+use super::reply::{WireUsage, content_text, stop_reason, tool_call_id};
 use super::text_tools::apply_text_tool_calls;
 use crate::error::LlmError;
-use crate::http::{SseDecoder, malformed};
+use crate::http::{self, SseDecoder, malformed};
 use crate::message::{ContentBlock, Message, Role, ToolUse, Usage};
 use crate::model::{ChatResponse, StreamEvent};
 
@@ -155,14 +155,21 @@ impl Decoder {
 }
 
 impl SseDecoder for Decoder {
-    fn event(&mut self, _name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+    /// A chunk with an `error`, or an `error` event (llama.cpp's), ends the stream with
+    /// the error of the HTTP status it stands for ([`http::body_error`]).
+    fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        if name == "error" {
+            let value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
+            let error = value.get("error").unwrap_or(&value);
+            return Err(http::body_error(PROVIDER, &self.model, error));
+        }
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
         }
         let chunk: WireChunk = serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
         if let Some(error) = &chunk.error {
-            return Err(self.malformed(format!("error event: {}", error_message(error))));
+            return Err(http::body_error(PROVIDER, &self.model, error));
         }
         if self.id.is_none() {
             self.id = chunk.id;
@@ -352,7 +359,18 @@ mod tests {
         let (_, r) = run_stream(&[r#"{"choices": [{"index": 0, "delta": {"content": "hi"}}]}"#], vec![]);
         assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("finish_reason")));
         let (_, r) = run_stream(&[r#"{"error": {"message": "out of memory"}}"#], vec![]);
-        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("out of memory")));
+        assert!(matches!(r, Err(LlmError::Server { status: 500, ref message, .. }) if message == "out of memory"));
+        let (_, r) = run_stream(&[r#"{"error": {"message": "slow down", "type": "rate_limit_exceeded"}}"#], vec![]);
+        assert!(matches!(r, Err(LlmError::RateLimited { .. })));
+        // llama.cpp's `error:` line, read as an `error` event, with or without a wrapper.
+        let mut decoder = Decoder::new("gpt-x", vec![]);
+        let error = r#"{"code": 400, "message": "too long", "type": "exceed_context_size_error"}"#;
+        let r = decoder.event("error", error, &mut Vec::new());
+        assert!(matches!(r, Err(LlmError::InvalidRequest { status: 400, ref message, .. }) if message == "too long"));
+        let r = decoder.event("error", r#"{"error": {"type": "server_error", "message": "m"}}"#, &mut Vec::new());
+        assert!(matches!(r, Err(LlmError::Server { status: 500, .. })));
+        let r = decoder.event("error", "it broke", &mut Vec::new());
+        assert!(matches!(r, Err(LlmError::Server { ref message, .. }) if message == "it broke"));
         let (_, r) = run_stream(&["{nope"], vec![]);
         assert!(matches!(r, Err(LlmError::MalformedResponse { .. })));
         // A stream that ends after its finish_reason without [DONE] is accepted.
