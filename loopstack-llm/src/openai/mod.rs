@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 
+use self::reply::CallIds;
 use crate::error::LlmError;
 use crate::http::{self, Auth, Call, Client, http_settings};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent};
@@ -48,7 +49,7 @@ const PATH: &str = "/v1/chat/completions";
 /// | base URL | `OPENAI_BASE_URL`, else `https://api.openai.com` | [`OpenAi::base_url`] |
 /// | request timeout | 10 minutes | [`OpenAi::timeout`] |
 /// | retries | [`RetryPolicy::default`](crate::RetryPolicy::default): 3, backoff 0.5 s doubling up to 8 s | [`OpenAi::retry_policy`] |
-/// | tool calls written as JSON text | off | [`OpenAi::text_tool_calls`] |
+/// | tool calls written as JSON text | `OPENAI_TEXT_TOOL_CALLS=1` (or `true`) in [`OpenAi::from_env`], else off | [`OpenAi::text_tool_calls`] |
 ///
 /// The base URL may end in `/v1` (`http://localhost:11434/v1`, as Ollama documents it)
 /// or not (`http://localhost:8080`); `/v1/chat/completions` is appended without doubling
@@ -64,15 +65,19 @@ const PATH: &str = "/v1/chat/completions";
 /// non-streamed one is retried like that status.
 ///
 /// How messages map: the system prompt is the first `system` message; each
-/// [`ToolResult`](crate::ToolResult) is a `tool` message (the API has no error flag: an error result's
-/// content is prefixed with `Error: `); tool arguments that were not valid JSON are sent
-/// back as the model wrote them (shortened, when refused for their depth). In replies,
-/// arguments that are not valid JSON are kept in [`ToolUse::invalid_input`](crate::ToolUse::invalid_input), as are arguments (a
-/// string, an object, or written as text) nested deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), which are not
-/// parsed; a missing tool-call id becomes `call_<n>`, and a reply
-/// with tool calls whose `finish_reason` is `stop` (some local servers) stops with
-/// [`StopReason::ToolUse`](crate::StopReason::ToolUse). `input_tokens` is the API's `prompt_tokens`, which includes
-/// the cached tokens also counted in `cache_read_input_tokens`.
+/// [`ToolResult`](crate::ToolResult) is a `tool` message (the API has no error flag: an
+/// error result's content is prefixed with `Error: `); tool arguments that were not
+/// valid JSON are sent back as the model wrote them (shortened, when refused for their
+/// depth). In replies, arguments that are not valid JSON are kept in
+/// [`ToolUse::invalid_input`](crate::ToolUse::invalid_input), as are arguments (a string,
+/// an object, or written as text) nested deeper than
+/// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), which are not parsed; a missing tool-call
+/// id becomes `call_<n>`, numbered after the tool calls already in the conversation
+/// (so it never repeats an earlier call's id), and a reply with tool calls whose
+/// `finish_reason` is `stop` (some local servers) stops with
+/// [`StopReason::ToolUse`](crate::StopReason::ToolUse). `input_tokens` is the API's
+/// `prompt_tokens`, which includes the cached tokens also counted in
+/// `cache_read_input_tokens`.
 ///
 /// The API key never appears in `Debug` output, logs or errors.
 #[derive(Clone)]
@@ -114,10 +119,13 @@ impl OpenAi {
     }
 
     /// A model configured from the environment: `OPENAI_API_KEY` (optional: local
-    /// servers need none) and `OPENAI_BASE_URL` (optional).
+    /// servers need none), `OPENAI_BASE_URL` (optional) and `OPENAI_TEXT_TOOL_CALLS`
+    /// (optional: `1` or `true` turns on [`OpenAi::text_tool_calls`], `0` or `false`
+    /// leaves it off).
     ///
     /// # Errors
-    /// [`LlmError::Config`] when the base URL is invalid.
+    /// [`LlmError::Config`] when the base URL is invalid or `OPENAI_TEXT_TOOL_CALLS` is
+    /// none of `1`, `true`, `0`, `false`.
     pub fn from_env() -> Result<Self, LlmError> {
         Self::from_lookup(&|name| std::env::var(name).ok())
     }
@@ -125,6 +133,18 @@ impl OpenAi {
     fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
         let mut model = Self::new();
         model.http.configure_from(lookup, "OPENAI_API_KEY", "OPENAI_BASE_URL")?;
+        if let Some(value) = http::non_empty(lookup, "OPENAI_TEXT_TOOL_CALLS") {
+            model.text_tool_calls = match value.to_ascii_lowercase().as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => {
+                    return Err(LlmError::Config {
+                        provider: PROVIDER,
+                        message: format!("OPENAI_TEXT_TOOL_CALLS must be 1, true, 0 or false, not `{value}`"),
+                    });
+                }
+            };
+        }
         Ok(model)
     }
 
@@ -141,11 +161,18 @@ impl OpenAi {
     ///
     /// When on, the request offered tools and the reply has no `tool_calls`, a reply
     /// whose text is `{"name": <an offered tool>, "arguments": {..}}` (or `"parameters"`,
-    /// or an array of such objects), alone or in a `` ``` `` / `` ```json `` fence, becomes
-    /// tool calls with ids `call_0`, `call_1`, ... and [`StopReason::ToolUse`](crate::StopReason::ToolUse); the JSON is
-    /// removed from the text, text around a fence is kept. A name that is not an offered
-    /// tool leaves the text as it is. In a stream, the text deltas were already yielded;
-    /// the tool calls follow as events before [`StreamEvent::Done`].
+    /// or an array of such objects), alone or in a `` ``` `` / `` ```json `` fence, and
+    /// also with every brace doubled (`{{"name": .., "arguments": {{..}}}}`, as models
+    /// copy it from their chat template), becomes tool calls and
+    /// [`StopReason::ToolUse`](crate::StopReason::ToolUse); the JSON is removed from the
+    /// text, text around a fence is kept. The calls get ids `call_<n>` numbered after the
+    /// tool calls already in the request's conversation, skipping any id it uses, so they
+    /// never collide with an earlier turn's and are the same for the same request. A
+    /// name that is not an offered tool leaves the text as it is. In a stream, the text
+    /// deltas were already yielded; the tool calls follow as events before
+    /// [`StreamEvent::Done`].
+    ///
+    /// [`OpenAi::from_env`] turns it on when `OPENAI_TEXT_TOOL_CALLS` is `1` or `true`.
     pub fn text_tool_calls(mut self, enabled: bool) -> Self {
         self.text_tool_calls = enabled;
         self
@@ -186,15 +213,16 @@ impl ChatModel for OpenAi {
         let text_tools = self.text_tools(request);
         self.http
             .chat(request, self.call(request, false), |body| {
-                let mut response = reply::decode_response(body, &request.model)?;
-                text_tools::apply_text_tool_calls(&mut response, &text_tools);
+                let mut ids = CallIds::new(&request.messages);
+                let mut response = reply::decode_response(body, &request.model, &mut ids)?;
+                text_tools::apply_text_tool_calls(&mut response, &text_tools, &mut ids);
                 Ok(response)
             })
             .await
     }
 
     fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
-        let decoder = stream::Decoder::new(&request.model, self.text_tools(request));
+        let decoder = stream::Decoder::new(&request.model, self.text_tools(request), CallIds::new(&request.messages));
         self.http.stream(request, self.call(request, true), decoder)
     }
 }
@@ -231,5 +259,17 @@ mod tests {
             OpenAi::from_lookup(&lookup(&[("OPENAI_BASE_URL", "localhost:11434")])),
             Err(LlmError::Config { .. })
         ));
+        assert!(!OpenAi::from_lookup(&lookup(&[])).unwrap().text_tool_calls);
+        for (value, want) in
+            [("1", true), ("true", true), (" TRUE ", true), ("0", false), ("false", false), ("", false)]
+        {
+            let model = OpenAi::from_lookup(&|name: &str| (name == "OPENAI_TEXT_TOOL_CALLS").then(|| value.to_owned()));
+            assert_eq!(model.unwrap().text_tool_calls, want, "{value:?}");
+        }
+        let err = OpenAi::from_lookup(&lookup(&[("OPENAI_TEXT_TOOL_CALLS", "yes")])).unwrap_err();
+        assert!(
+            matches!(err, LlmError::Config { provider: "openai", ref message } if message.contains("OPENAI_TEXT_TOOL_CALLS")),
+            "{err:?}"
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! Decoding the body of a Chat Completions response.
 
+use std::collections::HashSet;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -77,9 +79,72 @@ pub(super) fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-/// The id of the `n`th tool call when the server gave none.
-pub(super) fn tool_call_id(id: Option<&str>, n: usize) -> String {
-    id.filter(|id| !id.is_empty()).map_or_else(|| format!("call_{n}"), str::to_owned)
+/// The ids of the tool calls of one reply that come without one: those a server sent
+/// without an id, and those written as text ([`OpenAi::text_tool_calls`](super::OpenAi::text_tool_calls)).
+///
+/// The call at position `n` of the reply gets `call_<c + n>`, where `c` counts the tool
+/// calls already in the conversation, or the next number that no call or result of
+/// the conversation and no other call of the reply uses. So an id never repeats one of
+/// an earlier turn, and the same request gets the same ids. The conversation is only
+/// read when an id is needed.
+pub(super) struct CallIds<'a> {
+    conversation: &'a [Message],
+    /// The number of tool calls in the conversation and the ids it uses, once read.
+    earlier: Option<(usize, HashSet<&'a str>)>,
+    /// The ids of this reply: the server's and those handed out.
+    reply: HashSet<String>,
+}
+
+impl<'a> CallIds<'a> {
+    /// The ids of a reply to a request with these messages.
+    pub(super) fn new(conversation: &'a [Message]) -> Self {
+        Self { conversation, earlier: None, reply: HashSet::new() }
+    }
+
+    /// Notes an id the server gave a call of this reply.
+    pub(super) fn reserve(&mut self, id: &str) {
+        self.reply.insert(id.to_owned());
+    }
+
+    /// The id of the call at `position` in the reply, which has none.
+    pub(super) fn id(&mut self, position: usize) -> String {
+        let conversation = self.conversation;
+        let (calls, used) = self.earlier.get_or_insert_with(|| {
+            let mut used = HashSet::new();
+            let mut calls = 0;
+            for block in conversation.iter().flat_map(|m| &m.content) {
+                match block {
+                    ContentBlock::ToolUse(call) => {
+                        calls += 1;
+                        used.insert(call.id.as_str());
+                    }
+                    ContentBlock::ToolResult(result) => {
+                        used.insert(result.tool_use_id.as_str());
+                    }
+                    _ => {}
+                }
+            }
+            (calls, used)
+        });
+        let mut n = *calls + position;
+        loop {
+            let id = format!("call_{n}");
+            if !used.contains(id.as_str()) && !self.reply.contains(&id) {
+                self.reply.insert(id.clone());
+                return id;
+            }
+            n += 1;
+        }
+    }
+
+    /// The server's id of the call at `position`, or one from [`CallIds::id`] when it
+    /// gave none (or an empty one).
+    pub(super) fn or_new(&mut self, id: Option<String>, position: usize) -> String {
+        match id.filter(|id| !id.is_empty()) {
+            Some(id) => id,
+            None => self.id(position),
+        }
+    }
 }
 
 /// A tool call from its arguments as sent: a JSON string (usually), or an object (some
@@ -106,10 +171,11 @@ pub(super) fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReas
     }
 }
 
-/// Decodes a non-streamed response body. A body with an `error` (which some servers
-/// send with a success status) is the error of the HTTP status it stands for
-/// ([`http::body_error`]), retried as that status would be.
-pub(super) fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
+/// Decodes a non-streamed response body; a tool call without an id gets one from
+/// `ids`. A body with an `error` (which some servers send with a success status) is
+/// the error of the HTTP status it stands for ([`http::body_error`]), retried as that
+/// status would be.
+pub(super) fn decode_response(body: &[u8], model: &str, ids: &mut CallIds<'_>) -> Result<ChatResponse, LlmError> {
     let wire: WireResponse =
         serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
     if let Some(error) = &wire.error {
@@ -122,8 +188,12 @@ pub(super) fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, 
     if !text.is_empty() {
         content.push(ContentBlock::Text { text });
     }
-    for (n, call) in choice.message.tool_calls.into_iter().flatten().enumerate() {
-        let id = tool_call_id(call.id.as_deref(), n);
+    let calls = choice.message.tool_calls.unwrap_or_default();
+    if calls.iter().any(|call| call.id.as_deref().is_none_or(str::is_empty)) {
+        calls.iter().filter_map(|call| call.id.as_deref()).for_each(|id| ids.reserve(id));
+    }
+    for (n, call) in calls.into_iter().enumerate() {
+        let id = ids.or_new(call.id, n);
         content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_deref())));
     }
     let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
@@ -141,6 +211,10 @@ pub(super) fn decode_response(body: &[u8], model: &str) -> Result<ChatResponse, 
 mod tests {
     use super::*;
 
+    fn decode(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
+        decode_response(body, model, &mut CallIds::new(&[]))
+    }
+
     #[test]
     fn decodes_text_tools_finish_reasons_and_usage() {
         let body = json!({
@@ -157,7 +231,7 @@ mod tests {
             "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27,
                       "prompt_tokens_details": {"cached_tokens": 8}},
         });
-        let response = decode_response(body.to_string().as_bytes(), "gpt-x").unwrap();
+        let response = decode(body.to_string().as_bytes(), "gpt-x").unwrap();
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
@@ -184,15 +258,29 @@ mod tests {
         ] {
             assert_eq!(stop_reason(finish, tools), want);
         }
+        // Ids the server left out never repeat one of the reply or the conversation.
+        let body = json!({"choices": [{"finish_reason": "tool_calls", "message": {"tool_calls": [
+            {"function": {"name": "w", "arguments": "{}"}},
+            {"id": "call_2", "function": {"name": "w", "arguments": "{}"}},
+            {"function": {"name": "w", "arguments": "{}"}},
+        ]}}]});
+        let earlier = [Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
+        }];
+        let response = decode_response(body.to_string().as_bytes(), "m", &mut CallIds::new(&earlier)).unwrap();
+        let ids: Vec<&str> = response.message.tool_uses().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["call_1", "call_2", "call_3"]);
+
         let minimal = json!({"choices": [{"message": {"content": null}, "finish_reason": "stop"}]});
-        let response = decode_response(minimal.to_string().as_bytes(), "local").unwrap();
+        let response = decode(minimal.to_string().as_bytes(), "local").unwrap();
         assert_eq!((response.model.as_str(), response.id.clone(), response.usage), ("local", None, Usage::default()));
         assert!(response.message.content.is_empty());
     }
 
     #[test]
     fn malformed_bodies() {
-        let err = |body: &str| decode_response(body.as_bytes(), "gpt-x").unwrap_err();
+        let err = |body: &str| decode(body.as_bytes(), "gpt-x").unwrap_err();
         for body in
             ["{oops", r#"{"choices": []}"#, r#"{"id": "x"}"#, r#"{"choices": [{"message": {"content": "hi"}}]}"#]
         {
@@ -205,7 +293,7 @@ mod tests {
 
     #[test]
     fn error_bodies_are_the_errors_they_stand_for() {
-        let err = |body: &str| decode_response(body.as_bytes(), "gpt-x").unwrap_err();
+        let err = |body: &str| decode(body.as_bytes(), "gpt-x").unwrap_err();
         assert!(matches!(
             err(r#"{"error": {"message": "model crashed"}}"#),
             LlmError::Server { provider: "openai", status: 500, ref model, ref message } if model == "gpt-x" && message == "model crashed"

@@ -7,7 +7,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROVIDER;
-use super::reply::{WireUsage, content_text, stop_reason, tool_call_id};
+use super::reply::{CallIds, WireUsage, content_text, stop_reason};
 use super::text_tools::apply_text_tool_calls;
 use crate::error::LlmError;
 use crate::http::{self, SseDecoder, malformed};
@@ -64,9 +64,12 @@ struct ToolAcc {
 /// Assembles the chunks of a streamed Chat Completions response. Content blocks are
 /// numbered in the order they first appear (text first, as in the non-streamed reply,
 /// unless a server sends tool calls before text).
-pub(super) struct Decoder {
+pub(super) struct Decoder<'a> {
     model: String,
-    text_tools: Vec<String>,
+    /// The tools whose calls written as text are accepted.
+    text_tools: Vec<&'a str>,
+    /// The ids of calls that come without one.
+    ids: CallIds<'a>,
     id: Option<String>,
     response_model: Option<String>,
     text: Option<(usize, String)>,
@@ -78,11 +81,13 @@ pub(super) struct Decoder {
     done: bool,
 }
 
-impl Decoder {
-    pub(super) fn new(model: &str, text_tools: Vec<&str>) -> Self {
+impl<'a> Decoder<'a> {
+    /// A decoder accepting calls of `text_tools` written as text, with ids from `ids`.
+    pub(super) fn new(model: &str, text_tools: Vec<&'a str>, ids: CallIds<'a>) -> Self {
         Self {
             model: model.to_owned(),
-            text_tools: text_tools.into_iter().map(str::to_owned).collect(),
+            text_tools,
+            ids,
             id: None,
             response_model: None,
             text: None,
@@ -126,7 +131,10 @@ impl Decoder {
             None => {
                 let block = self.blocks;
                 self.blocks += 1;
-                let id = tool_call_id(delta.id.as_deref(), self.tools.len());
+                if let Some(id) = delta.id.as_deref().filter(|id| !id.is_empty()) {
+                    self.ids.reserve(id);
+                }
+                let id = self.ids.or_new(delta.id, self.tools.len());
                 let name = name.clone().unwrap_or_default();
                 out.push(StreamEvent::ToolUseStart { index: block, id: id.clone(), name: name.clone() });
                 self.tools.push(ToolAcc { block, id, name, arguments: String::new(), object: None });
@@ -154,7 +162,7 @@ impl Decoder {
     }
 }
 
-impl SseDecoder for Decoder {
+impl SseDecoder for Decoder<'_> {
     /// A chunk with an `error`, or an `error` event (llama.cpp's), ends the stream with
     /// the error of the HTTP status it stands for ([`http::body_error`]).
     fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
@@ -222,8 +230,7 @@ impl SseDecoder for Decoder {
             model: self.response_model.take().unwrap_or_else(|| self.model.clone()),
             id: self.id.take(),
         };
-        let offered: Vec<&str> = self.text_tools.iter().map(String::as_str).collect();
-        for index in apply_text_tool_calls(&mut response, &offered) {
+        for index in apply_text_tool_calls(&mut response, &self.text_tools, &mut self.ids) {
             if let ContentBlock::ToolUse(tool) = &response.message.content[index] {
                 out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
                 let partial_json =
@@ -243,7 +250,7 @@ mod tests {
     use crate::message::StopReason;
 
     fn run_stream(chunks: &[&str], text_tools: Vec<&str>) -> (Vec<StreamEvent>, Result<ChatResponse, LlmError>) {
-        let mut decoder = Decoder::new("gpt-x", text_tools);
+        let mut decoder = Decoder::new("gpt-x", text_tools, CallIds::new(&[]));
         let mut out = Vec::new();
         for chunk in chunks {
             if let Err(e) = decoder.event("message", chunk, &mut out) {
@@ -363,7 +370,7 @@ mod tests {
         let (_, r) = run_stream(&[r#"{"error": {"message": "slow down", "type": "rate_limit_exceeded"}}"#], vec![]);
         assert!(matches!(r, Err(LlmError::RateLimited { .. })));
         // llama.cpp's `error:` line, read as an `error` event, with or without a wrapper.
-        let mut decoder = Decoder::new("gpt-x", vec![]);
+        let mut decoder = Decoder::new("gpt-x", vec![], CallIds::new(&[]));
         let error = r#"{"code": 400, "message": "too long", "type": "exceed_context_size_error"}"#;
         let r = decoder.event("error", error, &mut Vec::new());
         assert!(matches!(r, Err(LlmError::InvalidRequest { status: 400, ref message, .. }) if message == "too long"));
