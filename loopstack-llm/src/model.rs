@@ -27,6 +27,26 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     /// Sequences that stop generation.
     pub stop_sequences: Vec<String>,
+    /// A JSON Schema the reply's text must follow, for models with structured
+    /// output ([`ChatModel::structured_output`]); others ignore it.
+    pub response_schema: Option<ResponseSchema>,
+}
+
+/// A JSON Schema for a reply's text. Cheap to clone: the schema is shared.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ResponseSchema {
+    /// A name for the schema (`^[a-zA-Z0-9_-]{1,64}$`), as OpenAI asks for.
+    pub name: String,
+    /// The schema.
+    pub schema: Arc<serde_json::Value>,
+}
+
+impl ResponseSchema {
+    /// A schema named `name`.
+    pub fn new(name: impl Into<String>, schema: serde_json::Value) -> Self {
+        Self { name: name.into(), schema: Arc::new(schema) }
+    }
 }
 
 impl ChatRequest {
@@ -60,6 +80,13 @@ impl ChatRequest {
     #[must_use]
     pub fn temperature(mut self, temperature: f32) -> Self {
         self.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets the JSON Schema the reply's text must follow.
+    #[must_use]
+    pub fn response_schema(mut self, schema: ResponseSchema) -> Self {
+        self.response_schema = Some(schema);
         self
     }
 }
@@ -126,6 +153,13 @@ pub trait ChatModel: Send + Sync + 'static {
     /// The provider's name, such as `anthropic`, `openai` or `scripted`.
     fn provider(&self) -> &'static str;
 
+    /// Whether the model honours [`ChatRequest::response_schema`]: its answer is
+    /// JSON text matching the schema (structured output). `false` unless the model
+    /// says so; the agent then asks for typed answers through a `respond` tool.
+    fn structured_output(&self) -> bool {
+        false
+    }
+
     /// Sends the request and returns the whole response.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
 
@@ -171,6 +205,9 @@ pub fn replay(response: ChatResponse) -> Vec<StreamEvent> {
 impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
     fn provider(&self) -> &'static str {
         (**self).provider()
+    }
+    fn structured_output(&self) -> bool {
+        (**self).structured_output()
     }
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         (**self).chat(request).await

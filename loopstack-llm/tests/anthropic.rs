@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{Reply, Server, anthropic_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
+use loopstack_llm::model::ResponseSchema;
 use loopstack_llm::{
     Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, RetryPolicy, Role, StopReason,
     StreamEvent, ToolResult, ToolUse, Usage,
@@ -194,6 +195,18 @@ async fn max_tokens_comes_from_the_request_or_the_model_default() {
     assert_eq!(requests[0].body["max_tokens"], 1000);
     assert_eq!(requests[1].body["max_tokens"], 77);
     assert_eq!(requests[0].body.get("stream"), None);
+}
+
+#[tokio::test]
+async fn there_is_no_structured_output_and_a_response_schema_is_not_sent() {
+    let server = Server::start(vec![Reply::json(200, text_reply())]).await;
+    let (model, _) = claude(&server);
+    assert!(!model.structured_output());
+    let schema = ResponseSchema::new("answer", json!({"type": "object"}));
+    model.chat(&hello().response_schema(schema)).await.unwrap();
+    let body = &server.requests()[0].body;
+    assert_eq!((body.get("response_format"), body.get("output_format")), (None, None));
+    assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]));
 }
 
 #[tokio::test]

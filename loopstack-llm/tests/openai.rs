@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{Reply, Server, openai_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
 use loopstack_core::ToolSpec;
+use loopstack_llm::model::ResponseSchema;
 use loopstack_llm::{
     ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, OpenAi, RetryPolicy, Role, StopReason,
     StreamEvent, ToolResult, ToolUse, Usage,
@@ -193,6 +194,40 @@ async fn encodes_the_request_body_and_headers() {
             "stop": ["###"],
         })
     );
+}
+
+#[tokio::test]
+async fn a_response_schema_is_sent_as_a_strict_json_schema_response_format() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "degrees": {"type": "number"}},
+        "required": ["city", "degrees"],
+        "additionalProperties": false,
+    });
+    let answer = completion(json!({"role": "assistant", "content": "{\"city\": \"Paris\", \"degrees\": 21}"}), "stop");
+    let server = Server::start(vec![
+        Reply::json(200, answer.clone()),
+        Reply::sse(openai_sse(&[chunk(json!({"content": "{}"}), json!("stop"))])),
+        Reply::json(200, answer),
+    ])
+    .await;
+    let (model, _) = gpt(&server);
+    assert!(ChatModel::structured_output(&model), "on by default");
+    let request = hello().response_schema(ResponseSchema::new("weather_report", schema.clone()));
+    let response = model.chat(&request).await.unwrap();
+    assert_eq!(response.message.text(), "{\"city\": \"Paris\", \"degrees\": 21}");
+    collect(&model, &request).await.unwrap();
+    let off = model.structured_output(false);
+    assert!(!ChatModel::structured_output(&off));
+    off.chat(&request).await.unwrap();
+
+    let requests = server.requests();
+    let want =
+        json!({"type": "json_schema", "json_schema": {"name": "weather_report", "schema": schema, "strict": true}});
+    assert_eq!(requests[0].body["response_format"], want);
+    assert_eq!(requests[1].body["response_format"], want, "streamed requests carry it too");
+    assert_eq!(requests[2].body.get("response_format"), None, "not sent when turned off");
+    assert_eq!(hello().response_schema, None);
 }
 
 #[tokio::test]

@@ -142,6 +142,12 @@ impl ChatModel for Anthropic {
         PROVIDER
     }
 
+    /// `false`: the Messages API has no structured output, and a request's
+    /// [`ChatRequest::response_schema`] is not sent.
+    fn structured_output(&self) -> bool {
+        false
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         self.http.chat(request, self.call(request, false), |body| reply::decode_response(body, &request.model)).await
     }

@@ -49,6 +49,7 @@ const PATH: &str = "/v1/chat/completions";
 /// | base URL | `OPENAI_BASE_URL`, else `https://api.openai.com` | [`OpenAi::base_url`] |
 /// | request timeout | 10 minutes | [`OpenAi::timeout`] |
 /// | retries | [`RetryPolicy::default`](crate::RetryPolicy::default): 3, backoff 0.5 s doubling up to 8 s | [`OpenAi::retry_policy`] |
+/// | structured output (a [`ChatRequest::response_schema`] sent as `response_format`) | on | [`OpenAi::structured_output`] |
 /// | tool calls written as JSON text | `OPENAI_TEXT_TOOL_CALLS=1` (or `true`) in [`OpenAi::from_env`], else off | [`OpenAi::text_tool_calls`] |
 ///
 /// The base URL may end in `/v1` (`http://localhost:11434/v1`, as Ollama documents it)
@@ -86,13 +87,14 @@ pub struct OpenAi {
     http: Client,
     text_tool_calls: bool,
     completion_tokens_field: Option<bool>,
+    structured_output: bool,
 }
 
 impl fmt::Debug for OpenAi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("OpenAi");
         self.http.debug_fields(&mut d);
-        d.field("text_tool_calls", &self.text_tool_calls).finish()
+        d.field("text_tool_calls", &self.text_tool_calls).field("structured_output", &self.structured_output).finish()
     }
 }
 
@@ -115,6 +117,7 @@ impl OpenAi {
             http: Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth::Bearer),
             text_tool_calls: false,
             completion_tokens_field: None,
+            structured_output: true,
         }
     }
 
@@ -187,13 +190,26 @@ impl OpenAi {
         self
     }
 
+    /// Whether a request's [`ChatRequest::response_schema`] is sent (on by default), as
+    /// `response_format: {"type": "json_schema", "json_schema": {"name", "schema",
+    /// "strict": true}}`, so that the answer is JSON text matching the schema; this is
+    /// what [`ChatModel::structured_output`] reports. Turn it off for servers that lack
+    /// structured output (older local servers refuse or ignore `response_format`); the
+    /// schema is then not sent, and callers such as the agent ask for the answer in
+    /// another way. (On an `OpenAi` the trait's query is
+    /// `ChatModel::structured_output(&model)`, as this builder method has its name.)
+    pub fn structured_output(mut self, enabled: bool) -> Self {
+        self.structured_output = enabled;
+        self
+    }
+
     fn token_limit_field(&self) -> &'static str {
         let official = self.http.base_url.contains("://api.openai.com");
         if self.completion_tokens_field.unwrap_or(official) { "max_completion_tokens" } else { "max_tokens" }
     }
 
     fn call<'a>(&self, request: &'a ChatRequest, stream: bool) -> Result<Call<'a>, LlmError> {
-        let body = request::encode_request(request, stream, self.token_limit_field());
+        let body = request::encode_request(request, stream, self.token_limit_field(), self.structured_output);
         self.http.call(&request.model, &body, stream)
     }
 
@@ -207,6 +223,11 @@ impl OpenAi {
 impl ChatModel for OpenAi {
     fn provider(&self) -> &'static str {
         PROVIDER
+    }
+
+    /// On unless turned off with [`OpenAi::structured_output`].
+    fn structured_output(&self) -> bool {
+        self.structured_output
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {

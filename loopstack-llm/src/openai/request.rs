@@ -6,8 +6,14 @@ use crate::http;
 use crate::message::{ContentBlock, Message, Role, ToolResult, ToolUse};
 use crate::model::ChatRequest;
 
-/// The JSON body of a Chat Completions request.
-pub(super) fn encode_request(request: &ChatRequest, stream: bool, token_limit_field: &str) -> Value {
+/// The JSON body of a Chat Completions request; with `structured_output`, a
+/// [`ChatRequest::response_schema`] is sent as a strict `json_schema` response format.
+pub(super) fn encode_request(
+    request: &ChatRequest,
+    stream: bool,
+    token_limit_field: &str,
+    structured_output: bool,
+) -> Value {
     let mut messages = Vec::new();
     if let Some(system) = &request.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -38,6 +44,14 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool, token_limit_fi
     }
     if !request.stop_sequences.is_empty() {
         body.insert("stop".into(), request.stop_sequences.clone().into());
+    }
+    if let Some(format) = request.response_schema.as_ref().filter(|_| structured_output) {
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {
+                "name": format.name, "schema": *format.schema, "strict": true,
+            }}),
+        );
     }
     if stream {
         body.insert("stream".into(), true.into());
@@ -159,7 +173,7 @@ mod tests {
         .temperature(0.7);
         request.stop_sequences = vec!["END".into()];
         assert_eq!(
-            encode_request(&request, false, "max_tokens"),
+            encode_request(&request, false, "max_tokens", true),
             json!({
                 "model": "gpt-x",
                 "messages": [
@@ -184,9 +198,23 @@ mod tests {
             })
         );
         assert_eq!(
-            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, "max_tokens"),
+            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, "max_tokens", true),
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                    "stream": true, "stream_options": {"include_usage": true}})
         );
+    }
+
+    #[test]
+    fn a_response_schema_is_a_strict_json_schema_format() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false});
+        let request = ChatRequest::new("m", vec![Message::user("hi")])
+            .response_schema(crate::model::ResponseSchema::new("city_answer", schema.clone()));
+        let body = encode_request(&request, true, "max_tokens", true);
+        assert_eq!(
+            body["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "city_answer", "schema": schema, "strict": true}})
+        );
+        assert_eq!(body["stream"], true);
+        assert_eq!(encode_request(&request, false, "max_tokens", false).get("response_format"), None);
     }
 }
