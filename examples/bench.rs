@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use loopstack::llm::{
-    Agent, AgentError, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
+    Agent, AskError, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
     ToolUse, Usage,
 };
 use loopstack::prelude::*;
@@ -233,7 +233,7 @@ impl Framework {
     fn run(&self) -> impl std::future::Future<Output = Result<(), String>> + Send + 'static {
         let (agent, runtime, store) = (self.agent.clone(), self.runtime.clone(), self.store.clone());
         async move {
-            let reply = agent.ask(&runtime, QUESTION).await.map_err(|e: AgentError| e.to_string())?;
+            let reply = agent.ask(&runtime, QUESTION).await.map_err(|e: AskError| e.to_string())?;
             // A long-running service drops finished runs from an in-memory store.
             if let Some(store) = store {
                 store.remove(reply.run_id);

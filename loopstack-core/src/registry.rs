@@ -21,6 +21,15 @@ pub struct ToolSpec {
     pub options: ToolOptions,
 }
 
+impl ToolSpec {
+    /// A spec with the default options: for tools a step offers to a model
+    /// without registering them (such as an agent's `respond` tool), whose calls it
+    /// answers itself.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> Self {
+        Self { name: name.into(), description: description.into(), input_schema, options: ToolOptions::new() }
+    }
+}
+
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -347,36 +347,58 @@ impl Definition {
         if self.places[p] == END {
             return Ok(Route::End);
         }
-        let mut false_guards = Vec::new();
+        // Which guards were false, by position in the order: a dead end names them,
+        // and the common case (a transition fires) allocates nothing for them.
+        let order = &self.order()[p];
+        let mut false_bits: u64 = 0;
+        let mut false_overflow: Vec<&'static str> = Vec::new();
+        let mut note_false = |pos: usize, t: &TransitionDef| {
+            if let Some(g) = t.guard {
+                if pos < 64 {
+                    false_bits |= 1 << pos;
+                } else {
+                    false_overflow.push(g);
+                }
+            }
+        };
         let mut signals = Vec::new();
         let mut timers = false;
-        for &i in &self.order()[p] {
+        for (pos, &i) in order.iter().enumerate() {
             let t = &self.transitions[i];
             if t.after.is_some() {
                 // Timers make the run wait; the runtime fires them when they are due.
                 if guard(i) {
                     timers = true;
-                } else if let Some(g) = t.guard {
-                    false_guards.push(g);
+                } else {
+                    note_false(pos, t);
                 }
                 continue;
             }
             if t.wait {
                 if guard(i) {
                     signals.push(t.name);
-                } else if let Some(g) = t.guard {
-                    false_guards.push(g);
+                } else {
+                    note_false(pos, t);
                 }
                 continue;
             }
             if guard(i) {
                 return Ok(Route::Fire { index: i, transition: t });
             }
-            if let Some(g) = t.guard {
-                false_guards.push(g);
-            }
+            note_false(pos, t);
         }
-        if signals.is_empty() && !timers { Ok(Route::DeadEnd { false_guards }) } else { Ok(Route::Wait { signals }) }
+        if signals.is_empty() && !timers {
+            let mut false_guards: Vec<&'static str> = order
+                .iter()
+                .enumerate()
+                .filter(|&(pos, _)| pos < 64 && false_bits & (1 << pos) != 0)
+                .filter_map(|(_, &i)| self.transitions[i].guard)
+                .collect();
+            false_guards.extend(false_overflow);
+            Ok(Route::DeadEnd { false_guards })
+        } else {
+            Ok(Route::Wait { signals })
+        }
     }
 
     /// The timer transitions leaving `place` whose guard holds, with their delays, in

@@ -4,7 +4,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt as _, StreamExt as _};
-use loopstack_core::{RunContext, ToolContext, ToolOutput, ToolRegistry};
+use loopstack_core::{Emitter, EventKind, RunContext, SaveOptions, ToolContext, ToolOutput, ToolRegistry};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::RwLock;
@@ -35,6 +35,33 @@ pub struct ToolCallResult {
 impl From<&ToolCallResult> for ToolResult {
     fn from(r: &ToolCallResult) -> Self {
         Self { tool_use_id: r.tool_use_id.clone(), content: r.content.clone(), is_error: r.is_error }
+    }
+}
+
+/// A tool call a person denied: it is not run, and the model reads
+/// `denied by the user: <reason>` as its error result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ToolDenial {
+    /// The id of the call.
+    pub call_id: String,
+    /// Why, as the person said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ToolDenial {
+    /// A denial of call `call_id`, with an optional reason.
+    pub fn new(call_id: impl Into<String>, reason: Option<String>) -> Self {
+        Self { call_id: call_id.into(), reason }
+    }
+
+    /// The error result the model reads.
+    pub fn result_text(&self) -> String {
+        match self.reason.as_deref().map(str::trim) {
+            Some(reason) if !reason.is_empty() => format!("denied by the user: {reason}"),
+            _ => "denied by the user".to_owned(),
+        }
     }
 }
 
@@ -116,13 +143,42 @@ impl LlmDelegateToolCalls {
         message: &Message,
         offered: &[String],
     ) -> Result<DelegateResult, AgentError> {
-        let result = self.run(cx, message, offered).await;
-        cx.save(&Message::tool_results(result.results.iter().map(ToolResult::from)))?;
+        self.call_with(cx, message, offered, &[], None).await
+    }
+
+    /// Like [`call`](Self::call), except that the calls in `denied` are not run and
+    /// answer with an error result the model reads (`denied by the user: <reason>`),
+    /// and the results are saved to the named `conversation` (the run's default
+    /// conversation when `None`; see [`GenerateOptions::conversation`](crate::GenerateOptions::conversation)).
+    pub async fn call_with(
+        &self,
+        cx: &mut RunContext,
+        message: &Message,
+        offered: &[String],
+        denied: &[ToolDenial],
+        conversation: Option<&str>,
+    ) -> Result<DelegateResult, AgentError> {
+        let result = self.run_with(cx, message, offered, denied).await;
+        let results = Message::tool_results(result.results.iter().map(ToolResult::from));
+        crate::generate::save_message(cx, &results, conversation, SaveOptions::new())?;
         Ok(result)
     }
 
     /// Runs the calls without saving anything.
     pub async fn run(&self, cx: &RunContext, message: &Message, offered: &[String]) -> DelegateResult {
+        self.run_with(cx, message, offered, &[]).await
+    }
+
+    /// Runs the calls not in `denied` without saving anything; denied calls get
+    /// their error result.
+    pub async fn run_with(
+        &self,
+        cx: &RunContext,
+        message: &Message,
+        offered: &[String],
+        denied: &[ToolDenial],
+    ) -> DelegateResult {
+        let events = cx.events_enabled().then(|| cx.emitter());
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
         let cancellation = cx.cancellation().clone();
@@ -144,7 +200,9 @@ impl LlmDelegateToolCalls {
                     .with_run_id(run_id)
                     .with_step(step)
                     .with_cancellation(cancellation.clone());
-                self.run_one(call, tcx, offered, &exclusive, duplicate).map(move |result| (index, result))
+                let denial = denied.iter().find(|d| d.call_id == call.id);
+                let batch = Batch { offered, exclusive: &exclusive, events: events.as_ref() };
+                self.run_one(call, tcx, batch, duplicate, denial).map(move |result| (index, result))
             })
             .collect();
         // Unordered, so one slow call does not hold back the start of later ones; the
@@ -164,10 +222,19 @@ impl LlmDelegateToolCalls {
         &self,
         call: &ToolUse,
         cx: ToolContext,
-        offered: &[String],
-        exclusive: &RwLock<()>,
+        Batch { offered, exclusive, events }: Batch<'_>,
         duplicate: Option<&str>,
+        denial: Option<&ToolDenial>,
     ) -> ToolCallResult {
+        if let Some(denial) = denial {
+            tracing::info!(tool = %call.name, call_id = %call.id, "tool call denied");
+            return ToolCallResult {
+                tool_use_id: call.id.clone(),
+                name: call.name.clone(),
+                content: denial.result_text(),
+                is_error: true,
+            };
+        }
         if let Some(new_id) = duplicate {
             tracing::warn!(tool = %call.name, call_id = %call.id, new_id, "a tool call repeats the id of an earlier call");
             return ToolCallResult {
@@ -189,8 +256,20 @@ impl LlmDelegateToolCalls {
             outcome = tracing::field::Empty,
         );
         let started = Instant::now();
+        if let Some(events) = events {
+            events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });
+        }
         let output = self.execute(call, cx, offered, exclusive).instrument(span.clone()).await;
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        let duration = started.elapsed();
+        if let Some(events) = events {
+            events.emit(|| EventKind::ToolCallFinished {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                duration,
+                error: output.is_error.then(|| output.to_text().into_owned()),
+            });
+        }
+        span.record("duration_ms", duration.as_millis() as u64);
         span.record("outcome", if output.is_error { "error" } else { "ok" });
         if output.is_error {
             span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
@@ -258,6 +337,17 @@ impl LlmDelegateToolCalls {
             Some(Ok(Ok(output))) => output,
         }
     }
+}
+
+/// What the calls of one batch share.
+#[derive(Clone, Copy)]
+struct Batch<'a> {
+    /// The tools offered in the turn.
+    offered: &'a [String],
+    /// Held shared by concurrent tools, alone by the others.
+    exclusive: &'a RwLock<()>,
+    /// Where tool call events go, when someone listens.
+    events: Option<&'a Emitter>,
 }
 
 /// Whether a call runs in a task of its own: when it is made from a task of a

@@ -5,6 +5,15 @@ use std::time::Duration;
 use loopstack_core::BoxError;
 
 /// Why a model call failed. Every variant names the provider and the model.
+///
+/// An error the API sends in place of an answer with a success status, in a 200 body
+/// (`{"type": "error", "error": {..}}`, `{"error": {..}}`) or inside a stream (an
+/// `error` event or chunk), is the variant of the HTTP status it stands for, and its
+/// `status` is that status: `overloaded_error` is [`LlmError::Overloaded`],
+/// `rate_limit_error` (OpenAI's `rate_limit_exceeded`) [`LlmError::RateLimited`],
+/// `api_error`, `server_error` and unknown types [`LlmError::Server`] with status 500,
+/// `invalid_request_error` [`LlmError::InvalidRequest`] with 400; a numeric `code`
+/// (llama.cpp, vLLM) is the status. A non-streamed one is retried as that status would be.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
@@ -44,7 +53,8 @@ pub enum LlmError {
         /// The API's message.
         message: String,
     },
-    /// The provider is overloaded (Anthropic's HTTP 529), after the retries ran out.
+    /// The provider is overloaded (Anthropic's HTTP 529 or `overloaded_error`), after the
+    /// retries ran out.
     #[error("{provider} ({model}): overloaded: {message}")]
     Overloaded {
         /// The provider.
@@ -174,17 +184,20 @@ pub enum AgentError {
     /// A message document could not be written or read.
     #[error("message document error: {0}")]
     Document(#[from] serde_json::Error),
-    /// The agent used all its model turns and the model still asked for tools.
-    #[error("the agent used its budget of {max_turns} model turns without a final answer")]
-    TurnBudgetExceeded {
-        /// The budget.
-        max_turns: u32,
-        /// The conversation so far, oldest first.
-        conversation: Vec<crate::Message>,
+    /// A model is already registered under this name in [`Models`](crate::Models).
+    #[error("a model is already registered as `{name}`; register a second model of one provider under a name of its own (`Models::with_named`)")]
+    DuplicateModel {
+        /// The name taken.
+        name: String,
     },
-    /// The run failed outside the LLM steps (store, cancellation, step limit ...).
-    #[error(transparent)]
-    Run(#[from] loopstack_core::RunError),
+    /// A tool decision names a call that does not wait for one.
+    #[error("call `{call_id}` does not wait for a decision; the calls that wait: {}", list(.pending))]
+    NotPending {
+        /// The call the decision names.
+        call_id: String,
+        /// The calls that wait.
+        pending: Vec<String>,
+    },
 }
 
 fn list(items: &[String]) -> String {

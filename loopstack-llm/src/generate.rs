@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use loopstack_core::{DocumentType, RunContext, SaveOptions, ToolRegistry};
+use futures::StreamExt as _;
+use loopstack_core::{DocumentType, EventKind, RunContext, SaveOptions, ToolRegistry, ToolSpec};
 use serde::{Deserialize, Serialize};
 use tracing::Instrument as _;
 
 use crate::error::AgentError;
 use crate::message::{Message, StopReason, Usage, rename_duplicate_ids};
-use crate::model::{ChatModel, ChatRequest};
+use crate::error::LlmError;
+use crate::model::{ChatModel, ChatRequest, ChatResponse, ResponseSchema, StreamEvent};
 
 /// The type name of message documents.
 pub const MESSAGE_DOCUMENT: &str = "llm_message";
@@ -29,13 +31,61 @@ impl DocumentType for Message {
     }
 }
 
-/// The run's conversation: its message documents tagged `conversation`, in order.
+/// The prefix of the tag that names a conversation: the messages of conversation
+/// `critic` are tagged `conversation` and `conversation:critic`.
+pub const NAMED_CONVERSATION_PREFIX: &str = "conversation:";
+
+/// The run's default conversation: its message documents tagged `conversation`
+/// and belonging to no named conversation, in order.
 pub fn conversation(cx: &RunContext) -> Result<Vec<Message>, serde_json::Error> {
-    cx.documents()
+    conversation_named(cx, None)
+}
+
+/// The messages of one conversation of the run, in order: the default one for
+/// `None`, else the one named so (see [`GenerateOptions::conversation`]). A
+/// workflow with two agents, or an agent and a critic, keeps one each.
+pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Message>, serde_json::Error> {
+    cx.documents().iter().filter(|d| in_conversation(d, name)).map(|d| d.read()).collect()
+}
+
+/// Whether a document is a message of conversation `name` (the default for `None`).
+pub(crate) fn in_conversation(d: &loopstack_core::Document, name: Option<&str>) -> bool {
+    if d.doc_type != MESSAGE_DOCUMENT || !d.has_tag(CONVERSATION_TAG) {
+        return false;
+    }
+    let mut named = d.tags.iter().filter_map(|t| t.strip_prefix(NAMED_CONVERSATION_PREFIX));
+    match name {
+        None => named.next().is_none(),
+        Some(name) => named.any(|n| n == name),
+    }
+}
+
+/// The tokens of each model turn of a run, in order, from its message documents
+/// (each assistant message keeps its turn's usage in its `usage` metadata): pass
+/// [`Store::documents`](loopstack_core::Store::documents) or
+/// [`RunContext::documents`].
+pub fn turn_usage(documents: &[Arc<loopstack_core::Document>]) -> Vec<Usage> {
+    documents
         .iter()
-        .filter(|d| d.doc_type == MESSAGE_DOCUMENT && d.has_tag(CONVERSATION_TAG))
-        .map(|d| d.read())
+        .filter(|d| d.doc_type == MESSAGE_DOCUMENT)
+        .filter_map(|d| d.metadata.get("usage"))
+        .filter_map(|u| serde_json::from_value(u.clone()).ok())
         .collect()
+}
+
+/// Saves `message` to conversation `name` of the run (the default for `None`).
+pub fn save_message(
+    cx: &mut RunContext,
+    message: &Message,
+    name: Option<&str>,
+    options: SaveOptions,
+) -> Result<(), serde_json::Error> {
+    let options = match name {
+        Some(name) => options.tag(format!("{NAMED_CONVERSATION_PREFIX}{name}")),
+        None => options,
+    };
+    cx.save_with(message, options)?;
+    Ok(())
 }
 
 /// The chat models a workflow can use, by provider name. Cloning is cheap.
@@ -57,16 +107,43 @@ impl Models {
     }
 
     /// Adds a model under its provider's name (`anthropic`, `openai`, `scripted` ...).
+    ///
+    /// # Panics
+    ///
+    /// When a model is already registered under that name: the second would
+    /// silently replace the first. Register two models of one provider (two
+    /// OpenAI-compatible servers, say) under names of your own with
+    /// [`Models::with_named`], and name them in [`GenerateOptions::provider`].
     #[must_use]
-    pub fn with(mut self, model: impl ChatModel) -> Self {
-        self.insert(model.provider(), Arc::new(model));
-        self
+    #[track_caller]
+    pub fn with(self, model: impl ChatModel) -> Self {
+        let name = model.provider();
+        self.with_named(name, model)
     }
 
     /// Adds a model under a name of your choice.
-    pub fn insert(&mut self, name: impl Into<String>, model: Arc<dyn ChatModel>) -> &mut Self {
-        self.by_provider.insert(name.into(), model);
+    ///
+    /// # Panics
+    ///
+    /// When a model is already registered under `name`; [`Models::insert`]
+    /// returns the error instead.
+    #[must_use]
+    #[track_caller]
+    pub fn with_named(mut self, name: impl Into<String>, model: impl ChatModel) -> Self {
+        if let Err(e) = self.insert(name, Arc::new(model)) {
+            panic!("{e}");
+        }
         self
+    }
+
+    /// Adds a model under a name of your choice, refusing a name already taken.
+    pub fn insert(&mut self, name: impl Into<String>, model: Arc<dyn ChatModel>) -> Result<&mut Self, AgentError> {
+        let name = name.into();
+        if self.by_provider.contains_key(&name) {
+            return Err(AgentError::DuplicateModel { name });
+        }
+        self.by_provider.insert(name, model);
+        Ok(self)
     }
 
     /// The model registered under `provider`.
@@ -94,6 +171,11 @@ pub struct GenerateOptions {
     pub max_tokens: Option<u32>,
     /// The temperature.
     pub temperature: Option<f32>,
+    /// The conversation the turn reads and adds to: the run's default one when
+    /// `None`. Two agents (or an agent and a critic) in one workflow keep a
+    /// conversation each by naming them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
 }
 
 impl GenerateOptions {
@@ -106,6 +188,7 @@ impl GenerateOptions {
             tools: Vec::new(),
             max_tokens: None,
             temperature: None,
+            conversation: None,
         }
     }
 
@@ -136,6 +219,26 @@ impl GenerateOptions {
         self.temperature = Some(temperature);
         self
     }
+
+    /// Names the conversation the turn reads and adds to.
+    #[must_use]
+    pub fn conversation(mut self, name: impl Into<String>) -> Self {
+        self.conversation = Some(name.into());
+        self
+    }
+}
+
+/// What a turn offers beyond its options: tools that are not in the registry
+/// (such as the agent's `respond` tool for typed answers) and a JSON Schema the
+/// reply must follow, for providers with structured output.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct TurnExtras {
+    /// Tools offered besides the options' tools; the model's calls to them are
+    /// the caller's to answer.
+    pub tools: Vec<Arc<ToolSpec>>,
+    /// The schema the reply's text must follow.
+    pub response_schema: Option<ResponseSchema>,
 }
 
 /// What a model turn produced; small and serde, so a workflow keeps it in its state.
@@ -199,8 +302,24 @@ impl LlmGenerateText {
 
     /// Runs one turn.
     pub async fn call(&self, cx: &mut RunContext, options: &GenerateOptions) -> Result<GenerateResult, AgentError> {
+        self.call_with(cx, options, &TurnExtras::default()).await
+    }
+
+    /// Runs one turn that also offers `extras`.
+    ///
+    /// When someone subscribed to run events
+    /// ([`Runtime::subscribe`](loopstack_core::Runtime::subscribe)) the reply is
+    /// streamed and each piece of text is reported as it arrives
+    /// ([`EventKind::TextDelta`]); the turn's token usage is reported either way
+    /// ([`EventKind::Usage`]). The result is the same whether streamed or not.
+    pub async fn call_with(
+        &self,
+        cx: &mut RunContext,
+        options: &GenerateOptions,
+        extras: &TurnExtras,
+    ) -> Result<GenerateResult, AgentError> {
         let model = self.models.get(&options.provider)?;
-        let tools = options
+        let mut tools = options
             .tools
             .iter()
             .map(|name| {
@@ -210,10 +329,13 @@ impl LlmGenerateText {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut request = ChatRequest::new(options.model.clone(), conversation(cx)?).tools(tools);
+        tools.extend(extras.tools.iter().cloned());
+        let messages = conversation_named(cx, options.conversation.as_deref())?;
+        let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
         request.system.clone_from(&options.system);
         request.max_tokens = options.max_tokens;
         request.temperature = options.temperature;
+        request.response_schema.clone_from(&extras.response_schema);
 
         let span = tracing::info_span!(
             "loopstack.llm",
@@ -225,7 +347,11 @@ impl LlmGenerateText {
             latency_ms = tracing::field::Empty,
         );
         let started = Instant::now();
-        let mut response = model.chat(&request).instrument(span.clone()).await?;
+        let mut response = if cx.events_enabled() {
+            streamed(model.as_ref(), &request, cx).instrument(span.clone()).await?
+        } else {
+            model.chat(&request).instrument(span.clone()).await?
+        };
         for (old, new) in rename_duplicate_ids(&mut response.message) {
             span.in_scope(|| tracing::warn!(id = %old, new_id = %new, "the model repeated a tool call id; renamed"));
         }
@@ -235,12 +361,20 @@ impl LlmGenerateText {
         span.record("latency_ms", started.elapsed().as_millis() as u64);
 
         let provider = model.provider().to_owned();
+        cx.emit(|| EventKind::Usage {
+            provider: provider.clone(),
+            model: response.model.clone(),
+            input_tokens: response.usage.input_tokens,
+            output_tokens: response.usage.output_tokens,
+            cache_read_input_tokens: response.usage.cache_read_input_tokens,
+            cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
+        });
         let meta = SaveOptions::new()
             .meta("provider", provider.as_str())
             .meta("model", response.model.as_str())
             .meta("usage", serde_json::to_value(response.usage)?)
             .meta("stop_reason", response.stop_reason.as_str());
-        cx.save_with(&response.message, meta)?;
+        save_message(cx, &response.message, options.conversation.as_deref(), meta)?;
         Ok(GenerateResult {
             message: response.message,
             stop_reason: response.stop_reason,
@@ -250,4 +384,21 @@ impl LlmGenerateText {
             offered_tools: options.tools.clone(),
         })
     }
+}
+
+/// Streams a reply, reporting its text as it arrives.
+async fn streamed(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext) -> Result<ChatResponse, LlmError> {
+    let mut stream = model.stream(request);
+    while let Some(event) = stream.next().await {
+        match event? {
+            StreamEvent::TextDelta { text, .. } => cx.emit(|| EventKind::TextDelta { text }),
+            StreamEvent::Done(response) => return Ok(response),
+            _ => {}
+        }
+    }
+    Err(LlmError::MalformedResponse {
+        provider: model.provider(),
+        model: request.model.clone(),
+        message: "the stream ended without a complete response".to_owned(),
+    })
 }

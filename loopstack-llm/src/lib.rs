@@ -25,7 +25,7 @@
 //! let reply = agent.ask(&Runtime::new(), "hello").await?;
 //! assert_eq!(reply.text, "You said: hello");
 //! assert_eq!(model.requests()[0].model, "echo-1");
-//! # Ok::<(), loopstack_llm::AgentError>(()) }).unwrap();
+//! # Ok::<(), loopstack_llm::AskError>(()) }).unwrap();
 //! ```
 
 mod agent;
@@ -36,12 +36,18 @@ pub mod message;
 pub mod model;
 mod scripted;
 
-pub use agent::{Agent, AgentReply, AgentState, AgentStatus, DEFAULT_MAX_TURNS};
-pub use delegate::{DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult};
+pub use agent::{
+    Agent, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
+    DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, Price, Prices, RESPOND_TOOL, Repeats,
+    ToolDecision, ToolDecisions, TypedAgent, UserMessage,
+};
+pub use delegate::{
+    DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial,
+};
 pub use error::AgentError;
 pub use generate::{
     CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, Models,
-    conversation,
+    NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
 pub use scripted::ScriptedModel;
 
@@ -49,7 +55,7 @@ pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
 };
-pub use model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};
+pub use model::{ChatModel, ChatRequest, ChatResponse, ResponseSchema, StreamEvent, replay};
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

@@ -4,11 +4,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use serde_json::Value;
 
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolUse, Usage};
-use crate::model::{ChatModel, ChatRequest, ChatResponse};
+use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent, replay};
 
 type ReplyFn = dyn Fn(&ChatRequest) -> Result<ChatResponse, LlmError> + Send + Sync;
 
@@ -50,6 +52,7 @@ struct Inner {
     usage: Usage,
     model_name: String,
     totals: Mutex<(u64, Usage)>,
+    structured: bool,
 }
 
 impl std::fmt::Debug for ScriptedModel {
@@ -95,12 +98,22 @@ impl ScriptedModel {
                 usage: Usage::new(10, 10),
                 model_name: "scripted".to_owned(),
                 totals: Mutex::new((0, Usage::default())),
+                structured: false,
             }),
         }
     }
 
     fn inner_mut(&mut self) -> &mut Inner {
         Arc::get_mut(&mut self.inner).expect("configure a ScriptedModel before cloning it")
+    }
+
+    /// Says the model has structured output
+    /// ([`ChatModel::structured_output`]), so a typed agent asks it for JSON text
+    /// instead of a `respond` call; the scripted replies are what it answers.
+    #[must_use]
+    pub fn structured_output(mut self, structured: bool) -> Self {
+        self.inner_mut().structured = structured;
+        self
     }
 
     /// Queues a reply.
@@ -218,6 +231,24 @@ impl ChatModel for ScriptedModel {
         "scripted"
     }
 
+    fn structured_output(&self) -> bool {
+        self.inner.structured
+    }
+
+    /// Streams the reply as a provider would: its text in word-sized pieces, then
+    /// each tool call, then the whole response.
+    fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+        futures::stream::once(async move { self.chat(request).await })
+            .flat_map(|r| {
+                let events: Vec<Result<StreamEvent, LlmError>> = match r {
+                    Ok(resp) => word_pieces(replay(resp)).into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures::stream::iter(events)
+            })
+            .boxed()
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         if let Some(latency) = self.inner.latency {
             tokio::time::sleep(latency).await;
@@ -237,4 +268,24 @@ impl ChatModel for ScriptedModel {
         totals.1 += response.usage;
         Ok(response)
     }
+}
+
+/// Splits each text delta into pieces of one word and the spaces after it.
+fn word_pieces(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        match event {
+            StreamEvent::TextDelta { index, text } => {
+                let mut rest = text.as_str();
+                while !rest.is_empty() {
+                    let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+                    let end = rest[word_end..].find(|c: char| !c.is_whitespace()).map_or(rest.len(), |n| word_end + n);
+                    out.push(StreamEvent::TextDelta { index, text: rest[..end].to_owned() });
+                    rest = &rest[end..];
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }

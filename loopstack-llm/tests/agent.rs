@@ -3,7 +3,7 @@
 
 use loopstack_core::{RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use loopstack_llm::{
-    Agent, AgentError, AgentStatus, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
+    Agent, AgentError, AgentStatus, AskError, Limit, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
     ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
@@ -116,16 +116,20 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
 }
 
 #[tokio::test]
-async fn the_turn_budget_ends_the_run_with_the_conversation() {
+async fn the_turn_budget_ends_the_run_with_a_typed_status_and_the_documents_keep_the_conversation() {
     let model = ScriptedModel::from_fn(|req| {
         let n = req.messages.len();
-        Ok(tool_calls(&[(&format!("call_{n}"), json!({"location": "Berlin"}))]))
+        Ok(tool_calls(&[(&format!("call_{n}"), json!({"location": format!("City {n}")}))]))
     });
     let agent = Agent::new(model.clone(), "m-1", tools()).max_turns(3);
-    let err = agent.ask(&Runtime::new(), "Loop forever").await.unwrap_err();
-    let AgentError::TurnBudgetExceeded { max_turns, conversation } = err else { panic!("{err:?}") };
-    assert_eq!(max_turns, 3);
-    // The prompt, then three rounds of tool calls and tool results.
+    let runtime = Runtime::new();
+    let reply = agent.ask(&runtime, "Loop forever").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::LimitReached(Limit::Turns { max: 3 }));
+    assert_eq!((reply.turns, reply.tool_calls), (3, 3));
+    assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Completed);
+    // The prompt, then three rounds of tool calls and tool results, in the run's documents.
+    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    let conversation: Vec<Message> = docs.iter().map(|d| d.read().unwrap()).collect();
     assert_eq!(conversation.len(), 7);
     assert_eq!(conversation[0], Message::user("Loop forever"));
     assert!(conversation[6].tool_results_iter().all(|r| !r.is_error));
@@ -157,7 +161,15 @@ async fn a_provider_error_fails_the_run_with_the_typed_error() {
     let model = ScriptedModel::new().reply(tool_calls(&[("c", json!({"location": "Rome"}))]));
     let runtime = Runtime::new();
     let err = Agent::new(model, "m-1", tools()).ask(&runtime, "Weather?").await.unwrap_err();
-    assert!(matches!(err, AgentError::Llm(LlmError::Script { .. })), "{err:?}");
+    // The error keeps the run and the transition that failed, and the step's own error.
+    let AskError::Step { run_id, transition, source: AgentError::Llm(LlmError::Script { .. }) } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*transition, "llm_turn");
+    assert_eq!(err.run_id(), Some(*run_id));
+    assert!(matches!(err.agent_error(), Some(AgentError::Llm(_))));
+    assert_eq!(runtime.store().load_run(*run_id).await.unwrap().status, RunStatus::Failed);
+    assert!(err.to_string().starts_with(&format!("agent run {run_id} failed in `llm_turn`: ")), "{err}");
 }
 
 #[tokio::test]

@@ -226,7 +226,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
     let mut cx =
-        RunContext::new(store.clone(), run_id, name, place, step, documents, cancellation, runtime.events.clone());
+        RunContext::new(store.clone(), run_id, name, (place, step), documents, cancellation, runtime.events.clone());
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };
