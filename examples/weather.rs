@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example weather                                  # offline, scripted model
 //! cargo run --example weather -- --question "How is the weather in Oslo?"
+//! cargo run --example weather -- --stream                      # print the answer as it streams
 //! cargo run --example weather -- --mermaid                     # print the diagram and exit
 //! cargo run --example weather -- --db runs.db                  # keep runs in runs.db (default weather.db)
 //! cargo run --example weather -- --resume RUN_ID               # resume a run whose process died
@@ -11,13 +12,21 @@
 //! ANTHROPIC_API_KEY=... cargo run --example weather -- --provider anthropic
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai --model gpt-4o-mini
 //! OPENAI_BASE_URL=http://localhost:11434/v1 cargo run --example weather -- --provider openai --model llama3.2
+//! # a small local model that writes its tool calls as text (llama.cpp's server, Ollama):
+//! OPENAI_BASE_URL=http://localhost:8080/v1 cargo run --example weather -- --provider openai --model qwen2.5-coder-1.5b \
+//!     --text-tool-calls --temperature 0 --system "You answer weather questions. Call get_weather once, then answer."
 //! ```
+//!
+//! It exits 0 when the model gave a complete answer, 1 when the run failed or the
+//! answer is not one (empty, a tool call written as text, cut off at the token
+//! limit, a model repeating its calls), 2 for bad flags.
 
 use std::process::ExitCode;
 
 use loopstack::llm::{
-    ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, LlmDelegateToolCalls,
-    LlmError, LlmGenerateText, Message, Models, Role, ScriptedModel, StopReason, ToolUse, Usage,
+    AgentStatus, ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult,
+    LlmDelegateToolCalls, LlmError, LlmGenerateText, Message, Models, Repeats, Role, ScriptedModel, StopReason,
+    ToolResult, ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -34,12 +43,21 @@ async fn get_weather(
     Ok("Mostly sunny, 14C, rain in the afternoon.".to_owned())
 }
 
+/// How many turns in a row may ask for exactly the same tool calls.
+const MAX_SAME_CALLS: u32 = 3;
+
 /// The run's state: the question, the last model turn and the last tool results.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct ToolCallState {
     question: String,
     llm_result: Option<GenerateResult>,
     delegate_result: Option<DelegateResult>,
+    /// The last turn's calls, and how many turns in a row asked for them.
+    #[serde(default)]
+    repeats: Repeats,
+    /// How the run ended.
+    #[serde(default)]
+    status: Option<AgentStatus>,
 }
 
 impl From<String> for ToolCallState {
@@ -65,8 +83,27 @@ impl ToolCallWorkflow {
 
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut ToolCallState, cx: &mut RunContext) -> Result<()> {
-        state.llm_result = Some(self.llm.call(cx, &self.options).await?);
+        let result = self.llm.call(cx, &self.options).await?;
+        state.repeats.observe(&result.message);
+        state.llm_result = Some(result);
         state.delegate_result = None;
+        Ok(())
+    }
+
+    // A small model without a system prompt may ask for the same call forever.
+    #[transition(from = PromptExecuted, to = End, priority = 20)]
+    #[guard(repeats_itself)]
+    async fn stop_repeating(&self, state: &mut ToolCallState, cx: &mut RunContext) -> Result<()> {
+        let llm = state.llm_result.as_ref().expect("guarded by repeats_itself");
+        // Every call gets its result, so the stored conversation stays valid.
+        let not_run = llm.message.tool_uses().map(|call| ToolResult {
+            tool_use_id: call.id.clone(),
+            content: "not run: the same call was asked for too many times in a row".into(),
+            is_error: true,
+        });
+        cx.save(&Message::tool_results(not_run))?;
+        let tools = llm.message.tool_uses().map(|c| c.name.clone()).collect();
+        state.status = Some(AgentStatus::RepeatedToolCalls { tools, times: state.repeats.times });
         Ok(())
     }
 
@@ -85,8 +122,14 @@ impl ToolCallWorkflow {
     }
 
     #[transition(from = PromptExecuted, to = End)]
-    async fn respond(&self, _state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
+    async fn respond(&self, state: &mut ToolCallState, _cx: &mut RunContext) -> Result<()> {
+        let llm = state.llm_result.as_ref().expect("a model turn came first");
+        state.status = Some(AgentStatus::of_answer(&llm.stop_reason, &llm.message.text()));
         Ok(())
+    }
+
+    fn repeats_itself(&self, state: &ToolCallState) -> bool {
+        state.repeats.times > MAX_SAME_CALLS
     }
 
     fn has_tool_calls(&self, state: &ToolCallState) -> bool {
@@ -146,61 +189,111 @@ struct Args {
     mermaid: bool,
     db: String,
     resume: Option<RunId>,
+    stream: bool,
+    text_tool_calls: bool,
+    system: Option<String>,
+    temperature: Option<f32>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
+const USAGE: &str = "\
+usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
+               [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
+               [--db PATH|memory] [--resume RUN_ID] [--mermaid]
+
+  --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
+                     openai (OPENAI_API_KEY, OPENAI_BASE_URL for local servers)
+  --model            the model name (claude-sonnet-4-5, gpt-4o-mini by default)
+  --question         what to ask (default: How is the weather in Berlin?)
+  --system           a system prompt
+  --temperature      the sampling temperature
+  --text-tool-calls  read tool calls a local model writes as text (also OPENAI_TEXT_TOOL_CALLS=1)
+  --stream           print the answer as the model streams it
+  --db               the SQLite file runs are kept in (default weather.db), or memory
+  --resume           resume the run with this id from the store
+  --mermaid          print the workflow's state diagram and exit
+
+Exit status: 0 for a complete answer, 1 when the run failed or its answer is not
+one (empty, a tool call written as text, cut off, a model repeating itself), 2 for
+bad flags.";
+
+/// What the command line asks for.
+enum Command {
+    Run(Box<Args>),
+    Help,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut parsed = Args {
         provider: "scripted".into(),
         model: None,
         question: "How is the weather in Berlin?".into(),
         mermaid: false,
         db: "weather.db".into(),
         resume: None,
+        stream: false,
+        text_tool_calls: false,
+        system: None,
+        temperature: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--provider" => args.provider = value()?,
-            "--model" => args.model = Some(value()?),
-            "--question" => args.question = value()?,
-            "--mermaid" => args.mermaid = true,
-            "--db" => args.db = value()?,
+            "--provider" => parsed.provider = value()?,
+            "--model" => parsed.model = Some(value()?),
+            "--question" => parsed.question = value()?,
+            "--system" => parsed.system = Some(value()?),
+            "--temperature" => {
+                let t = value()?;
+                parsed.temperature = Some(t.parse().map_err(|e| format!("--temperature `{t}` is not a number: {e}"))?);
+            }
+            "--text-tool-calls" => parsed.text_tool_calls = true,
+            "--stream" => parsed.stream = true,
+            "--mermaid" => parsed.mermaid = true,
+            "--db" => parsed.db = value()?,
             "--resume" => {
                 let id = value()?;
-                args.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
+                parsed.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
             }
-            "-h" | "--help" => {
-                return Err("usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT] \
-                            [--db PATH|memory] [--resume RUN_ID] [--mermaid]"
-                    .into());
-            }
+            "-h" | "--help" => return Ok(Command::Help),
             other => return Err(format!("unknown flag `{other}`; see --help")),
         }
     }
-    Ok(args)
+    Ok(Command::Run(Box::new(parsed)))
 }
 
-fn model_for(provider: &str) -> Result<(Models, &'static str), Box<dyn std::error::Error>> {
-    Ok(match provider {
+fn model_for(args: &Args) -> Result<(Models, &'static str), Box<dyn std::error::Error>> {
+    Ok(match args.provider.as_str() {
         "scripted" => (Models::new().with(scripted_weather_model()), "scripted-weather"),
         "anthropic" => (Models::new().with(loopstack::llm::anthropic::Anthropic::from_env()?), "claude-sonnet-4-5"),
-        "openai" => (Models::new().with(loopstack::llm::openai::OpenAi::from_env()?), "gpt-4o-mini"),
+        "openai" => {
+            let mut openai = loopstack::llm::openai::OpenAi::from_env()?;
+            if args.text_tool_calls {
+                openai = openai.text_tool_calls(true);
+            }
+            (Models::new().with(openai), "gpt-4o-mini")
+        }
         other => return Err(format!("unknown provider `{other}`; use anthropic, openai or scripted").into()),
     })
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Command::Run(args)) => args,
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(msg) => {
             eprintln!("{msg}");
             return ExitCode::from(2);
         }
     };
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
+    match run(*args).await {
+        Ok(Some(status)) if status.is_completed() => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(_)) => ExitCode::FAILURE,
         Err(err) => {
             // loopstack's errors carry their causes in their messages.
             eprintln!("error: {err}");
@@ -209,13 +302,36 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the model's text of run `run_id` as it streams, until the drive ends.
+fn print_stream(mut events: loopstack::RunEvents) -> tokio::task::JoinHandle<()> {
+    use std::io::Write as _;
+    tokio::spawn(async move {
+        let mut out = std::io::stdout();
+        while let Some(Ok(event)) = events.recv().await {
+            match &event.kind {
+                loopstack::EventKind::TextDelta { text } => {
+                    let _ = write!(out, "{text}");
+                    let _ = out.flush();
+                }
+                loopstack::EventKind::ToolCallStarted { name, .. } => {
+                    let _ = writeln!(out, "[calling {name}]");
+                }
+                loopstack::EventKind::Finished { .. } | loopstack::EventKind::Waiting { .. } => break,
+                _ => {}
+            }
+        }
+        let _ = writeln!(out);
+    })
+}
+
+/// Runs the example; the status of the run's answer, `None` when nothing ran.
+async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Error>> {
     if args.mermaid {
         // The diagram needs no model: draw it from the transition table.
         let options = GenerateOptions::new("scripted", "scripted-weather");
         let workflow = ToolCallWorkflow::new(Models::new().with(scripted_weather_model()), options)?;
         println!("{}", workflow.mermaid());
-        return Ok(());
+        return Ok(None);
     }
     if args.provider == "scripted" {
         println!(
@@ -224,9 +340,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         println!("Running with provider `{}`.", args.provider);
     }
-    let (models, default_model) = model_for(&args.provider)?;
-    let model = args.model.unwrap_or_else(|| default_model.to_owned());
-    let options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
+    let (models, default_model) = model_for(&args)?;
+    let model = args.model.clone().unwrap_or_else(|| default_model.to_owned());
+    let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
+    options.system.clone_from(&args.system);
+    options.temperature = args.temperature;
     let workflow = ToolCallWorkflow::new(models, options)?;
 
     let runtime = if args.db == "memory" {
@@ -235,23 +353,34 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Runtime::with_store(loopstack::SqliteStore::open(&args.db).await?)
     };
     // A model that keeps calling tools is stopped after 40 transitions (13 model turns).
-    let run_id = match args.resume {
+    let run_id = args.resume.unwrap_or_default();
+    let mut printer = None;
+    let finished = match args.resume {
         // A run that already ended is shown as it is.
         Some(run_id) if runtime.store().load_run(run_id).await?.status == loopstack::RunStatus::Completed => {
             println!("Run {run_id} in {} has completed.", args.db);
-            run_id
+            let record = runtime.store().load_run(run_id).await?;
+            serde_json::from_str::<ToolCallState>(record.state.get())?
         }
         Some(run_id) => {
             println!("Resuming run {run_id} from {}", args.db);
-            runtime.resume(&workflow, run_id).max_steps(40).await?.run_id
+            printer = args.stream.then(|| print_stream(runtime.subscribe().run(run_id)));
+            runtime.resume(&workflow, run_id).max_steps(40).await?.state
         }
         None => {
-            let run_id = RunId::new();
             // Printed before the first transition, so a run whose process dies can be resumed.
             println!("Run {run_id} (store: {})", args.db);
-            runtime.start(&workflow, args.question).run_id(run_id).max_steps(40).await?.run_id
+            if args.stream {
+                println!("\nAnswer (streamed):");
+                printer = Some(print_stream(runtime.subscribe().run(run_id)));
+            }
+            runtime.start(&workflow, args.question).run_id(run_id).max_steps(40).await?.state
         }
     };
+    // The printer ends with the drive's last event, which it may not have read yet.
+    if let Some(printer) = printer {
+        printer.await?;
+    }
     let store = runtime.store();
 
     println!("\nConversation:");
@@ -279,13 +408,34 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("  {:>2}. {} -> {} ({})", step.step, step.from, step.to, step.transition);
     }
     println!("\nTokens: {} input, {} output", usage.input_tokens, usage.output_tokens);
-    Ok(())
+    let status = finished.status.unwrap_or(AgentStatus::Completed);
+    if let Some(problem) = describe(&status) {
+        eprintln!("\n{problem}");
+    }
+    Ok(Some(status))
+}
+
+/// What to tell the user about an answer that is not a complete one.
+fn describe(status: &AgentStatus) -> Option<String> {
+    Some(match status {
+        AgentStatus::Completed => return None,
+        AgentStatus::MaxTokens => "The answer was cut off at the output token limit: it is incomplete.".into(),
+        AgentStatus::EmptyAnswer => "The model gave an empty answer.".into(),
+        AgentStatus::UnparsedToolCall => "The answer is a tool call written as text, which was not run: \
+             for a local model, pass --text-tool-calls (or set OPENAI_TEXT_TOOL_CALLS=1)."
+            .into(),
+        AgentStatus::RepeatedToolCalls { tools, times } => format!(
+            "The model asked for the same call ({}) {times} times in a row and was stopped; \
+             a system prompt (--system) usually helps a small model.",
+            tools.join(", ")
+        ),
+        other => format!("The run ended without a complete answer: {other:?}"),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopstack::llm::ToolResult;
 
     fn workflow(model: ScriptedModel) -> ToolCallWorkflow {
         let options = GenerateOptions::new("scripted", "scripted-weather").tools(["get_weather"]);
