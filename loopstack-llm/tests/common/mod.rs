@@ -2,7 +2,10 @@
 //!
 //! Each test starts its own [`Server`] with a script of [`Reply`]s, answered in order
 //! whatever connection a request arrives on, and records every request.
+//! [`local_model`] is a server that behaves like a small local model instead.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod local_model;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
