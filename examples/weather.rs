@@ -503,6 +503,64 @@ mod tests {
     }
 
     #[test]
+    fn help_is_a_command_and_flags_are_parsed() {
+        let args = |a: &[&str]| parse_args(a.iter().map(|s| (*s).to_owned()));
+        assert!(matches!(args(&["--help"]), Ok(Command::Help)));
+        assert!(matches!(args(&["--question", "x", "-h"]), Ok(Command::Help)));
+        let Ok(Command::Run(parsed)) =
+            args(&["--text-tool-calls", "--stream", "--system", "Be brief.", "--temperature", "0"])
+        else {
+            panic!("flags")
+        };
+        assert!(parsed.text_tool_calls && parsed.stream);
+        assert_eq!((parsed.system.as_deref(), parsed.temperature), (Some("Be brief."), Some(0.0)));
+        assert_eq!(args(&["--temperature", "hot"]).err().unwrap(), "--temperature `hot` is not a number: invalid float literal");
+        assert_eq!(args(&["--bogus"]).err().unwrap(), "unknown flag `--bogus`; see --help");
+    }
+
+    async fn final_status(model: ScriptedModel) -> AgentStatus {
+        let report = Runtime::new().start(&workflow(model), "Weather in Oslo?".to_owned()).await.unwrap();
+        report.state.status.unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_that_are_not_answers_get_their_status_and_a_reason() {
+        let reply = |text: &str, stop| ChatResponse::new(Message::assistant(text), stop, Usage::new(1, 1), "m");
+        let status = final_status(ScriptedModel::new().reply(reply("", StopReason::EndTurn))).await;
+        assert_eq!(status, AgentStatus::EmptyAnswer);
+        let text_call = r#"```json
+{"name": "get_weather", "arguments": {"location": "Oslo"}}
+```"#;
+        let status = final_status(ScriptedModel::new().reply(reply(text_call, StopReason::EndTurn))).await;
+        assert_eq!(status, AgentStatus::UnparsedToolCall);
+        assert!(describe(&status).unwrap().contains("--text-tool-calls"));
+        let status = final_status(ScriptedModel::new().reply(reply("It is sunny and", StopReason::MaxTokens))).await;
+        assert_eq!(status, AgentStatus::MaxTokens);
+        assert!(describe(&status).unwrap().contains("cut off"));
+        assert_eq!(describe(&AgentStatus::Completed), None);
+    }
+
+    #[tokio::test]
+    async fn a_model_that_asks_for_the_same_call_forever_is_stopped() {
+        // Like a small model without a system prompt: the same call after every result.
+        let model = ScriptedModel::from_fn(|req| {
+            let call = ToolUse::new(format!("call_{}", req.messages.len()), "get_weather", serde_json::json!({"location": "Oslo"}));
+            let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
+            Ok(ChatResponse::new(message, StopReason::ToolUse, Usage::new(1, 1), "m"))
+        });
+        let runtime = Runtime::new();
+        let report = runtime.start(&workflow(model.clone()), "Weather in Oslo?".to_owned()).await.unwrap();
+        let status = report.state.status.unwrap();
+        assert_eq!(status, AgentStatus::RepeatedToolCalls { tools: vec!["get_weather".into()], times: MAX_SAME_CALLS + 1 });
+        assert!(describe(&status).unwrap().contains("--system"));
+        assert_eq!(model.calls(), u64::from(MAX_SAME_CALLS) + 1);
+        // The last call is answered, so the stored conversation stays valid.
+        let docs = runtime.store().documents(report.run_id).await.unwrap();
+        let last: Message = docs.last().unwrap().read().unwrap();
+        assert!(last.tool_results_iter().all(|r| r.is_error && r.content.starts_with("not run")));
+    }
+
+    #[test]
     fn city_extraction() {
         assert_eq!(city_in("How is the weather in Berlin?"), "Berlin");
         assert_eq!(city_in("Weather in New York today"), "New York today");

@@ -188,6 +188,15 @@ impl ScriptedModel {
         self.response(Message::assistant(text), StopReason::EndTurn)
     }
 
+    /// A reply with one tool call (stop reason tool use) in this model's name and
+    /// usage, for [`ScriptedModel::from_fn`]. Its id is `call_<id>` with a fresh
+    /// random suffix, so calls of one conversation never share one.
+    pub fn tool_call_response(&self, name: impl Into<String>, input: Value) -> ChatResponse {
+        let id = format!("call_{:016x}", fastrand_u64());
+        let call = ContentBlock::ToolUse(ToolUse::new(id, name, input));
+        self.response(Message { role: Role::Assistant, content: vec![call] }, StopReason::ToolUse)
+    }
+
     fn response(&self, message: Message, stop_reason: StopReason) -> ChatResponse {
         ChatResponse::new(message, stop_reason, self.inner.usage, self.inner.model_name.clone())
     }
@@ -288,4 +297,15 @@ fn word_pieces(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
         }
     }
     out
+}
+
+/// A random number for call ids, without a dependency: the standard library's
+/// randomly seeded hasher, fed a counter.
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
 }
