@@ -92,7 +92,7 @@ impl Anthropic {
 
     /// A model calling the API with this key, at [`Anthropic::DEFAULT_BASE_URL`].
     pub fn new(api_key: impl Into<String>) -> Self {
-        let mut http = Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth::Header("x-api-key"));
+        let mut http = Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth { header: "x-api-key", prefix: "" });
         http.api_key = Some(ApiKey::new(api_key));
         Self { http, default_max_tokens: Self::DEFAULT_MAX_TOKENS }
     }

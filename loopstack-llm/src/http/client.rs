@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tracing::Instrument as _;
 
@@ -20,13 +20,14 @@ use super::{ApiKey, Call, SseDecoder, Transport, endpoint, malformed, non_empty,
 use crate::error::LlmError;
 use crate::model::{ChatRequest, ChatResponse, StreamEvent};
 
-/// How the API key is sent.
+/// How the API key is sent: `<header>: <prefix><key>`, such as `authorization: Bearer
+/// <key>` (OpenAI) or `x-api-key: <key>` (Anthropic).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Auth {
-    /// `Authorization: Bearer <key>` (OpenAI).
-    Bearer,
-    /// The key alone in this header (Anthropic's `x-api-key`).
-    Header(&'static str),
+pub(crate) struct Auth {
+    /// The header's name, in lower case.
+    pub(crate) header: &'static str,
+    /// What precedes the key in its value.
+    pub(crate) prefix: &'static str,
 }
 
 /// The settings of one HTTP provider and the path of its calls.
@@ -83,11 +84,7 @@ impl Client {
         let url = endpoint(self.provider, &self.base_url, self.path)?;
         let mut headers = HeaderMap::new();
         if let Some(key) = &self.api_key {
-            let (name, prefix) = match self.auth {
-                Auth::Bearer => (AUTHORIZATION, "Bearer "),
-                Auth::Header(name) => (HeaderName::from_static(name), ""),
-            };
-            headers.insert(name, key.header(self.provider, prefix)?);
+            headers.insert(HeaderName::from_static(self.auth.header), key.header(self.provider, self.auth.prefix)?);
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let accept = if stream { "text/event-stream" } else { "application/json" };

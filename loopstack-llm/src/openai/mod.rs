@@ -114,7 +114,12 @@ impl OpenAi {
     /// [`OpenAi::api_key`], or point [`OpenAi::base_url`] at a local server.
     pub fn new() -> Self {
         Self {
-            http: Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth::Bearer),
+            http: Client::new(
+                PROVIDER,
+                Self::DEFAULT_BASE_URL,
+                PATH,
+                Auth { header: "authorization", prefix: "Bearer " },
+            ),
             text_tool_calls: false,
             completion_tokens_field: None,
             structured_output: true,
