@@ -137,11 +137,14 @@ impl<'a> CallIds<'a> {
         }
     }
 
-    /// The server's id of the call at `position`, or one from [`CallIds::id`] when it
-    /// gave none (or an empty one).
+    /// The server's id of the call at `position` (noted as taken), or one from
+    /// [`CallIds::id`] when it gave none (or an empty one).
     pub(super) fn or_new(&mut self, id: Option<String>, position: usize) -> String {
         match id.filter(|id| !id.is_empty()) {
-            Some(id) => id,
+            Some(id) => {
+                self.reserve(&id);
+                id
+            }
             None => self.id(position),
         }
     }

@@ -131,9 +131,6 @@ impl<'a> Decoder<'a> {
             None => {
                 let block = self.blocks;
                 self.blocks += 1;
-                if let Some(id) = delta.id.as_deref().filter(|id| !id.is_empty()) {
-                    self.ids.reserve(id);
-                }
                 let id = self.ids.or_new(delta.id, self.tools.len());
                 let name = name.clone().unwrap_or_default();
                 out.push(StreamEvent::ToolUseStart { index: block, id: id.clone(), name: name.clone() });
@@ -386,5 +383,26 @@ mod tests {
             vec![],
         );
         assert_eq!(r.unwrap().message.text(), "hi");
+    }
+
+    #[test]
+    fn stream_tool_calls_without_an_id_get_ids_after_the_conversation() {
+        let earlier = [Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
+        }];
+        let mut decoder = Decoder::new("gpt-x", vec![], CallIds::new(&earlier));
+        let mut out = Vec::new();
+        for chunk in [
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "w", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "call_2", "function": {"name": "w", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 2, "function": {"name": "w", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        ] {
+            decoder.event("message", &chunk.to_string(), &mut out).unwrap();
+        }
+        let response = decoder.finish(&mut out).unwrap();
+        let ids: Vec<&str> = response.message.tool_uses().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["call_1", "call_2", "call_3"]);
     }
 }
