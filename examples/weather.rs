@@ -514,7 +514,10 @@ mod tests {
         };
         assert!(parsed.text_tool_calls && parsed.stream);
         assert_eq!((parsed.system.as_deref(), parsed.temperature), (Some("Be brief."), Some(0.0)));
-        assert_eq!(args(&["--temperature", "hot"]).err().unwrap(), "--temperature `hot` is not a number: invalid float literal");
+        assert_eq!(
+            args(&["--temperature", "hot"]).err().unwrap(),
+            "--temperature `hot` is not a number: invalid float literal"
+        );
         assert_eq!(args(&["--bogus"]).err().unwrap(), "unknown flag `--bogus`; see --help");
     }
 
@@ -544,14 +547,21 @@ mod tests {
     async fn a_model_that_asks_for_the_same_call_forever_is_stopped() {
         // Like a small model without a system prompt: the same call after every result.
         let model = ScriptedModel::from_fn(|req| {
-            let call = ToolUse::new(format!("call_{}", req.messages.len()), "get_weather", serde_json::json!({"location": "Oslo"}));
+            let call = ToolUse::new(
+                format!("call_{}", req.messages.len()),
+                "get_weather",
+                serde_json::json!({"location": "Oslo"}),
+            );
             let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
             Ok(ChatResponse::new(message, StopReason::ToolUse, Usage::new(1, 1), "m"))
         });
         let runtime = Runtime::new();
         let report = runtime.start(&workflow(model.clone()), "Weather in Oslo?".to_owned()).await.unwrap();
         let status = report.state.status.unwrap();
-        assert_eq!(status, AgentStatus::RepeatedToolCalls { tools: vec!["get_weather".into()], times: MAX_SAME_CALLS + 1 });
+        assert_eq!(
+            status,
+            AgentStatus::RepeatedToolCalls { tools: vec!["get_weather".into()], times: MAX_SAME_CALLS + 1 }
+        );
         assert!(describe(&status).unwrap().contains("--system"));
         assert_eq!(model.calls(), u64::from(MAX_SAME_CALLS) + 1);
         // The last call is answered, so the stored conversation stays valid.

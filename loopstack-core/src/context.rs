@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{EventHub, EventKind};
 use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
+use crate::events::{EventHub, EventKind};
 use crate::store::{MemoryStore, RunId, Store};
 
 /// What a transition method can reach: the run's documents, its id and place, and

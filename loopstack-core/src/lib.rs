@@ -62,9 +62,9 @@ pub use ::serde;
 /// The serde_json loopstack uses.
 pub use ::serde_json;
 pub use context::{Emitter, RunContext};
-pub use events::{EventKind, RunEvent, RunEvents};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
+pub use events::{EventKind, RunEvent, RunEvents};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, Worker, cancellable, panic_message};

@@ -173,7 +173,10 @@ async fn a_failed_run_reports_its_error_and_events_serialize_with_a_type_tag() {
     assert!(error.contains("the disk is full"), "{error}");
 
     let json = serde_json::to_value(&kinds[0]).unwrap();
-    assert_eq!(json, json!({"type": "transition_started", "transition": "go", "from": "start", "to": "end", "step": 1}));
+    assert_eq!(
+        json,
+        json!({"type": "transition_started", "transition": "go", "from": "start", "to": "end", "step": 1})
+    );
     let back: EventKind = serde_json::from_value(json).unwrap();
     assert_eq!(back, kinds[0]);
 }

@@ -185,7 +185,9 @@ pub enum AgentError {
     #[error("message document error: {0}")]
     Document(#[from] serde_json::Error),
     /// A model is already registered under this name in [`Models`](crate::Models).
-    #[error("a model is already registered as `{name}`; register a second model of one provider under a name of its own (`Models::with_named`)")]
+    #[error(
+        "a model is already registered as `{name}`; register a second model of one provider under a name of its own (`Models::with_named`)"
+    )]
     DuplicateModel {
         /// The name taken.
         name: String,

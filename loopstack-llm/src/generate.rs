@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument as _;
 
 use crate::error::AgentError;
-use crate::message::{Message, StopReason, Usage, rename_duplicate_ids};
 use crate::error::LlmError;
+use crate::message::{Message, StopReason, Usage, rename_duplicate_ids};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, ResponseSchema, StreamEvent};
 
 /// The type name of message documents.

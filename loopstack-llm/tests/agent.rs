@@ -3,8 +3,8 @@
 
 use loopstack_core::{RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use loopstack_llm::{
-    Agent, AgentError, AgentStatus, AskError, Limit, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel, StopReason,
-    ToolResult, ToolUse, Usage,
+    Agent, AgentError, AgentStatus, AskError, ChatResponse, ContentBlock, Limit, LlmError, Message, Role,
+    ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 

@@ -72,10 +72,8 @@ impl Tool for Refund {
 }
 
 fn calls(calls: &[(&str, &str, Value)]) -> ChatResponse {
-    let content = calls
-        .iter()
-        .map(|(id, name, input)| ContentBlock::ToolUse(ToolUse::new(*id, *name, input.clone())))
-        .collect();
+    let content =
+        calls.iter().map(|(id, name, input)| ContentBlock::ToolUse(ToolUse::new(*id, *name, input.clone()))).collect();
     ChatResponse::new(Message { role: Role::Assistant, content }, StopReason::ToolUse, Usage::new(50, 10), "m-1")
 }
 
@@ -101,8 +99,10 @@ async fn events_stream_the_answer_word_by_word_and_report_tool_calls_and_usage()
     assert_eq!(reply.text, "Sunny in Oslo today.");
     let kinds = drain(&mut events);
 
-    let deltas: Vec<&str> =
-        kinds.iter().filter_map(|k| if let EventKind::TextDelta { text } = k { Some(text.as_str()) } else { None }).collect();
+    let deltas: Vec<&str> = kinds
+        .iter()
+        .filter_map(|k| if let EventKind::TextDelta { text } = k { Some(text.as_str()) } else { None })
+        .collect();
     assert_eq!(deltas, ["Sunny ", "in ", "Oslo ", "today."]);
     assert_eq!(deltas.concat(), reply.text, "the deltas make up the answer");
 
@@ -188,12 +188,16 @@ async fn a_call_that_needs_approval_waits_and_a_denial_is_what_the_model_reads()
 
     let reply = agent.ask(&runtime, "Refund A-1").await.unwrap();
     let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
-    assert_eq!(calls, &[PendingCall { call_id: "r1".into(), name: "issue_refund".into(), arguments: json!({"order": "A-1"}) }]);
+    assert_eq!(
+        calls,
+        &[PendingCall { call_id: "r1".into(), name: "issue_refund".into(), arguments: json!({"order": "A-1"}) }]
+    );
     assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Waiting);
     assert_eq!(weather.calls.load(Ordering::SeqCst), 0, "nothing of the batch runs before the decision");
 
     // A decision on a call that does not wait is refused and changes nothing.
-    let err = agent.decide(&runtime, reply.run_id, ToolDecisions::new([ToolDecision::approve("nope")])).await.unwrap_err();
+    let err =
+        agent.decide(&runtime, reply.run_id, ToolDecisions::new([ToolDecision::approve("nope")])).await.unwrap_err();
     assert!(err.to_string().contains("call `nope` does not wait for a decision; the calls that wait: r1"), "{err}");
     assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Waiting);
 
@@ -213,7 +217,10 @@ async fn a_call_that_needs_approval_waits_and_a_denial_is_what_the_model_reads()
 #[tokio::test]
 async fn decisions_on_some_calls_keep_the_run_waiting_for_the_rest_and_approved_calls_run() {
     let model = ScriptedModel::new()
-        .reply(calls(&[("r1", "issue_refund", json!({"order": "A-1"})), ("r2", "issue_refund", json!({"order": "B-2"}))]))
+        .reply(calls(&[
+            ("r1", "issue_refund", json!({"order": "A-1"})),
+            ("r2", "issue_refund", json!({"order": "B-2"})),
+        ]))
         .reply(text("Both refunded."));
     let (refund, weather) = (Refund::default(), Weather::default());
     let agent = refund_agent(model.clone(), &refund, &weather);
@@ -254,7 +261,10 @@ async fn a_chat_run_waits_for_the_user_after_each_answer() {
     let first = agent.ask(&runtime, "I am Ada.").await.unwrap();
     assert_eq!((first.status.clone(), first.text.as_str()), (AgentStatus::AwaitingUser, "Hello Ada."));
     let second = agent.say(&runtime, first.run_id, "What is my name?").await.unwrap();
-    assert_eq!((second.status.clone(), second.text.as_str()), (AgentStatus::AwaitingUser, "You said your name is Ada."));
+    assert_eq!(
+        (second.status.clone(), second.text.as_str()),
+        (AgentStatus::AwaitingUser, "You said your name is Ada.")
+    );
     assert_eq!(second.turns, 2);
     let sent: Vec<String> = model.requests()[1].messages.iter().map(Message::text).collect();
     assert_eq!(sent, ["I am Ada.", "Hello Ada.", "What is my name?"]);
@@ -274,10 +284,20 @@ impl WriterAndCritic {
     #[transition(to = Drafted)]
     async fn draft(&self, topic: &mut String, cx: &mut RunContext) -> Result<(), AgentError> {
         let writer = GenerateOptions::new("scripted", "m-1").conversation("writer");
-        loopstack_llm::save_message(cx, &Message::user(format!("Write about {topic}")), Some("writer"), Default::default())?;
+        loopstack_llm::save_message(
+            cx,
+            &Message::user(format!("Write about {topic}")),
+            Some("writer"),
+            Default::default(),
+        )?;
         let draft = self.llm.call(cx, &writer).await?.message.text();
         let critic = GenerateOptions::new("scripted", "m-1").conversation("critic");
-        loopstack_llm::save_message(cx, &Message::user(format!("Critique: {draft}")), Some("critic"), Default::default())?;
+        loopstack_llm::save_message(
+            cx,
+            &Message::user(format!("Critique: {draft}")),
+            Some("critic"),
+            Default::default(),
+        )?;
         self.llm.call(cx, &critic).await?;
         Ok(())
     }
@@ -356,7 +376,9 @@ async fn a_typed_answer_through_the_respond_tool_is_checked_and_retried_with_the
 
 #[tokio::test]
 async fn an_answer_that_never_fits_ends_with_a_typed_error_after_the_retries() {
-    let model = ScriptedModel::from_fn(|req| Ok(calls(&[(&format!("a{}", req.messages.len()), "respond", json!({"city": 3}))])));
+    let model = ScriptedModel::from_fn(|req| {
+        Ok(calls(&[(&format!("a{}", req.messages.len()), "respond", json!({"city": 3}))]))
+    });
     let agent = Agent::new(model.clone(), "m-1", ToolRegistry::new()).answer::<Forecast>().retries(1);
     let err = agent.ask(&Runtime::new(), "Forecast?").await.unwrap_err();
     let AskError::InvalidAnswer { retries, error, .. } = &err else { panic!("{err:?}") };
@@ -394,7 +416,11 @@ async fn token_cost_and_tool_call_budgets_end_the_run_with_their_status() {
     let tools = || ToolRegistry::new().with(Weather::default()).unwrap();
 
     let runtime = Runtime::new();
-    let reply = Agent::new(looping(), "m-1", tools()).limits(Limits::new().max_total_tokens(100)).ask(&runtime, "Go").await.unwrap();
+    let reply = Agent::new(looping(), "m-1", tools())
+        .limits(Limits::new().max_total_tokens(100))
+        .ask(&runtime, "Go")
+        .await
+        .unwrap();
     assert_eq!(reply.status, AgentStatus::LimitReached(Limit::TotalTokens { max: 100, used: 120 }));
     assert_eq!(reply.turns, 2);
     // Each turn's usage is kept with its message.
@@ -415,7 +441,11 @@ async fn token_cost_and_tool_call_budgets_end_the_run_with_their_status() {
     assert_eq!(reply.usage, Usage::new(100, 20));
 
     let runtime = Runtime::new();
-    let reply = Agent::new(looping(), "m-1", tools()).limits(Limits::new().max_tool_calls(2)).ask(&runtime, "Go").await.unwrap();
+    let reply = Agent::new(looping(), "m-1", tools())
+        .limits(Limits::new().max_tool_calls(2))
+        .ask(&runtime, "Go")
+        .await
+        .unwrap();
     assert_eq!(reply.status, AgentStatus::LimitReached(Limit::ToolCalls { max: 2, used: 2, asked: 1 }));
     // The call that was not run still has its result: the conversation stays valid.
     let docs = runtime.store().documents(reply.run_id).await.unwrap();
@@ -449,7 +479,8 @@ async fn an_empty_answer_and_an_unparsed_tool_call_have_statuses_of_their_own() 
     assert_eq!(empty.status, AgentStatus::EmptyAnswer);
     let unparsed = reply(text(r#"{"name": "get_weather", "arguments": {"location": "Oslo"}}"#)).await;
     assert_eq!(unparsed.status, AgentStatus::UnparsedToolCall);
-    let doubled = reply(text("```json\n{{\"name\": \"get_weather\", \"arguments\": {{\"location\": \"Oslo\"}}}}\n```")).await;
+    let doubled =
+        reply(text("```json\n{{\"name\": \"get_weather\", \"arguments\": {{\"location\": \"Oslo\"}}}}\n```")).await;
     assert_eq!(doubled.status, AgentStatus::UnparsedToolCall);
     assert!(!unparsed.status.is_completed());
 }

@@ -215,7 +215,12 @@ impl<W: Workflow> RunLoop<'_, W> {
             let t = &def.transitions()[index];
             let step = cx.step + 1;
             let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
-            cx.emit(|| EventKind::TransitionStarted { transition: t.name.into(), from: from.into(), to: t.to.into(), step });
+            cx.emit(|| EventKind::TransitionStarted {
+                transition: t.name.into(),
+                from: from.into(),
+                to: t.to.into(),
+                step,
+            });
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
             let store = self.lease.map(|l| (cx.store.clone(), l.duration));
@@ -294,7 +299,12 @@ impl<W: Workflow> RunLoop<'_, W> {
             checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
             cx.store.commit(checkpoint).await?;
             cx.committed(step, t.to);
-            cx.emit(|| EventKind::TransitionCommitted { transition: t.name.into(), from: from.into(), to: t.to.into(), step });
+            cx.emit(|| EventKind::TransitionCommitted {
+                transition: t.name.into(),
+                from: from.into(),
+                to: t.to.into(),
+                step,
+            });
             self.place_since = at;
             if signal.is_some() && signal == self.own_signal {
                 self.own_signal = None;

@@ -55,7 +55,8 @@ impl AnswerFormat {
         } else {
             schema
         };
-        let name: String = T::schema_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
+        let name: String =
+            T::schema_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
         let tool = ToolSpec::new(
             RESPOND_TOOL,
             "Gives your final answer. Call it once, when you have everything you need; its arguments are the answer.",

@@ -211,7 +211,11 @@ impl Prices {
     /// The price of `model`, by exact name or longest prefix.
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.by_model.get(model).or_else(|| {
-            self.by_model.iter().filter(|(name, _)| model.starts_with(name.as_str())).max_by_key(|(n, _)| n.len()).map(|(_, p)| p)
+            self.by_model
+                .iter()
+                .filter(|(name, _)| model.starts_with(name.as_str()))
+                .max_by_key(|(n, _)| n.len())
+                .map(|(_, p)| p)
         })
     }
 

@@ -238,11 +238,14 @@ pub struct UserMessage {
 }
 
 /// Tool calls one turn asked for, as a fingerprint, and how many turns in a row
-/// asked for exactly these.
+/// asked for exactly these. Serialized as `[fingerprint, times]`: it is in every
+/// checkpoint of an agent run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, u32)", into = "(u32, u32)")]
 pub struct Repeats {
-    /// A hash of the calls' names and arguments (FNV-1a, stable across builds).
-    pub fingerprint: u64,
+    /// A hash of the calls' names and arguments (32-bit FNV-1a, stable across
+    /// builds): compared with the next turn's only.
+    pub fingerprint: u32,
     /// Turns in a row that asked for these calls.
     pub times: u32,
 }
@@ -256,8 +259,10 @@ pub struct AgentState {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
     /// Model turns taken.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub turns: u32,
     /// Tokens used by all turns.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub usage: Usage,
     /// What all turns cost, by the agent's [`Prices`].
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -269,8 +274,10 @@ pub struct AgentState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stop: Option<StopReason>,
     /// How many tool calls the last model turn asked for.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub last_tool_calls: usize,
-    /// Whether the last batch of tool calls completed, and its error count.
+    /// Whether the last batch of tool calls completed, and its error count; cleared
+    /// by the next model turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_completed: Option<(bool, usize)>,
     /// The calls the last turn asked for, and how many turns in a row asked for them.
@@ -304,6 +311,10 @@ fn is_zero(n: &f64) -> bool {
 }
 
 fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_usize(n: &usize) -> bool {
     *n == 0
 }
 
@@ -572,7 +583,9 @@ impl Agent {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingApproval.as_str() => {
                 AgentStatus::AwaitingApproval { calls: state.pending_approval }
             }
-            RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingUser.as_str() => AgentStatus::AwaitingUser,
+            RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingUser.as_str() => {
+                AgentStatus::AwaitingUser
+            }
             _ => state.status.unwrap_or(AgentStatus::Completed),
         };
         AgentReply {
@@ -653,15 +666,20 @@ impl Agent {
         state.turns = state.turns.saturating_add(1);
         state.usage += result.usage;
         if !self.prices.is_empty() {
-            let cost = self.prices.cost(&self.options.model, &result.usage).or_else(|| self.prices.cost(&result.model, &result.usage));
+            let cost = self
+                .prices
+                .cost(&self.options.model, &result.usage)
+                .or_else(|| self.prices.cost(&result.model, &result.usage));
             state.cost += cost.unwrap_or(0.0);
         }
         state.last_stop = Some(result.stop_reason.clone());
         state.answer_error = None;
+        state.tools_completed = None;
         state.pending_approval.clear();
         state.denied.clear();
 
-        let respond = self.answer.is_some().then(|| result.message.tool_uses().find(|c| c.name == RESPOND_TOOL)).flatten();
+        let respond =
+            self.answer.is_some().then(|| result.message.tool_uses().find(|c| c.name == RESPOND_TOOL)).flatten();
         if let (Some(format), Some(call)) = (&self.answer, respond) {
             // An answer through `respond`: the turn's other calls are not run.
             state.last_tool_calls = 0;
@@ -826,10 +844,8 @@ impl Agent {
     async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let message = last_message(cx, self.conversation_name())?;
         let denied = std::mem::take(&mut state.denied);
-        let result = self
-            .delegate
-            .call_with(cx, &message, &self.options.tools, &denied, self.conversation_name())
-            .await?;
+        let result =
+            self.delegate.call_with(cx, &message, &self.options.tools, &denied, self.conversation_name()).await?;
         let run = result.results.len().saturating_sub(denied.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
         state.tools_completed = Some((result.all_completed, result.error_count));
@@ -977,6 +993,18 @@ fn final_status(state: &AgentState, text: &str) -> AgentStatus {
     AgentStatus::of_answer(state.last_stop.as_ref().unwrap_or(&StopReason::EndTurn), text)
 }
 
+impl From<(u32, u32)> for Repeats {
+    fn from((fingerprint, times): (u32, u32)) -> Self {
+        Self { fingerprint, times }
+    }
+}
+
+impl From<Repeats> for (u32, u32) {
+    fn from(r: Repeats) -> Self {
+        (r.fingerprint, r.times)
+    }
+}
+
 impl Repeats {
     /// Takes in the tool calls of a model turn and returns how many turns in a
     /// row (this one included) asked for exactly these calls; zero for a turn
@@ -1001,7 +1029,8 @@ impl Repeats {
             Self::default()
         } else {
             let fingerprint = fingerprint(&calls);
-            let times = if self.fingerprint == fingerprint && self.times > 0 { self.times.saturating_add(1) } else { 1 };
+            let times =
+                if self.fingerprint == fingerprint && self.times > 0 { self.times.saturating_add(1) } else { 1 };
             Self { fingerprint, times }
         };
         self.times
@@ -1010,12 +1039,12 @@ impl Repeats {
 
 /// A fingerprint of a turn's calls (names and arguments, in order): FNV-1a over
 /// their JSON, stable across builds and restarts.
-fn fingerprint(calls: &[&ToolUse]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+fn fingerprint(calls: &[&ToolUse]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            hash ^= u32::from(b);
+            hash = hash.wrapping_mul(0x0100_0193);
         }
     };
     for call in calls {
