@@ -158,7 +158,7 @@ async fn a_worker_fails_a_run_whose_place_its_build_no_longer_has() {
     let run = store.create_run(NewRun::new(run_id, "slow", "0123456789abcdef", state.clone())).await.unwrap();
     let step = StepRecord::new(1, "gone", START, "nowhere");
     store.commit(Checkpoint::new(run_id, run.fence(), step, RunStatus::Running, state)).await.unwrap();
-    store.set_status(run_id, Fence { epoch: 1, step: 1 }, RunStatus::Queued, None).await.unwrap();
+    store.set_status(run_id, Fence { epoch: 1, step: 1 }, RunStatus::Queued, None, None).await.unwrap();
 
     let worker = Worker::new(Runtime::with_store(store.clone())).register(Slow::default());
     assert_eq!(worker.run_once().await.unwrap(), 1);

@@ -264,7 +264,7 @@ macro_rules! sql_store {
 
         use loopstack_core::serde_json;
         use loopstack_core::serde_json::value::RawValue;
-        use loopstack_core::store::{check_claim, check_fence};
+        use loopstack_core::store::{OutSignal, check_claim, check_fence};
         use loopstack_core::{
             CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
             SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, StoreError, Timestamp,
@@ -370,6 +370,26 @@ macro_rules! sql_store {
         const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
 
         const ENDED: &str = loopstack_core::store::SIGNAL_OUTLIVED_RUN;
+
+        /// Puts a write's [`OutSignal`] in its target's inbox within `tx`, as
+        /// `send_signal` does; a finished or missing target drops it.
+        async fn notify(tx: &mut sqlx::Transaction<'static, $db>, signal: Option<&OutSignal>) -> Result<(), StoreError> {
+            let Some(signal) = signal else { return Ok(()) };
+            let row = sqlx::query(&NEXT_SIGNAL).bind(signal.run_id.0).fetch_optional(&mut **tx).await.map_err(backend)?;
+            let Some(row) = row else { return Ok(()) };
+            let id: i64 = row.try_get("signal_seq").map_err(corrupt)?;
+            let run: i64 = row.try_get("id").map_err(corrupt)?;
+            sqlx::query(INSERT_SIGNAL)
+                .bind(run)
+                .bind(id)
+                .bind(&*signal.name)
+                .bind(signal.payload.get())
+                .bind(Timestamp::now().as_millis())
+                .execute(&mut **tx)
+                .await
+                .map_err(backend)?;
+            Ok(())
+        }
 
         fn run_from_row(row: &DbRow) -> Result<RunRecord, StoreError> {
             let get_err = |e: sqlx::Error| corrupt(e);
@@ -758,6 +778,7 @@ macro_rules! sql_store {
                 fence: Fence,
                 status: RunStatus,
                 error: Option<String>,
+                notify: Option<OutSignal>,
             ) -> Result<(), StoreError> {
                 let mut tx = self.pool.begin().await.map_err(backend)?;
                 let done = sqlx::query(&SET_STATUS)
@@ -777,6 +798,7 @@ macro_rules! sql_store {
                 if status.is_finished() {
                     sqlx::query(&REJECT_PENDING).bind(run_id.0).bind(ENDED).execute(&mut *tx).await.map_err(backend)?;
                 }
+                self::notify(&mut tx, notify.as_ref()).await?;
                 tx.commit().await.map_err(backend)
             }
 

@@ -420,10 +420,10 @@ async fn fenced_and_finished_writes_are_refused(store: &Arc<dyn Store>) {
     assert!(matches!(err, StoreError::Conflict { expected: 1, found: 2, .. }), "{err:?}");
     assert_eq!(store.history(run_id).await.unwrap().len(), 2);
     // The live driver fails the run; nothing revives it.
-    store.set_status(run_id, second.fence(), RunStatus::Failed, Some("boom".into())).await.unwrap();
+    store.set_status(run_id, second.fence(), RunStatus::Failed, Some("boom".into()), None).await.unwrap();
     let err = store.commit(cp(second.fence())).await.unwrap_err();
     assert!(matches!(err, StoreError::Finished { status: RunStatus::Failed, .. }), "{err:?}");
-    let err = store.set_status(run_id, second.fence(), RunStatus::Running, None).await.unwrap_err();
+    let err = store.set_status(run_id, second.fence(), RunStatus::Running, None, None).await.unwrap_err();
     assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
     let park = Park { fence: second.fence(), inbox_seq: 0, signals: &["approve"], wake_at: None };
     let err = store.park(run_id, &park).await.unwrap_err();

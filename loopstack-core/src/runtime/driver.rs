@@ -251,7 +251,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
-                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string())).await {
+                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string()), None).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
                 cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });

@@ -278,7 +278,7 @@ impl Runtime {
         let claimed =
             self.store.claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting])).await?;
         let reason = reason.into();
-        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone())).await?;
+        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), None).await?;
         if self.events.enabled() {
             self.events.send(crate::RunEvent {
                 run_id,

@@ -127,7 +127,8 @@ impl Worker {
             Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
                 tracing::warn!(run_id = %run_id, error = %e, "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;
-                if let Err(store_err) = self.runtime.store.set_status(run_id, fence, status, Some(e.to_string())).await
+                if let Err(store_err) =
+                    self.runtime.store.set_status(run_id, fence, status, Some(e.to_string()), None).await
                 {
                     tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure");
                 }

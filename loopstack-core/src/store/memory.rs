@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::value::RawValue;
 
 use super::{
-    CheckpointRecord, Claim, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
-    SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
+    CheckpointRecord, Claim, Fence, Inbox, Lease, NewRun, OutSignal, Park, RunId, RunPage, RunQuery, RunRecord,
+    RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
 };
 use crate::document::Document;
 use crate::error::StoreError;
@@ -91,6 +91,20 @@ impl MemRun {
         }
     }
 
+    /// Puts a signal in the inbox: the next id, the signal count raised.
+    fn push_signal(&mut self, name: String, payload: Box<RawValue>) -> u64 {
+        self.record.signal_seq += 1;
+        let id = self.record.signal_seq;
+        self.signals.push(SignalRecord {
+            id,
+            name,
+            payload,
+            status: SignalStatus::Pending,
+            received_at: Timestamp::now(),
+        });
+        id
+    }
+
     fn reject_pending(&mut self, reason: &str) {
         for s in &mut self.signals {
             if s.status == SignalStatus::Pending {
@@ -143,6 +157,17 @@ impl Inner {
 
     fn get(&self, run_id: RunId) -> Result<&MemRun, StoreError> {
         self.runs.get(&run_id).ok_or(StoreError::RunNotFound(run_id))
+    }
+
+    /// Delivers a write's [`OutSignal`] as `send_signal` would; a finished or
+    /// missing target drops it.
+    fn notify(&mut self, signal: Option<OutSignal>) {
+        let Some(signal) = signal else { return };
+        if let Some(target) = self.runs.get_mut(&signal.run_id)
+            && !target.record.status.is_finished()
+        {
+            target.push_signal(signal.name.into_owned(), signal.payload);
+        }
     }
 
     fn finished(&mut self, run_id: RunId) {
@@ -306,6 +331,7 @@ impl Store for MemoryStore {
         fence: Fence,
         status: RunStatus,
         error: Option<String>,
+        notify: Option<OutSignal>,
     ) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let run = inner.run(run_id)?;
@@ -318,6 +344,10 @@ impl Store for MemoryStore {
         r.lease_until = None;
         if status.is_finished() {
             run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
+        }
+        // Under the same lock as the change: both happen, or (refused above) neither.
+        inner.notify(notify);
+        if status.is_finished() {
             inner.finished(run_id);
         }
         Ok(())
@@ -360,15 +390,7 @@ impl Store for MemoryStore {
         if run.record.status.is_finished() {
             return Err(StoreError::Finished { run_id, status: run.record.status });
         }
-        run.record.signal_seq += 1;
-        let id = run.record.signal_seq;
-        run.signals.push(SignalRecord {
-            id,
-            name: name.to_owned(),
-            payload,
-            status: SignalStatus::Pending,
-            received_at: Timestamp::now(),
-        });
+        let id = run.push_signal(name.to_owned(), payload);
         Ok(SignalReceipt { id, status: run.record.status })
     }
 

@@ -405,6 +405,35 @@ impl Checkpoint {
     }
 }
 
+/// A signal that a write sends to another run's inbox, in the same transaction as
+/// the write: how a child run tells its parent that it finished, so that a crash
+/// between the two can never lose the news.
+///
+/// Set as [`Checkpoint::notify`] or passed to [`Store::set_status`]. The store puts
+/// it in the inbox of `run_id` exactly as [`Store::send_signal`] would (the next
+/// inbox id, the run's [`signal_seq`](RunRecord::signal_seq) raised, so a waiting run
+/// becomes claimable and a driver that parks it over the old count gets
+/// [`StoreError::SignalArrived`]), or not at all when the write is refused. A target
+/// that is finished (completed, failed or cancelled) or does not exist drops the
+/// signal silently, and the write still succeeds: a parent that ended has nothing to
+/// wait for.
+#[derive(Debug, Clone)]
+pub struct OutSignal {
+    /// The run whose inbox receives it, such as the parent.
+    pub run_id: RunId,
+    /// The wait transition it names.
+    pub name: Cow<'static, str>,
+    /// Its payload, as JSON.
+    pub payload: Box<RawValue>,
+}
+
+impl OutSignal {
+    /// A signal `name` with `payload` for run `run_id`.
+    pub fn new(run_id: RunId, name: impl Into<Cow<'static, str>>, payload: Box<RawValue>) -> Self {
+        Self { run_id, name: name.into(), payload }
+    }
+}
+
 /// Where a signal in a run's inbox stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
@@ -600,12 +629,18 @@ pub trait Store: Send + Sync + 'static {
     /// Ends a drive without a transition: failed or cancelled with `error`, or
     /// running / queued to hand the run on. Refused like [`Store::commit`]. A run that
     /// becomes finished has its pending signals rejected.
+    ///
+    /// With `notify` (a failed or cancelled child telling its parent), the signal is
+    /// put in its target's inbox in the same transaction, as [`OutSignal`] describes:
+    /// both are written or, when the change is refused, neither; a finished or
+    /// missing target drops it and the change still succeeds.
     async fn set_status(
         &self,
         run_id: RunId,
         fence: Fence,
         status: RunStatus,
         error: Option<String>,
+        notify: Option<OutSignal>,
     ) -> Result<(), StoreError>;
 
     /// Parks a run as waiting for `signals` (and, with `wake_at`, for its first timer),
