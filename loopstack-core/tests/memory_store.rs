@@ -187,3 +187,40 @@ async fn a_retried_run_counts_from_its_last_finish() {
     assert!(exists(&store, a).await, "a finished last");
     assert!(exists(&store, b).await, "b within bound");
 }
+
+fn raw(value: Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(&value).unwrap()
+}
+
+/// A child's last commit, from `start` to `end`, telling `parent`.
+fn finishing(child: &RunRecord, parent: RunId) -> Checkpoint {
+    let step = StepRecord::new(1, "finish", START, END);
+    Checkpoint::new(child.run_id, child.fence(), step, RunStatus::Completed, raw(json!({})))
+        .notify(store::OutSignal::new(parent, "child_done", raw(json!({"child": child.run_id}))))
+}
+
+/// With a bound of no finished runs, a child is evicted by the very commit that ends
+/// it: its notification still reaches its waiting parent, which is never evicted.
+/// A parent evicted after it finished is a missing run: the notification is dropped.
+#[tokio::test]
+async fn a_child_evicted_as_it_finishes_still_tells_its_parent() {
+    let store = MemoryStore::new().keep_finished(0);
+    let parent = store.create_run(NewRun::new(RunId::new(), "parent", "h", raw(json!({})))).await.unwrap();
+    let park = Park { fence: parent.fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
+    store.park(parent.run_id, &park).await.unwrap();
+    let new = || NewRun::new(RunId::new(), "child", "h", raw(json!({}))).child_of(parent.run_id, "child_done");
+    let child = store.create_run(new()).await.unwrap();
+    store.commit(finishing(&child, parent.run_id)).await.unwrap();
+    assert!(!exists(&store, child.run_id).await, "the finished child is evicted");
+    let inbox = store.inbox(parent.run_id).await.unwrap();
+    assert_eq!((inbox.seq, inbox.pending.len(), &*inbox.pending[0].name), (1, 1, "child_done"));
+
+    // The parent ends (and is evicted); a later child's news has nowhere to go.
+    let claimed = store.claim(parent.run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
+    store.set_status(parent.run_id, claimed.fence(), RunStatus::Cancelled, None, None).await.unwrap();
+    assert!(!exists(&store, parent.run_id).await);
+    let late = store.create_run(new()).await.unwrap();
+    store.commit(finishing(&late, parent.run_id)).await.unwrap();
+    assert!(!exists(&store, parent.run_id).await, "a dropped notification makes no run");
+    assert!(store.is_empty());
+}

@@ -6,7 +6,9 @@
 //! Both keep the same schema shape: a narrow `runs` row per run, rewritten by each
 //! commit under a compare-and-set on its epoch and step, and append-only
 //! `checkpoints`, `documents` and `signals` that refer to it by the row's integer id.
-//! One transition is one database transaction. A checkpoint keeps the state after its
+//! One transition is one database transaction, with the signal it sends another run
+//! if any ([`OutSignal`](loopstack_core::store::OutSignal): a child telling its parent
+//! that it finished). A checkpoint keeps the state after its
 //! step in full, or as an exact patch of the state before it (chains of at most 16),
 //! or not at all when the step left it as it was; a run's current state is its latest
 //! checkpoint's. Queries are checked at run time, so the crate builds without a

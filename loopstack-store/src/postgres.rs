@@ -6,7 +6,10 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 /// The PostgreSQL migrations, in order.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("../migrations/postgres/0001_runs.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "runs", include_str!("../migrations/postgres/0001_runs.sql")),
+    (2, "parent signal", include_str!("../migrations/postgres/0002_parent_signal.sql")),
+];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes
 /// sharing runs.
@@ -78,6 +81,8 @@ crate::sql::sql_store!(PostgresStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED")
 
 /// A whole commit in one statement: the fenced run row update, the checkpoint, the
 /// documents (as arrays) and, when the run ends, the rejection of pending signals.
+/// A commit that delivers a signal or sends one (`notify`) takes a transaction
+/// instead (see the `commit` of `sql_store!`).
 /// Data-modifying `WITH` clauses all run, in one snapshot and one implicit
 /// transaction; when the fence does not hold, `r` is empty and nothing is written.
 const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
@@ -95,9 +100,9 @@ const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, stat
 
 /// A run and its step-0 checkpoint in one statement.
 const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status, place, step, error, \
-    definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+    definition_hash, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
     wake_at, lease_owner, lease_until, created_at, updated_at) \
-    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
+    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
     ON CONFLICT (run_id) DO NOTHING RETURNING id) \
     INSERT INTO checkpoints (run, step, transition, to_place, state, at) SELECT id, 0, '', 'start', $10, $9 FROM r";
 
@@ -178,6 +183,7 @@ impl PostgresStore {
             .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
             .bind(now)
             .bind(run.state.get())
+            .bind(run.parent_signal.as_deref())
             .execute(&self.pool)
             .await;
         Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))

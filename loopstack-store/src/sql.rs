@@ -241,8 +241,8 @@ pub(crate) const RUN: &str = "(SELECT id FROM runs WHERE run_id = $1)";
 /// The run row's columns; a run's state is its latest checkpoint's (see
 /// `state_at`), not a column.
 pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, error, definition_hash, parent, \
-     forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, lease_until, created_at, \
-     updated_at";
+     parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
+     lease_until, created_at, updated_at";
 
 pub(crate) const DOC_COLUMNS: &str = "seq, version, doc_type, doc_key, tags, metadata, content, step";
 
@@ -353,15 +353,16 @@ macro_rules! sql_store {
             tags, metadata, content, step FROM documents WHERE run = ", RUN, " AND step <= $3");
 
         const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
-            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
-            wake_at, lease_owner, lease_until, created_at, updated_at) \
-            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
+            definition_hash, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
+            place_since, wake_at, lease_owner, lease_until, created_at, updated_at) \
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
             ON CONFLICT (run_id) DO NOTHING";
         // The signal's run id comes from the update that counted it, in the same transaction.
         const INSERT_SIGNAL: &str = "INSERT INTO signals (run, id, name, payload, status, step, reason, \
             received_at) VALUES ($1, $2, $3, $4, 'pending', NULL, NULL, $5)";
         const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
         const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
+        // A fork is nobody's child: `parent` and `parent_signal` stay NULL.
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
             definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
             wake_at, lease_owner, lease_until, created_at, updated_at) \
@@ -411,6 +412,10 @@ macro_rules! sql_store {
                 error: row.try_get("error").map_err(get_err)?,
                 definition_hash: std::borrow::Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
                 parent: parent.map(RunId),
+                parent_signal: row
+                    .try_get::<Option<String>, _>("parent_signal")
+                    .map_err(get_err)?
+                    .map(std::borrow::Cow::Owned),
                 forked_from: None,
                 epoch: to_u64(row.try_get("epoch").map_err(get_err)?)?,
                 signal_seq: to_u64(row.try_get("signal_seq").map_err(get_err)?)?,
@@ -544,6 +549,7 @@ macro_rules! sql_store {
                     .bind(run.lease.as_ref().map(|l| l.owner.clone()))
                     .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
                     .bind(now)
+                    .bind(run.parent_signal.as_deref())
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
@@ -617,6 +623,7 @@ macro_rules! sql_store {
                     error: None,
                     definition_hash: run.definition_hash,
                     parent: run.parent,
+                    parent_signal: run.parent_signal,
                     forked_from: None,
                     epoch: epoch as u64,
                     signal_seq: 0,
@@ -678,8 +685,10 @@ macro_rules! sql_store {
                 };
                 // Where the dialect can, the whole commit is one statement (one round
                 // trip, atomic on its own); a commit that delivers a signal, which must
-                // be refused if the signal is gone, takes the transaction below.
+                // be refused if the signal is gone, or sends one (`notify`, once per
+                // child run), takes the transaction below.
                 if cp.signal.is_none()
+                    && cp.notify.is_none()
                     && let Some(done) = self.one_statement_commit(&cp, unchanged, patch.as_deref()).await
                 {
                     if !done? {
@@ -767,6 +776,9 @@ macro_rules! sql_store {
                         .await
                         .map_err(backend)?;
                 }
+                // Last, after the run row: a run that notifies itself as it finishes
+                // drops the signal, as a finished target does.
+                self::notify(&mut tx, cp.notify.as_ref()).await?;
                 tx.commit().await.map_err(backend)?;
                 committed(self);
                 Ok(())

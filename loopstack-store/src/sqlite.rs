@@ -7,7 +7,10 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 /// The SQLite migrations, in order.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("../migrations/sqlite/0001_runs.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "runs", include_str!("../migrations/sqlite/0001_runs.sql")),
+    (2, "parent signal", include_str!("../migrations/sqlite/0002_parent_signal.sql")),
+];
 
 /// A [`Store`](loopstack_core::Store) in one SQLite file: the embedded default.
 ///

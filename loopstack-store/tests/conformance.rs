@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use loopstack_core::serde_json::{self, Value, json};
+use loopstack_core::store::OutSignal;
 use loopstack_core::*;
 use loopstack_store::{PostgresStore, SqliteStore};
 
@@ -131,6 +132,210 @@ async fn suite(store: Arc<dyn Store>) {
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
     a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
+    a_child_records_its_parent_and_the_signal_it_sends(&store).await;
+    a_finished_child_tells_its_waiting_parent_in_the_same_commit(&store).await;
+    a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(&store).await;
+    a_notification_for_a_finished_or_missing_run_is_dropped(&store).await;
+    racing_commits_of_one_child_notify_its_parent_once(&store).await;
+}
+
+fn json_raw(value: Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(&value).unwrap()
+}
+
+/// What a finishing child sends its parent in these tests.
+fn child_done(parent: RunId, child: RunId, status: RunStatus) -> OutSignal {
+    OutSignal::new(parent, "child_done", json_raw(json!({"child": child, "status": status})))
+}
+
+/// A run of `workflow` parked waiting for `child_done` (epoch 1, step 0, inbox 0).
+async fn waiting_parent(store: &Arc<dyn Store>, workflow: &'static str) -> RunRecord {
+    let parent = store.create_run(NewRun::new(RunId::new(), workflow, "h", json_raw(json!({})))).await.unwrap();
+    let park = Park { fence: parent.fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
+    store.park(parent.run_id, &park).await.unwrap();
+    store.load_run(parent.run_id).await.unwrap()
+}
+
+/// The last step of a child: `start` to `end`, completed.
+fn finishing(child: RunId, fence: Fence) -> Checkpoint {
+    let step = StepRecord::new(fence.step + 1, "finish", START, END);
+    Checkpoint::new(child, fence, step, RunStatus::Completed, json_raw(json!({"done": true})))
+}
+
+async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Store>) {
+    let parent = waiting_parent(store, "parenting").await;
+    let state = json_raw(json!({}));
+    let new = || NewRun::new(RunId::new(), "child_record", "h", state.clone());
+    let child = store.create_run(new().child_of(parent.run_id, "child_done")).await.unwrap();
+    let is_child = |r: &RunRecord| {
+        assert_eq!((r.parent, r.parent_signal.as_deref()), (Some(parent.run_id), Some("child_done")), "{r:?}");
+    };
+    is_child(&child);
+    is_child(&store.load_run(child.run_id).await.unwrap());
+    is_child(&store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap());
+    let queued = store.create_run(new().child_of(parent.run_id, "child_done").queued()).await.unwrap();
+    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
+    let claimed = store.claim_runnable(&["child_record"], &lease, Timestamp::now(), 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id]);
+    is_child(&claimed[0]);
+    let children = store.list_runs(&RunQuery::new().parent(parent.run_id)).await.unwrap();
+    assert_eq!(children.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id, child.run_id]);
+    children.runs.iter().for_each(is_child);
+    // `parent` alone leaves the signal unset; a plain run has neither.
+    let only_parent = store.create_run(new().parent(parent.run_id)).await.unwrap();
+    assert_eq!(store.load_run(only_parent.run_id).await.unwrap().parent_signal, None);
+    let plain = store.load_run(store.create_run(new()).await.unwrap().run_id).await.unwrap();
+    assert_eq!((plain.parent, plain.parent_signal), (None, None));
+    // A fork is nobody's child.
+    let fork = store.fork(child.run_id, 0, RunId::new()).await.unwrap();
+    assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
+    let fork = store.load_run(fork.run_id).await.unwrap();
+    assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
+}
+
+async fn a_finished_child_tells_its_waiting_parent_in_the_same_commit(store: &Arc<dyn Store>) {
+    let parent = waiting_parent(store, "parent_commit").await;
+    let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
+    let child = store.create_run(new).await.unwrap();
+    let notify = child_done(parent.run_id, child.run_id, RunStatus::Completed);
+    let inbox_is_empty = || async {
+        assert!(store.signals(parent.run_id).await.unwrap().is_empty());
+        assert_eq!(store.load_run(parent.run_id).await.unwrap().signal_seq, 0);
+    };
+
+    // Refused commits write nothing, and notify nobody: a driver taken over (fenced),
+    // one at the wrong step (conflict).
+    let taken = store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+    let err = store.commit(finishing(child.run_id, child.fence()).notify(notify.clone())).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let stale = Fence { epoch: taken.epoch, step: 4 };
+    let err = store.commit(finishing(child.run_id, stale).notify(notify.clone())).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+    inbox_is_empty().await;
+    assert!(store.history(child.run_id).await.unwrap().is_empty());
+    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
+    assert!(store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap().is_empty());
+
+    // The commit that ends the child puts exactly one signal in the parent's inbox.
+    store.commit(finishing(child.run_id, taken.fence()).notify(notify.clone())).await.unwrap();
+    let done = store.load_run(child.run_id).await.unwrap();
+    assert_eq!((done.status, done.step, &*done.place), (RunStatus::Completed, 1, END));
+    let signals = store.signals(parent.run_id).await.unwrap();
+    assert_eq!(signals.len(), 1, "{signals:?}");
+    assert_eq!((signals[0].id, &*signals[0].name, &signals[0].status), (1, "child_done", &SignalStatus::Pending));
+    assert_eq!(signals[0].payload.get(), notify.payload.get());
+    let inbox = store.inbox(parent.run_id).await.unwrap();
+    assert_eq!((inbox.seq, inbox.pending.len()), (1, 1));
+    // A finished child takes no more commits, and notifies no more.
+    let err = store.commit(finishing(child.run_id, taken.fence()).notify(notify.clone())).await.unwrap_err();
+    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
+    let err = store
+        .set_status(child.run_id, taken.fence(), RunStatus::Failed, Some("late".into()), Some(notify.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
+    assert_eq!(store.signals(parent.run_id).await.unwrap().len(), 1);
+
+    // The parent cannot park over the news: it is claimable, and a driver that read
+    // the old inbox cannot park either.
+    let park = Park { fence: parent.fence(), inbox_seq: parent.signal_seq, signals: &["child_done"], wake_at: None };
+    let err = store.park(parent.run_id, &park).await.unwrap_err();
+    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
+    let claimed = store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
+    assert_eq!(claimed[0].signal_seq, 1);
+    let park = Park { fence: claimed[0].fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
+    let err = store.park(parent.run_id, &park).await.unwrap_err();
+    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
+    // Delivering it is an ordinary wait transition of the parent.
+    let step = StepRecord::new(1, "child_done", START, END);
+    let mut cp = Checkpoint::new(parent.run_id, claimed[0].fence(), step, RunStatus::Completed, json_raw(json!({})));
+    cp.signal = Some(1);
+    store.commit(cp).await.unwrap();
+    assert_eq!(store.signals(parent.run_id).await.unwrap()[0].status, SignalStatus::Delivered { step: 1 });
+}
+
+async fn a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(store: &Arc<dyn Store>) {
+    let parent = waiting_parent(store, "parent_status").await;
+    for (i, status) in [RunStatus::Failed, RunStatus::Cancelled].into_iter().enumerate() {
+        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
+        let child = store.create_run(new).await.unwrap();
+        let notify = child_done(parent.run_id, child.run_id, status);
+        // Refused (a driver taken over): no status change, no signal.
+        let taken = store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+        let err = store
+            .set_status(child.run_id, child.fence(), status, Some("x".into()), Some(notify.clone()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Running);
+        assert_eq!(store.signals(parent.run_id).await.unwrap().len(), i);
+
+        store.set_status(child.run_id, taken.fence(), status, Some("boom".into()), Some(notify.clone())).await.unwrap();
+        let record = store.load_run(child.run_id).await.unwrap();
+        assert_eq!((record.status, record.error.as_deref()), (status, Some("boom")));
+        let signals = store.signals(parent.run_id).await.unwrap();
+        assert_eq!(signals.len(), i + 1, "{signals:?}");
+        let last = signals.last().unwrap();
+        assert_eq!((last.id, &*last.name, last.payload.get()), (i as u64 + 1, "child_done", notify.payload.get()));
+        assert_eq!(store.load_run(parent.run_id).await.unwrap().signal_seq, i as u64 + 1);
+    }
+    // A status change that hands the run on may notify too.
+    let other = store.create_run(NewRun::new(RunId::new(), "child", "h", json_raw(json!({})))).await.unwrap();
+    let notify = OutSignal::new(parent.run_id, "child_done", json_raw(json!("queued")));
+    store.set_status(other.run_id, other.fence(), RunStatus::Queued, None, Some(notify)).await.unwrap();
+    assert_eq!(store.signals(parent.run_id).await.unwrap().len(), 3);
+    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
+    let claimed = store.claim_runnable(&["parent_status"], &lease, Timestamp::now(), 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
+}
+
+async fn a_notification_for_a_finished_or_missing_run_is_dropped(store: &Arc<dyn Store>) {
+    let finished = waiting_parent(store, "parent_gone").await;
+    let claimed = store.claim(finished.run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
+    store.set_status(finished.run_id, claimed.fence(), RunStatus::Cancelled, Some("gone".into()), None).await.unwrap();
+    let missing = RunId::new();
+    for target in [finished.run_id, missing] {
+        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(target, "child_done");
+        let child = store.create_run(new).await.unwrap();
+        let notify = child_done(target, child.run_id, RunStatus::Completed);
+        store.commit(finishing(child.run_id, child.fence()).notify(notify)).await.unwrap();
+        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Completed, "the commit holds");
+        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(target, "child_done");
+        let child = store.create_run(new).await.unwrap();
+        let notify = child_done(target, child.run_id, RunStatus::Failed);
+        store.set_status(child.run_id, child.fence(), RunStatus::Failed, Some("x".into()), Some(notify)).await.unwrap();
+        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Failed, "the change holds");
+    }
+    let record = store.load_run(finished.run_id).await.unwrap();
+    assert_eq!((record.status, record.signal_seq), (RunStatus::Cancelled, 0));
+    assert!(store.signals(finished.run_id).await.unwrap().is_empty());
+    let err = store.load_run(missing).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunNotFound(_)), "no run is made for a missing target: {err:?}");
+}
+
+async fn racing_commits_of_one_child_notify_its_parent_once(store: &Arc<dyn Store>) {
+    let parent = waiting_parent(store, "parent_race").await;
+    for _ in 0..8 {
+        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
+        let child = store.create_run(new).await.unwrap();
+        let before = store.signals(parent.run_id).await.unwrap().len();
+        // Two writers of the same epoch and step: one commit wins, with its signal.
+        let commit = |n: u32| {
+            let store = store.clone();
+            let notify = OutSignal::new(parent.run_id, "child_done", json_raw(json!({"writer": n})));
+            let cp = finishing(child.run_id, child.fence()).notify(notify);
+            tokio::spawn(async move { store.commit(cp).await })
+        };
+        let (a, b) = (commit(1), commit(2));
+        let results = [a.await.unwrap(), b.await.unwrap()];
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+        let err = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(matches!(err, StoreError::Finished { .. } | StoreError::Conflict { .. }), "{err:?}");
+        let signals = store.signals(parent.run_id).await.unwrap();
+        assert_eq!(signals.len(), before + 1, "exactly one notification: {signals:?}");
+        assert_eq!(store.history(child.run_id).await.unwrap().len(), 1);
+    }
 }
 
 async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
@@ -616,4 +821,78 @@ async fn signals_still_pending_when_a_run_ends_are_rejected(store: &Arc<dyn Stor
     assert_eq!(docs.len(), 4);
     assert_eq!(docs[3].tags, ["closing"]);
     assert_eq!(store.load_run(run_id).await.unwrap().status, RunStatus::Completed);
+}
+
+/// A run as a store of the first schema (migration 0001 only) wrote it.
+const OLD_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, definition_hash, parent, epoch, \
+    place_since, created_at, updated_at) VALUES ($1, 'old', 'waiting', 'start', 0, 'h', $2, 1, 0, 0, 0)";
+const OLD_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
+    VALUES ((SELECT id FROM runs WHERE run_id = $1), 0, '', 'start', '{\"old\":true}', 0)";
+
+/// Writes `0001_runs.sql` of `dialect` into a directory of its own, for a migrator
+/// that knows only the first schema.
+fn first_migration(dir: &std::path::Path, dialect: &str) -> std::path::PathBuf {
+    let sql = match dialect {
+        "sqlite" => include_str!("../migrations/sqlite/0001_runs.sql"),
+        _ => include_str!("../migrations/postgres/0001_runs.sql"),
+    };
+    let migrations = dir.join(format!("migrations-{dialect}"));
+    std::fs::create_dir_all(&migrations).unwrap();
+    std::fs::write(migrations.join("0001_runs.sql"), sql).unwrap();
+    migrations
+}
+
+/// What a store opened on a database of the first schema must find: the old run,
+/// with no parent signal, and room for new runs that have one.
+async fn an_old_run_reads_back_after_the_upgrade(store: &dyn Store, old: RunId, parent: RunId) {
+    let run = store.load_run(old).await.unwrap();
+    assert_eq!((run.parent, run.parent_signal.as_deref(), run.state.get()), (Some(parent), None, r#"{"old":true}"#));
+    let child = NewRun::new(RunId::new(), "new", "h", json_raw(json!({}))).child_of(old, "child_done");
+    let child = store.create_run(child).await.unwrap();
+    assert_eq!(store.load_run(child.run_id).await.unwrap().parent_signal.as_deref(), Some("child_done"));
+    store
+        .commit(finishing(child.run_id, child.fence()).notify(child_done(old, child.run_id, RunStatus::Completed)))
+        .await
+        .unwrap();
+    assert_eq!(store.inbox(old).await.unwrap().seq, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_database_of_the_first_schema_is_migrated() {
+    let dir = tempdir("upgrade");
+    let migrations = first_migration(&dir, "sqlite");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.join("runs.db")).create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    sqlx::migrate::Migrator::new(migrations.as_path()).await.unwrap().run(&pool).await.unwrap();
+    let (old, parent) = (RunId::new(), RunId::new());
+    sqlx::query(OLD_RUN).bind(old.0).bind(parent.0).execute(&pool).await.unwrap();
+    sqlx::query(OLD_CHECKPOINT).bind(old.0).execute(&pool).await.unwrap();
+    pool.close().await;
+    let store = SqliteStore::open(dir.join("runs.db")).await.unwrap();
+    an_old_run_reads_back_after_the_upgrade(&store, old, parent).await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_database_of_the_first_schema_is_migrated() {
+    use std::str::FromStr as _;
+    let (url, schema) = pg_schema("upgrade");
+    let dir = tempdir("upgrade");
+    let migrations = first_migration(&dir, "postgres");
+    let options = sqlx::postgres::PgConnectOptions::from_str(&url).unwrap();
+    let pool = sqlx::PgPool::connect_with(options.clone()).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+    });
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await.unwrap();
+    pool.close().await;
+    let pool = sqlx::PgPool::connect_with(options.options([("search_path", &*schema)])).await.unwrap();
+    sqlx::migrate::Migrator::new(migrations.as_path()).await.unwrap().run(&pool).await.unwrap();
+    let (old, parent) = (RunId::new(), RunId::new());
+    sqlx::query(OLD_RUN).bind(old.0).bind(parent.0).execute(&pool).await.unwrap();
+    sqlx::query(OLD_CHECKPOINT).bind(old.0).execute(&pool).await.unwrap();
+    pool.close().await;
+    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
+    an_old_run_reads_back_after_the_upgrade(&store, old, parent).await;
+    drop_schema(&store, &schema).await;
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -208,6 +208,7 @@ impl Store for MemoryStore {
             error: None,
             definition_hash: run.definition_hash,
             parent: run.parent,
+            parent_signal: run.parent_signal,
             forked_from: None,
             epoch: u64::from(run.status != RunStatus::Queued),
             signal_seq: 0,
@@ -320,6 +321,10 @@ impl Store for MemoryStore {
         run.checkpoints.push(MemCheckpoint { step: t.step, transition: t.transition, to: t.to, at: t.at, state: None });
         if cp.status.is_finished() {
             run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
+        }
+        // Under the same lock as the commit: both happen, or (refused above) neither.
+        inner.notify(cp.notify);
+        if cp.status.is_finished() {
             inner.finished(cp.run_id);
         }
         Ok(())
@@ -443,7 +448,9 @@ impl Store for MemoryStore {
             state: checkpoint.state.clone(),
             error: None,
             definition_hash: src.record.definition_hash.clone(),
+            // A fork is nobody's child (see `Store::fork`).
             parent: None,
+            parent_signal: None,
             forked_from: Some((source, step)),
             epoch: 1,
             signal_seq: 0,

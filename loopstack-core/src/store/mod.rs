@@ -19,6 +19,11 @@
 //!   acts on it, is delivered by the commit of the transition it fires (so exactly
 //!   once), or is rejected with a recorded reason; a run parks as waiting only if no
 //!   signal arrived since the driver last read its inbox ([`StoreError::SignalArrived`]).
+//! - **Notifications go with their write.** A commit or status change may carry an
+//!   [`OutSignal`] for another run (a child telling its parent it finished); the
+//!   store puts it in that run's inbox in the same transaction, so both are written
+//!   or neither is, and a crash between the two cannot lose it. A finished or
+//!   missing target drops it; the write still succeeds.
 //!
 //! The records a store returns ([`RunRecord`], [`StepRecord`], [`CheckpointRecord`],
 //! [`SignalRecord`], [`Document`]) are plain structs with public fields, so a store
@@ -213,6 +218,11 @@ pub struct RunRecord {
     pub definition_hash: Cow<'static, str>,
     /// The run that started this one, for child runs.
     pub parent: Option<RunId>,
+    /// The signal this child run sends its parent when it finishes (the wait
+    /// transition of the parent that takes the child's result), as
+    /// [`NewRun::child_of`] recorded it. The store only keeps it: the runtime sends
+    /// it, through [`Checkpoint::notify`] or the `notify` of [`Store::set_status`].
+    pub parent_signal: Option<Cow<'static, str>>,
     /// The run and step this one was forked from.
     pub forked_from: Option<(RunId, u64)>,
     /// The fencing token: raised by every [claim](Store::claim).
@@ -259,6 +269,8 @@ pub struct NewRun {
     pub status: RunStatus,
     /// The parent run, for child runs.
     pub parent: Option<RunId>,
+    /// The signal the child sends its parent when it finishes, for child runs.
+    pub parent_signal: Option<Cow<'static, str>>,
     /// The lease the creator holds while it drives.
     pub lease: Option<Lease>,
 }
@@ -278,6 +290,7 @@ impl NewRun {
             state,
             status: RunStatus::Running,
             parent: None,
+            parent_signal: None,
             lease: None,
         }
     }
@@ -293,6 +306,15 @@ impl NewRun {
     #[must_use]
     pub fn parent(mut self, parent: RunId) -> Self {
         self.parent = Some(parent);
+        self
+    }
+
+    /// Makes it a child of `parent` that, when it finishes, tells its parent with
+    /// the signal `signal` ([`RunRecord::parent_signal`]).
+    #[must_use]
+    pub fn child_of(mut self, parent: RunId, signal: impl Into<Cow<'static, str>>) -> Self {
+        self.parent = Some(parent);
+        self.parent_signal = Some(signal.into());
         self
     }
 
@@ -391,12 +413,33 @@ pub struct Checkpoint {
     pub signal: Option<u64>,
     /// The drive's lease, renewed by the commit.
     pub lease_until: Option<Timestamp>,
+    /// A signal for another run, such as a finishing child's for its parent, put in
+    /// that run's inbox in the same transaction as the commit ([`OutSignal`]): both
+    /// are written, or, when the commit is refused, neither.
+    pub notify: Option<OutSignal>,
 }
 
 impl Checkpoint {
     /// A checkpoint of one transition.
     pub fn new(run_id: RunId, fence: Fence, transition: StepRecord, status: RunStatus, state: Box<RawValue>) -> Self {
-        Self { run_id, fence, transition, status, state, documents: Vec::new(), signal: None, lease_until: None }
+        Self {
+            run_id,
+            fence,
+            transition,
+            status,
+            state,
+            documents: Vec::new(),
+            signal: None,
+            lease_until: None,
+            notify: None,
+        }
+    }
+
+    /// Sends `signal` to another run with the commit ([`Checkpoint::notify`]).
+    #[must_use]
+    pub fn notify(mut self, signal: OutSignal) -> Self {
+        self.notify = Some(signal);
+        self
     }
 
     /// The step being written.
@@ -621,7 +664,10 @@ pub trait Store: Send + Sync + 'static {
     async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError>;
 
     /// Commits one transition atomically: the run row, its checkpoint, its documents,
-    /// and the delivery of the signal it consumed. Refused, writing nothing, if the
+    /// the delivery of the signal it consumed, and the signal it sends
+    /// ([`Checkpoint::notify`]: in its target's inbox as [`Store::send_signal`] would
+    /// put it, unless the target is finished or missing, which drops it without
+    /// failing the commit). Refused, writing nothing (no notification either), if the
     /// run finished ([`StoreError::Finished`]), was claimed since
     /// ([`StoreError::Fenced`]) or is not at `fence.step` ([`StoreError::Conflict`]).
     async fn commit(&self, checkpoint: Checkpoint) -> Result<(), StoreError>;
@@ -681,7 +727,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Starts a new run from step `step` of `source`: its state, place, history and
     /// documents as they were after that step; the new run is running at epoch 1
-    /// and records where it came from.
+    /// and records where it came from. A fork is nobody's child: it copies neither
+    /// `parent` nor `parent_signal`, so it never notifies the source's parent.
     async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError>;
 
     /// Loads a run.
