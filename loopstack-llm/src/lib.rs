@@ -30,6 +30,7 @@
 
 mod agent;
 mod delegate;
+pub mod dispatch;
 pub mod error;
 mod generate;
 pub mod message;
@@ -44,6 +45,7 @@ pub use agent::{
 pub use delegate::{
     DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial,
 };
+pub use dispatch::{ChildInput, DispatchEntry, DispatchResults, ErrorPolicy, InputMapping, Secrets};
 pub use error::AgentError;
 pub use generate::{
     CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, Models,
