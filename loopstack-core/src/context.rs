@@ -9,7 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
 use crate::events::{EventHub, EventKind};
-use crate::store::{MemoryStore, RunId, Store};
+use crate::runtime::Runtime;
+use crate::store::{RunId, Store};
+use crate::workflow::Workflow;
 
 /// What a transition method can reach: the run's documents, its id and place, and
 /// its cancellation.
@@ -31,7 +33,11 @@ pub struct RunContext {
     undo: Vec<(usize, Arc<Document>)>,
     pub(crate) pending: Vec<Arc<Document>>,
     pub(crate) cancellation: CancellationToken,
-    pub(crate) events: EventHub,
+    /// The runtime driving the run: its events, registered workflows and settings.
+    pub(crate) runtime: Runtime,
+    /// Child runs this transition started, in order; how many it started is the
+    /// sequence number of the next one's id.
+    children: Vec<RunId>,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -54,7 +60,7 @@ impl RunContext {
         (place, step): (&'static str, u64),
         docs: Vec<Arc<Document>>,
         cancellation: CancellationToken,
-        events: EventHub,
+        runtime: Runtime,
     ) -> Self {
         let mut keyed: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, d) in docs.iter().enumerate() {
@@ -75,21 +81,23 @@ impl RunContext {
             undo: Vec::new(),
             pending: Vec::new(),
             cancellation,
-            events,
+            runtime,
+            children: Vec::new(),
         }
     }
 
     /// A context outside any runtime, over a fresh in-memory run: for unit tests of
     /// code that takes a `&mut RunContext`. Documents saved here are never committed.
     pub fn detached(workflow: &'static str) -> Self {
+        let runtime = Runtime::new();
         Self::new(
-            Arc::new(MemoryStore::new()),
+            runtime.store().clone(),
             RunId::new(),
             workflow,
             (crate::START, 0),
             Vec::new(),
             CancellationToken::new(),
-            EventHub::new(),
+            runtime,
         )
     }
 
@@ -112,6 +120,7 @@ impl RunContext {
                 }
             }
         }
+        self.children.clear();
         self.docs.truncate(self.committed_len);
         for (i, doc) in self.undo.drain(..).rev() {
             self.docs[i] = doc;
@@ -150,20 +159,74 @@ impl RunContext {
     /// work only events need, such as streaming a model's reply.
     #[inline]
     pub fn events_enabled(&self) -> bool {
-        self.events.enabled()
+        self.runtime.events.enabled()
     }
 
     /// Reports an event of this run to the runtime's subscribers. `kind` is called
     /// only when someone listens, so building the event costs nothing otherwise.
     #[inline]
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
-        self.events.emit(self.run_id, self.workflow, kind);
+        self.runtime.events.emit(self.run_id, self.workflow, kind);
     }
 
     /// A handle that reports events of this run from elsewhere, such as the tasks
     /// of a tool batch; cheap to clone.
     pub fn emitter(&self) -> Emitter {
-        Emitter { events: self.events.clone(), run_id: self.run_id, workflow: self.workflow }
+        Emitter { events: self.runtime.events.clone(), run_id: self.run_id, workflow: self.workflow }
+    }
+
+    /// The runtime driving the run: to start runs of other workflows, or to read
+    /// its settings.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Starts a child run of `workflow` with `input`, and returns its id. When it
+    /// ends, the store puts a [`ChildEnded`](crate::ChildEnded) signal named
+    /// `signal` in this run's inbox: name a wait transition of this workflow that
+    /// takes `ChildEnded` and routes on once the children it waits for have ended.
+    /// See [`children`](crate::children).
+    ///
+    /// The child is created at once, queued, with an id made from this run, the
+    /// step this transition commits as and the number of children it started
+    /// before: when a crash makes the transition run again, the same child is found
+    /// and nothing is started twice. If `workflow` is registered with the runtime
+    /// ([`Runtime::register`]) the runtime drives the child after this transition
+    /// commits; else a [`Worker`](crate::Worker) that has it does.
+    ///
+    /// Errors when the input's state would not read back, or the store fails.
+    pub async fn start_child<W: Workflow>(
+        &mut self,
+        workflow: &W,
+        input: W::Input,
+        signal: &'static str,
+    ) -> Result<RunId, ChildError> {
+        let def = workflow.definition();
+        let seq = self.children.len() as u64;
+        let child = crate::children::child_run_id(self.run_id, self.step + 1, seq);
+        match self.store.load_run(child).await {
+            Ok(_) => {}
+            Err(crate::StoreError::RunNotFound(_)) => {
+                let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
+                    CheckedError::Unreadable(why, _) => {
+                        ChildError::Input { workflow: def.name(), reason: why.to_string() }
+                    }
+                    CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
+                })?;
+                let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
+                    .queued()
+                    .child_of(self.run_id, signal);
+                self.store.create_run(new).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.children.push(child);
+        Ok(child)
+    }
+
+    /// The children this transition started, for the run loop to drive.
+    pub(crate) fn take_children(&mut self) -> Vec<RunId> {
+        std::mem::take(&mut self.children)
     }
 
     /// The store the run is kept in.
@@ -308,5 +371,28 @@ impl Emitter {
     #[inline]
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
         self.events.emit(self.run_id, self.workflow, kind);
+    }
+}
+
+/// Why a child run could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChildError {
+    /// The child's first state would not read back.
+    #[error("the input of child workflow `{workflow}` cannot be stored: {reason}")]
+    Input {
+        /// The child's workflow.
+        workflow: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] crate::StoreError),
+}
+
+impl From<ChildError> for crate::TransitionError {
+    fn from(e: ChildError) -> Self {
+        Self::Failed(Box::new(e))
     }
 }

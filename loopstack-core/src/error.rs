@@ -210,6 +210,24 @@ pub enum RunError {
         /// What was attempted.
         action: &'static str,
     },
+    /// A run's input, given as JSON (a run started by name, a child started by a
+    /// tool), does not read as the workflow's input type.
+    #[error("the input of workflow `{workflow}` is invalid: {source}")]
+    Input {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// Why it does not read.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No workflow of this name is registered with the runtime.
+    #[error("no workflow named `{workflow}` is registered; registered: {}", if .registered.is_empty() { "none".to_owned() } else { .registered.join(", ") })]
+    UnknownWorkflow {
+        /// The name asked for.
+        workflow: String,
+        /// The names registered.
+        registered: Vec<&'static str>,
+    },
     /// The stored run belongs to another workflow, or names a place this workflow lacks.
     #[error("run {run_id} cannot be driven by workflow `{workflow}`: {reason}")]
     Mismatch {
@@ -327,8 +345,15 @@ impl RunError {
             | Self::SignalRefused { run_id, .. }
             | Self::State { run_id, .. }
             | Self::UnstorableState { run_id, .. } => Some(*run_id),
-            Self::Store(_) => None,
+            Self::Store(_) | Self::Input { .. } | Self::UnknownWorkflow { .. } => None,
         }
+    }
+
+    /// Whether the run still waits after this error: a signal that was refused
+    /// (unknown, not enabled, a payload that does not read, a wait transition that
+    /// failed) leaves the run as it was.
+    pub fn leaves_run_waiting(&self) -> bool {
+        matches!(self, Self::InvalidSignalPayload { .. } | Self::UnknownSignal { .. } | Self::SignalRefused { .. })
     }
 
     /// The error a transition returned, when this is a [`RunError::Transition`].

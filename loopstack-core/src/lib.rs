@@ -45,6 +45,7 @@
 //! # Ok::<(), RunError>(()) }).unwrap();
 //! ```
 
+pub mod children;
 mod context;
 mod document;
 mod error;
@@ -61,13 +62,17 @@ pub use ::schemars;
 pub use ::serde;
 /// The serde_json loopstack uses.
 pub use ::serde_json;
-pub use context::{Emitter, RunContext};
+pub use children::ChildEnded;
+pub use context::{ChildError, Emitter, RunContext};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, RunEvent, RunEvents};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
-pub use runtime::{DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, Worker, cancellable, panic_message};
+pub use runtime::{
+    DEFAULT_CHILD_CONCURRENCY, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, Worker, cancellable,
+    panic_message,
+};
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
     RunRecord, RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,

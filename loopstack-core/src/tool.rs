@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -112,6 +113,10 @@ pub struct ToolOptions {
     /// waits for an approval signal, and a denied call becomes an error result
     /// the model reads.
     pub approve: bool,
+    /// Whether the call needs the run it is made from: the runtime and the parent
+    /// run's state in its [`ToolContext`] (a workflow tool starts a child run).
+    /// Off for plain tools, so their calls do not carry them.
+    pub needs_run: bool,
 }
 
 impl Default for ToolOptions {
@@ -123,7 +128,15 @@ impl Default for ToolOptions {
 impl ToolOptions {
     /// The defaults: the caller's timeout, concurrent, no approval.
     pub const fn new() -> Self {
-        Self { timeout: None, concurrent: true, approve: false }
+        Self { timeout: None, concurrent: true, approve: false, needs_run: false }
+    }
+
+    /// Sets whether each call gets the runtime and the parent run's state in its
+    /// context ([`ToolContext::runtime`], [`ToolContext::parent_state`]).
+    #[must_use]
+    pub const fn needs_run(mut self, needs_run: bool) -> Self {
+        self.needs_run = needs_run;
+        self
     }
 
     /// Sets whether each call needs a person's approval before it runs.
@@ -163,6 +176,8 @@ pub struct ToolContext {
     run_id: Option<RunId>,
     step: Option<u64>,
     cancellation: CancellationToken,
+    runtime: Option<crate::Runtime>,
+    parent_state: Option<Arc<Value>>,
 }
 
 impl ToolContext {
@@ -175,6 +190,8 @@ impl ToolContext {
             run_id: None,
             step: None,
             cancellation: CancellationToken::new(),
+            runtime: None,
+            parent_state: None,
         }
     }
 
@@ -198,6 +215,32 @@ impl ToolContext {
     pub fn with_step(mut self, step: u64) -> Self {
         self.step = Some(step);
         self
+    }
+
+    /// Gives the call the runtime that drives its run, for tools that start runs
+    /// (see [`ToolOptions::needs_run`]).
+    #[must_use]
+    pub fn with_runtime(mut self, runtime: crate::Runtime) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Gives the call the state of the run it is made from, as JSON.
+    #[must_use]
+    pub fn with_parent_state(mut self, state: Arc<Value>) -> Self {
+        self.parent_state = Some(state);
+        self
+    }
+
+    /// The runtime that drives the call's run, when the tool asked for it.
+    pub fn runtime(&self) -> Option<&crate::Runtime> {
+        self.runtime.as_ref()
+    }
+
+    /// The state of the run the call is made from, when the tool asked for it and
+    /// the caller gave it.
+    pub fn parent_state(&self) -> Option<&Value> {
+        self.parent_state.as_deref()
     }
 
     /// Sets the token that cancels the call.
@@ -263,27 +306,43 @@ pub enum ToolContent {
 
 /// The result of a tool call, as the model will see it.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct ToolOutput {
     /// The content.
     pub content: ToolContent,
     /// Whether the call failed; providers mark such results as errors.
     pub is_error: bool,
+    /// Set when the call has no result yet: it runs on as this child run (a
+    /// workflow tool whose run waits for a person, a timer). Its result arrives as
+    /// the child's [`ChildEnded`](crate::ChildEnded) signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<RunId>,
 }
 
 impl ToolOutput {
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(text.into()), is_error: false }
+        Self { content: ToolContent::Text(text.into()), is_error: false, pending: None }
     }
 
     /// A structured result.
     pub fn json(value: Value) -> Self {
-        Self { content: ToolContent::Json(value), is_error: false }
+        Self { content: ToolContent::Json(value), is_error: false, pending: None }
+    }
+
+    /// A call whose result is not there yet: it comes when child run `child` ends.
+    pub fn pending(child: RunId) -> Self {
+        Self { content: ToolContent::Text(format!("pending: run {child}")), is_error: false, pending: Some(child) }
+    }
+
+    /// Whether the call has no result yet (see [`ToolOutput::pending`]).
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// An error result with a message for the model.
     pub fn error(message: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(message.into()), is_error: true }
+        Self { content: ToolContent::Text(message.into()), is_error: true, pending: None }
     }
 
     /// The content as the text sent to a model: text as it is, JSON serialized.

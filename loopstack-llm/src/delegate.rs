@@ -1,6 +1,7 @@
 //! `LlmDelegateToolCalls`: runs the tool calls of an assistant message.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt as _, StreamExt as _};
@@ -10,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::RwLock;
 use tracing::Instrument as _;
 
+use crate::dispatch::ErrorPolicy;
 use crate::error::AgentError;
 use crate::message::{Message, ToolResult, ToolUse, duplicate_ids};
 
@@ -30,12 +32,95 @@ pub struct ToolCallResult {
     pub content: String,
     /// Whether the call failed.
     pub is_error: bool,
+    /// The tool's structured result, when it gave one (`content` is its JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Set when the call has no result yet: it runs on as this child run, and its
+    /// result comes with the child's end (see [`ToolOutput::pending`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<loopstack_core::RunId>,
+}
+
+impl ToolCallResult {
+    /// A result for call `tool_use_id` of tool `name`.
+    pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
+        let value = match &output.content {
+            loopstack_core::ToolContent::Json(v) => Some(v.clone()),
+            _ => None,
+        };
+        let (is_error, pending) = (output.is_error, output.pending);
+        Self {
+            tool_use_id: tool_use_id.into(),
+            name: name.into(),
+            content: output.into_text(),
+            is_error,
+            value,
+            pending,
+        }
+    }
+
+    /// An error result.
+    pub fn error(tool_use_id: impl Into<String>, name: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(tool_use_id, name, ToolOutput::error(message))
+    }
 }
 
 impl From<&ToolCallResult> for ToolResult {
     fn from(r: &ToolCallResult) -> Self {
         Self { tool_use_id: r.tool_use_id.clone(), content: r.content.clone(), is_error: r.is_error }
     }
+}
+
+/// What a batch of calls is run with besides the message; the default is none of it.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct CallOptions<'a> {
+    /// Calls a person denied: not run, answered with their denial.
+    pub denied: &'a [ToolDenial],
+    /// The conversation the results are saved to (the default one when `None`).
+    pub conversation: Option<&'a str>,
+    /// The run's state as JSON, for workflow tools whose input mapping reads
+    /// `ctx.*` (see [`WorkflowTool`](crate::WorkflowTool)).
+    pub state: Option<&'a Arc<Value>>,
+}
+
+impl<'a> CallOptions<'a> {
+    /// No denials, the default conversation, no state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the calls a person denied.
+    #[must_use]
+    pub fn denied(mut self, denied: &'a [ToolDenial]) -> Self {
+        self.denied = denied;
+        self
+    }
+
+    /// Sets the conversation the results are saved to.
+    #[must_use]
+    pub fn conversation(mut self, conversation: Option<&'a str>) -> Self {
+        self.conversation = conversation;
+        self
+    }
+
+    /// Sets the run's state for workflow tools.
+    #[must_use]
+    pub fn state(mut self, state: &'a Arc<Value>) -> Self {
+        self.state = Some(state);
+        self
+    }
+}
+
+/// Saves a batch's results, in call order, as one tool-result message of
+/// `conversation` (the default one when `None`).
+pub fn save_results(
+    cx: &mut RunContext,
+    results: &[ToolCallResult],
+    conversation: Option<&str>,
+) -> Result<(), serde_json::Error> {
+    let message = Message::tool_results(results.iter().map(ToolResult::from));
+    crate::generate::save_message(cx, &message, conversation, SaveOptions::new())
 }
 
 /// A tool call a person denied: it is not run, and the model reads
@@ -108,12 +193,18 @@ pub struct LlmDelegateToolCalls {
     tools: ToolRegistry,
     default_timeout: Duration,
     concurrency: usize,
+    policy: ErrorPolicy,
 }
 
 impl LlmDelegateToolCalls {
     /// A step over these tools.
     pub fn new(tools: ToolRegistry) -> Self {
-        Self { tools, default_timeout: DEFAULT_TOOL_TIMEOUT, concurrency: DEFAULT_CONCURRENCY }
+        Self {
+            tools,
+            default_timeout: DEFAULT_TOOL_TIMEOUT,
+            concurrency: DEFAULT_CONCURRENCY,
+            policy: ErrorPolicy::Continue,
+        }
     }
 
     /// Sets the timeout of tools that set none (30 s unless set; zero means 24 hours).
@@ -130,6 +221,18 @@ impl LlmDelegateToolCalls {
         self
     }
 
+    /// Sets what a failed call does: [`ErrorPolicy::Continue`] (the default: every
+    /// call gets its result, failures are error results the model reads) or
+    /// [`ErrorPolicy::FailFast`] (the first failure fails the step with
+    /// [`AgentError::ToolFailed`]: the calls still running are dropped, and a run
+    /// that fails cancels its child runs, so workflow tools' children are cancelled
+    /// too; nothing of the batch is saved).
+    #[must_use]
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
     /// The tools.
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
@@ -143,41 +246,53 @@ impl LlmDelegateToolCalls {
         message: &Message,
         offered: &[String],
     ) -> Result<DelegateResult, AgentError> {
-        self.call_with(cx, message, offered, &[], None).await
+        self.call_with(cx, message, offered, &CallOptions::default()).await
     }
 
-    /// Like [`call`](Self::call), except that the calls in `denied` are not run and
-    /// answer with an error result the model reads (`denied by the user: <reason>`),
-    /// and the results are saved to the named `conversation` (the run's default
-    /// conversation when `None`; see [`GenerateOptions::conversation`](crate::GenerateOptions::conversation)).
+    /// Like [`call`](Self::call), with [`CallOptions`]: calls a person denied, the
+    /// conversation the results go to, the run's state for workflow tools.
+    ///
+    /// When a call is pending (a workflow tool whose child run waits), nothing is
+    /// saved: the results message is saved once every call has its result, by
+    /// [`save_results`] (the agent does this when the last child ends).
     pub async fn call_with(
         &self,
         cx: &mut RunContext,
         message: &Message,
         offered: &[String],
-        denied: &[ToolDenial],
-        conversation: Option<&str>,
+        options: &CallOptions<'_>,
     ) -> Result<DelegateResult, AgentError> {
-        let result = self.run_with(cx, message, offered, denied).await;
-        let results = Message::tool_results(result.results.iter().map(ToolResult::from));
-        crate::generate::save_message(cx, &results, conversation, SaveOptions::new())?;
+        let result = self.run_with(cx, message, offered, options).await;
+        if self.policy == ErrorPolicy::FailFast
+            && let Some(failed) = result.results.iter().find(|r| r.is_error)
+        {
+            return Err(AgentError::ToolFailed {
+                call_id: failed.tool_use_id.clone(),
+                tool: failed.name.clone(),
+                error: failed.content.clone(),
+            });
+        }
+        if result.all_completed {
+            save_results(cx, &result.results, options.conversation)?;
+        }
         Ok(result)
     }
 
     /// Runs the calls without saving anything.
     pub async fn run(&self, cx: &RunContext, message: &Message, offered: &[String]) -> DelegateResult {
-        self.run_with(cx, message, offered, &[]).await
+        self.run_with(cx, message, offered, &CallOptions::default()).await
     }
 
-    /// Runs the calls not in `denied` without saving anything; denied calls get
-    /// their error result.
+    /// Runs the calls not in `options.denied` without saving anything; denied calls
+    /// get their error result.
     pub async fn run_with(
         &self,
         cx: &RunContext,
         message: &Message,
         offered: &[String],
-        denied: &[ToolDenial],
+        options: &CallOptions<'_>,
     ) -> DelegateResult {
+        let denied = options.denied;
         let events = cx.events_enabled().then(|| cx.emitter());
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
@@ -195,11 +310,18 @@ impl LlmDelegateToolCalls {
             .enumerate()
             .map(|(index, call)| {
                 let duplicate = renamed.iter().find(|(i, _)| *i == index).map(|(_, id)| id.as_str());
-                let tcx = ToolContext::new(call.id.clone(), call.name.clone())
+                let mut tcx = ToolContext::new(call.id.clone(), call.name.clone())
                     .with_index(index)
                     .with_run_id(run_id)
                     .with_step(step)
                     .with_cancellation(cancellation.clone());
+                // Only tools that start runs carry the runtime and the state.
+                if self.tools.spec(&call.name).is_some_and(|s| s.options.needs_run) {
+                    tcx = tcx.with_runtime(cx.runtime().clone());
+                    if let Some(state) = options.state {
+                        tcx = tcx.with_parent_state(state.clone());
+                    }
+                }
                 let denial = denied.iter().find(|d| d.call_id == call.id);
                 let batch = Batch { offered, exclusive: &exclusive, events: events.as_ref() };
                 self.run_one(call, tcx, batch, duplicate, denial).map(move |result| (index, result))
@@ -207,7 +329,19 @@ impl LlmDelegateToolCalls {
             .collect();
         // Unordered, so one slow call does not hold back the start of later ones; the
         // results are put back in call order below. A single call needs no machinery.
-        let mut indexed: Vec<(usize, ToolCallResult)> = if calls.len() == 1 {
+        let mut indexed: Vec<(usize, ToolCallResult)> = if self.policy == ErrorPolicy::FailFast {
+            // Stop at the first failure; dropping the stream drops the calls in flight.
+            let mut stream = futures::stream::iter(calls).buffer_unordered(self.concurrency);
+            let mut done = Vec::new();
+            while let Some((index, result)) = stream.next().await {
+                let failed = result.is_error;
+                done.push((index, result));
+                if failed {
+                    break;
+                }
+            }
+            done
+        } else if calls.len() == 1 {
             futures::future::join_all(calls).await
         } else {
             futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await
@@ -215,7 +349,8 @@ impl LlmDelegateToolCalls {
         indexed.sort_unstable_by_key(|(index, _)| *index);
         let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
         let error_count = results.iter().filter(|r| r.is_error).count();
-        DelegateResult { all_completed: results.len() == message.tool_uses().count(), error_count, results }
+        let all_completed = results.len() == message.tool_uses().count() && results.iter().all(|r| r.pending.is_none());
+        DelegateResult { all_completed, error_count, results }
     }
 
     async fn run_one(
@@ -228,25 +363,19 @@ impl LlmDelegateToolCalls {
     ) -> ToolCallResult {
         if let Some(denial) = denial {
             tracing::info!(tool = %call.name, call_id = %call.id, "tool call denied");
-            return ToolCallResult {
-                tool_use_id: call.id.clone(),
-                name: call.name.clone(),
-                content: denial.result_text(),
-                is_error: true,
-            };
+            return ToolCallResult::error(&call.id, &call.name, denial.result_text());
         }
         if let Some(new_id) = duplicate {
             tracing::warn!(tool = %call.name, call_id = %call.id, new_id, "a tool call repeats the id of an earlier call");
-            return ToolCallResult {
-                tool_use_id: new_id.to_owned(),
-                name: call.name.clone(),
-                content: format!(
+            return ToolCallResult::error(
+                new_id,
+                &call.name,
+                format!(
                     "this call to `{}` was not run: its id `{}` is the id of an earlier call in the same message, \
                      and every call needs an id of its own",
                     call.name, call.id
                 ),
-                is_error: true,
-            };
+            );
         }
         let span = tracing::info_span!(
             "loopstack.tool",
@@ -274,8 +403,7 @@ impl LlmDelegateToolCalls {
         if output.is_error {
             span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
         }
-        let is_error = output.is_error;
-        ToolCallResult { tool_use_id: call.id.clone(), name: call.name.clone(), content: output.into_text(), is_error }
+        ToolCallResult::new(&call.id, &call.name, output)
     }
 
     async fn execute(&self, call: &ToolUse, cx: ToolContext, offered: &[String], exclusive: &RwLock<()>) -> ToolOutput {

@@ -192,6 +192,19 @@ pub enum AgentError {
         /// The name taken.
         name: String,
     },
+    /// A tool call failed under [`ErrorPolicy::FailFast`](crate::dispatch::ErrorPolicy::FailFast).
+    #[error("tool call `{call_id}` to `{tool}` failed, and the batch fails fast: {error}")]
+    ToolFailed {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Its error result.
+        error: String,
+    },
+    /// A child run could not be started.
+    #[error(transparent)]
+    Child(#[from] loopstack_core::ChildError),
     /// A tool decision names a call that does not wait for one.
     #[error("call `{call_id}` does not wait for a decision; the calls that wait: {}", list(.pending))]
     NotPending {

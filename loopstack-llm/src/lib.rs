@@ -36,14 +36,16 @@ mod generate;
 pub mod message;
 pub mod model;
 mod scripted;
+mod workflow_tool;
 
 pub use agent::{
     Agent, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
-    DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, Price, Prices, RESPOND_TOOL, Repeats,
-    ToolDecision, ToolDecisions, TypedAgent, UserMessage,
+    DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL,
+    Repeats, ToolDecision, ToolDecisions, TypedAgent, UserMessage,
 };
 pub use delegate::{
-    DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial,
+    CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,
+    ToolDenial, save_results,
 };
 pub use dispatch::{ChildInput, DispatchEntry, DispatchResults, ErrorPolicy, InputMapping, Secrets};
 pub use error::AgentError;
@@ -52,6 +54,9 @@ pub use generate::{
     NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
 pub use scripted::ScriptedModel;
+pub use workflow_tool::{
+    DEFAULT_WORKFLOW_TOOL_TIMEOUT, MAX_ERROR_CHARS, TOOL_RESULT_SIGNAL, WorkflowTool, child_result,
+};
 
 pub use error::LlmError;
 pub use message::{

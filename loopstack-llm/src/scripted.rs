@@ -192,9 +192,19 @@ impl ScriptedModel {
     /// usage, for [`ScriptedModel::from_fn`]. Its id is `call_<id>` with a fresh
     /// random suffix, so calls of one conversation never share one.
     pub fn tool_call_response(&self, name: impl Into<String>, input: Value) -> ChatResponse {
-        let id = format!("call_{:016x}", fastrand_u64());
-        let call = ContentBlock::ToolUse(ToolUse::new(id, name, input));
-        self.response(Message { role: Role::Assistant, content: vec![call] }, StopReason::ToolUse)
+        self.tool_calls_response([(name.into(), input)])
+    }
+
+    /// A reply with several tool calls, ids as in
+    /// [`ScriptedModel::tool_call_response`].
+    pub fn tool_calls_response<N: Into<String>>(&self, calls: impl IntoIterator<Item = (N, Value)>) -> ChatResponse {
+        let content = calls
+            .into_iter()
+            .map(|(name, input)| {
+                ContentBlock::ToolUse(ToolUse::new(format!("call_{:016x}", fastrand_u64()), name, input))
+            })
+            .collect();
+        self.response(Message { role: Role::Assistant, content }, StopReason::ToolUse)
     }
 
     fn response(&self, message: Message, stop_reason: StopReason) -> ChatResponse {

@@ -82,10 +82,35 @@ struct Ready<S> {
     state: S,
     documents: Vec<Arc<Document>>,
     own_signal: Option<u64>,
+    /// The parent to tell when the run ends, and the signal to tell it with.
+    parent: Option<Parent>,
 }
+
+/// A child run's parent and the name of the signal its end is sent as.
+pub(super) type Parent = (RunId, String);
 
 fn parts(record: &RunRecord) -> (RunId, u64, u64, crate::Timestamp) {
     (record.run_id, record.step, record.epoch, record.place_since)
+}
+
+pub(super) fn parent_of(record: &RunRecord) -> Option<Parent> {
+    let signal: &str = record.parent_signal.as_deref()?;
+    Some((record.parent?, signal.to_owned()))
+}
+
+/// The signal that tells a child's parent how it ended.
+pub(super) fn child_ended(
+    parent: &Parent,
+    child: RunId,
+    workflow: &str,
+    status: RunStatus,
+    output: Option<&RawValue>,
+    error: Option<String>,
+) -> Option<crate::store::OutSignal> {
+    let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let ended = crate::ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
+    let payload = serde_json::value::to_raw_value(&ended).ok()?;
+    Some(crate::store::OutSignal::new(parent.0, parent.1.clone(), payload))
 }
 
 /// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the
@@ -126,11 +151,19 @@ async fn prepare<W: Workflow>(
                 new = new.lease(l);
             }
             let record = store.create_run(new).await?;
-            Ready { run: parts(&record), place: crate::START, state, documents: Vec::new(), own_signal: None }
+            Ready {
+                run: parts(&record),
+                place: crate::START,
+                state,
+                documents: Vec::new(),
+                own_signal: None,
+                parent: None,
+            }
         }
-        Mode::Resume(id) | Mode::Retry(id) => {
+        Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) => {
             let (expect, action): (&[RunStatus], _) = match mode {
                 Mode::Retry(_) => (&[RunStatus::Failed, RunStatus::Cancelled], "be retried"),
+                Mode::Wake(_) => (&[RunStatus::Queued, RunStatus::Waiting], "be woken"),
                 _ => (&[RunStatus::Queued, RunStatus::Running, RunStatus::Waiting], "be resumed"),
             };
             // Check before claiming, so a run this build cannot drive is left as it was.
@@ -138,19 +171,19 @@ async fn prepare<W: Workflow>(
             let record = store.claim(id, &claim(expect)).await.map_err(invalid_status(name, action))?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
         }
         Mode::Claimed(record) => {
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None }
+            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
@@ -192,7 +225,8 @@ async fn prepare<W: Workflow>(
                 Ok(record) => {
                     let (place, state) = check_run(wf, &record)?;
                     let documents = store.documents(id).await?;
-                    Ready { run: parts(&record), place, state, documents, own_signal: Some(receipt.id) }
+                    let parent = parent_of(&record);
+                    Ready { run: parts(&record), place, state, documents, own_signal: Some(receipt.id), parent }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
@@ -212,7 +246,7 @@ async fn prepare<W: Workflow>(
 }
 
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
-    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation } = d;
+    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
     let name = wf.definition().name();
     let store = &runtime.store;
     let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
@@ -220,16 +254,26 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
-    let Ready { run: (run_id, step, epoch, place_since), place, mut state, documents, own_signal } = ready;
+    let Ready { run: (run_id, step, epoch, place_since), place, mut state, documents, own_signal, parent } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
-    let mut cx =
-        RunContext::new(store.clone(), run_id, name, (place, step), documents, cancellation, runtime.events.clone());
+    let mut cx = RunContext::new(store.clone(), run_id, name, (place, step), documents, cancellation, runtime.clone());
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
-        let run_loop = RunLoop { wf, epoch, max_steps, watch_cancellation, lease: lease.as_ref(), own_signal, place_since, clock: &runtime.clock };
+        let run_loop = RunLoop {
+            wf,
+            epoch,
+            max_steps,
+            watch_cancellation,
+            lease: lease.as_ref(),
+            own_signal,
+            place_since,
+            clock: &runtime.clock,
+            parent: parent.as_ref(),
+            children: Vec::new(),
+        };
         let outcome = run_loop.run(&mut state, &mut cx).await;
         match &outcome {
             Ok(RunOutcome::Completed) => {
@@ -251,11 +295,22 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
-                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string()), None).await {
+                let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(e.to_string())));
+                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string()), notify).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
                 cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });
+                // Its children go with it.
+                super::cancel_children(runtime, run_id, "the parent run ended").await;
             }
+        }
+        // A child that ended in a drive of its own wakes its parent, if this runtime
+        // has the parent's workflow; a parent that drives its children itself reads
+        // their ends from its inbox.
+        let ended = matches!(&outcome, Ok(RunOutcome::Completed))
+            || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run()));
+        if cascade && ended && let Some((parent_id, _)) = &parent {
+            Box::pin(super::wake_parent(runtime, *parent_id)).await;
         }
         let outcome = outcome?;
         Ok(RunReport { run_id, outcome, state, steps: cx.step })

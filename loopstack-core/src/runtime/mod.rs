@@ -15,6 +15,7 @@ use crate::store::{Claim, MemoryStore, RunId, RunStatus, Store};
 use crate::workflow::{IntoSignal, Workflow};
 
 mod driver;
+pub(crate) mod registry;
 mod run_loop;
 mod worker;
 
@@ -22,6 +23,8 @@ pub use worker::Worker;
 
 /// The default limit of transitions per drive.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000;
+/// How many child runs a drive drives at once unless set.
+pub const DEFAULT_CHILD_CONCURRENCY: usize = 8;
 
 /// Drives workflow runs and keeps them in a [`Store`].
 ///
@@ -54,7 +57,9 @@ pub struct Runtime {
     owner: Arc<str>,
     lease: Option<Duration>,
     clock: Clock,
-    events: crate::events::EventHub,
+    pub(crate) events: crate::events::EventHub,
+    pub(crate) registry: registry::Registry,
+    pub(crate) child_concurrency: usize,
 }
 
 /// What a runtime reads the time from for timers and leases.
@@ -72,6 +77,7 @@ impl std::fmt::Debug for Runtime {
             .field("max_steps", &self.max_steps)
             .field("owner", &self.owner)
             .field("lease", &self.lease)
+            .field("workflows", &self.registry)
             .finish_non_exhaustive()
     }
 }
@@ -134,6 +140,8 @@ impl Runtime {
             lease,
             clock: Arc::new(crate::Timestamp::now),
             events: crate::events::EventHub::new(),
+            registry: registry::Registry::default(),
+            child_concurrency: DEFAULT_CHILD_CONCURRENCY,
         }
     }
 
@@ -173,6 +181,105 @@ impl Runtime {
     /// The current time by this runtime's clock.
     pub fn now(&self) -> crate::Timestamp {
         (self.clock)()
+    }
+
+    /// Registers `workflow` by its name: this runtime then drives its runs where it
+    /// meets them without being handed the workflow, as child runs
+    /// ([`RunContext::start_child`](crate::RunContext::start_child)) and as parents
+    /// woken by their children; and it can start one by name
+    /// ([`Runtime::submit_by_name`]). A [`Worker`] over this runtime drives them too.
+    #[must_use]
+    pub fn register<W: Workflow>(mut self, workflow: W) -> Self
+    where
+        W::Input: serde::de::DeserializeOwned,
+    {
+        self.registry.insert(Arc::new(workflow), Some(serde_json::from_value));
+        self
+    }
+
+    /// Registers a shared workflow; see [`Runtime::register`].
+    #[must_use]
+    pub fn register_shared<W: Workflow>(mut self, workflow: Arc<W>) -> Self
+    where
+        W::Input: serde::de::DeserializeOwned,
+    {
+        self.registry.insert(workflow, Some(serde_json::from_value));
+        self
+    }
+
+    /// Registers a workflow whose input does not read from JSON: it cannot be
+    /// started by name.
+    pub(crate) fn register_opaque<W: Workflow>(&mut self, workflow: Arc<W>) {
+        if self.registry.get(workflow.definition().name()).is_some() {
+            // Registered with its JSON input already: keep that.
+            return;
+        }
+        self.registry.insert(workflow, None);
+    }
+
+    /// The names of the registered workflows, sorted.
+    pub fn workflows(&self) -> Vec<&'static str> {
+        self.registry.names()
+    }
+
+    /// Whether a workflow of this name is registered.
+    pub fn is_registered(&self, workflow: &str) -> bool {
+        self.registry.get(workflow).is_some()
+    }
+
+    /// Sets how many child runs one drive drives at once (8 unless set; at least 1).
+    #[must_use]
+    pub fn child_concurrency(mut self, concurrency: usize) -> Self {
+        self.child_concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Creates a queued run of the registered workflow `workflow`, its input read
+    /// from JSON, and returns its id: for command lines and HTTP callers. A worker
+    /// (or [`Runtime::drive_by_name`]) drives it.
+    pub async fn submit_by_name(&self, workflow: &str, input: Value) -> Result<RunId, RunError> {
+        self.registered(workflow)?.submit_json(self, input).await
+    }
+
+    /// Claims and drives run `run_id` of a registered workflow to its next wait or
+    /// end, as [`Runtime::resume`] does, without the workflow's type.
+    pub async fn drive_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
+        let record = self.store.load_run(run_id).await?;
+        let wf = self.registered(&record.workflow)?;
+        wf.wake(self, run_id, registry::Wake::Resume, true).await
+    }
+
+    /// Creates child run `child` of run `parent`, a run of the registered workflow
+    /// `workflow` with its input read from JSON, queued, unless it exists; when it
+    /// ends, the parent gets a [`ChildEnded`](crate::ChildEnded) signal named
+    /// `signal`. For steps that start children they know only by name (a workflow
+    /// tool); a transition that has the workflow uses
+    /// [`RunContext::start_child`](crate::RunContext::start_child). Drive it with
+    /// [`Runtime::drive_child`].
+    pub async fn create_child(
+        &self,
+        parent: RunId,
+        child: RunId,
+        workflow: &str,
+        input: Value,
+        signal: &'static str,
+    ) -> Result<(), RunError> {
+        self.registered(workflow)?.create_child_json(self, child, parent, signal, input).await
+    }
+
+    /// Drives a queued or waiting child run of a registered workflow to its end or
+    /// next wait, without waking its parent: for the parent's own step that waits
+    /// for it. A run another driver holds is left to it ([`RunError::InvalidStatus`]).
+    pub async fn drive_child(&self, child: RunId) -> Result<RunOutcome, RunError> {
+        let record = self.store.load_run(child).await?;
+        self.registered(&record.workflow)?.wake(self, child, registry::Wake::IfIdle, false).await
+    }
+
+    pub(crate) fn registered(&self, workflow: &str) -> Result<&Arc<dyn registry::Drivable>, RunError> {
+        self.registry.get(workflow).ok_or_else(|| RunError::UnknownWorkflow {
+            workflow: workflow.to_owned(),
+            registered: self.registry.names(),
+        })
     }
 
     /// Subscribes to the events of every run this runtime (or a clone of it)
@@ -275,10 +382,24 @@ impl Runtime {
     /// cancelled at once, and a run another driver holds is taken over (that driver's
     /// next write is refused). The run keeps its last checkpoint.
     pub async fn cancel(&self, run_id: RunId, reason: impl Into<String>) -> Result<(), StoreError> {
+        let parent = self.cancel_one(run_id, reason.into()).await?;
+        // Its children go with it, and a parent learns that its child ended.
+        cancel_children(self, run_id, "the parent run was cancelled").await;
+        if let Some(parent) = parent {
+            Box::pin(wake_parent(self, parent)).await;
+        }
+        Ok(())
+    }
+
+    /// Cancels one run, telling its parent; returns the parent.
+    async fn cancel_one(&self, run_id: RunId, reason: String) -> Result<Option<RunId>, StoreError> {
         let claimed =
             self.store.claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting])).await?;
-        let reason = reason.into();
-        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), None).await?;
+        let parent = driver::parent_of(&claimed);
+        let notify = parent.as_ref().and_then(|p| {
+            driver::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
+        });
+        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), notify).await?;
         if self.events.enabled() {
             self.events.send(crate::RunEvent {
                 run_id,
@@ -287,13 +408,16 @@ impl Runtime {
                 kind: crate::EventKind::Finished { status: RunStatus::Cancelled, error: Some(reason) },
             });
         }
-        Ok(())
+        Ok(parent.map(|(p, _)| p))
     }
 }
 
 pub(crate) enum Mode<I> {
     Start(I),
     Resume(RunId),
+    /// Like `Resume`, but only a queued or waiting run: a child its parent drives,
+    /// a parent its child wakes.
+    Wake(RunId),
     Retry(RunId),
     Fork(RunId, u64),
     Claimed(Box<crate::RunRecord>),
@@ -309,11 +433,14 @@ pub struct Drive<'a, W: Workflow> {
     run_id: Option<RunId>,
     max_steps: u64,
     cancellation: Option<CancellationToken>,
+    /// Whether a child that ends in this drive wakes its parent (not when its
+    /// parent's own drive drives it).
+    pub(crate) cascade: bool,
 }
 
 impl<'a, W: Workflow> Drive<'a, W> {
-    fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
-        Self { runtime, workflow, mode, run_id: None, max_steps: runtime.max_steps, cancellation: None }
+    pub(crate) fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
+        Self { runtime, workflow, mode, run_id: None, max_steps: runtime.max_steps, cancellation: None, cascade: true }
     }
 
     /// Sets the step limit for this drive.
@@ -343,6 +470,43 @@ impl<'a, W: Workflow> IntoFuture for Drive<'a, W> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(driver::drive(self))
+    }
+}
+
+/// Wakes a parent whose child ended, if this runtime has its workflow and nobody
+/// else drives it; a failure is logged, not returned: the child's drive is done.
+async fn wake_parent(runtime: &Runtime, parent: RunId) {
+    let record = match runtime.store.load_run(parent).await {
+        Ok(record) => record,
+        Err(e) => return tracing::warn!(parent = %parent, error = %e, "could not load the parent run"),
+    };
+    let Some(wf) = runtime.registry.get(&record.workflow) else {
+        return tracing::debug!(parent = %parent, "the parent's workflow is not registered here; a worker wakes it");
+    };
+    match wf.wake(runtime, parent, registry::Wake::IfIdle, true).await {
+        Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
+        Err(e) => tracing::info!(parent = %parent, error = %e, "the woken parent's drive ended with an error"),
+    }
+}
+
+/// Cancels the children of `run_id` that have not ended, and theirs, with `reason`.
+async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
+    let mut stack = vec![run_id];
+    while let Some(parent) = stack.pop() {
+        let query = crate::store::RunQuery::new().parent(parent).limit(1_000);
+        let children = match runtime.store.list_runs(&query).await {
+            Ok(page) => page.runs,
+            Err(e) => {
+                tracing::warn!(run_id = %parent, error = %e, "could not list the run's children");
+                continue;
+            }
+        };
+        for child in children.into_iter().filter(|c| !c.status.is_finished()) {
+            match runtime.cancel_one(child.run_id, reason.to_owned()).await {
+                Ok(_) | Err(StoreError::Finished { .. }) => stack.push(child.run_id),
+                Err(e) => tracing::warn!(child = %child.run_id, error = %e, "could not cancel a child run"),
+            }
+        }
     }
 }
 

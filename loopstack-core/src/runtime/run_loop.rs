@@ -137,6 +137,10 @@ pub(super) struct RunLoop<'a, W> {
     /// When the run reached its current place: what its timers count from.
     pub(super) place_since: Timestamp,
     pub(super) clock: &'a super::Clock,
+    /// The parent to tell, in the commit that ends the run.
+    pub(super) parent: Option<&'a super::driver::Parent>,
+    /// Children this drive started and has not driven yet.
+    pub(super) children: Vec<RunId>,
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
@@ -185,6 +189,13 @@ impl<W: Workflow> RunLoop<'_, W> {
                             (index, Some(payload), Some(s.id))
                         }
                         (None, Some((index, _))) => (index, None, None),
+                        (None, None) if !self.children.is_empty() => {
+                            // Drive the children this drive started before waiting for
+                            // them: their ends arrive in the inbox, read again next.
+                            let children = std::mem::take(&mut self.children);
+                            Box::pin(drive_children(cx.runtime(), children)).await;
+                            continue;
+                        }
                         (None, None) => {
                             let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
                             match cx.store.park(run_id, &park).await {
@@ -291,13 +302,21 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
             };
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
+            let notify = match self.parent {
+                Some(parent) if t.to == END => {
+                    super::driver::child_ended(parent, run_id, name, status, Some(&value), None)
+                }
+                _ => None,
+            };
             let record = StepRecord::new(step, t.name, from, t.to);
             let at = record.at;
             let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
+            checkpoint.notify = notify;
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
             checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
             cx.store.commit(checkpoint).await?;
+            self.children.extend(cx.take_children());
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
                 transition: t.name.into(),
@@ -347,4 +366,25 @@ impl<W: Workflow> RunLoop<'_, W> {
         }
         Ok(None)
     }
+}
+
+/// Drives the children a drive started, whose workflows the runtime has, up to its
+/// child concurrency at once, each to its end or first wait. A child another driver
+/// took is left to it; a failed child recorded its failure and told its parent.
+async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
+    use futures::StreamExt as _;
+    let drives = children.into_iter().map(|child| async move {
+        let record = match runtime.store().load_run(child).await {
+            Ok(record) => record,
+            Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
+        };
+        let Some(wf) = runtime.registry.get(&record.workflow) else {
+            return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
+        };
+        match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
+            Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
+            Err(e) => tracing::info!(child = %child, error = %e, "a child run ended with an error"),
+        }
+    });
+    futures::stream::iter(drives).buffer_unordered(runtime.child_concurrency).collect::<Vec<()>>().await;
 }

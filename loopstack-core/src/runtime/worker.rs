@@ -1,10 +1,8 @@
 //! Workers: processes that drive whatever runs of their workflows can move.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -13,19 +11,6 @@ use super::Runtime;
 use crate::error::{RunError, StoreError};
 use crate::store::{Lease, RunRecord};
 use crate::workflow::Workflow;
-
-/// A workflow behind a name, for a worker: it drives a run it is handed.
-trait Drivable: Send + Sync {
-    fn drive<'a>(&'a self, runtime: &'a Runtime, record: RunRecord) -> BoxFuture<'a, Result<(), RunError>>;
-}
-
-struct Registered<W>(Arc<W>);
-
-impl<W: Workflow> Drivable for Registered<W> {
-    fn drive<'a>(&'a self, runtime: &'a Runtime, record: RunRecord) -> BoxFuture<'a, Result<(), RunError>> {
-        Box::pin(async move { runtime.drive_claimed(&*self.0, record).await.map(|_| ()) })
-    }
-}
 
 /// Drives the runs of its registered workflows that can move: queued runs (from
 /// [`Runtime::submit`]), runs whose driver died (their lease ran out), and waiting
@@ -44,7 +29,6 @@ impl<W: Workflow> Drivable for Registered<W> {
 /// ```
 pub struct Worker {
     runtime: Runtime,
-    workflows: HashMap<&'static str, Arc<dyn Drivable>>,
     concurrency: usize,
     poll: Duration,
 }
@@ -52,7 +36,7 @@ pub struct Worker {
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
-            .field("workflows", &self.workflows.keys().collect::<Vec<_>>())
+            .field("workflows", &self.runtime.workflows())
             .field("concurrency", &self.concurrency)
             .field("poll", &self.poll)
             .finish_non_exhaustive()
@@ -60,23 +44,27 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker driving runs with `runtime` (its store, lease and step limit), up to 8
-    /// at once, looking for work every 200 ms while idle.
+    /// A worker driving runs with `runtime` (its store, lease and step limit, and
+    /// the workflows registered with it), up to 8 at once, looking for work every
+    /// 200 ms while idle.
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime, workflows: HashMap::new(), concurrency: 8, poll: Duration::from_millis(200) }
+        Self { runtime, concurrency: 8, poll: Duration::from_millis(200) }
     }
 
-    /// Drives runs of `workflow`, found by its definition's name.
+    /// Drives runs of `workflow`, found by its definition's name. It is registered
+    /// with the worker's runtime, which then also drives its child runs and wakes
+    /// its parents ([`Runtime::register`]); a workflow whose input reads from JSON
+    /// can be registered there directly, to be started by name too.
     #[must_use]
     pub fn register<W: Workflow>(mut self, workflow: W) -> Self {
-        self.workflows.insert(workflow.definition().name(), Arc::new(Registered(Arc::new(workflow))));
+        self.runtime.register_opaque(Arc::new(workflow));
         self
     }
 
     /// Drives runs of a shared `workflow`.
     #[must_use]
     pub fn register_shared<W: Workflow>(mut self, workflow: Arc<W>) -> Self {
-        self.workflows.insert(workflow.definition().name(), Arc::new(Registered(workflow)));
+        self.runtime.register_opaque(workflow);
         self
     }
 
@@ -101,7 +89,7 @@ impl Worker {
 
     /// Claims what can move now, up to `limit` runs.
     async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        let names: Vec<&str> = self.workflows.keys().copied().collect();
+        let names: Vec<&str> = self.runtime.workflows();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         self.runtime.store.claim_runnable(&names, &self.lease(), self.runtime.now(), limit).await
     }
@@ -117,10 +105,10 @@ impl Worker {
     }
 
     async fn drive(&self, record: RunRecord) {
-        let Some(workflow) = self.workflows.get(&*record.workflow) else { return };
+        let Some(workflow) = self.runtime.registry.get(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
-        match workflow.drive(&self.runtime, record).await {
-            Ok(()) => {}
+        match workflow.drive_claimed(&self.runtime, record).await {
+            Ok(_) => {}
             // A run this build cannot drive (its place is gone, its state no longer
             // reads) would otherwise be claimed again at every lease: it fails with
             // the reason, and `retry` picks it up under a build that can.

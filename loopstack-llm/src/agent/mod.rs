@@ -9,11 +9,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::delegate::{LlmDelegateToolCalls, ToolDenial};
+use crate::delegate::{LlmDelegateToolCalls, ToolCallResult, ToolDenial};
+use crate::dispatch::Secrets;
 use crate::error::AgentError;
 use crate::generate::{GenerateOptions, LlmGenerateText, Models, TurnExtras, save_message};
 use crate::message::{Message, StopReason, ToolResult, ToolUse, Usage};
 use crate::model::ChatModel;
+use loopstack_core::ChildEnded;
 
 mod answer;
 mod limits;
@@ -43,6 +45,7 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 /// awaiting_approval --decide_tools (wait: ToolDecisions)--> prompt_executed
 /// prompt_executed --execute_tool_calls [has_tool_calls] (10)--> awaiting_tools
 /// awaiting_tools --tools_complete [all_tools_complete]--> ready
+/// awaiting_tools --tool_result (wait: ChildEnded)--> awaiting_tools
 /// prompt_executed --truncated [hit_max_tokens] (5)--> end
 /// prompt_executed --chat_reply [is_chat] (3)--> awaiting_user
 /// awaiting_user --user_message (wait: UserMessage)--> ready
@@ -89,6 +92,10 @@ pub struct Agent {
     answer: Option<Arc<AnswerFormat>>,
     /// Whether the model answers in structured output (else through `respond`).
     structured: bool,
+    /// Whether a tool needs the run's state (a workflow tool's input mapping).
+    tools_need_state: bool,
+    /// Redacted from the results of failed workflow tool calls.
+    secrets: Secrets,
 }
 
 /// How an agent run ended, or what it waits for.
@@ -133,6 +140,23 @@ pub enum AgentStatus {
     },
     /// The chat run answered and waits for the user's next message ([`Agent::say`]).
     AwaitingUser,
+    /// Calls of workflow tools whose child runs wait (for a person, a timer): the
+    /// run goes on when they end.
+    AwaitingTools {
+        /// The calls without a result yet.
+        calls: Vec<PendingTool>,
+    },
+}
+
+/// A tool call whose result comes when its child run ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTool {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The child run the call runs as.
+    pub child: RunId,
 }
 
 impl AgentStatus {
@@ -289,6 +313,12 @@ pub struct AgentState {
     /// Calls of the last turn a person denied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<ToolDenial>,
+    /// Calls of the last batch whose child runs have not ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_tools: Vec<PendingTool>,
+    /// The results of the last batch while some are pending, in call order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ToolCallResult>,
     /// The typed answer, once one fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Value>,
@@ -434,6 +464,7 @@ impl Agent {
     /// An agent over several models; `options` names the provider, model and tools.
     pub fn with_models(models: Models, options: GenerateOptions, tools: ToolRegistry) -> Self {
         let structured = models.get(&options.provider).is_ok_and(|m| m.structured_output());
+        let tools_need_state = tools.specs().any(|s| s.options.needs_run);
         Self {
             generate: LlmGenerateText::new(models, tools.clone()),
             delegate: LlmDelegateToolCalls::new(tools),
@@ -443,6 +474,8 @@ impl Agent {
             chat: false,
             answer: None,
             structured,
+            tools_need_state,
+            secrets: Secrets::new(),
         }
     }
 
@@ -501,6 +534,14 @@ impl Agent {
     #[must_use]
     pub fn temperature(mut self, temperature: f32) -> Self {
         self.options.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets the secrets (API keys, tokens) redacted from the results of failed
+    /// workflow tool calls.
+    #[must_use]
+    pub fn secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
         self
     }
 
@@ -585,6 +626,9 @@ impl Agent {
             }
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingUser.as_str() => {
                 AgentStatus::AwaitingUser
+            }
+            RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingTools.as_str() => {
+                AgentStatus::AwaitingTools { calls: state.pending_tools }
             }
             _ => state.status.unwrap_or(AgentStatus::Completed),
         };
@@ -844,11 +888,56 @@ impl Agent {
     async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let message = last_message(cx, self.conversation_name())?;
         let denied = std::mem::take(&mut state.denied);
-        let result =
-            self.delegate.call_with(cx, &message, &self.options.tools, &denied, self.conversation_name()).await?;
+        // The state as JSON only when a tool's input mapping may read it.
+        let snapshot = if self.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
+        let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
+        if let Some(snapshot) = &snapshot {
+            options = options.state(snapshot);
+        }
+        let result = self.delegate.call_with(cx, &message, &self.options.tools, &options).await?;
         let run = result.results.len().saturating_sub(denied.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
         state.tools_completed = Some((result.all_completed, result.error_count));
+        if !result.all_completed {
+            state.pending_tools = result
+                .results
+                .iter()
+                .filter_map(|r| {
+                    let child = r.pending?;
+                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
+                })
+                .collect();
+            state.tool_results = result.results;
+            tracing::info!(pending = state.pending_tools.len(), "tool calls wait for their child runs");
+        }
+        Ok(())
+    }
+
+    /// The end of a pending call's child run: its result. Once the batch has all
+    /// its results they are saved, in call order, and the loop goes on. The end of
+    /// a child whose call already has its result (it completed within the call) is
+    /// ignored.
+    #[transition(from = AwaitingTools, to = AwaitingTools, wait)]
+    async fn tool_result(
+        &self,
+        state: &mut AgentState,
+        cx: &mut RunContext,
+        ended: ChildEnded,
+    ) -> Result<(), AgentError> {
+        let Some(pos) = state.pending_tools.iter().position(|p| p.child == ended.child) else {
+            tracing::debug!(child = %ended.child, "the end of a child whose call has its result");
+            return Ok(());
+        };
+        let pending = state.pending_tools.remove(pos);
+        let output = crate::child_result(&ended, &self.secrets);
+        if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
+            *slot = ToolCallResult::new(pending.call_id, pending.name, output);
+        }
+        if state.pending_tools.is_empty() {
+            let results = std::mem::take(&mut state.tool_results);
+            crate::save_results(cx, &results, self.conversation_name())?;
+            state.tools_completed = Some((true, results.iter().filter(|r| r.is_error).count()));
+        }
         Ok(())
     }
 

@@ -1,0 +1,143 @@
+//! Child runs: runs a transition starts, which tell their parent when they end.
+//!
+//! A transition starts a child with [`RunContext::start_child`]: the child is a
+//! run of another workflow in the same store, recorded with its parent and the
+//! name of the parent's wait transition that takes its end. When the child ends
+//! (completed, failed or cancelled) the store puts a [`ChildEnded`] signal of that
+//! name in the parent's inbox, in the same write as the child's last one, so a
+//! crash can never lose it. The parent waits durably, holding no task: it parks at
+//! a place whose wait transition takes `ChildEnded`, and goes on when the children
+//! it waits for have ended.
+//!
+//! Children of workflows registered with [`Runtime::register`] are driven by the
+//! runtime that drives the parent, right after the parent's transition commits
+//! (up to [`Runtime::child_concurrency`] at once); children of other workflows
+//! wait, queued, for a [`Worker`](crate::Worker) that has them. A child that waits
+//! (for a person's signal, a timer) keeps its parent waiting, across restarts: when
+//! it ends later, its parent gets the signal, and a runtime or worker that has the
+//! parent's workflow drives it on.
+//!
+//! [`RunContext::start_child`]: crate::RunContext::start_child
+//! [`Runtime::register`]: crate::Runtime::register
+//! [`Runtime::child_concurrency`]: crate::Runtime::child_concurrency
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::{RunId, RunStatus};
+
+/// The payload of the signal a child run sends its parent when it ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChildEnded {
+    /// The child run.
+    pub child: RunId,
+    /// Its workflow.
+    pub workflow: String,
+    /// How it ended: completed, failed or cancelled.
+    pub status: RunStatus,
+    /// Its final state, when it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ChildEnded {
+    /// The end of child run `child` of `workflow`.
+    pub fn new(
+        child: RunId,
+        workflow: impl Into<String>,
+        status: RunStatus,
+        output: Option<Value>,
+        error: Option<String>,
+    ) -> Self {
+        Self { child, workflow: workflow.into(), status, output, error }
+    }
+
+    /// Whether the child completed.
+    pub fn completed(&self) -> bool {
+        self.status == RunStatus::Completed
+    }
+
+    /// The child's output as `T`: its final state, deserialized.
+    pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        T::deserialize(self.output.as_ref().unwrap_or(&Value::Null))
+    }
+}
+
+impl JsonSchema for ChildEnded {
+    fn schema_name() -> Cow<'static, str> {
+        "ChildEnded".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "properties": {
+                "child": {"type": "string", "format": "uuid"},
+                "workflow": {"type": "string"},
+                "status": {"type": "string", "enum": ["completed", "failed", "cancelled"]},
+                "output": {},
+                "error": {"type": "string"},
+            },
+            "required": ["child", "workflow", "status"],
+        })
+    }
+}
+
+/// The id of the `seq`-th child a transition starts, from its parent run and the
+/// step the transition commits as (`RunContext::start_child` numbers its children
+/// from 0; other starters, such as workflow tools, use numbers from 2^32): the same when a crash makes the transition run
+/// again, so the child is found instead of started twice. A UUID of version 8
+/// (custom) from a 128-bit FNV-1a hash.
+pub fn child_run_id(parent: RunId, step: u64, seq: u64) -> RunId {
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in parent.0.as_bytes().iter().chain(&step.to_le_bytes()).chain(&seq.to_le_bytes()) {
+        hash ^= u128::from(*b);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    let mut bytes = hash.to_be_bytes();
+    bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    RunId(uuid::Uuid::from_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_ids_are_stable_and_distinct() {
+        let parent = RunId::new();
+        assert_eq!(child_run_id(parent, 3, 0), child_run_id(parent, 3, 0));
+        assert_ne!(child_run_id(parent, 3, 0), child_run_id(parent, 3, 1));
+        assert_ne!(child_run_id(parent, 3, 0), child_run_id(parent, 4, 0));
+        assert_ne!(child_run_id(parent, 3, 0), child_run_id(RunId::new(), 3, 0));
+        assert_eq!(child_run_id(parent, 1, 2).0.get_version_num(), 8);
+    }
+
+    #[test]
+    fn the_payload_reads_back_and_has_a_schema() {
+        let ended = ChildEnded {
+            child: RunId::new(),
+            workflow: "review".into(),
+            status: RunStatus::Completed,
+            output: Some(serde_json::json!({"ok": true})),
+            error: None,
+        };
+        let json = serde_json::to_value(&ended).unwrap();
+        assert_eq!(serde_json::from_value::<ChildEnded>(json).unwrap(), ended);
+        #[derive(serde::Deserialize)]
+        struct Out {
+            ok: bool,
+        }
+        assert!(ended.output_as::<Out>().unwrap().ok);
+        let schema = schemars::schema_for!(ChildEnded);
+        assert_eq!(schema.get("required").unwrap(), &serde_json::json!(["child", "workflow", "status"]));
+    }
+}

@@ -1,0 +1,167 @@
+//! Workflows behind their names: what a runtime or worker can drive without
+//! knowing their types (child runs, parents woken by their children, runs a worker
+//! claims, runs started by name).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::{Mode, RunOutcome, Runtime};
+use crate::error::RunError;
+use crate::store::{RunId, RunRecord};
+use crate::workflow::Workflow;
+
+/// How a type-erased drive is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Claim the run whatever drives it (resume).
+    Resume,
+    /// Claim the run only if it waits or is queued: a parent woken by its child,
+    /// a child its parent drives. A run another driver holds is left to it.
+    IfIdle,
+}
+
+/// A workflow behind a name.
+pub(crate) trait Drivable: Send + Sync {
+    /// Drives a run a worker has claimed.
+    fn drive_claimed<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        record: RunRecord,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
+    /// Claims and drives run `run_id`.
+    fn wake<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        run_id: RunId,
+        how: Wake,
+        cascade: bool,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
+    /// Creates a queued run from JSON input, if the workflow's input reads from JSON.
+    fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>>;
+
+    /// Creates child run `child` of `parent` from JSON input (queued; the parent's
+    /// `signal` takes its end), unless it exists.
+    fn create_child_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        child: RunId,
+        parent: RunId,
+        signal: &'static str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<(), RunError>>;
+}
+
+/// How a registered workflow's input is read from JSON, when it can be.
+type FromJson<W> = fn(Value) -> Result<<W as Workflow>::Input, serde_json::Error>;
+
+pub(crate) struct Registered<W: Workflow> {
+    pub(crate) workflow: Arc<W>,
+    pub(crate) from_json: Option<FromJson<W>>,
+}
+
+impl<W: Workflow> Drivable for Registered<W> {
+    fn drive_claimed<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        record: RunRecord,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move { runtime.drive_claimed(&*self.workflow, record).await.map(|r| r.outcome) })
+    }
+
+    fn wake<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        run_id: RunId,
+        how: Wake,
+        cascade: bool,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move {
+            let mode = match how {
+                Wake::Resume => Mode::Resume(run_id),
+                Wake::IfIdle => Mode::Wake(run_id),
+            };
+            let mut drive = super::Drive::new(runtime, &*self.workflow, mode);
+            drive.cascade = cascade;
+            drive.await.map(|r| r.outcome)
+        })
+    }
+
+    fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>> {
+        Box::pin(async move {
+            let name = self.workflow.definition().name();
+            let Some(from_json) = self.from_json else {
+                return Err(RunError::Mismatch {
+                    workflow: name,
+                    run_id: RunId::default(),
+                    reason: "the workflow was registered without an input that reads from JSON".to_owned(),
+                });
+            };
+            let input = from_json(input).map_err(|source| RunError::Input { workflow: name, source })?;
+            runtime.submit(&*self.workflow, input).await
+        })
+    }
+
+    fn create_child_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        child: RunId,
+        parent: RunId,
+        signal: &'static str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<(), RunError>> {
+        Box::pin(async move {
+            let def = self.workflow.definition();
+            match runtime.store().load_run(child).await {
+                Ok(_) => return Ok(()),
+                Err(crate::StoreError::RunNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some(from_json) = self.from_json else {
+                return Err(RunError::Mismatch {
+                    workflow: def.name(),
+                    run_id: child,
+                    reason: "the workflow was registered without an input that reads from JSON".to_owned(),
+                });
+            };
+            let input = from_json(input).map_err(|source| RunError::Input { workflow: def.name(), source })?;
+            let state = super::driver::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?;
+            let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
+            runtime.store().create_run(new).await?;
+            Ok(())
+        })
+    }
+}
+
+/// The workflows a runtime knows by name; cloning shares them.
+#[derive(Clone, Default)]
+pub(crate) struct Registry {
+    pub(crate) by_name: Arc<HashMap<&'static str, Arc<dyn Drivable>>>,
+}
+
+impl Registry {
+    pub(crate) fn insert<W: Workflow>(&mut self, workflow: Arc<W>, from_json: Option<FromJson<W>>) {
+        let name = workflow.definition().name();
+        Arc::make_mut(&mut self.by_name).insert(name, Arc::new(Registered { workflow, from_json }));
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Drivable>> {
+        self.by_name.get(name)
+    }
+
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self.by_name.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
