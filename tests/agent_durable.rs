@@ -1,7 +1,7 @@
-//! The agent's waits survive a restart: a run that waits for tool approval, and a
-//! chat run that waits for the user, are picked up by a new runtime over a new
-//! connection to the same store (SQLite and PostgreSQL), which holds nothing of the
-//! first one in memory.
+//! The agent's waits survive a restart: a run that waits for tool approval, a chat
+//! run that waits for the user, and a run whose workflow tool's child waits for a
+//! person are picked up by a new runtime over a new connection to the same store
+//! (SQLite and PostgreSQL), which holds nothing of the first one in memory.
 
 use std::sync::Arc;
 
@@ -67,12 +67,72 @@ async fn chat_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     assert_eq!(agent().close_chat(&second, reply.run_id).await.unwrap().status, AgentStatus::Completed);
 }
 
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct ReviewArgs {
+    topic: String,
+}
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Review {
+    topic: String,
+    tool_result_text: Option<String>,
+}
+
+/// A child that waits for a person's verdict.
+struct Reviewer;
+
+#[workflow(input = Review)]
+impl Reviewer {
+    #[transition(to = Asked)]
+    async fn ask(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Asked, to = End, wait)]
+    async fn verdict(&self, review: &mut Review, _cx: &mut RunContext, verdict: String) -> Result<()> {
+        review.tool_result_text = Some(format!("{}: {verdict}", review.topic));
+        Ok(())
+    }
+}
+
+async fn a_waiting_workflow_tool_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let agent = || {
+        let tool = loopstack::llm::WorkflowTool::new::<ReviewArgs>("review", "Asks a person to review.", "reviewer")
+            .unwrap()
+            .input(
+                loopstack::llm::dispatch::ChildInput::mapping(serde_json::json!({"topic": "arguments.topic"})).unwrap(),
+            );
+        let model = ScriptedModel::from_fn(|req| {
+            let last = req.messages.last().unwrap();
+            Ok(match last.tool_results_iter().next() {
+                Some(result) => ScriptedModel::new().text_response(format!("Reviewed: {}", result.content)),
+                None => ScriptedModel::new().tool_call_response("review", serde_json::json!({"topic": "the plan"})),
+            })
+        });
+        Agent::new(model, "scripted", ToolRegistry::new().with(tool).unwrap())
+    };
+    let runtime = |store| Runtime::with_shared_store(store).register(Reviewer).register(agent());
+
+    let first = runtime(open().await);
+    let reply = agent().ask(&first, "Review the plan").await.unwrap();
+    let AgentStatus::AwaitingTools { calls } = reply.status else { panic!("{:?}", reply.status) };
+    drop(first);
+
+    let second = runtime(open().await);
+    second.signal(&Reviewer, calls[0].child, ("verdict", serde_json::json!("approved"))).await.unwrap();
+    let record = second.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    let state: loopstack::llm::AgentState = serde_json::from_str(record.state.get()).unwrap();
+    assert_eq!(state.output.as_deref(), Some("Reviewed: the plan: approved"));
+}
+
 fn sqlite_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("loopstack-agent-{}.db", RunId::new()))
 }
 
 #[tokio::test]
-async fn on_sqlite_a_waiting_approval_and_chat_survive_a_restart() {
+async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart() {
     let path = sqlite_path();
     let open = async || -> Arc<dyn Store> {
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.unwrap());
@@ -80,11 +140,12 @@ async fn on_sqlite_a_waiting_approval_and_chat_survive_a_restart() {
     };
     approval_survives_a_restart(open).await;
     chat_survives_a_restart(open).await;
+    a_waiting_workflow_tool_survives_a_restart(open).await;
     let _ = std::fs::remove_file(&path);
 }
 
 #[tokio::test]
-async fn on_postgres_a_waiting_approval_and_chat_survive_a_restart() {
+async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart() {
     let url = std::env::var("LOOPSTACK_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
     let schema = format!("loopstack_test_agent_{}", RunId::new().0.simple());
@@ -96,6 +157,7 @@ async fn on_postgres_a_waiting_approval_and_chat_survive_a_restart() {
     };
     approval_survives_a_restart(open).await;
     chat_survives_a_restart(open).await;
+    a_waiting_workflow_tool_survives_a_restart(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }
