@@ -20,7 +20,6 @@ use crate::workflow::Workflow;
 /// transition at once, and reach the store together with the new state when the
 /// transition completes. If the transition fails, none of them are kept.
 pub struct RunContext {
-    pub(crate) store: Arc<dyn Store>,
     pub(crate) run_id: RunId,
     workflow: &'static str,
     pub(crate) place: &'static str,
@@ -54,7 +53,6 @@ impl std::fmt::Debug for RunContext {
 
 impl RunContext {
     pub(crate) fn new(
-        store: Arc<dyn Store>,
         run_id: RunId,
         workflow: &'static str,
         (place, step): (&'static str, u64),
@@ -70,7 +68,6 @@ impl RunContext {
         }
         let committed_len = docs.len();
         Self {
-            store,
             run_id,
             workflow,
             place,
@@ -90,15 +87,7 @@ impl RunContext {
     /// code that takes a `&mut RunContext`. Documents saved here are never committed.
     pub fn detached(workflow: &'static str) -> Self {
         let runtime = Runtime::new();
-        Self::new(
-            runtime.store().clone(),
-            RunId::new(),
-            workflow,
-            (crate::START, 0),
-            Vec::new(),
-            CancellationToken::new(),
-            runtime,
-        )
+        Self::new(RunId::new(), workflow, (crate::START, 0), Vec::new(), CancellationToken::new(), runtime)
     }
 
     pub(crate) fn committed(&mut self, step: u64, place: &'static str) {
@@ -159,20 +148,20 @@ impl RunContext {
     /// work only events need, such as streaming a model's reply.
     #[inline]
     pub fn events_enabled(&self) -> bool {
-        self.runtime.events.enabled()
+        self.runtime.inner.events.enabled()
     }
 
     /// Reports an event of this run to the runtime's subscribers. `kind` is called
     /// only when someone listens, so building the event costs nothing otherwise.
     #[inline]
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
-        self.runtime.events.emit(self.run_id, self.workflow, kind);
+        self.runtime.inner.events.emit(self.run_id, self.workflow, kind);
     }
 
     /// A handle that reports events of this run from elsewhere, such as the tasks
     /// of a tool batch; cheap to clone.
     pub fn emitter(&self) -> Emitter {
-        Emitter { events: self.runtime.events.clone(), run_id: self.run_id, workflow: self.workflow }
+        Emitter { events: self.runtime.inner.events.clone(), run_id: self.run_id, workflow: self.workflow }
     }
 
     /// The runtime driving the run: to start runs of other workflows, or to read
@@ -204,7 +193,7 @@ impl RunContext {
         let def = workflow.definition();
         let seq = self.children.len() as u64;
         let child = crate::children::child_run_id(self.run_id, self.step + 1, seq);
-        match self.store.load_run(child).await {
+        match self.runtime.inner.store.load_run(child).await {
             Ok(_) => {}
             Err(crate::StoreError::RunNotFound(_)) => {
                 let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
@@ -216,7 +205,7 @@ impl RunContext {
                 let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
                     .queued()
                     .child_of(self.run_id, signal);
-                self.store.create_run(new).await?;
+                self.runtime.inner.store.create_run(new).await?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -231,7 +220,7 @@ impl RunContext {
 
     /// The store the run is kept in.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.runtime.inner.store
     }
 
     /// Saves a typed document with the type's default tags.

@@ -132,7 +132,7 @@ async fn prepare<W: Workflow>(
 ) -> Result<Prepared<W::State>, RunError> {
     let def = wf.definition();
     let name = def.name();
-    let store = &runtime.store;
+    let store = &runtime.inner.store;
     let new_lease = || lease.map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
@@ -248,8 +248,7 @@ async fn prepare<W: Workflow>(
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
     let name = wf.definition().name();
-    let store = &runtime.store;
-    let lease = runtime.lease.map(|duration| LeaseCfg { owner: runtime.owner.clone(), duration });
+    let lease = runtime.inner.lease.map(|duration| LeaseCfg { owner: runtime.inner.owner.clone(), duration });
     let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
@@ -259,7 +258,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
-    let mut cx = RunContext::new(store.clone(), run_id, name, (place, step), documents, cancellation, runtime.clone());
+    let mut cx = RunContext::new(run_id, name, (place, step), documents, cancellation, runtime.clone());
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop {
@@ -270,7 +269,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             lease: lease.as_ref(),
             own_signal,
             place_since,
-            clock: &runtime.clock,
+            clock: &runtime.inner.clock,
             parent: parent.as_ref(),
             children: Vec::new(),
         };
@@ -296,7 +295,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
                 let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(e.to_string())));
-                if let Err(store_err) = cx.store.set_status(run_id, fence, status, Some(e.to_string()), notify).await {
+                if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(e.to_string()), notify).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
                 cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });

@@ -52,11 +52,18 @@ pub const DEFAULT_CHILD_CONCURRENCY: usize = 8;
 /// must happen once uses [`ToolContext::idempotency_key`](crate::ToolContext::idempotency_key).
 #[derive(Clone)]
 pub struct Runtime {
-    store: Arc<dyn Store>,
-    max_steps: u64,
-    owner: Arc<str>,
-    lease: Option<Duration>,
-    clock: Clock,
+    /// One allocation: a clone (each run context holds one) is one reference count.
+    pub(crate) inner: Arc<Shared>,
+}
+
+/// What a runtime's clones share.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) max_steps: u64,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) clock: Clock,
     pub(crate) events: crate::events::EventHub,
     pub(crate) registry: registry::Registry,
     pub(crate) child_concurrency: usize,
@@ -74,10 +81,10 @@ impl Default for Runtime {
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("max_steps", &self.max_steps)
-            .field("owner", &self.owner)
-            .field("lease", &self.lease)
-            .field("workflows", &self.registry)
+            .field("max_steps", &self.inner.max_steps)
+            .field("owner", &self.inner.owner)
+            .field("lease", &self.inner.lease)
+            .field("workflows", &self.inner.registry)
             .finish_non_exhaustive()
     }
 }
@@ -133,7 +140,7 @@ impl Runtime {
     pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
         let lease = store.lease_duration();
         let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
-        Self {
+        let shared = Shared {
             store,
             max_steps: DEFAULT_MAX_STEPS,
             owner: owner.into(),
@@ -142,14 +149,15 @@ impl Runtime {
             events: crate::events::EventHub::new(),
             registry: registry::Registry::default(),
             child_concurrency: DEFAULT_CHILD_CONCURRENCY,
-        }
+        };
+        Self { inner: Arc::new(shared) }
     }
 
     /// Sets the default step limit of a drive (1,000 unless set): how many
     /// transitions one start, resume, signal or retry may take.
     #[must_use]
     pub fn max_steps(mut self, max_steps: u64) -> Self {
-        self.max_steps = max_steps;
+        Arc::make_mut(&mut self.inner).max_steps = max_steps;
         self
     }
 
@@ -158,7 +166,7 @@ impl Runtime {
     /// it with every commit and, while a transition runs, every third of it.
     #[must_use]
     pub fn lease(mut self, lease: Option<Duration>) -> Self {
-        self.lease = lease;
+        Arc::make_mut(&mut self.inner).lease = lease;
         self
     }
 
@@ -166,7 +174,7 @@ impl Runtime {
     /// unless set).
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = owner.into().into();
+        Arc::make_mut(&mut self.inner).owner = owner.into().into();
         self
     }
 
@@ -174,13 +182,13 @@ impl Runtime {
     /// set): for tests that let hours pass at once.
     #[must_use]
     pub fn clock(mut self, clock: impl Fn() -> crate::Timestamp + Send + Sync + 'static) -> Self {
-        self.clock = Arc::new(clock);
+        Arc::make_mut(&mut self.inner).clock = Arc::new(clock);
         self
     }
 
     /// The current time by this runtime's clock.
     pub fn now(&self) -> crate::Timestamp {
-        (self.clock)()
+        (self.inner.clock)()
     }
 
     /// Registers `workflow` by its name: this runtime then drives its runs where it
@@ -193,7 +201,7 @@ impl Runtime {
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        self.registry.insert(Arc::new(workflow), Some(serde_json::from_value));
+        Arc::make_mut(&mut self.inner).registry.insert(Arc::new(workflow), Some(serde_json::from_value));
         self
     }
 
@@ -203,34 +211,34 @@ impl Runtime {
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        self.registry.insert(workflow, Some(serde_json::from_value));
+        Arc::make_mut(&mut self.inner).registry.insert(workflow, Some(serde_json::from_value));
         self
     }
 
     /// Registers a workflow whose input does not read from JSON: it cannot be
     /// started by name.
     pub(crate) fn register_opaque<W: Workflow>(&mut self, workflow: Arc<W>) {
-        if self.registry.get(workflow.definition().name()).is_some() {
+        if self.inner.registry.get(workflow.definition().name()).is_some() {
             // Registered with its JSON input already: keep that.
             return;
         }
-        self.registry.insert(workflow, None);
+        Arc::make_mut(&mut self.inner).registry.insert(workflow, None);
     }
 
     /// The names of the registered workflows, sorted.
     pub fn workflows(&self) -> Vec<&'static str> {
-        self.registry.names()
+        self.inner.registry.names()
     }
 
     /// Whether a workflow of this name is registered.
     pub fn is_registered(&self, workflow: &str) -> bool {
-        self.registry.get(workflow).is_some()
+        self.inner.registry.get(workflow).is_some()
     }
 
     /// Sets how many child runs one drive drives at once (8 unless set; at least 1).
     #[must_use]
     pub fn child_concurrency(mut self, concurrency: usize) -> Self {
-        self.child_concurrency = concurrency.max(1);
+        Arc::make_mut(&mut self.inner).child_concurrency = concurrency.max(1);
         self
     }
 
@@ -244,7 +252,7 @@ impl Runtime {
     /// Claims and drives run `run_id` of a registered workflow to its next wait or
     /// end, as [`Runtime::resume`] does, without the workflow's type.
     pub async fn drive_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.store.load_run(run_id).await?;
+        let record = self.inner.store.load_run(run_id).await?;
         let wf = self.registered(&record.workflow)?;
         wf.wake(self, run_id, registry::Wake::Resume, true).await
     }
@@ -271,14 +279,14 @@ impl Runtime {
     /// next wait, without waking its parent: for the parent's own step that waits
     /// for it. A run another driver holds is left to it ([`RunError::InvalidStatus`]).
     pub async fn drive_child(&self, child: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.store.load_run(child).await?;
+        let record = self.inner.store.load_run(child).await?;
         self.registered(&record.workflow)?.wake(self, child, registry::Wake::IfIdle, false).await
     }
 
     pub(crate) fn registered(&self, workflow: &str) -> Result<&Arc<dyn registry::Drivable>, RunError> {
-        self.registry.get(workflow).ok_or_else(|| RunError::UnknownWorkflow {
+        self.inner.registry.get(workflow).ok_or_else(|| RunError::UnknownWorkflow {
             workflow: workflow.to_owned(),
-            registered: self.registry.names(),
+            registered: self.inner.registry.names(),
         })
     }
 
@@ -286,12 +294,12 @@ impl Runtime {
     /// drives from now on: transitions, model text as it streams, tool calls,
     /// usage, waits and how each drive ended. See [`events`](crate::events).
     pub fn subscribe(&self) -> crate::RunEvents {
-        self.events.subscribe()
+        self.inner.events.subscribe()
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.inner.store
     }
 
     /// Starts a run of `workflow` with `input`; await the returned builder to drive it
@@ -356,7 +364,7 @@ impl Runtime {
         let run_id = RunId::new();
         let state = workflow.init(input);
         let value = driver::checkpoint_state(&state, def.name(), run_id, None)?;
-        self.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
+        self.inner.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
         Ok(run_id)
     }
 
@@ -365,7 +373,7 @@ impl Runtime {
     /// the run as it then is.
     pub async fn wait_for(&self, run_id: RunId, poll: Duration) -> Result<crate::RunRecord, StoreError> {
         loop {
-            let record = self.store.load_run(run_id).await?;
+            let record = self.inner.store.load_run(run_id).await?;
             if !matches!(record.status, RunStatus::Queued | RunStatus::Running) {
                 return Ok(record);
             }
@@ -393,15 +401,21 @@ impl Runtime {
 
     /// Cancels one run, telling its parent; returns the parent.
     async fn cancel_one(&self, run_id: RunId, reason: String) -> Result<Option<RunId>, StoreError> {
-        let claimed =
-            self.store.claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting])).await?;
+        let claimed = self
+            .inner
+            .store
+            .claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting]))
+            .await?;
         let parent = driver::parent_of(&claimed);
         let notify = parent.as_ref().and_then(|p| {
             driver::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
         });
-        self.store.set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), notify).await?;
-        if self.events.enabled() {
-            self.events.send(crate::RunEvent {
+        self.inner
+            .store
+            .set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), notify)
+            .await?;
+        if self.inner.events.enabled() {
+            self.inner.events.send(crate::RunEvent {
                 run_id,
                 workflow: claimed.workflow,
                 at: self.now(),
@@ -440,7 +454,15 @@ pub struct Drive<'a, W: Workflow> {
 
 impl<'a, W: Workflow> Drive<'a, W> {
     pub(crate) fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
-        Self { runtime, workflow, mode, run_id: None, max_steps: runtime.max_steps, cancellation: None, cascade: true }
+        Self {
+            runtime,
+            workflow,
+            mode,
+            run_id: None,
+            max_steps: runtime.inner.max_steps,
+            cancellation: None,
+            cascade: true,
+        }
     }
 
     /// Sets the step limit for this drive.
@@ -476,11 +498,11 @@ impl<'a, W: Workflow> IntoFuture for Drive<'a, W> {
 /// Wakes a parent whose child ended, if this runtime has its workflow and nobody
 /// else drives it; a failure is logged, not returned: the child's drive is done.
 async fn wake_parent(runtime: &Runtime, parent: RunId) {
-    let record = match runtime.store.load_run(parent).await {
+    let record = match runtime.inner.store.load_run(parent).await {
         Ok(record) => record,
         Err(e) => return tracing::warn!(parent = %parent, error = %e, "could not load the parent run"),
     };
-    let Some(wf) = runtime.registry.get(&record.workflow) else {
+    let Some(wf) = runtime.inner.registry.get(&record.workflow) else {
         return tracing::debug!(parent = %parent, "the parent's workflow is not registered here; a worker wakes it");
     };
     match wf.wake(runtime, parent, registry::Wake::IfIdle, true).await {
@@ -494,7 +516,7 @@ async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
     let mut stack = vec![run_id];
     while let Some(parent) = stack.pop() {
         let query = crate::store::RunQuery::new().parent(parent).limit(1_000);
-        let children = match runtime.store.list_runs(&query).await {
+        let children = match runtime.inner.store.list_runs(&query).await {
             Ok(page) => page.runs,
             Err(e) => {
                 tracing::warn!(run_id = %parent, error = %e, "could not list the run's children");

@@ -167,11 +167,11 @@ impl<W: Workflow> RunLoop<'_, W> {
                     let now = (self.clock)();
                     let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
                     let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-                    let inbox = cx.store.inbox(run_id).await?;
+                    let inbox = cx.runtime.inner.store.inbox(run_id).await?;
                     // Boxed: waits are rare, and its future would otherwise sit in every
                     // run's future, waiting or not.
                     let picked = Box::pin(self.pick_signal(
-                        cx.store.as_ref(),
+                        cx.runtime.inner.store.as_ref(),
                         run_id,
                         from,
                         &signals,
@@ -198,7 +198,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                         }
                         (None, None) => {
                             let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                            match cx.store.park(run_id, &park).await {
+                            match cx.runtime.inner.store.park(run_id, &park).await {
                                 Ok(()) => {
                                     cx.emit(|| EventKind::Waiting {
                                         place: from.into(),
@@ -234,7 +234,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.map(|l| (cx.store.clone(), l.duration));
+            let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -277,7 +277,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // from its checkpoint's state (the transition may have changed it before
                 // it failed, and a later signal of this drive must not commit that).
                 // Read back from the store: this path is rare, the common one keeps no copy.
-                let record = cx.store.load_run(run_id).await?;
+                let record = cx.runtime.inner.store.load_run(run_id).await?;
                 *state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
                 let error = match err {
                     TransitionError::InvalidPayload(reason) => {
@@ -287,7 +287,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                         RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
                     }
                 };
-                cx.store.reject_signal(run_id, self.epoch, id, &error.to_string()).await?;
+                cx.runtime.inner.store.reject_signal(run_id, self.epoch, id, &error.to_string()).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(error);
                 }
@@ -315,7 +315,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
             checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
-            cx.store.commit(checkpoint).await?;
+            cx.runtime.inner.store.commit(checkpoint).await?;
             self.children.extend(cx.take_children());
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
@@ -378,7 +378,7 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
             Ok(record) => record,
             Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
         };
-        let Some(wf) = runtime.registry.get(&record.workflow) else {
+        let Some(wf) = runtime.inner.registry.get(&record.workflow) else {
             return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
         };
         match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
@@ -386,5 +386,5 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
             Err(e) => tracing::info!(child = %child, error = %e, "a child run ended with an error"),
         }
     });
-    futures::stream::iter(drives).buffer_unordered(runtime.child_concurrency).collect::<Vec<()>>().await;
+    futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency).collect::<Vec<()>>().await;
 }

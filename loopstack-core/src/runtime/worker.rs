@@ -83,15 +83,15 @@ impl Worker {
     }
 
     fn lease(&self) -> Lease {
-        let duration = self.runtime.lease.unwrap_or(Duration::from_secs(30));
-        Lease { owner: self.runtime.owner.to_string(), until: self.runtime.now() + duration }
+        let duration = self.runtime.inner.lease.unwrap_or(Duration::from_secs(30));
+        Lease { owner: self.runtime.inner.owner.to_string(), until: self.runtime.now() + duration }
     }
 
     /// Claims what can move now, up to `limit` runs.
     async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let names: Vec<&str> = self.runtime.workflows();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        self.runtime.store.claim_runnable(&names, &self.lease(), self.runtime.now(), limit).await
+        self.runtime.inner.store.claim_runnable(&names, &self.lease(), self.runtime.now(), limit).await
     }
 
     /// Claims and drives, to their next wait or end, the runs that can move now;
@@ -105,7 +105,7 @@ impl Worker {
     }
 
     async fn drive(&self, record: RunRecord) {
-        let Some(workflow) = self.runtime.registry.get(&record.workflow).cloned() else { return };
+        let Some(workflow) = self.runtime.inner.registry.get(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
         match workflow.drive_claimed(&self.runtime, record).await {
             Ok(_) => {}
@@ -116,7 +116,7 @@ impl Worker {
                 tracing::warn!(run_id = %run_id, error = %e, "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;
                 if let Err(store_err) =
-                    self.runtime.store.set_status(run_id, fence, status, Some(e.to_string()), None).await
+                    self.runtime.inner.store.set_status(run_id, fence, status, Some(e.to_string()), None).await
                 {
                     tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure");
                 }
@@ -129,7 +129,7 @@ impl Worker {
     /// Drives runs until `shutdown` is cancelled, then waits for the drives in
     /// flight. A store error while looking for work is logged and retried.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
-        let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.owner);
+        let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.inner.owner);
         Arc::new(self).serve(shutdown).instrument(span).await
     }
 
