@@ -71,6 +71,34 @@ impl From<&ToolCallResult> for ToolResult {
     }
 }
 
+impl DelegateResult {
+    /// The batch as a [`DispatchResults`](crate::DispatchResults) collection: one
+    /// entry per call of `message` that has its result, in call order, with its
+    /// arguments, its JSON result kept as JSON (a text result as a string), the
+    /// content the model reads and the error of a failed call; the counts, the
+    /// chat-style messages and the entries by call id come with it. Calls still
+    /// pending are left out.
+    pub fn dispatch(&self, message: &Message) -> crate::DispatchResults {
+        let calls: Vec<&ToolUse> = message.tool_uses().collect();
+        self.results
+            .iter()
+            .filter(|r| r.pending.is_none())
+            .map(|r| {
+                let null = Value::Null;
+                let arguments = calls.iter().find(|c| c.id == r.tool_use_id).map_or(&null, |c| &c.input);
+                let index = calls.iter().position(|c| c.id == r.tool_use_id).unwrap_or(0);
+                let call = crate::dispatch::CallView::new(&r.tool_use_id, &r.name, arguments).with_index(index);
+                if r.is_error {
+                    crate::DispatchEntry::failed(&call, r.content.clone())
+                } else {
+                    let result = r.value.clone().unwrap_or_else(|| Value::String(r.content.clone()));
+                    crate::DispatchEntry::succeeded(&call, result)
+                }
+            })
+            .collect()
+    }
+}
+
 /// What a batch of calls is run with besides the message; the default is none of it.
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]

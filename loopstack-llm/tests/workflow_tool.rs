@@ -237,3 +237,30 @@ async fn fail_fast_fails_the_step_at_the_first_failure_and_cancels_the_children(
     assert_eq!(children.len(), 1);
     assert_eq!(children[0].status, RunStatus::Cancelled);
 }
+
+#[tokio::test]
+async fn a_plain_batch_comes_back_as_a_dispatch_collection_with_json_results_kept() {
+    let message = Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::ToolUse(ToolUse::new("t1", "clock", json!({}))),
+            ContentBlock::ToolUse(ToolUse::new("t2", "nope", json!({"x": 1}))),
+        ],
+    };
+    let tools = ToolRegistry::new().with(Clock).unwrap();
+    let delegate = loopstack_llm::LlmDelegateToolCalls::new(tools);
+    let cx = RunContext::detached("test");
+    let result = delegate.run(&cx, &message, &["clock".to_owned()]).await;
+    let dispatch = result.dispatch(&message);
+    assert_eq!((dispatch.count(), dispatch.error_count(), dispatch.all_succeeded()), (2, 1, false));
+    let clock = dispatch.get("t1").unwrap();
+    assert_eq!(
+        (clock.success, clock.result.clone(), clock.content.as_str()),
+        (true, json!({"time": "noon"}), r#"{"time":"noon"}"#)
+    );
+    let nope = dispatch.get("t2").unwrap();
+    assert_eq!((nope.success, nope.arguments.clone()), (false, json!({"x": 1})));
+    assert!(nope.error.as_deref().unwrap().contains("`nope`"), "{nope:?}");
+    let results: Vec<String> = dispatch.message().unwrap().tool_results_iter().map(|r| r.tool_use_id.clone()).collect();
+    assert_eq!(results, ["t1", "t2"]);
+}
