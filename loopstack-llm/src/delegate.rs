@@ -222,6 +222,7 @@ pub struct LlmDelegateToolCalls {
     default_timeout: Duration,
     concurrency: usize,
     policy: ErrorPolicy,
+    max_stored_bytes: usize,
 }
 
 impl LlmDelegateToolCalls {
@@ -232,6 +233,7 @@ impl LlmDelegateToolCalls {
             default_timeout: DEFAULT_TOOL_TIMEOUT,
             concurrency: DEFAULT_CONCURRENCY,
             policy: ErrorPolicy::Continue,
+            max_stored_bytes: crate::dispatch::DEFAULT_MAX_STORED_BYTES,
         }
     }
 
@@ -259,6 +261,34 @@ impl LlmDelegateToolCalls {
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Sets how long a result may be in the stored conversation, in bytes (256 KiB
+    /// unless set): a longer one is stored cut, with a marker saying how much there
+    /// was (`… [truncated: N of M bytes]`). The [`DelegateResult`] the step returns
+    /// keeps every result whole, for the rest of the transition; the next model turn
+    /// reads the stored conversation.
+    #[must_use]
+    pub fn max_stored_bytes(mut self, max: usize) -> Self {
+        self.max_stored_bytes = max;
+        self
+    }
+
+    /// Saves a batch's results as [`save_results`] does, each cut to this step's
+    /// [`max_stored_bytes`](Self::max_stored_bytes).
+    pub fn save_results(
+        &self,
+        cx: &mut RunContext,
+        results: &[ToolCallResult],
+        conversation: Option<&str>,
+    ) -> Result<(), serde_json::Error> {
+        let max = self.max_stored_bytes;
+        let message = Message::tool_results(results.iter().map(|r| ToolResult {
+            tool_use_id: r.tool_use_id.clone(),
+            content: crate::dispatch::truncate_bytes(&r.content, max).into_owned(),
+            is_error: r.is_error,
+        }));
+        crate::generate::save_message(cx, &message, conversation, SaveOptions::new())
     }
 
     /// The tools.
@@ -301,7 +331,7 @@ impl LlmDelegateToolCalls {
             });
         }
         if result.all_completed {
-            save_results(cx, &result.results, options.conversation)?;
+            self.save_results(cx, &result.results, options.conversation)?;
         }
         Ok(result)
     }

@@ -264,3 +264,36 @@ async fn a_plain_batch_comes_back_as_a_dispatch_collection_with_json_results_kep
     let results: Vec<String> = dispatch.message().unwrap().tool_results_iter().map(|r| r.tool_use_id.clone()).collect();
     assert_eq!(results, ["t1", "t2"]);
 }
+
+/// A tool with a long answer.
+struct Long;
+
+#[async_trait::async_trait]
+impl Tool for Long {
+    fn name(&self) -> &str {
+        "long"
+    }
+    fn description(&self) -> &str {
+        "Answers at length."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("é".repeat(100)))
+    }
+}
+
+#[tokio::test]
+async fn long_results_are_stored_cut_with_a_marker_and_returned_whole() {
+    let message =
+        Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(ToolUse::new("l1", "long", json!({})))] };
+    let delegate =
+        loopstack_llm::LlmDelegateToolCalls::new(ToolRegistry::new().with(Long).unwrap()).max_stored_bytes(11);
+    let mut cx = RunContext::detached("test");
+    let result = delegate.call(&mut cx, &message, &["long".to_owned()]).await.unwrap();
+    assert_eq!(result.results[0].content, "é".repeat(100), "the step gets the whole result");
+    let stored: Message = cx.documents().last().unwrap().read().unwrap();
+    let content = &stored.tool_results_iter().next().unwrap().content;
+    assert_eq!(content, &format!("{}… [truncated: 10 of 200 bytes]", "é".repeat(5)));
+}

@@ -935,7 +935,7 @@ impl Agent {
         }
         if state.pending_tools.is_empty() {
             let results = std::mem::take(&mut state.tool_results);
-            crate::save_results(cx, &results, self.conversation_name())?;
+            self.delegate.save_results(cx, &results, self.conversation_name())?;
             state.tools_completed = Some((true, results.iter().filter(|r| r.is_error).count()));
         }
         Ok(())
