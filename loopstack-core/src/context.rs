@@ -37,6 +37,10 @@ pub struct RunContext {
     /// Child runs this transition started, in order; how many it started is the
     /// sequence number of the next one's id.
     children: Vec<RunId>,
+    /// The typed values of the documents saved last with [`RunContext::save_shared`]
+    /// (at most [`SHARED_KEPT`]), by the document's identity: a read of one is a
+    /// reference count, not a parse (a conversation is read at every model turn).
+    shared: Vec<(usize, Arc<dyn std::any::Any + Send + Sync>)>,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -80,6 +84,7 @@ impl RunContext {
             cancellation,
             runtime,
             children: Vec::new(),
+            shared: Vec::new(),
         }
     }
 
@@ -110,6 +115,7 @@ impl RunContext {
             }
         }
         self.children.clear();
+        self.shared.clear();
         self.docs.truncate(self.committed_len);
         for (i, doc) in self.undo.drain(..).rev() {
             self.docs[i] = doc;
@@ -256,6 +262,38 @@ impl RunContext {
         Ok(self.insert(T::TYPE.into(), content, options))
     }
 
+    /// Saves a shared typed document like [`RunContext::save_with`], and keeps the
+    /// value: [`RunContext::read_shared`] of the saved document then returns it
+    /// without reading the JSON again. The values of the last [`SHARED_KEPT`]
+    /// documents saved so are kept, for the rest of the drive.
+    pub fn save_shared<T: DocumentType + Send + Sync + 'static>(
+        &mut self,
+        doc: Arc<T>,
+        options: SaveOptions,
+    ) -> Result<&Arc<Document>, serde_json::Error> {
+        let key = Arc::as_ptr(self.save_with(&*doc, options)?) as usize;
+        if self.shared.len() == SHARED_KEPT {
+            self.shared.remove(0);
+        }
+        self.shared.push((key, doc));
+        Ok(self.docs.iter().rev().find(|d| Arc::as_ptr(d) as usize == key).expect("just saved"))
+    }
+
+    /// Reads a document as a shared `T`: the value [`RunContext::save_shared`] kept
+    /// when `doc` is the document it saved, else the document's content, read.
+    pub fn read_shared<T: DocumentType + Send + Sync + 'static>(
+        &self,
+        doc: &Arc<Document>,
+    ) -> Result<Arc<T>, serde_json::Error> {
+        let wanted = Arc::as_ptr(doc) as usize;
+        if let Some((_, value)) = self.shared.iter().rev().find(|(key, _)| *key == wanted)
+            && let Ok(value) = value.clone().downcast::<T>()
+        {
+            return Ok(value);
+        }
+        doc.read().map(Arc::new)
+    }
+
     fn find_keyed(&self, doc_type: &str, key: &str) -> Option<usize> {
         self.keyed.get(key)?.iter().copied().find(|&i| self.docs[i].doc_type == doc_type)
     }
@@ -362,6 +400,9 @@ impl Emitter {
         self.events.emit(self.run_id, self.workflow, kind);
     }
 }
+
+/// How many shared document values a context keeps ([`RunContext::save_shared`]).
+pub const SHARED_KEPT: usize = 16;
 
 /// Why a child run could not be started.
 #[derive(Debug, thiserror::Error)]

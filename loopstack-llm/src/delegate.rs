@@ -288,7 +288,7 @@ impl LlmDelegateToolCalls {
             content: crate::dispatch::truncate_bytes(&r.content, max).into_owned(),
             is_error: r.is_error,
         }));
-        crate::generate::save_message(cx, &message, conversation, SaveOptions::new())
+        crate::generate::save_shared_message(cx, Arc::new(message), conversation, SaveOptions::new())
     }
 
     /// The tools.

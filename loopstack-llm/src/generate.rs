@@ -45,7 +45,15 @@ pub fn conversation(cx: &RunContext) -> Result<Vec<Message>, serde_json::Error> 
 /// `None`, else the one named so (see [`GenerateOptions::conversation`]). A
 /// workflow with two agents, or an agent and a critic, keeps one each.
 pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Message>, serde_json::Error> {
-    cx.documents().iter().filter(|d| in_conversation(d, name)).map(|d| d.read()).collect()
+    // Sized first: collecting results cannot reserve, and would grow (and move) the
+    // messages as it reads them, every model turn.
+    let docs = || cx.documents().iter().filter(|d| in_conversation(d, name));
+    let mut messages = Vec::with_capacity(docs().count());
+    for doc in docs() {
+        // Messages saved in this drive are at hand; older ones are read.
+        messages.push(Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?));
+    }
+    Ok(messages)
 }
 
 /// Whether a document is a message of conversation `name` (the default for `None`).
@@ -80,11 +88,22 @@ pub fn save_message(
     name: Option<&str>,
     options: SaveOptions,
 ) -> Result<(), serde_json::Error> {
+    save_shared_message(cx, Arc::new(message.clone()), name, options)
+}
+
+/// Saves a shared message to conversation `name`; the steps after it read it
+/// without parsing it again.
+pub(crate) fn save_shared_message(
+    cx: &mut RunContext,
+    message: Arc<Message>,
+    name: Option<&str>,
+    options: SaveOptions,
+) -> Result<(), serde_json::Error> {
     let options = match name {
         Some(name) => options.tag(format!("{NAMED_CONVERSATION_PREFIX}{name}")),
         None => options,
     };
-    cx.save_with(message, options)?;
+    cx.save_shared(message, options)?;
     Ok(())
 }
 
@@ -348,7 +367,9 @@ impl LlmGenerateText {
         );
         let started = Instant::now();
         let mut response = if cx.events_enabled() {
-            streamed(model.as_ref(), &request, cx).instrument(span.clone()).await?
+            // Boxed: only subscribed runs stream, and its state would otherwise sit in
+            // every model turn's future.
+            Box::pin(streamed(model.as_ref(), &request, cx).instrument(span.clone())).await?
         } else {
             model.chat(&request).instrument(span.clone()).await?
         };
@@ -374,9 +395,12 @@ impl LlmGenerateText {
             .meta("model", response.model.as_str())
             .meta("usage", serde_json::to_value(response.usage)?)
             .meta("stop_reason", response.stop_reason.as_str());
-        save_message(cx, &response.message, options.conversation.as_deref(), meta)?;
+        // Kept shared in the context, so the steps after this turn read the message
+        // without parsing it again.
+        let message = Arc::new(response.message);
+        save_shared_message(cx, message.clone(), options.conversation.as_deref(), meta)?;
         Ok(GenerateResult {
-            message: response.message,
+            message: Arc::unwrap_or_clone(message),
             stop_reason: response.stop_reason,
             usage: response.usage,
             provider,

@@ -262,10 +262,10 @@ pub struct UserMessage {
 }
 
 /// Tool calls one turn asked for, as a fingerprint, and how many turns in a row
-/// asked for exactly these. Serialized as `[fingerprint, times]`: it is in every
-/// checkpoint of an agent run.
+/// asked for exactly these. Serialized as one number, `times << 32 | fingerprint`:
+/// it is in every checkpoint of an agent run that uses tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "(u32, u32)", into = "(u32, u32)")]
+#[serde(from = "u64", into = "u64")]
 pub struct Repeats {
     /// A hash of the calls' names and arguments (32-bit FNV-1a, stable across
     /// builds): compared with the next turn's only.
@@ -686,7 +686,7 @@ impl Agent {
     async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         // The prompt lives on in the documents; the state stays small.
         let prompt = Message::user(std::mem::take(&mut state.prompt));
-        save_message(cx, &prompt, self.conversation_name(), Default::default())?;
+        crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
         Ok(())
     }
 
@@ -1082,15 +1082,15 @@ fn final_status(state: &AgentState, text: &str) -> AgentStatus {
     AgentStatus::of_answer(state.last_stop.as_ref().unwrap_or(&StopReason::EndTurn), text)
 }
 
-impl From<(u32, u32)> for Repeats {
-    fn from((fingerprint, times): (u32, u32)) -> Self {
-        Self { fingerprint, times }
+impl From<u64> for Repeats {
+    fn from(packed: u64) -> Self {
+        Self { fingerprint: packed as u32, times: (packed >> 32) as u32 }
     }
 }
 
-impl From<Repeats> for (u32, u32) {
+impl From<Repeats> for u64 {
     fn from(r: Repeats) -> Self {
-        (r.fingerprint, r.times)
+        Self::from(r.times) << 32 | Self::from(r.fingerprint)
     }
 }
 
@@ -1182,10 +1182,10 @@ fn hash_value(value: &Value, feed: &mut impl FnMut(&[u8])) {
 }
 
 /// The last message of the conversation: the assistant's, right after a turn.
-fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Message, AgentError> {
+fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Arc<Message>, AgentError> {
     let doc = cx.documents().iter().rev().find(|d| crate::generate::in_conversation(d, conversation));
     match doc {
-        Some(doc) => Ok(doc.read()?),
+        Some(doc) => Ok(cx.read_shared(doc)?),
         None => Err(AgentError::Document(serde::de::Error::custom("the run has no message document"))),
     }
 }
