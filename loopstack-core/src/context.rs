@@ -271,7 +271,22 @@ impl RunContext {
         doc: Arc<T>,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
-        let key = Arc::as_ptr(self.save_with(&*doc, options)?) as usize;
+        let stored = doc.clone();
+        self.save_shared_as(&*stored, doc, options)
+    }
+
+    /// Saves `stored` and keeps `shared` as its value for the rest of the drive:
+    /// the store gets a bounded form (a long result cut, with a marker) while the
+    /// steps after this one, in this process, read the whole value. A resumed run
+    /// reads what was stored.
+    pub fn save_shared_as<T: DocumentType + Send + Sync + 'static>(
+        &mut self,
+        stored: &T,
+        shared: Arc<T>,
+        options: SaveOptions,
+    ) -> Result<&Arc<Document>, serde_json::Error> {
+        let doc = shared;
+        let key = Arc::as_ptr(self.save_with(stored, options)?) as usize;
         if self.shared.len() == SHARED_KEPT {
             self.shared.remove(0);
         }

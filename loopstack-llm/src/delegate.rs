@@ -266,8 +266,8 @@ impl LlmDelegateToolCalls {
     /// Sets how long a result may be in the stored conversation, in bytes (256 KiB
     /// unless set): a longer one is stored cut, with a marker saying how much there
     /// was (`… [truncated: N of M bytes]`). The [`DelegateResult`] the step returns
-    /// keeps every result whole, for the rest of the transition; the next model turn
-    /// reads the stored conversation.
+    /// keeps every result whole, and so does the conversation the next model turn of
+    /// the same drive reads; a run resumed in another process reads what was stored.
     #[must_use]
     pub fn max_stored_bytes(mut self, max: usize) -> Self {
         self.max_stored_bytes = max;
@@ -283,12 +283,24 @@ impl LlmDelegateToolCalls {
         conversation: Option<&str>,
     ) -> Result<(), serde_json::Error> {
         let max = self.max_stored_bytes;
-        let message = Message::tool_results(results.iter().map(|r| ToolResult {
-            tool_use_id: r.tool_use_id.clone(),
-            content: crate::dispatch::truncate_bytes(&r.content, max).into_owned(),
-            is_error: r.is_error,
-        }));
-        crate::generate::save_shared_message(cx, Arc::new(message), conversation, SaveOptions::new())
+        let full = Arc::new(Message::tool_results(results.iter().map(ToolResult::from)));
+        let options = match conversation {
+            Some(name) => SaveOptions::new().tag(format!("{}{name}", crate::generate::NAMED_CONVERSATION_PREFIX)),
+            None => SaveOptions::new(),
+        };
+        if results.iter().all(|r| r.content.len() <= max) {
+            cx.save_shared(full, options)?;
+        } else {
+            // The store gets each long result cut with a marker; this drive's next
+            // steps (the next model turn) read the whole results.
+            let stored = Message::tool_results(results.iter().map(|r| ToolResult {
+                tool_use_id: r.tool_use_id.clone(),
+                content: crate::dispatch::truncate_bytes(&r.content, max).into_owned(),
+                is_error: r.is_error,
+            }));
+            cx.save_shared_as(&stored, full, options)?;
+        }
+        Ok(())
     }
 
     /// The tools.

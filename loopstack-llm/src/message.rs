@@ -434,7 +434,8 @@ impl<'de> Deserialize<'de> for StopReason {
 /// Token usage of one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Usage {
-    /// Input (prompt) tokens.
+    /// Input (prompt) tokens not read from or written to the provider's prompt
+    /// cache; those are counted apart, below, for every provider.
     pub input_tokens: u64,
     /// Output (completion) tokens.
     pub output_tokens: u64,
@@ -457,9 +458,18 @@ impl Usage {
         Self { input_tokens, output_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 }
     }
 
-    /// Input plus output tokens, at most `u64::MAX`.
+    /// Input plus output tokens, at most `u64::MAX` (cached input not counted).
     pub const fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Every token: input, cached input (read and written) and output, at most
+    /// `u64::MAX`; what a token budget counts.
+    pub const fn all_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_input_tokens)
+            .saturating_add(self.cache_creation_input_tokens)
+            .saturating_add(self.output_tokens)
     }
 }
 

@@ -296,4 +296,7 @@ async fn long_results_are_stored_cut_with_a_marker_and_returned_whole() {
     let stored: Message = cx.documents().last().unwrap().read().unwrap();
     let content = &stored.tool_results_iter().next().unwrap().content;
     assert_eq!(content, &format!("{}… [truncated: 10 of 200 bytes]", "é".repeat(5)));
+    // The next step of this drive (the next model turn) reads the whole result.
+    let conversation = loopstack_llm::conversation(&cx).unwrap();
+    assert_eq!(conversation.last().unwrap().tool_results_iter().next().unwrap().content, "é".repeat(100));
 }

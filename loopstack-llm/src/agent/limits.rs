@@ -20,7 +20,7 @@ pub const DEFAULT_MAX_REPEATS: u32 = 2;
 pub struct Limits {
     /// Model turns (default 10).
     pub max_turns: u32,
-    /// Input plus output tokens of all turns; checked before each turn.
+    /// Tokens of all turns (input, cached input and output); checked before each turn.
     pub max_total_tokens: Option<u64>,
     /// Cost of all turns, in the currency of the [`Prices`]; checked before each turn.
     pub max_cost: Option<f64>,
@@ -164,9 +164,8 @@ impl Price {
         self
     }
 
-    /// What `usage` costs. Providers count cached tokens apart from input
-    /// tokens (Anthropic) or within them (OpenAI); either way each token is priced
-    /// once, by the counts [`Usage`] holds.
+    /// What `usage` costs: each count of [`Usage`] at its price (the providers'
+    /// counts are made to not overlap: cached input is not in `input_tokens`).
     pub fn cost(&self, usage: &Usage) -> f64 {
         let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         per(usage.input_tokens, self.input)

@@ -1062,7 +1062,7 @@ impl Agent {
         if state.turns >= limits.max_turns {
             return Some(Limit::Turns { max: limits.max_turns });
         }
-        let used = state.usage.input_tokens.saturating_add(state.usage.output_tokens);
+        let used = state.usage.all_tokens();
         if let Some(max) = limits.max_total_tokens
             && used >= max
         {

@@ -76,8 +76,9 @@ const PATH: &str = "/v1/chat/completions";
 /// id becomes `call_<n>`, numbered after the tool calls already in the conversation
 /// (so it never repeats an earlier call's id), and a reply with tool calls whose
 /// `finish_reason` is `stop` (some local servers) stops with
-/// [`StopReason::ToolUse`](crate::StopReason::ToolUse). `input_tokens` is the API's
-/// `prompt_tokens`, which includes the cached tokens also counted in
+/// [`StopReason::ToolUse`](crate::StopReason::ToolUse). The API counts cached
+/// tokens within `prompt_tokens`; [`Usage`](crate::Usage) counts them apart, as for
+/// Anthropic: `input_tokens` is `prompt_tokens` minus `cached_tokens`, which are
 /// `cache_read_input_tokens`.
 ///
 /// The API key never appears in `Debug` output, logs or errors.

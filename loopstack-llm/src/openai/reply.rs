@@ -61,11 +61,14 @@ struct WireUsageDetails {
 
 impl WireUsage {
     pub(super) fn usage(&self) -> Usage {
+        // OpenAI counts cached tokens within `prompt_tokens`; `Usage` counts them
+        // apart (as Anthropic does), so each token is counted, and priced, once.
+        let cached = self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0);
         Usage {
-            input_tokens: self.prompt_tokens.unwrap_or(0),
+            input_tokens: self.prompt_tokens.unwrap_or(0).saturating_sub(cached),
             output_tokens: self.completion_tokens.unwrap_or(0),
             cache_creation_input_tokens: 0,
-            cache_read_input_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
+            cache_read_input_tokens: cached,
         }
     }
 }
@@ -238,7 +241,7 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
-            Usage { input_tokens: 20, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 8 }
+            Usage { input_tokens: 12, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 8 }
         );
         assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("chatcmpl-1"), "gpt-x-2025"));
         let content = &response.message.content;
