@@ -1,11 +1,18 @@
-//! Property tests of hostile input, against the in-memory store and SQLite:
+//! Property tests of hostile input, against the in-memory store, SQLite and PostgreSQL
+//! (the server of `LOOPSTACK_DATABASE_URL`, by default the local one `.ci/run` starts;
+//! the tests fail, never skip, without it):
 //!
 //! - random JSON (any depth up to ~200, floats of every kind, unicode, big integers)
 //!   as state, document content, metadata and tool arguments either round-trips
 //!   exactly through a checkpoint, or is refused with an error; never a panic, never
 //!   a checkpoint that does not load;
 //! - random sequences of cancel, signal (valid, invalid payload, unknown name,
-//!   refused) and resume on one run keep the store's invariants after every step.
+//!   refused) and resume (by the runtime that started the run, or by a fresh one, as
+//!   after a restart) on one run keep the store's invariants after every step.
+//!
+//! Every case is a run of its own (a fresh run id), so each store is shared by all
+//! the cases of a test: PostgreSQL gets one schema per test function, dropped at its
+//! end, and fewer cases, as its round trips cost more.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,24 +21,55 @@ use futures::future::BoxFuture;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::*;
 use loopstack_llm::{ContentBlock, LlmDelegateToolCalls, Message, Role, ToolUse};
-use loopstack_store::SqliteStore;
+use loopstack_store::{PostgresStore, SqliteStore};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
+/// Cases per test on the in-memory store and on SQLite.
 const CASES: u32 = 128;
+/// Cases per test on PostgreSQL, whose every query is a round trip to the server.
+const PG_CASES: u32 = 32;
 
-fn config() -> Config {
-    Config { cases: CASES, failure_persistence: None, ..Config::default() }
-}
-
-/// Both stores, each shared by all cases of a test (every case is a run of its own).
-async fn stores() -> Vec<(&'static str, Arc<dyn Store>)> {
-    let sqlite = SqliteStore::memory().await.expect("an in-memory SQLite store");
-    vec![("memory", Arc::new(MemoryStore::new())), ("sqlite", Arc::new(sqlite))]
+fn config(cases: u32) -> Config {
+    Config { cases, failure_persistence: None, ..Config::default() }
 }
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// A store of its own on PostgreSQL for one test function: a fresh schema, which the
+/// caller drops.
+async fn postgres(test: &str) -> (PostgresStore, String) {
+    let url = std::env::var("LOOPSTACK_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let schema = format!("loopstack_test_prop_{test}_{}", RunId::new().0.simple());
+    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+    });
+    (store, schema)
+}
+
+/// Runs `test` on each store in turn (memory, SQLite, PostgreSQL), with the number of
+/// cases to run on it; each store is shared by all of that test's cases. The
+/// PostgreSQL schema is dropped even when `test` fails, and a failure names the store.
+fn on_each_store(rt: &tokio::runtime::Runtime, tag: &str, test: impl Fn(&Arc<dyn Store>, u32) -> Result<(), String>) {
+    let sqlite = rt.block_on(SqliteStore::memory()).expect("an in-memory SQLite store");
+    for (name, store) in [("memory", Arc::new(MemoryStore::new()) as Arc<dyn Store>), ("sqlite", Arc::new(sqlite))] {
+        test(&store, CASES).unwrap_or_else(|e| panic!("{name} store: {e}"));
+    }
+    let (pg, schema) = rt.block_on(postgres(tag));
+    let store: Arc<dyn Store> = Arc::new(pg.clone());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(&store, PG_CASES)));
+    drop(store);
+    rt.block_on(async {
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pg.pool()).await.unwrap();
+        pg.pool().close().await;
+    });
+    match result {
+        Ok(result) => result.unwrap_or_else(|e| panic!("postgres store: {e}")),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -191,11 +229,20 @@ fn text(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap()
 }
 
-/// How many cases were accepted and refused, so a run shows both sides were tried.
-static ACCEPTED: AtomicUsize = AtomicUsize::new(0);
-static REFUSED: AtomicUsize = AtomicUsize::new(0);
+/// How many cases a store accepted and refused, so a run shows both sides were tried.
+#[derive(Default)]
+struct Outcomes {
+    accepted: AtomicUsize,
+    refused: AtomicUsize,
+}
 
-async fn check_case(store: &Arc<dyn Store>, case: Case) -> Result<(), TestCaseError> {
+impl Outcomes {
+    fn get(&self) -> (usize, usize) {
+        (self.accepted.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed))
+    }
+}
+
+async fn check_case(store: &Arc<dyn Store>, case: Case, seen: &Outcomes) -> Result<(), TestCaseError> {
     let doc_ok = reads_back(&Blob(case.content.clone()))
         && reads_back(&json!({"m": case.meta}))
         && reads_back(&call_message(&case.args));
@@ -209,7 +256,7 @@ async fn check_case(store: &Arc<dyn Store>, case: Case) -> Result<(), TestCaseEr
     match result {
         Ok(report) => {
             prop_assert!(doc_ok && state_ok, "accepted what does not read back: {case:?}");
-            ACCEPTED.fetch_add(1, Ordering::Relaxed);
+            seen.accepted.fetch_add(1, Ordering::Relaxed);
             prop_assert_eq!(&report.outcome, &RunOutcome::Waiting { place: "a", signals: vec!["go"] });
             // A fresh runtime resumes the run: the checkpoint loads.
             let resumed = Runtime::with_shared_store(store.clone()).resume(&wf, run_id).await.expect("resumes");
@@ -235,7 +282,7 @@ async fn check_case(store: &Arc<dyn Store>, case: Case) -> Result<(), TestCaseEr
         }
         Err(err) => {
             prop_assert!(!(doc_ok && state_ok), "refused what reads back: {err}");
-            REFUSED.fetch_add(1, Ordering::Relaxed);
+            seen.refused.fetch_add(1, Ordering::Relaxed);
             if doc_ok {
                 prop_assert!(matches!(err, RunError::UnstorableState { after: Some("begin"), .. }), "{err:?}");
             } else {
@@ -252,16 +299,57 @@ async fn check_case(store: &Arc<dyn Store>, case: Case) -> Result<(), TestCaseEr
     Ok(())
 }
 
+/// `v` in `depth` levels of arrays and objects, alternating.
+fn nest(mut v: Value, depth: usize) -> Value {
+    for i in 0..depth {
+        v = if i % 2 == 0 { json!([v]) } else { json!({ "k": v }) };
+    }
+    v
+}
+
+/// Fixed cases every store runs before the random ones: the corners the issue names
+/// (exact floats, unicode with NUL and astral characters, the largest integers, depths
+/// on both sides of serde_json's read limit, non-finite floats), so each store is
+/// seen to accept and to refuse whatever the random cases happen to be.
+fn corner_cases() -> Vec<Case> {
+    let unicode = "z\u{fc}rich \u{0} \u{1F980} \u{202E}rtl \u{FEFF} \u{10FFFF} \\\"\n\t";
+    let plain = Case {
+        state: json!({ unicode: unicode, "max": u64::MAX, "min": i64::MIN, "f": 2.017351698988807e285 }),
+        floats: vec![-0.0, 5e-324, f64::MIN_POSITIVE, f64::MAX, f64::MIN, 2.017351698988807e285, 0.1 + 0.2],
+        content: json!([unicode, 1e-300, -0.0, {"": null, unicode: [true, false]}]),
+        meta: json!(unicode),
+        args: json!({ "city": unicode, "n": 5e-324 }),
+    };
+    let mut cases = vec![plain.clone()];
+    for f in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        cases.push(Case { floats: vec![1.5, f], ..plain.clone() });
+    }
+    for depth in (120..=132).step_by(3).chain([200]) {
+        cases.push(Case { state: nest(json!(unicode), depth), ..plain.clone() });
+        cases.push(Case { content: nest(json!(1e-300), depth), ..plain.clone() });
+        cases.push(Case { meta: nest(json!([]), depth), ..plain.clone() });
+        cases.push(Case { args: nest(json!({}), depth), ..plain.clone() });
+    }
+    cases
+}
+
 #[test]
 fn random_json_round_trips_through_a_checkpoint_or_is_refused() {
     let rt = rt();
-    for (name, store) in rt.block_on(stores()) {
-        let mut runner = TestRunner::new(config());
-        runner
-            .run(&case(), |case| rt.block_on(check_case(&store, case)))
-            .unwrap_or_else(|e| panic!("{name} store: {e}"));
-    }
-    let (accepted, refused) = (ACCEPTED.load(Ordering::Relaxed), REFUSED.load(Ordering::Relaxed));
+    let random = Outcomes::default();
+    on_each_store(&rt, "json", |store, cases| {
+        let corners = Outcomes::default();
+        for case in corner_cases() {
+            rt.block_on(check_case(store, case.clone(), &corners)).map_err(|e| format!("{e}\n{case:?}"))?;
+        }
+        let (accepted, refused) = corners.get();
+        if accepted == 0 || refused == 0 {
+            return Err(format!("the corner cases were {accepted} accepted, {refused} refused"));
+        }
+        let mut runner = TestRunner::new(config(cases));
+        runner.run(&case(), |case| rt.block_on(check_case(store, case, &random))).map_err(|e| e.to_string())
+    });
+    let (accepted, refused) = random.get();
     assert!(accepted >= 10 && refused >= 10, "both outcomes were tried: {accepted} accepted, {refused} refused");
 }
 
@@ -341,7 +429,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => Just(Op::Cancel),
-        2 => "[a-z]{1,8}".prop_filter("not mallory", |n| n != "mallory").prop_map(Op::Approve),
+        // Any unicode (NUL, astral, bidi controls) as the approver, kept in state and signal.
+        2 => any::<String>().prop_filter("not mallory", |n| n != "mallory").prop_map(Op::Approve),
         2 => Just(Op::InvalidPayload),
         2 => Just(Op::UnknownSignal),
         2 => Just(Op::Refused),
@@ -349,15 +438,23 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-async fn check_ops(store: &Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let rt = Runtime::with_shared_store(store.clone());
-    let run_id = rt.start(&Gate, ()).await.expect("starts").run_id;
+/// An op, and whether a fresh runtime on the same store performs it (as after a
+/// restart) rather than the one that started the run.
+fn ops() -> impl Strategy<Value = Vec<(Op, bool)>> {
+    prop::collection::vec((op(), any::<bool>()), 1..10)
+}
+
+async fn check_ops(store: &Arc<dyn Store>, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
+    let first = Runtime::with_shared_store(store.clone());
+    let run_id = first.start(&Gate, ()).await.expect("starts").run_id;
     // The model: where the run should stand, and how many signals were stored.
     let mut status = RunStatus::Waiting;
     let mut stored_signals = 0usize;
     let mut last_step = 1;
     let mut finished: Option<(RunStatus, u64, String, Option<String>)> = None;
-    for op in ops {
+    for (op, fresh) in ops {
+        let fresh = fresh.then(|| Runtime::with_shared_store(store.clone()));
+        let rt = fresh.as_ref().unwrap_or(&first);
         let waiting = status == RunStatus::Waiting;
         match &op {
             Op::Cancel => {
@@ -412,7 +509,7 @@ async fn check_ops(store: &Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseE
 
         // The store's invariants after every op.
         let record = store.load_run(run_id).await.unwrap();
-        prop_assert_eq!(record.status, status, "after {:?}", op);
+        prop_assert_eq!(record.status, status, "after {:?} (fresh runtime: {})", op, fresh.is_some());
         prop_assert!(record.step >= last_step, "the step never decreases");
         last_step = record.step;
         prop_assert_eq!(record.step, if status == RunStatus::Completed { 2 } else { 1 });
@@ -451,10 +548,8 @@ async fn check_ops(store: &Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseE
 #[test]
 fn random_cancel_signal_and_resume_sequences_keep_the_store_consistent() {
     let rt = rt();
-    for (name, store) in rt.block_on(stores()) {
-        let mut runner = TestRunner::new(config());
-        runner
-            .run(&prop::collection::vec(op(), 1..10), |ops| rt.block_on(check_ops(&store, ops)))
-            .unwrap_or_else(|e| panic!("{name} store: {e}"));
-    }
+    on_each_store(&rt, "ops", |store, cases| {
+        let mut runner = TestRunner::new(config(cases));
+        runner.run(&ops(), |ops| rt.block_on(check_ops(store, ops))).map_err(|e| e.to_string())
+    });
 }
