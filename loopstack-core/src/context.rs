@@ -208,6 +208,7 @@ impl RunContext {
                     }
                     CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
                 })?;
+                let state = self.runtime.redact(state);
                 let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
                     .queued()
                     .child_of(self.run_id, signal);
@@ -278,7 +279,8 @@ impl RunContext {
     /// Saves `stored` and keeps `shared` as its value for the rest of the drive:
     /// the store gets a bounded form (a long result cut, with a marker) while the
     /// steps after this one, in this process, read the whole value. A resumed run
-    /// reads what was stored.
+    /// reads what was stored. When the runtime has secrets, nothing is kept: reads
+    /// parse what was stored, with the secrets redacted.
     pub fn save_shared_as<T: DocumentType + Send + Sync + 'static>(
         &mut self,
         stored: &T,
@@ -287,6 +289,11 @@ impl RunContext {
     ) -> Result<&Arc<Document>, serde_json::Error> {
         let doc = shared;
         let key = Arc::as_ptr(self.save_with(stored, options)?) as usize;
+        if !self.runtime.inner.secrets.is_empty() {
+            // What was stored may have been redacted: reads parse that, never the
+            // value with the secret.
+            return Ok(self.docs.iter().rev().find(|d| Arc::as_ptr(d) as usize == key).expect("just saved"));
+        }
         if self.shared.len() == SHARED_KEPT {
             self.shared.remove(0);
         }
@@ -333,7 +340,16 @@ impl RunContext {
     }
 
     fn insert(&mut self, doc_type: Cow<'static, str>, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
-        let SaveOptions { key, tags, metadata } = options;
+        let SaveOptions { key, tags, mut metadata } = options;
+        let secrets = &self.runtime.inner.secrets;
+        let content = if secrets.is_empty() {
+            content
+        } else {
+            for value in metadata.values_mut() {
+                secrets.redact_value(value);
+            }
+            crate::secrets::redact_raw(secrets, content)
+        };
         let existing = key.as_deref().and_then(|k| self.find_keyed(&doc_type, k));
         let (seq, version) = match existing {
             Some(i) => (self.docs[i].seq, self.docs[i].version + 1),

@@ -52,6 +52,7 @@ mod error;
 pub mod events;
 mod registry;
 mod runtime;
+pub mod secrets;
 pub mod store;
 mod tool;
 mod workflow;

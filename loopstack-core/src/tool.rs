@@ -178,6 +178,7 @@ pub struct ToolContext {
     cancellation: CancellationToken,
     runtime: Option<crate::Runtime>,
     parent_state: Option<Arc<Value>>,
+    secrets: Option<crate::secrets::Secrets>,
 }
 
 impl ToolContext {
@@ -192,6 +193,7 @@ impl ToolContext {
             cancellation: CancellationToken::new(),
             runtime: None,
             parent_state: None,
+            secrets: None,
         }
     }
 
@@ -230,6 +232,18 @@ impl ToolContext {
     pub fn with_parent_state(mut self, state: Arc<Value>) -> Self {
         self.parent_state = Some(state);
         self
+    }
+
+    /// Gives the call the secrets its result is redacted of.
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: crate::secrets::Secrets) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// The secrets the call's result is redacted of, when its runtime has some.
+    pub fn secrets(&self) -> Option<&crate::secrets::Secrets> {
+        self.secrets.as_ref()
     }
 
     /// The runtime that drives the call's run, when the tool asked for it.

@@ -385,6 +385,9 @@ impl LlmDelegateToolCalls {
                     .with_run_id(run_id)
                     .with_step(step)
                     .with_cancellation(cancellation.clone());
+                if !cx.runtime().secrets().is_empty() {
+                    tcx = tcx.with_secrets(cx.runtime().secrets().clone());
+                }
                 // Only tools that start runs carry the runtime and the state.
                 if self.tools.spec(&call.name).is_some_and(|s| s.options.needs_run) {
                     tcx = tcx.with_runtime(cx.runtime().clone());
@@ -458,7 +461,12 @@ impl LlmDelegateToolCalls {
         if let Some(events) = events {
             events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });
         }
-        let output = self.execute(call, cx, offered, exclusive).instrument(span.clone()).await;
+        let secrets = cx.secrets().cloned();
+        let mut output = self.execute(call, cx, offered, exclusive).instrument(span.clone()).await;
+        // The runtime's secrets never reach the model, the documents or the log.
+        if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
+            redact_output(&secrets, &mut output);
+        }
         let duration = started.elapsed();
         if let Some(events) = events {
             events.emit(|| EventKind::ToolCallFinished {
@@ -568,6 +576,20 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Redacts a tool's output in place.
+fn redact_output(secrets: &loopstack_core::secrets::Secrets, output: &mut ToolOutput) {
+    match &mut output.content {
+        loopstack_core::ToolContent::Text(text) => {
+            if let std::borrow::Cow::Owned(redacted) = secrets.redact(text) {
+                *text = redacted;
+            }
+        }
+        loopstack_core::ToolContent::Json(value) => {
+            secrets.redact_value(value);
+        }
     }
 }
 

@@ -279,6 +279,62 @@ pub struct GenerateResult {
 }
 
 impl GenerateResult {
+    /// A turn that produced `message` and stopped for `stop_reason`, with no usage,
+    /// an empty provider and model name and no tools offered; set them with the
+    /// builder methods. For tests of guards and routing that read a turn:
+    ///
+    /// ```
+    /// use loopstack_llm::{ContentBlock, GenerateResult, Message, Role, StopReason, ToolUse, Usage};
+    ///
+    /// let call = ToolUse::new("call_1", "get_weather", serde_json::json!({"location": "Oslo"}));
+    /// let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
+    /// let turn = GenerateResult::new(message, StopReason::ToolUse)
+    ///     .usage(Usage::new(12, 3))
+    ///     .provider("scripted")
+    ///     .model("scripted-weather")
+    ///     .offered_tools(["get_weather"]);
+    /// assert!(turn.wants_tools());
+    /// assert!(!GenerateResult::new(Message::assistant("Sunny."), StopReason::EndTurn).wants_tools());
+    /// ```
+    pub fn new(message: Message, stop_reason: StopReason) -> Self {
+        Self {
+            message,
+            stop_reason,
+            usage: Usage::default(),
+            provider: String::new(),
+            model: String::new(),
+            offered_tools: Vec::new(),
+        }
+    }
+
+    /// Sets the tokens the turn used.
+    #[must_use]
+    pub fn usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Sets the provider.
+    #[must_use]
+    pub fn provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = provider.into();
+        self
+    }
+
+    /// Sets the model name.
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// Sets the names of the tools offered in the turn.
+    #[must_use]
+    pub fn offered_tools<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.offered_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Whether the model asked for tools: the message has tool calls, whatever the
     /// stop reason (Anthropic may send calls with `end_turn`, a local server with
     /// `stop`, and a reply cut at `max_tokens` may hold calls); they must be answered

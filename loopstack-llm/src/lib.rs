@@ -11,6 +11,10 @@
 //!   of a message, each failure a result the model sees).
 //! - The ready-made [`Agent`] loop, itself a `#[workflow]`.
 //!
+//! Through the `loopstack` crate this crate is `loopstack::llm`: where these docs
+//! write `loopstack_llm::X` (and `loopstack_core::X`), facade users write
+//! `loopstack::llm::X` (and `loopstack::X`, most of it in `loopstack::prelude`).
+//!
 //! ```
 //! use loopstack_core::{Runtime, ToolRegistry};
 //! use loopstack_llm::{Agent, ChatModel, ChatRequest, Message, ScriptedModel};

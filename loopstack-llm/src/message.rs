@@ -265,7 +265,52 @@ impl ContentBlock {
     }
 }
 
+/// `user` or `assistant`.
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+        })
+    }
+}
+
+/// The block as a person reads it: text as written, `tool call get_weather({"location":"Oslo"})`
+/// (the arguments as compact JSON, or as the model wrote them when they are not JSON),
+/// `tool result call_1: Sunny` (`tool error ...` for a failed call), and
+/// `[anthropic thinking]` for a provider's own block.
+///
+/// ```
+/// use loopstack_llm::{ContentBlock, ToolUse};
+/// use serde_json::json;
+///
+/// let call = ContentBlock::ToolUse(ToolUse::new("call_1", "get_weather", json!({"location": "Oslo"})));
+/// assert_eq!(call.to_string(), r#"tool call get_weather({"location":"Oslo"})"#);
+/// ```
+impl std::fmt::Display for ContentBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text { text } => f.write_str(text),
+            Self::ToolUse(call) => match &call.invalid_input {
+                Some(bad) => write!(f, "tool call {}({}) (invalid JSON: {})", call.name, bad.raw, bad.error),
+                None => write!(f, "tool call {}({})", call.name, call.input),
+            },
+            Self::ToolResult(result) => {
+                let kind = if result.is_error { "tool error" } else { "tool result" };
+                write!(f, "{kind} {}: {}", result.tool_use_id, result.content)
+            }
+            Self::Provider { provider, raw } => match raw.get("type").and_then(Value::as_str) {
+                Some(kind) => write!(f, "[{provider} {kind}]"),
+                None => write!(f, "[{provider} block]"),
+            },
+        }
+    }
+}
+
 /// A message of a conversation.
+///
+/// It prints as one readable line (see its [`Display`](std::fmt::Display)
+/// implementation), so printing a conversation is `for m in &messages { println!("{m}") }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// Who wrote it.
@@ -315,6 +360,53 @@ impl Message {
             ContentBlock::ToolResult(t) => Some(t),
             _ => None,
         })
+    }
+}
+
+/// The message as one readable line: `user: How is the weather?`,
+/// `assistant: tool call get_weather({"location":"Oslo"})`, `tool result call_1: Sunny`.
+///
+/// The role comes first, except for a message made only of tool results, whose
+/// results speak for themselves; blocks are separated by `; ` and each prints as its
+/// [`ContentBlock`] does. Text is written as it is, line breaks included, and a
+/// message without content prints as `assistant: (empty)`.
+///
+/// ```
+/// use loopstack_llm::{ContentBlock, Message, Role, ToolResult, ToolUse};
+/// use serde_json::json;
+///
+/// let call = ToolUse::new("call_1", "get_weather", json!({"location": "Oslo"}));
+/// let conversation = [
+///     Message::user("How is the weather?"),
+///     Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] },
+///     Message::tool_results([ToolResult { tool_use_id: "call_1".into(), content: "Sunny".into(), is_error: false }]),
+///     Message::assistant("It is sunny in Oslo."),
+/// ];
+/// let lines: Vec<String> = conversation.iter().map(ToString::to_string).collect();
+/// assert_eq!(lines, [
+///     "user: How is the weather?",
+///     r#"assistant: tool call get_weather({"location":"Oslo"})"#,
+///     "tool result call_1: Sunny",
+///     "assistant: It is sunny in Oslo.",
+/// ]);
+/// ```
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let only_results =
+            !self.content.is_empty() && self.content.iter().all(|b| matches!(b, ContentBlock::ToolResult(_)));
+        if !only_results {
+            write!(f, "{}: ", self.role)?;
+        }
+        if self.content.is_empty() {
+            return f.write_str("(empty)");
+        }
+        for (i, block) in self.content.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{block}")?;
+        }
+        Ok(())
     }
 }
 
@@ -571,6 +663,46 @@ mod tests {
         assert_eq!(renamed[0], ("c0".to_owned(), "c0_dup2".to_owned()));
         assert!(duplicate_ids(&m).is_empty());
         assert!(rename_duplicate_ids(&mut m).is_empty());
+    }
+
+    #[test]
+    fn messages_print_as_readable_lines() {
+        let result = |id: &str, content: &str, is_error| ToolResult {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error,
+        };
+        assert_eq!(Message::user("How is the weather?").to_string(), "user: How is the weather?");
+        let calls = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::text("Let me look."),
+                ContentBlock::ToolUse(ToolUse::new("call_1", "get_weather", json!({"location": "Oslo"}))),
+                ContentBlock::ToolUse(ToolUse::from_raw_arguments("call_2", "get_time", "{bad")),
+            ],
+        };
+        assert_eq!(
+            calls.to_string(),
+            "assistant: Let me look.; tool call get_weather({\"location\":\"Oslo\"}); tool call get_time({bad) \
+             (invalid JSON: key must be a string at line 1 column 2)"
+        );
+        let results = Message::tool_results([result("call_1", "Sunny", false), result("call_2", "no clock", true)]);
+        assert_eq!(results.to_string(), "tool result call_1: Sunny; tool error call_2: no clock");
+        // A user message that adds text to its results keeps its role.
+        let mut mixed = Message::tool_results([result("call_1", "Sunny", false)]);
+        mixed.content.push(ContentBlock::text("Thanks."));
+        assert_eq!(mixed.to_string(), "user: tool result call_1: Sunny; Thanks.");
+        let thinking = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Provider { provider: "anthropic".into(), raw: json!({"type": "thinking"}) },
+                ContentBlock::Provider { provider: "other".into(), raw: json!([1]) },
+                ContentBlock::text("Sunny."),
+            ],
+        };
+        assert_eq!(thinking.to_string(), "assistant: [anthropic thinking]; [other block]; Sunny.");
+        assert_eq!(Message { role: Role::Assistant, content: vec![] }.to_string(), "assistant: (empty)");
+        assert_eq!(format!("{} {}", Role::User, Role::Assistant), "user assistant");
     }
 
     #[test]

@@ -19,6 +19,7 @@ type ReplyFn = dyn Fn(&ChatRequest) -> Result<ChatResponse, LlmError> + Send + S
 ///
 /// It records every request it receives, so tests assert on what was sent, and it
 /// reports the usage given with each reply. Clones share the script and the record.
+/// Through the `loopstack` crate it is `loopstack::llm::ScriptedModel`.
 ///
 /// ```
 /// use loopstack_llm::{ChatModel, ChatRequest, Message, ScriptedModel, StopReason};

@@ -138,6 +138,7 @@ impl WorkflowTool {
     }
 
     fn failure(&self, what: &str, detail: &str) -> ToolOutput {
+        // The runtime's secrets are redacted from every result by the delegate.
         let detail = self.secrets.redact_bounded(detail, MAX_ERROR_CHARS);
         ToolOutput::error(format!("tool `{}` failed: {what}: {detail}", self.name))
     }

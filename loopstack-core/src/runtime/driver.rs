@@ -145,7 +145,7 @@ async fn prepare<W: Workflow>(
         Mode::Start(input) => {
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
-            let value = checkpoint_state(&state, name, run_id, None)?;
+            let value = runtime.redact(checkpoint_state(&state, name, run_id, None)?);
             let mut new = NewRun::new(run_id, name, def.hash(), value);
             if let Some(l) = new_lease() {
                 new = new.lease(l);
@@ -294,8 +294,9 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
-                let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(e.to_string())));
-                if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(e.to_string()), notify).await {
+                let error = runtime.inner.secrets.redact(&e.to_string()).into_owned();
+                let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
+                if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
                 cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });

@@ -67,6 +67,7 @@ pub(crate) struct Shared {
     pub(crate) events: crate::events::EventHub,
     pub(crate) registry: registry::Registry,
     pub(crate) child_concurrency: usize,
+    pub(crate) secrets: crate::secrets::Secrets,
 }
 
 /// What a runtime reads the time from for timers and leases.
@@ -149,6 +150,7 @@ impl Runtime {
             events: crate::events::EventHub::new(),
             registry: registry::Registry::default(),
             child_concurrency: DEFAULT_CHILD_CONCURRENCY,
+            secrets: crate::secrets::Secrets::new(),
         };
         Self { inner: Arc::new(shared) }
     }
@@ -290,6 +292,21 @@ impl Runtime {
         })
     }
 
+    /// The secret values (API keys, tokens) kept out of what runs record: register
+    /// one with `runtime.secrets().register(key)`; clones of the runtime share them.
+    /// Every occurrence is replaced by `[redacted]` in documents (content and
+    /// metadata) and states before they are committed, in the errors recorded with
+    /// failed or cancelled runs, and in tool results and the warnings logged for
+    /// failed calls.
+    pub fn secrets(&self) -> &crate::secrets::Secrets {
+        &self.inner.secrets
+    }
+
+    /// A state or document's JSON with the runtime's secrets redacted.
+    pub(crate) fn redact(&self, value: Box<serde_json::value::RawValue>) -> Box<serde_json::value::RawValue> {
+        if self.inner.secrets.is_empty() { value } else { crate::secrets::redact_raw(&self.inner.secrets, value) }
+    }
+
     /// Subscribes to the events of every run this runtime (or a clone of it)
     /// drives from now on: transitions, model text as it streams, tool calls,
     /// usage, waits and how each drive ended. See [`events`](crate::events).
@@ -363,7 +380,7 @@ impl Runtime {
         let def = workflow.definition();
         let run_id = RunId::new();
         let state = workflow.init(input);
-        let value = driver::checkpoint_state(&state, def.name(), run_id, None)?;
+        let value = self.redact(driver::checkpoint_state(&state, def.name(), run_id, None)?);
         self.inner.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
         Ok(run_id)
     }
@@ -401,6 +418,7 @@ impl Runtime {
 
     /// Cancels one run, telling its parent; returns the parent.
     async fn cancel_one(&self, run_id: RunId, reason: String) -> Result<Option<RunId>, StoreError> {
+        let reason = self.inner.secrets.redact(&reason).into_owned();
         let claimed = self
             .inner
             .store

@@ -129,7 +129,8 @@ impl<W: Workflow> Drivable for Registered<W> {
                 });
             };
             let input = from_json(input).map_err(|source| RunError::Input { workflow: def.name(), source })?;
-            let state = super::driver::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?;
+            let state =
+                runtime.redact(super::driver::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
             let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
             runtime.store().create_run(new).await?;
             Ok(())

@@ -294,7 +294,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 continue;
             }
             let value = match checkpoint_state(&*state, name, run_id, Some(t.name)) {
-                Ok(value) => value,
+                Ok(value) => cx.runtime.redact(value),
                 Err(e) => {
                     // Nothing of the step is committed: the run keeps its last checkpoint.
                     cx.rollback();

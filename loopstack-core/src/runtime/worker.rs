@@ -115,8 +115,18 @@ impl Worker {
             Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
                 tracing::warn!(run_id = %run_id, error = %e, "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;
-                if let Err(store_err) =
-                    self.runtime.inner.store.set_status(run_id, fence, status, Some(e.to_string()), None).await
+                if let Err(store_err) = self
+                    .runtime
+                    .inner
+                    .store
+                    .set_status(
+                        run_id,
+                        fence,
+                        status,
+                        Some(self.runtime.secrets().redact(&e.to_string()).into_owned()),
+                        None,
+                    )
+                    .await
                 {
                     tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure");
                 }

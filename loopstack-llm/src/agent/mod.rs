@@ -929,7 +929,12 @@ impl Agent {
             return Ok(());
         };
         let pending = state.pending_tools.remove(pos);
-        let output = crate::child_result(&ended, &self.secrets);
+        let mut output = crate::child_result(&ended, &self.secrets);
+        if let loopstack_core::ToolContent::Text(text) = &mut output.content
+            && let std::borrow::Cow::Owned(redacted) = cx.runtime().secrets().redact(text)
+        {
+            *text = redacted;
+        }
         if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
             *slot = ToolCallResult::new(pending.call_id, pending.name, output);
         }

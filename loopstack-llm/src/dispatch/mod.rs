@@ -46,14 +46,14 @@
 //! ```
 
 mod projection;
-mod redact;
 mod results;
 
+/// Secrets and bounded error details live in the core, where the runtime keeps its secrets.
+pub use loopstack_core::secrets::{DEFAULT_MAX_ERROR_CHARS, MIN_SECRET_CHARS, REDACTED, Secrets, bounded};
 pub use projection::{
     CallView, ChildInput, ENVELOPE_KEYS, InputFn, InputMapping, MappingError, ProjectionContext, RESERVED_KEYS,
     TOOL_ARGUMENTS, TOOL_CALL, TOOL_CALL_ID, TOOL_CALL_INDEX, TOOL_INPUT, TOOL_NAME, with_envelope,
 };
-pub use redact::{DEFAULT_MAX_ERROR_CHARS, MIN_SECRET_CHARS, REDACTED, Secrets, bounded};
 pub use results::{
     DEFAULT_MAX_STORED_BYTES, DispatchEntry, DispatchResults, ErrorPolicy, ResultSource, SelectedResult,
     TOOL_RESULT_TEXT, TOOL_RESULT_VALUE, content_text, select_result, stored_form, truncate_bytes,

@@ -34,7 +34,7 @@ pub const DEFAULT_MAX_ERROR_CHARS: usize = 2_000;
 /// Its `Debug` output shows how many secrets it holds, never what they are.
 ///
 /// ```
-/// use loopstack_llm::dispatch::Secrets;
+/// use loopstack_core::secrets::Secrets;
 ///
 /// let secrets = Secrets::new();
 /// assert!(secrets.register("sk-live-1234567890\n")); // trimmed: the newline of a key file
@@ -49,7 +49,15 @@ pub const DEFAULT_MAX_ERROR_CHARS: usize = 2_000;
 /// ```
 #[derive(Clone, Default)]
 pub struct Secrets {
-    inner: Arc<RwLock<Inner>>,
+    inner: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// How many distinct secrets were registered: read without the lock, so an
+    /// empty set costs one atomic load on every path that would redact.
+    count: std::sync::atomic::AtomicUsize,
+    lock: RwLock<Inner>,
 }
 
 #[derive(Default)]
@@ -91,11 +99,12 @@ impl Secrets {
         if secret.chars().count() < MIN_SECRET_CHARS {
             return false;
         }
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.lock.write().unwrap_or_else(PoisonError::into_inner);
         if inner.forms.iter().any(|form| form == secret) {
             return true;
         }
         inner.count += 1;
+        self.inner.count.store(inner.count, std::sync::atomic::Ordering::Release);
         inner.forms.push(secret.to_owned());
         let escaped = serde_json::to_string(secret).unwrap_or_default();
         let escaped = escaped.get(1..escaped.len().saturating_sub(1)).unwrap_or_default();
@@ -114,7 +123,7 @@ impl Secrets {
 
     /// How many secrets are registered.
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(PoisonError::into_inner).count
+        self.inner.count.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether no secret is registered.
@@ -125,7 +134,7 @@ impl Secrets {
     /// `text` with every occurrence of a secret replaced by [`REDACTED`]; borrowed,
     /// without allocating, when it has none.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        let inner = self.inner.lock.read().unwrap_or_else(PoisonError::into_inner);
         if inner.forms.is_empty() || text.is_empty() {
             return Cow::Borrowed(text);
         }
@@ -175,7 +184,7 @@ impl Secrets {
     /// anything changed.
     ///
     /// ```
-    /// use loopstack_llm::dispatch::Secrets;
+    /// use loopstack_core::secrets::Secrets;
     /// use serde_json::json;
     ///
     /// let secrets = Secrets::new().with("hunter22");
@@ -218,7 +227,7 @@ impl Secrets {
     /// order that never leaves the start of a secret that straddles the cut.
     ///
     /// ```
-    /// use loopstack_llm::dispatch::Secrets;
+    /// use loopstack_core::secrets::Secrets;
     ///
     /// let secrets = Secrets::new().with("SECRET-TOKEN");
     /// assert_eq!(
@@ -239,7 +248,7 @@ impl Secrets {
 /// on top of the `max_chars`. Borrowed, unchanged, when it fits.
 ///
 /// ```
-/// use loopstack_llm::dispatch::bounded;
+/// use loopstack_core::secrets::bounded;
 ///
 /// assert_eq!(bounded("short", 10), "short");
 /// assert_eq!(bounded("naïve café", 4), "naïv… [truncated: 4 of 10 chars]");
@@ -252,6 +261,18 @@ pub fn bounded(text: &str, max_chars: usize) -> Cow<'_, str> {
             Cow::Owned(format!("{}… [truncated: {max_chars} of {total} chars]", &text[..cut]))
         }
     }
+}
+
+/// `raw` JSON with every secret in it redacted (a string's value, an object's key);
+/// unchanged when it has none. The text is searched first: only JSON that holds a
+/// secret is parsed and written again.
+pub fn redact_raw(secrets: &Secrets, raw: Box<serde_json::value::RawValue>) -> Box<serde_json::value::RawValue> {
+    if matches!(secrets.redact(raw.get()), Cow::Borrowed(_)) {
+        return raw;
+    }
+    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else { return raw };
+    secrets.redact_value(&mut value);
+    serde_json::value::to_raw_value(&value).unwrap_or(raw)
 }
 
 #[cfg(test)]
@@ -371,7 +392,7 @@ mod tests {
         let secrets = Secrets::new().with("abcdef");
         let clone = secrets.clone();
         let _ = std::thread::spawn(move || {
-            let _guard = clone.inner.write().unwrap();
+            let _guard = clone.inner.lock.write().unwrap();
             panic!("poison");
         })
         .join();
