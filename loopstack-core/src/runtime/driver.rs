@@ -290,16 +290,16 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                 tracing::warn!(error = %e, "another driver owns this run; this drive stops");
             }
             Err(e) => {
-                tracing::warn!(error = %e, "run failed");
+                let error = runtime.inner.secrets.redact(&e.to_string()).into_owned();
+                tracing::warn!(%error, "run failed");
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
-                let error = runtime.inner.secrets.redact(&e.to_string()).into_owned();
                 let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
                 if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
-                cx.emit(|| EventKind::Finished { status, error: Some(e.to_string()) });
+                cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.secrets.redact(&e.to_string()).into_owned()) });
                 // Its children go with it.
                 super::cancel_children(runtime, run_id, "the parent run ended").await;
             }

@@ -525,7 +525,9 @@ async fn wake_parent(runtime: &Runtime, parent: RunId) {
     };
     match wf.wake(runtime, parent, registry::Wake::IfIdle, true).await {
         Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
-        Err(e) => tracing::info!(parent = %parent, error = %e, "the woken parent's drive ended with an error"),
+        Err(e) => {
+            tracing::info!(parent = %parent, error = %runtime.inner.secrets.redact(&e.to_string()), "the woken parent's drive ended with an error")
+        }
     }
 }
 

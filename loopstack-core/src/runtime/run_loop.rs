@@ -383,7 +383,7 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
         };
         match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
             Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
-            Err(e) => tracing::info!(child = %child, error = %e, "a child run ended with an error"),
+            Err(e) => tracing::info!(child = %child, error = %runtime.inner.secrets.redact(&e.to_string()), "a child run ended with an error"),
         }
     });
     futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency).collect::<Vec<()>>().await;

@@ -113,7 +113,7 @@ impl Worker {
             // reads) would otherwise be claimed again at every lease: it fails with
             // the reason, and `retry` picks it up under a build that can.
             Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
-                tracing::warn!(run_id = %run_id, error = %e, "this build cannot drive the run");
+                tracing::warn!(run_id = %run_id, error = %self.runtime.secrets().redact(&e.to_string()), "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;
                 if let Err(store_err) = self
                     .runtime
@@ -132,7 +132,9 @@ impl Worker {
                 }
             }
             // The run recorded its own failure; the worker goes on.
-            Err(e) => tracing::info!(run_id = %run_id, error = %e, "a drive ended with an error"),
+            Err(e) => {
+                tracing::info!(run_id = %run_id, error = %self.runtime.secrets().redact(&e.to_string()), "a drive ended with an error")
+            }
         }
     }
 
