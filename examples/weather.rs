@@ -444,21 +444,14 @@ mod tests {
 
     /// A model turn: with a tool call, or with text only.
     fn turn(calls: bool) -> GenerateResult {
-        let block = if calls {
-            serde_json::json!({"type": "tool_use", "id": "c", "name": "get_weather", "input": {}})
+        let result = if calls {
+            let call = ToolUse::new("c", "get_weather", serde_json::json!({}));
+            let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
+            GenerateResult::new(message, StopReason::ToolUse)
         } else {
-            serde_json::json!({"type": "text", "text": "Sunny."})
+            GenerateResult::new(Message::assistant("Sunny."), StopReason::EndTurn)
         };
-        let stop_reason = if calls { StopReason::ToolUse } else { StopReason::EndTurn };
-        serde_json::from_value(serde_json::json!({
-            "message": {"role": "assistant", "content": [block]},
-            "stop_reason": stop_reason,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-            "provider": "scripted",
-            "model": "m",
-            "offered_tools": [],
-        }))
-        .unwrap()
+        result.provider("scripted").model("m")
     }
 
     #[test]
