@@ -208,8 +208,9 @@ pub struct DelegateResult {
 /// runs, a drive inside `tokio::spawn`), each call runs in a task of its own, so a
 /// tool that blocks its thread still gets its timeout result on time (the blocked
 /// task is aborted at its next await); called from outside a task (`block_on`, the
-/// body of `#[tokio::main]`) the calls run inline. Either way, blocking work belongs in
-/// `tokio::task::spawn_blocking` (see [`Tool::call`](loopstack_core::Tool::call)).
+/// body of `#[tokio::main]`) the calls run inline unless
+/// [`isolate_calls(true)`](Self::isolate_calls) is set. Either way, blocking work
+/// belongs in `tokio::task::spawn_blocking` (see [`Tool::call`](loopstack_core::Tool::call)).
 ///
 /// Each call gets exactly one result, and no two results share an id: a call that
 /// repeats the id of an earlier call in the message is not run, and its error result
@@ -223,6 +224,9 @@ pub struct LlmDelegateToolCalls {
     concurrency: usize,
     policy: ErrorPolicy,
     max_stored_bytes: usize,
+    /// Whether each call runs in a task of its own: `None` decides by where the
+    /// step runs (see [`LlmDelegateToolCalls::isolate_calls`]).
+    isolate: Option<bool>,
 }
 
 impl LlmDelegateToolCalls {
@@ -234,6 +238,7 @@ impl LlmDelegateToolCalls {
             concurrency: DEFAULT_CONCURRENCY,
             policy: ErrorPolicy::Continue,
             max_stored_bytes: crate::dispatch::DEFAULT_MAX_STORED_BYTES,
+            isolate: None,
         }
     }
 
@@ -260,6 +265,20 @@ impl LlmDelegateToolCalls {
     #[must_use]
     pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Sets whether each call runs in a task of its own, so a tool that blocks its
+    /// thread still gets its timeout result on time. Unless set, calls are isolated
+    /// when the step runs in a task of a multi-thread runtime (a worker's runs, a
+    /// drive inside `tokio::spawn`), and run inline when it runs in `block_on` (the
+    /// body of `#[tokio::main]`), where the hand-off to another thread costs tens of
+    /// microseconds a call. Set it to `true` there when tools may block; on a
+    /// current-thread runtime nothing can run while a tool blocks the thread, so
+    /// calls run inline whatever is set.
+    #[must_use]
+    pub fn isolate_calls(mut self, isolate: bool) -> Self {
+        self.isolate = Some(isolate);
         self
     }
 
@@ -513,7 +532,7 @@ impl LlmDelegateToolCalls {
         let registry = self.tools.clone();
         let (tool, input) = (name.to_owned(), call.input.clone());
         let invocation = async move { registry.call(&tool, input, &cx).await };
-        let finished = if in_own_task() {
+        let finished = if self.isolate.unwrap_or_else(in_own_task) && multi_thread() {
             // In a task of its own, so the timeout fires here even while the tool
             // blocks the worker thread it runs on: the call gets its error result on
             // time. The task is aborted (at its next await) once this future stops
@@ -568,6 +587,12 @@ fn in_own_task() -> bool {
     tokio::task::try_id().is_some()
         && tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
+/// Whether the current runtime has worker threads a spawned call can run on.
+fn multi_thread() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 /// A spawned call, aborted when it is no longer awaited.

@@ -128,3 +128,28 @@ async fn a_call_no_longer_awaited_is_aborted() {
     let closed = tokio::time::timeout(Duration::from_secs(60), dropped).await.expect("the tool's future is dropped");
     assert!(closed.is_err(), "dropped, not sent");
 }
+
+#[test]
+fn with_isolated_calls_the_timeout_holds_from_block_on_too() {
+    let (release, release_rx) = mpsc::channel();
+    let (started_tx, started) = mpsc::channel();
+    let finished = Arc::new(AtomicBool::new(false));
+    let tool = Blocker { release: Mutex::new(release_rx), started: Mutex::new(started_tx), finished: finished.clone() };
+    let delegate = LlmDelegateToolCalls::new(ToolRegistry::new().with(tool).unwrap()).isolate_calls(true);
+    let message = Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolUse(ToolUse::new("c1", "blocker", json!({})))],
+    };
+    // The body of `#[tokio::main]`: `block_on` on a multi-thread runtime, no task.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let result = runtime.block_on(async {
+        let (cx, offered) = (RunContext::detached("test"), ["blocker".to_owned()]);
+        delegate.run(&cx, &message, &offered).await
+    });
+    started.recv().expect("the tool ran");
+    let r = &result.results[0];
+    assert!(r.is_error && r.content == "tool `blocker` timed out after 200 ms", "{r:?}");
+    assert!(!finished.load(Ordering::SeqCst), "the result came while the tool was still blocked");
+    release.send(()).unwrap();
+    runtime.shutdown_background();
+}
