@@ -10,9 +10,16 @@
 //! it waits for have ended.
 //!
 //! Children of workflows registered with [`Runtime::register`] are driven by the
-//! runtime that drives the parent, right after the parent's transition commits
-//! (up to [`Runtime::child_concurrency`] at once); children of other workflows
-//! wait, queued, for a [`Worker`](crate::Worker) that has them. A child that waits
+//! drive of the parent that started them, when the parent next waits or ends (up to
+//! [`Runtime::child_concurrency`] at once, the parent's lease renewed meanwhile);
+//! children of other workflows wait, queued, for a [`Worker`](crate::Worker) that
+//! has them.
+//!
+//! A child is created when [`RunContext::start_child`] is called, not when the
+//! transition commits: a transition that fails after starting children fails its
+//! run, which cancels them; a wait transition that refuses its signal leaves the
+//! children it started to run, and their ends reach the parent's inbox like any
+//! signal (a parent that does not expect one ignores it, as the agent does). A child that waits
 //! (for a person's signal, a timer) keeps its parent waiting, across restarts: when
 //! it ends later, its parent gets the signal, and a runtime or worker that has the
 //! parent's workflow drives it on.

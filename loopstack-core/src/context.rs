@@ -40,7 +40,9 @@ pub struct RunContext {
     /// The typed values of the documents saved last with [`RunContext::save_shared`]
     /// (at most [`SHARED_KEPT`]), by the document's identity: a read of one is a
     /// reference count, not a parse (a conversation is read at every model turn).
-    shared: Vec<(usize, Arc<dyn std::any::Any + Send + Sync>)>,
+    /// Each entry holds its document, so the document's address cannot be reused
+    /// by another while the entry lives.
+    shared: Vec<(Arc<Document>, Arc<dyn std::any::Any + Send + Sync>)>,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -186,8 +188,8 @@ impl RunContext {
     /// step this transition commits as and the number of children it started
     /// before: when a crash makes the transition run again, the same child is found
     /// and nothing is started twice. If `workflow` is registered with the runtime
-    /// ([`Runtime::register`]) the runtime drives the child after this transition
-    /// commits; else a [`Worker`](crate::Worker) that has it does.
+    /// ([`Runtime::register`]) this drive drives the child when the run next waits
+    /// or ends; else a [`Worker`](crate::Worker) that has it does.
     ///
     /// Errors when the input's state would not read back, or the store fails.
     pub async fn start_child<W: Workflow>(
@@ -287,18 +289,16 @@ impl RunContext {
         shared: Arc<T>,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
-        let doc = shared;
-        let key = Arc::as_ptr(self.save_with(stored, options)?) as usize;
-        if !self.runtime.inner.secrets.is_empty() {
-            // What was stored may have been redacted: reads parse that, never the
-            // value with the secret.
-            return Ok(self.docs.iter().rev().find(|d| Arc::as_ptr(d) as usize == key).expect("just saved"));
+        let saved = self.save_with(stored, options)?.clone();
+        // What was stored may have been redacted: then reads parse that, never the
+        // value with the secret.
+        if self.runtime.inner.secrets.is_empty() {
+            if self.shared.len() == SHARED_KEPT {
+                self.shared.remove(0);
+            }
+            self.shared.push((saved.clone(), shared));
         }
-        if self.shared.len() == SHARED_KEPT {
-            self.shared.remove(0);
-        }
-        self.shared.push((key, doc));
-        Ok(self.docs.iter().rev().find(|d| Arc::as_ptr(d) as usize == key).expect("just saved"))
+        Ok(self.docs.iter().rev().find(|d| Arc::ptr_eq(d, &saved)).expect("just saved"))
     }
 
     /// Reads a document as a shared `T`: the value [`RunContext::save_shared`] kept
@@ -307,8 +307,7 @@ impl RunContext {
         &self,
         doc: &Arc<Document>,
     ) -> Result<Arc<T>, serde_json::Error> {
-        let wanted = Arc::as_ptr(doc) as usize;
-        if let Some((_, value)) = self.shared.iter().rev().find(|(key, _)| *key == wanted)
+        if let Some((_, value)) = self.shared.iter().rev().find(|(kept, _)| Arc::ptr_eq(kept, doc))
             && let Ok(value) = value.clone().downcast::<T>()
         {
             return Ok(value);

@@ -288,3 +288,21 @@ async fn runs_start_by_name_with_json_input() {
     let err = runtime.submit_by_name("nope", json!({})).await.unwrap_err();
     assert_eq!(err.to_string(), "no workflow named `nope` is registered; registered: child, parent");
 }
+
+#[test]
+fn a_shared_value_is_the_current_documents_after_a_keyed_replacement() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Note(String);
+    impl DocumentType for Note {
+        const TYPE: &'static str = "note";
+    }
+    let mut cx = RunContext::detached("test");
+    cx.save_shared(Arc::new(Note("first".into())), SaveOptions::new().key("k")).unwrap();
+    cx.save_shared(Arc::new(Note("second".into())), SaveOptions::new().key("k")).unwrap();
+    let current = cx.documents().iter().find(|d| d.key.as_deref() == Some("k")).unwrap().clone();
+    assert_eq!(*cx.read_shared::<Note>(&current).unwrap(), Note("second".into()));
+    // A document saved without sharing is read from its content.
+    cx.save(&Note("plain".into())).unwrap();
+    let plain = cx.documents().last().unwrap().clone();
+    assert_eq!(*cx.read_shared::<Note>(&plain).unwrap(), Note("plain".into()));
+}

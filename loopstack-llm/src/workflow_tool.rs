@@ -227,8 +227,20 @@ impl Tool for WorkflowTool {
                     ChildEnded::new(child, record.workflow.to_string(), RunStatus::Completed, Some(output), None);
                 Ok(child_result(&ended, &self.secrets))
             }
-            // It waits (or another driver holds it, as after a crash): its end is the result.
-            Ok(Ok(_) | Err(RunError::InvalidStatus { .. })) => Ok(ToolOutput::pending(child)),
+            Ok(Err(RunError::InvalidStatus { .. })) => {
+                // Not queued or waiting: another driver holds it (as after a crash), or it
+                // ended before, as when the transition runs again after a retry.
+                let record = runtime.store().load_run(child).await.map_err(|e| ToolError::new(e.to_string()))?;
+                if !record.status.is_finished() {
+                    return Ok(ToolOutput::pending(child));
+                }
+                let output = (record.status == RunStatus::Completed)
+                    .then(|| serde_json::from_str::<Value>(record.state.get()).unwrap_or(Value::Null));
+                let ended = ChildEnded::new(child, record.workflow.to_string(), record.status, output, record.error);
+                Ok(child_result(&ended, &self.secrets))
+            }
+            // It waits: its end is the result.
+            Ok(Ok(_)) => Ok(ToolOutput::pending(child)),
             Ok(Err(e)) => Ok(self.failure(&format!("its workflow `{}` failed", self.workflow), &e.to_string())),
         }
     }

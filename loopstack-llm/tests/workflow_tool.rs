@@ -300,3 +300,55 @@ async fn long_results_are_stored_cut_with_a_marker_and_returned_whole() {
     let conversation = loopstack_llm::conversation(&cx).unwrap();
     assert_eq!(conversation.last().unwrap().tool_results_iter().next().unwrap().content, "é".repeat(100));
 }
+
+/// Fails its first call, then answers.
+struct Flaky(std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl Tool for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    fn description(&self) -> &str {
+        "Fails once."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        if self.0.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(ToolError::new("the service is down"));
+        }
+        Ok(ToolOutput::text("up again"))
+    }
+}
+
+#[tokio::test]
+async fn a_retried_batch_takes_the_result_of_a_child_that_ended_before() {
+    let first = calls(&[("c1", "issue_refund", json!({"order": "E-1", "amount": 5})), ("c2", "flaky", json!({}))]);
+    let (runtime, _, model) = setup(first, refund_tool());
+    let tools = ToolRegistry::new().with(refund_tool()).unwrap().with(Flaky(true.into())).unwrap();
+    let agent = Agent::new(model.clone(), "m", tools.clone()).delegate(
+        loopstack_llm::LlmDelegateToolCalls::new(tools).error_policy(loopstack_llm::dispatch::ErrorPolicy::FailFast),
+    );
+    let runtime = runtime.register(agent.clone());
+    let err = agent.ask(&runtime, "Refund E-1").await.unwrap_err();
+    let run_id = err.run_id().unwrap();
+    // The child completed before the batch failed; retried, the batch takes its result.
+    let report = runtime.retry(&agent, run_id).await.unwrap();
+    let reply = agent.reply_of(report);
+    assert_eq!(reply.status, AgentStatus::Completed);
+    assert_eq!(reply.text, "refunded 5 EUR on E-1 | up again");
+}
+
+#[tokio::test]
+async fn a_message_to_a_run_another_driver_holds_is_queued_not_answered() {
+    let model = ScriptedModel::new().text("Hello.");
+    let agent = Agent::new(model, "m", ToolRegistry::new()).chat(true);
+    let runtime = Runtime::new();
+    let first = agent.ask(&runtime, "Hi").await.unwrap();
+    // Another driver takes the run.
+    runtime.store().claim(first.run_id, &loopstack_core::Claim::new([RunStatus::Waiting])).await.unwrap();
+    let reply = agent.say(&runtime, first.run_id, "Are you there?").await.unwrap();
+    assert!(matches!(reply.status, AgentStatus::Queued { .. }), "{:?}", reply.status);
+}

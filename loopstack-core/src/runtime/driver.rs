@@ -283,7 +283,8 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             Ok(_) => {}
             // A refused signal leaves the run waiting; the loop parked it again.
             Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. }) => {
-                tracing::info!(error = %outcome.as_ref().err().map(ToString::to_string).unwrap_or_default(), "signal refused");
+                let error = outcome.as_ref().err().map(ToString::to_string).unwrap_or_default();
+                tracing::info!(error = %runtime.inner.secrets.redact(&error), "signal refused");
             }
             // Another driver owns this run now: the run is theirs, not failed.
             Err(RunError::Store(e)) if e.is_lost_run() => {

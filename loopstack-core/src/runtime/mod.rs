@@ -296,8 +296,11 @@ impl Runtime {
     /// one with `runtime.secrets().register(key)`; clones of the runtime share them.
     /// Every occurrence is replaced by `[redacted]` in documents (content and
     /// metadata) and states before they are committed, in the errors recorded with
-    /// failed or cancelled runs, and in tool results and the warnings logged for
-    /// failed calls.
+    /// failed or cancelled runs and refused signals, in the runtime's logs and
+    /// events of them, and in tool results and the warnings logged for failed
+    /// calls. Signal payloads are stored as sent. A secret is found as registered
+    /// and as serde_json escapes it; JSON written by other means with other escapes
+    /// (`\u0073k-...`) is not searched.
     pub fn secrets(&self) -> &crate::secrets::Secrets {
         &self.inner.secrets
     }
@@ -535,18 +538,30 @@ async fn wake_parent(runtime: &Runtime, parent: RunId) {
 async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
     let mut stack = vec![run_id];
     while let Some(parent) = stack.pop() {
-        let query = crate::store::RunQuery::new().parent(parent).limit(1_000);
-        let children = match runtime.inner.store.list_runs(&query).await {
-            Ok(page) => page.runs,
-            Err(e) => {
-                tracing::warn!(run_id = %parent, error = %e, "could not list the run's children");
-                continue;
+        // Every page of the children that have not ended.
+        let mut query = crate::store::RunQuery::new()
+            .parent(parent)
+            .status(RunStatus::Queued)
+            .status(RunStatus::Running)
+            .status(RunStatus::Waiting)
+            .limit(500);
+        loop {
+            let page = match runtime.inner.store.list_runs(&query).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(run_id = %parent, error = %e, "could not list the run's children");
+                    break;
+                }
+            };
+            for child in page.runs.iter().filter(|c| !c.status.is_finished()) {
+                match runtime.cancel_one(child.run_id, reason.to_owned()).await {
+                    Ok(_) | Err(StoreError::Finished { .. }) => stack.push(child.run_id),
+                    Err(e) => tracing::warn!(child = %child.run_id, error = %e, "could not cancel a child run"),
+                }
             }
-        };
-        for child in children.into_iter().filter(|c| !c.status.is_finished()) {
-            match runtime.cancel_one(child.run_id, reason.to_owned()).await {
-                Ok(_) | Err(StoreError::Finished { .. }) => stack.push(child.run_id),
-                Err(e) => tracing::warn!(child = %child.run_id, error = %e, "could not cancel a child run"),
+            match page.next {
+                Some(cursor) => query = query.before(cursor),
+                None => break,
             }
         }
     }

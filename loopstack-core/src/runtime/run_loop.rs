@@ -157,7 +157,15 @@ impl<W: Workflow> RunLoop<'_, W> {
             let from = cx.place;
             let fence = Fence { epoch: self.epoch, step: cx.step };
             let (index, payload, signal) = match route(wf, from, state, run_id)? {
-                Route::End => return Ok(RunOutcome::Completed),
+                Route::End => {
+                    // Children started and not waited for still run to their end or
+                    // first wait here, rather than stay queued without a driver.
+                    if !self.children.is_empty() {
+                        let children = std::mem::take(&mut self.children);
+                        self.drive_children(cx, children).await?;
+                    }
+                    return Ok(RunOutcome::Completed);
+                }
                 Route::Fire { index, .. } => (index, None, None),
                 Route::DeadEnd { false_guards } => {
                     return Err(RunError::DeadEnd { workflow: name, run_id, place: from, false_guards });
@@ -193,7 +201,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                             // Drive the children this drive started before waiting for
                             // them: their ends arrive in the inbox, read again next.
                             let children = std::mem::take(&mut self.children);
-                            Box::pin(drive_children(cx.runtime(), children)).await;
+                            self.drive_children(cx, children).await?;
                             continue;
                         }
                         (None, None) => {
@@ -287,7 +295,8 @@ impl<W: Workflow> RunLoop<'_, W> {
                         RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
                     }
                 };
-                cx.runtime.inner.store.reject_signal(run_id, self.epoch, id, &error.to_string()).await?;
+                let reason = cx.runtime.inner.secrets.redact(&error.to_string()).into_owned();
+                cx.runtime.inner.store.reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(error);
                 }
@@ -329,6 +338,27 @@ impl<W: Workflow> RunLoop<'_, W> {
                 self.own_signal = None;
             }
             span.in_scope(|| tracing::debug!("transition committed"));
+        }
+    }
+
+    /// Drives the children this drive started, renewing the parent's lease and
+    /// watching its cancellation meanwhile, as a transition does.
+    async fn drive_children(&self, cx: &mut RunContext, children: Vec<RunId>) -> Result<(), RunError> {
+        let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
+        let token = self.watch_cancellation.then(|| cx.cancellation.clone());
+        let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
+        let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
+            store: store.as_ref(),
+            run_id,
+            epoch: self.epoch,
+            lease: *lease,
+            clock: self.clock,
+        });
+        let runtime = cx.runtime.clone();
+        match supervise(Box::pin(drive_children(&runtime, children)), token.as_ref(), heartbeat).await {
+            Ok(()) => Ok(()),
+            Err(Interrupted::Cancelled) => Err(RunError::Cancelled { workflow: name, run_id, place: from }),
+            Err(Interrupted::Lost(e)) => Err(e.into()),
         }
     }
 

@@ -107,28 +107,30 @@ impl Worker {
     async fn drive(&self, record: RunRecord) {
         let Some(workflow) = self.runtime.inner.registry.get(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
+        let (parent, name) = (super::driver::parent_of(&record), record.workflow.clone());
         match workflow.drive_claimed(&self.runtime, record).await {
             Ok(_) => {}
             // A run this build cannot drive (its place is gone, its state no longer
             // reads) would otherwise be claimed again at every lease: it fails with
-            // the reason, and `retry` picks it up under a build that can.
+            // the reason, and `retry` picks it up under a build that can. Like any
+            // failed run, it tells its parent and takes its children with it.
             Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
-                tracing::warn!(run_id = %run_id, error = %self.runtime.secrets().redact(&e.to_string()), "this build cannot drive the run");
+                let error = self.runtime.secrets().redact(&e.to_string()).into_owned();
+                tracing::warn!(run_id = %run_id, %error, "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;
-                if let Err(store_err) = self
-                    .runtime
-                    .inner
-                    .store
-                    .set_status(
-                        run_id,
-                        fence,
-                        status,
-                        Some(self.runtime.secrets().redact(&e.to_string()).into_owned()),
-                        None,
-                    )
-                    .await
-                {
-                    tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure");
+                let notify = parent
+                    .as_ref()
+                    .and_then(|p| super::driver::child_ended(p, run_id, &name, status, None, Some(error.clone())));
+                match self.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
+                    Ok(()) => {
+                        super::cancel_children(&self.runtime, run_id, "the parent run failed").await;
+                        if let Some((parent, _)) = parent {
+                            Box::pin(super::wake_parent(&self.runtime, parent)).await;
+                        }
+                    }
+                    Err(store_err) => {
+                        tracing::warn!(run_id = %run_id, error = %store_err, "could not record the failure")
+                    }
                 }
             }
             // The run recorded its own failure; the worker goes on.

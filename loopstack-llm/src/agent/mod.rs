@@ -140,6 +140,13 @@ pub enum AgentStatus {
     },
     /// The chat run answered and waits for the user's next message ([`Agent::say`]).
     AwaitingUser,
+    /// The signal (a decision, a user message) was stored, but another driver holds
+    /// the run: that driver delivers it. The reply's text is the run's last answer,
+    /// not one to this signal; read the run again later.
+    Queued {
+        /// The signal's id in the run's inbox.
+        signal: u64,
+    },
     /// Calls of workflow tools whose child runs wait (for a person, a timer): the
     /// run goes on when they end.
     AwaitingTools {
@@ -630,6 +637,7 @@ impl Agent {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingTools.as_str() => {
                 AgentStatus::AwaitingTools { calls: state.pending_tools }
             }
+            RunOutcome::Queued { signal } => AgentStatus::Queued { signal },
             _ => state.status.unwrap_or(AgentStatus::Completed),
         };
         AgentReply {
