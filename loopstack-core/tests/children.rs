@@ -306,3 +306,20 @@ fn a_shared_value_is_the_current_documents_after_a_keyed_replacement() {
     let plain = cx.documents().last().unwrap().clone();
     assert_eq!(*cx.read_shared::<Note>(&plain).unwrap(), Note("plain".into()));
 }
+
+#[tokio::test]
+async fn a_retried_parent_receives_the_ends_its_children_had_while_it_was_cancelled() {
+    let runtime = runtime_with(Child::default());
+    let ask = |n| Task { n, ask: true, ..Task::default() };
+    let report = runtime.start(&Parent::default(), vec![task(1), ask(2)]).await.unwrap();
+    assert_eq!(report.state.ended.len(), 1, "the first child ended and was delivered");
+    // Cancelled, the parent takes its waiting child with it; that child's end finds
+    // a finished parent.
+    runtime.cancel(report.run_id, "paused").await.unwrap();
+    let retried = runtime.retry(&Parent::default(), report.run_id).await.unwrap();
+    assert_eq!(retried.outcome, RunOutcome::Completed);
+    let ended = &retried.state.ended;
+    assert_eq!(ended.len(), 2, "each child's end once: {ended:?}");
+    assert_eq!(ended[1].status, RunStatus::Cancelled);
+    assert_eq!(ended[1].child, report.state.children[1]);
+}

@@ -98,6 +98,41 @@ pub(super) fn parent_of(record: &RunRecord) -> Option<Parent> {
     Some((record.parent?, signal.to_owned()))
 }
 
+/// Sends `parent` the end of each of its children that ended without the parent
+/// receiving it (the parent was failed or cancelled then): a retried parent then
+/// sees every child's end, and none twice.
+async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) -> Result<(), StoreError> {
+    let received: std::collections::HashSet<RunId> = store
+        .signals(parent)
+        .await?
+        .into_iter()
+        .filter(|s| !matches!(s.status, crate::store::SignalStatus::Rejected { .. }))
+        .filter_map(|s| serde_json::from_str::<crate::ChildEnded>(s.payload.get()).ok())
+        .map(|ended| ended.child)
+        .collect();
+    let mut query = crate::store::RunQuery::new().parent(parent).limit(500);
+    loop {
+        let page = store.list_runs(&query).await?;
+        for child in &page.runs {
+            let Some(signal) = child.parent_signal.as_deref() else { continue };
+            if !child.status.is_finished() || received.contains(&child.run_id) {
+                continue;
+            }
+            let output = (child.status == RunStatus::Completed).then_some(&*child.state);
+            let parent_of = (parent, signal.to_owned());
+            if let Some(out) =
+                child_ended(&parent_of, child.run_id, &child.workflow, child.status, output, child.error.clone())
+            {
+                store.send_signal(parent, &out.name, out.payload).await?;
+            }
+        }
+        match page.next {
+            Some(cursor) => query = query.before(cursor),
+            None => return Ok(()),
+        }
+    }
+}
+
 /// The signal that tells a child's parent how it ended.
 pub(super) fn child_ended(
     parent: &Parent,
@@ -168,7 +203,13 @@ async fn prepare<W: Workflow>(
             };
             // Check before claiming, so a run this build cannot drive is left as it was.
             check_run(wf, &store.load_run(id).await?)?;
+            let retry = matches!(mode, Mode::Retry(_));
             let record = store.claim(id, &claim(expect)).await.map_err(invalid_status(name, action))?;
+            if retry {
+                // Children that ended while the run was failed or cancelled told a
+                // finished run; their ends are sent again, once.
+                redeliver_child_ends(store.as_ref(), id).await?;
+            }
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(id).await?;
             Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
