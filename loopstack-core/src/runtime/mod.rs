@@ -285,6 +285,21 @@ impl Runtime {
         self.registered(&record.workflow)?.wake(self, child, registry::Wake::IfIdle, false).await
     }
 
+    /// Sends a signal by name, with a JSON payload, to a run of a registered
+    /// workflow and drives it on, as [`Runtime::signal`] does without the
+    /// workflow's type: for command lines and HTTP callers.
+    pub async fn signal_by_name(&self, run_id: RunId, name: &str, payload: Value) -> Result<RunOutcome, RunError> {
+        let record = self.inner.store.load_run(run_id).await?;
+        self.registered(&record.workflow)?.signal_json(self, run_id, name.to_owned(), payload).await
+    }
+
+    /// Retries a failed or cancelled run of a registered workflow, as
+    /// [`Runtime::retry`] does without the workflow's type.
+    pub async fn retry_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
+        let record = self.inner.store.load_run(run_id).await?;
+        self.registered(&record.workflow)?.retry(self, run_id).await
+    }
+
     pub(crate) fn registered(&self, workflow: &str) -> Result<&Arc<dyn registry::Drivable>, RunError> {
         self.inner.registry.get(workflow).ok_or_else(|| RunError::UnknownWorkflow {
             workflow: workflow.to_owned(),

@@ -41,6 +41,18 @@ pub(crate) trait Drivable: Send + Sync {
         cascade: bool,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
+    /// Sends a signal by name with a JSON payload and drives the run on.
+    fn signal_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        run_id: RunId,
+        name: String,
+        payload: Value,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
+    /// Retries a failed or cancelled run.
+    fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
     /// Creates a queued run from JSON input, if the workflow's input reads from JSON.
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>>;
 
@@ -89,6 +101,20 @@ impl<W: Workflow> Drivable for Registered<W> {
             drive.cascade = cascade;
             drive.await.map(|r| r.outcome)
         })
+    }
+
+    fn signal_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        run_id: RunId,
+        name: String,
+        payload: Value,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move { runtime.signal(&*self.workflow, run_id, (name, payload)).await.map(|r| r.outcome) })
+    }
+
+    fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move { runtime.retry(&*self.workflow, run_id).await.map(|r| r.outcome) })
     }
 
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>> {

@@ -1,0 +1,474 @@
+//! A command line for your own binary: register your workflows and agents once,
+//! and operate their runs from a shell (feature `cli`, on by default).
+//!
+//! ```no_run
+//! use loopstack::prelude::*;
+//! # struct MyFlow;
+//! # static DEF: loopstack::Definition = loopstack::Definition::new("my_flow", &[loopstack::START, loopstack::END], &[loopstack::TransitionDef::new("go", &[loopstack::START], loopstack::END)]);
+//! # impl Workflow for MyFlow {
+//! #     type State = (); type Input = ();
+//! #     fn definition(&self) -> &'static loopstack::Definition { &DEF }
+//! #     fn init(&self, _: ()) {}
+//! #     fn guard(&self, _: usize, _: &()) -> bool { true }
+//! #     fn transition<'a>(&'a self, _: usize, _: &'a mut (), _: &'a mut RunContext, _: Option<serde_json::Value>)
+//! #         -> loopstack::BoxFuture<'a, Result<(), loopstack::TransitionError>> { Box::pin(async { Ok(()) }) }
+//! # }
+//!
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     loopstack::cli::main(|runtime| runtime.register(MyFlow)).await
+//! }
+//! ```
+//!
+//! ```text
+//! my-app run my_flow --input '{"topic": "rust"}' --wait   # start a run and drive it here
+//! my-app runs --status waiting                            # list runs, newest first
+//! my-app show RUN_ID                                      # history, conversation, state, documents
+//! my-app signal RUN_ID approve '{"reviewer": "ada"}'      # answer what a run waits for
+//! my-app resume RUN_ID | retry RUN_ID | cancel RUN_ID
+//! my-app worker                                           # drive queued and woken runs until Ctrl-C
+//! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
+//! ```
+//!
+//! Every command takes `--json` for output scripts read (one JSON object), and
+//! `--db` for the store. Exit status: 0 when the command did what it was asked (a
+//! run that waits is a success: it prints what it waits for), 1 with one line
+//! `error: ...` on standard error when it did not (an unknown run or workflow, a
+//! refused signal, a run that failed), 2 for a command line that does not parse.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use loopstack_core::serde_json::{self, Value, json};
+use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, Store, StoreError};
+
+/// The command line: a store and a command.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Operate loopstack runs: start, list, show, signal, resume, retry and cancel them, and run a worker."
+)]
+#[non_exhaustive]
+pub struct Cli {
+    /// Where runs are kept: a SQLite file, `memory`, or a postgres:// URL (feature `postgres`).
+    #[arg(long, global = true, default_value = "loopstack.db")]
+    pub db: String,
+    /// Print one JSON object instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A command.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum Command {
+    /// Lists the registered workflows.
+    Workflows,
+    /// Starts a run of WORKFLOW: queued for a worker, or driven here with --wait.
+    Run {
+        /// The registered workflow.
+        workflow: String,
+        /// The run's input, as JSON (null when left out).
+        #[arg(long)]
+        input: Option<String>,
+        /// Drive the run here until it ends or waits, and print how it stands.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Lists runs, newest first.
+    Runs {
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only runs with this status (queued, running, waiting, completed, failed, cancelled).
+        #[arg(long)]
+        status: Option<RunStatus>,
+        /// Only runs at this place.
+        #[arg(long)]
+        place: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Shows a run: how it stands, its history with times, its conversation, state and documents.
+    Show {
+        /// The run.
+        run: RunId,
+    },
+    /// Sends a signal (a wait transition's name) with an optional JSON payload, and drives the run on.
+    Signal {
+        /// The run.
+        run: RunId,
+        /// The wait transition.
+        name: String,
+        /// The payload, as JSON (null when left out).
+        payload: Option<String>,
+    },
+    /// Continues a run from its last checkpoint.
+    Resume {
+        /// The run.
+        run: RunId,
+    },
+    /// Restarts a failed or cancelled run from its last checkpoint.
+    Retry {
+        /// The run.
+        run: RunId,
+    },
+    /// Cancels a run that has not ended, and its children.
+    Cancel {
+        /// The run.
+        run: RunId,
+        /// Why, recorded with the run.
+        #[arg(long, default_value = "cancelled from the command line")]
+        reason: String,
+    },
+    /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
+    Worker {
+        /// How many runs at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Drive what can move now, once, and exit.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+/// Why a command failed: one line for the user.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// A run could not be driven, or a workflow is not registered.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The store failed, or a run is not there.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An argument is not valid JSON.
+    #[error("{what} is not valid JSON: {source}")]
+    Json {
+        /// Which argument.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The store could not be opened.
+    #[error("could not open the store `{db}`: {reason}")]
+    Open {
+        /// The `--db` given.
+        db: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Parses the process's arguments, opens the store, lets `register` add the
+/// workflows to the runtime, runs the command, prints its output and returns the
+/// exit status.
+pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let runtime = match open(&cli.db).await {
+        Ok(store) => register(Runtime::with_shared_store(store)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match execute(&runtime, &cli).await {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", runtime.secrets().redact(&e.to_string()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the store `--db` names.
+pub async fn open(db: &str) -> Result<std::sync::Arc<dyn Store>, CliError> {
+    if db == "memory" {
+        return Ok(std::sync::Arc::new(loopstack_core::MemoryStore::new()));
+    }
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        {
+            let store = loopstack_store::PostgresStore::connect(db)
+                .await
+                .map_err(|e| CliError::Open { db: redact_url(db), reason: e.to_string() })?;
+            return Ok(std::sync::Arc::new(store));
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(CliError::Open { db: redact_url(db), reason: "built without the `postgres` feature".into() });
+    }
+    let store = loopstack_store::SqliteStore::open(db)
+        .await
+        .map_err(|e| CliError::Open { db: db.to_owned(), reason: e.to_string() })?;
+    Ok(std::sync::Arc::new(store))
+}
+
+/// A database URL without its password.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let auth = &url[scheme + 3..at];
+            match auth.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn parse_json(text: Option<&str>, what: &'static str) -> Result<Value, CliError> {
+    match text {
+        None => Ok(Value::Null),
+        Some(text) => serde_json::from_str(text).map_err(|source| CliError::Json { what, source }),
+    }
+}
+
+/// Runs a parsed command against `runtime` and returns what to print.
+pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
+    let json = cli.json;
+    let mut out = String::new();
+    match &cli.command {
+        Command::Workflows => {
+            let names = runtime.workflows();
+            if json {
+                out = json!({ "workflows": names }).to_string() + "\n";
+            } else {
+                for name in names {
+                    let _ = writeln!(out, "{name}");
+                }
+            }
+        }
+        Command::Run { workflow, input, wait } => {
+            let input = parse_json(input.as_deref(), "--input")?;
+            let run_id = runtime.submit_by_name(workflow, input).await?;
+            if *wait {
+                let outcome = runtime.drive_by_name(run_id).await?;
+                out = outcome_text(runtime, run_id, &outcome, json).await?;
+            } else if json {
+                out = json!({ "run_id": run_id, "status": "queued" }).to_string() + "\n";
+            } else {
+                let _ = writeln!(out, "{run_id} queued (a worker drives it; `run --wait` drives it here)");
+            }
+        }
+        Command::Runs { workflow, status, place, limit } => {
+            let mut query = RunQuery::new().limit(*limit);
+            if let Some(workflow) = workflow {
+                query = query.workflow(workflow.clone());
+            }
+            if let Some(status) = status {
+                query = query.status(*status);
+            }
+            if let Some(place) = place {
+                query = query.place(place.clone());
+            }
+            let page = runtime.store().list_runs(&query).await?;
+            if json {
+                let runs: Vec<Value> = page.runs.iter().map(run_json).collect();
+                out = json!({ "runs": runs, "next": page.next }).to_string() + "\n";
+            } else {
+                for run in &page.runs {
+                    let _ = writeln!(
+                        out,
+                        "{}  {:<10} {:<20} {:<16} step {:<4} {}",
+                        run.run_id,
+                        run.status.as_str(),
+                        run.workflow,
+                        run.place,
+                        run.step,
+                        run.updated_at
+                    );
+                }
+                if let Some(next) = page.next {
+                    let _ = writeln!(out, "(more: --limit, or list runs before {next})");
+                }
+            }
+        }
+        Command::Show { run } => out = show(runtime, *run, json).await?,
+        Command::Signal { run, name, payload } => {
+            let payload = parse_json(payload.as_deref(), "the payload")?;
+            let outcome = runtime.signal_by_name(*run, name, payload).await?;
+            out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Resume { run } => {
+            let outcome = runtime.drive_by_name(*run).await?;
+            out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Retry { run } => {
+            let outcome = runtime.retry_by_name(*run).await?;
+            out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Cancel { run, reason } => {
+            runtime.cancel(*run, reason.clone()).await?;
+            out = if json {
+                json!({ "run_id": run, "status": "cancelled" }).to_string() + "\n"
+            } else {
+                format!("{run} cancelled\n")
+            };
+        }
+        Command::Worker { concurrency, once } => {
+            let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);
+            if *once {
+                let driven = worker.run_once().await?;
+                out = if json {
+                    json!({ "driven": driven }).to_string() + "\n"
+                } else {
+                    format!("drove {driven} run(s)\n")
+                };
+            } else {
+                let shutdown = loopstack_core::CancellationToken::new();
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::signal::ctrl_c().await;
+                    stop.cancel();
+                });
+                eprintln!("worker: driving {} (Ctrl-C to stop)", runtime.workflows().join(", "));
+                worker.run(shutdown).await?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn run_json(run: &loopstack_core::RunRecord) -> Value {
+    json!({
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": run.status.as_str(),
+        "place": run.place,
+        "step": run.step,
+        "parent": run.parent,
+        "created_at": run.created_at.to_string(),
+        "updated_at": run.updated_at.to_string(),
+        "error": run.error,
+    })
+}
+
+/// How a drive left the run.
+async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, json: bool) -> Result<String, CliError> {
+    let record = runtime.store().load_run(run_id).await?;
+    let waiting_for: Vec<&str> = match outcome {
+        RunOutcome::Waiting { signals, .. } => signals.clone(),
+        _ => Vec::new(),
+    };
+    if json {
+        let mut value = run_json(&record);
+        value["waiting_for"] = json!(waiting_for);
+        if let RunOutcome::Queued { signal } = outcome {
+            value["queued_signal"] = json!(signal);
+        }
+        return Ok(value.to_string() + "\n");
+    }
+    Ok(match outcome {
+        RunOutcome::Completed => format!("{run_id} completed at step {}\n", record.step),
+        RunOutcome::Waiting { place, signals } => {
+            format!(
+                "{run_id} waits at {place} for: {}\n",
+                if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
+            )
+        }
+        RunOutcome::Queued { signal } => {
+            format!("{run_id}: signal {signal} queued; another driver holds the run and delivers it\n")
+        }
+        other => format!("{run_id} {other:?}\n"),
+    })
+}
+
+/// A run, in full.
+async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, CliError> {
+    let store = runtime.store();
+    let record = store.load_run(run_id).await?;
+    let history = store.history(run_id).await?;
+    let documents = store.documents(run_id).await?;
+    let state: Value = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
+    if json {
+        let docs: Vec<Value> = documents
+            .iter()
+            .map(|d| {
+                json!({
+                    "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
+                    "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null),
+                })
+            })
+            .collect();
+        let steps: Vec<Value> = history
+            .iter()
+            .map(|s| json!({"step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string()}))
+            .collect();
+        let mut value = run_json(&record);
+        value["history"] = json!(steps);
+        value["state"] = state;
+        value["documents"] = json!(docs);
+        return Ok(value.to_string() + "\n");
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "run {run_id}: {} at {} (workflow {}, step {})",
+        record.status.as_str(),
+        record.place,
+        record.workflow,
+        record.step
+    );
+    if let Some(error) = &record.error {
+        let _ = writeln!(out, "error: {error}");
+    }
+    if let Some(parent) = record.parent {
+        let _ = writeln!(out, "parent: {parent}");
+    }
+    let _ = writeln!(out, "\nhistory:");
+    for s in &history {
+        let _ = writeln!(out, "  {:>3}. {} {} -> {} ({})", s.step, s.at, s.from, s.to, s.transition);
+    }
+    let messages: Vec<_> = documents.iter().filter(|d| d.doc_type == loopstack_llm::MESSAGE_DOCUMENT).collect();
+    if !messages.is_empty() {
+        let _ = writeln!(out, "\nconversation:");
+        for doc in messages {
+            match doc.read::<loopstack_llm::Message>() {
+                Ok(message) => {
+                    let _ = writeln!(out, "  {message}");
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  (unreadable message: {e})");
+                }
+            }
+        }
+    }
+    let others: Vec<_> = documents.iter().filter(|d| d.doc_type != loopstack_llm::MESSAGE_DOCUMENT).collect();
+    if !others.is_empty() {
+        let _ = writeln!(out, "\ndocuments:");
+        for doc in others {
+            let key = doc.key.as_deref().map(|k| format!(" {k}")).unwrap_or_default();
+            let _ =
+                writeln!(out, "  {}{key} v{} (step {}): {}", doc.doc_type, doc.version, doc.step, doc.content.get());
+        }
+    }
+    let _ = writeln!(out, "\nstate: {}", serde_json::to_string_pretty(&state).unwrap_or_default());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_are_shown_without_their_password() {
+        assert_eq!(redact_url("postgres://ada:s3cret@db:5432/app"), "postgres://ada:***@db:5432/app");
+        assert_eq!(redact_url("postgres://ada@db/app"), "postgres://ada@db/app");
+        assert_eq!(redact_url("runs.db"), "runs.db");
+    }
+}
