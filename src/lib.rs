@@ -336,6 +336,9 @@ pub use loopstack_store::PostgresStore;
 /// agent loop.
 pub use loopstack_llm as llm;
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///
 /// It brings [`Result`], whose error defaults to [`BoxError`], into
