@@ -239,7 +239,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--provider" => parsed.provider = value()?,
+            "--provider" => {
+                parsed.provider = value()?;
+                if !["scripted", "anthropic", "openai"].contains(&parsed.provider.as_str()) {
+                    return Err(format!("unknown provider `{}`; use anthropic, openai or scripted", parsed.provider));
+                }
+            }
             "--model" => parsed.model = Some(value()?),
             "--question" => parsed.question = value()?,
             "--system" => parsed.system = Some(value()?),
@@ -307,7 +312,9 @@ fn print_stream(mut events: loopstack::RunEvents) -> tokio::task::JoinHandle<()>
     use std::io::Write as _;
     tokio::spawn(async move {
         let mut out = std::io::stdout();
-        while let Some(Ok(event)) = events.recv().await {
+        while let Some(event) = events.recv().await {
+            // Fell behind: some pieces were skipped; go on with the rest.
+            let Ok(event) = event else { continue };
             match &event.kind {
                 loopstack::EventKind::TextDelta { text } => {
                     let _ = write!(out, "{text}");

@@ -328,7 +328,11 @@ impl LlmDelegateToolCalls {
     }
 
     /// Runs the calls of `message`, of which `offered` lists the tools offered in its
-    /// turn, and saves the results as one message document.
+    /// turn, and saves the results as one message document of the run's default
+    /// conversation. For a turn of a named conversation
+    /// ([`GenerateOptions::conversation`](crate::GenerateOptions::conversation)) use
+    /// [`call_with`](Self::call_with) with
+    /// [`CallOptions::conversation`], or its calls stay unanswered there.
     pub async fn call(
         &self,
         cx: &mut RunContext,

@@ -205,6 +205,12 @@ pub enum AgentError {
     /// A child run could not be started.
     #[error(transparent)]
     Child(#[from] loopstack_core::ChildError),
+    /// A signal decides on one call twice.
+    #[error("call `{call_id}` has more than one decision in the signal; give one per call")]
+    DuplicateDecision {
+        /// The call.
+        call_id: String,
+    },
     /// A tool decision names a call that does not wait for one.
     #[error("call `{call_id}` does not wait for a decision; the calls that wait: {}", list(.pending))]
     NotPending {

@@ -386,7 +386,8 @@ impl LlmGenerateText {
     /// ([`Runtime::subscribe`](loopstack_core::Runtime::subscribe)) the reply is
     /// streamed and each piece of text is reported as it arrives
     /// ([`EventKind::TextDelta`]); the turn's token usage is reported either way
-    /// ([`EventKind::Usage`]). The result is the same whether streamed or not.
+    /// ([`EventKind::Usage`]). The result is the same whether streamed or not: a
+    /// stream that breaks with a retryable error is asked again without streaming.
     pub async fn call_with(
         &self,
         cx: &mut RunContext,
@@ -467,18 +468,37 @@ impl LlmGenerateText {
 }
 
 /// Streams a reply, reporting its text as it arrives.
+/// An error that breaks a stream after it started is not retried by the transport
+/// (the reply had begun); a retryable one (overloaded, rate limited, a server error)
+/// is, here, by asking again without streaming, which retries as a turn without a
+/// subscriber would: the result does not depend on whether anyone listens. The text
+/// already reported belongs to the broken reply; a [`EventKind::Custom`] event named
+/// `stream_restarted` says so.
 async fn streamed(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext) -> Result<ChatResponse, LlmError> {
     let mut stream = model.stream(request);
-    while let Some(event) = stream.next().await {
-        match event? {
-            StreamEvent::TextDelta { text, .. } => cx.emit(|| EventKind::TextDelta { text }),
-            StreamEvent::Done(response) => return Ok(response),
-            _ => {}
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(StreamEvent::TextDelta { text, .. })) => cx.emit(|| EventKind::TextDelta { text }),
+            Some(Ok(StreamEvent::Done(response))) => return Ok(response),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break e,
+            None => {
+                break LlmError::MalformedResponse {
+                    provider: model.provider(),
+                    model: request.model.clone(),
+                    message: "the stream ended without a complete response".to_owned(),
+                };
+            }
         }
+    };
+    drop(stream);
+    if !error.is_retryable() {
+        return Err(error);
     }
-    Err(LlmError::MalformedResponse {
-        provider: model.provider(),
-        model: request.model.clone(),
-        message: "the stream ended without a complete response".to_owned(),
-    })
+    tracing::warn!(%error, "the stream broke; asking again without streaming");
+    cx.emit(|| EventKind::Custom {
+        name: "stream_restarted".into(),
+        data: serde_json::json!({ "error": error.to_string() }),
+    });
+    model.chat(request).await
 }

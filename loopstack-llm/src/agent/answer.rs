@@ -112,18 +112,44 @@ pub(crate) fn strip_fence(text: &str) -> &str {
 
 /// Whether a final answer looks like a tool call the model wrote as text instead
 /// of calling the tool: a JSON object with a `name` and `arguments` (or
-/// `parameters`), perhaps fenced, perhaps with doubled braces.
+/// `parameters`), or an array of such objects; the whole text, perhaps fenced,
+/// perhaps with doubled braces, or a fenced block or the JSON at the end of some
+/// prose (`I'll check. ```json {...} ````).
 pub(crate) fn looks_like_tool_call(text: &str) -> bool {
-    let t = strip_fence(text);
-    let parsed = if t.starts_with("{{") {
-        serde_json::from_str::<Value>(&t.replace("{{", "{").replace("}}", "}"))
+    let mut candidates = vec![strip_fence(text)];
+    // Fenced blocks anywhere in the text.
+    let mut rest = text;
+    while let Some(open) = rest.find("```") {
+        let after = &rest[open + 3..];
+        let Some(close) = after.find("```") else { break };
+        let body = &after[..close];
+        candidates.push(body.split_once('\n').map_or(body, |(_, b)| b).trim());
+        rest = &after[close + 3..];
+    }
+    // The JSON that ends some prose.
+    if let Some(at) = text.find(['{', '[']) {
+        candidates.push(text[at..].trim());
+    }
+    candidates.into_iter().any(is_call_json)
+}
+
+fn is_call_json(text: &str) -> bool {
+    let parsed = if text.starts_with("{{") {
+        serde_json::from_str::<Value>(&text.replace("{{", "{").replace("}}", "}"))
     } else {
-        serde_json::from_str::<Value>(t)
+        serde_json::from_str::<Value>(text)
     };
-    let Ok(Value::Object(map)) = parsed else {
-        return false;
+    let is_call = |v: &Value| {
+        v.as_object().is_some_and(|map| {
+            map.get("name").is_some_and(Value::is_string)
+                && (map.contains_key("arguments") || map.contains_key("parameters"))
+        })
     };
-    map.get("name").is_some_and(Value::is_string) && (map.contains_key("arguments") || map.contains_key("parameters"))
+    match parsed {
+        Ok(Value::Array(items)) => items.first().is_some_and(is_call),
+        Ok(value) => is_call(&value),
+        Err(_) => false,
+    }
 }
 
 /// What a typed agent answered: the typed value and the reply it came with.
@@ -243,6 +269,10 @@ mod tests {
         assert!(looks_like_tool_call("```json\n{\"name\": \"get_weather\", \"parameters\": {}}\n```"));
         assert!(looks_like_tool_call(r#"{{"name": "get_weather", "arguments": {{"city": "Oslo"}}}}"#));
         assert!(!looks_like_tool_call("It is sunny in Oslo."));
+        assert!(looks_like_tool_call("I'll check.\n```json\n{\"name\": \"get_weather\", \"arguments\": {}}\n```"));
+        assert!(looks_like_tool_call(r#"[{"name": "get_weather", "arguments": {"city": "Oslo"}}]"#));
+        assert!(looks_like_tool_call(r#"Calling: {"name": "get_weather", "arguments": {"city": "Oslo"}}"#));
+        assert!(!looks_like_tool_call("Use {curly} braces, e.g. [1, 2]."));
         assert!(!looks_like_tool_call(r#"{"name": "Ada"}"#));
     }
 

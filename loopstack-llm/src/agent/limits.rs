@@ -58,14 +58,15 @@ impl Limits {
         self
     }
 
-    /// Sets the budget of tokens (input plus output, all turns).
+    /// Sets the budget of tokens (input, cached input and output, all turns).
     #[must_use]
     pub fn max_total_tokens(mut self, max: u64) -> Self {
         self.max_total_tokens = Some(max);
         self
     }
 
-    /// Sets the budget of cost, priced by the agent's [`Prices`].
+    /// Sets the budget of cost, priced by the agent's [`Prices`]; turns of a model
+    /// without a price cost nothing, so set a price for every model the agent uses.
     #[must_use]
     pub fn max_cost(mut self, max: f64) -> Self {
         self.max_cost = Some(max);

@@ -55,8 +55,9 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 ///
 /// - **Limits** ([`Limits`]): model turns (default 10), total tokens, cost (priced
 ///   by [`Prices`]) and tool calls; a model that asks for the same calls again and
-///   again is stopped after [`Limits::max_repeats`]. Reaching one ends the run with
-///   a typed [`AgentStatus`].
+///   again is stopped once it repeats them more than [`Limits::max_repeats`] times.
+///   Reaching one ends the run with a typed [`AgentStatus`]. The limits count the
+///   whole run: in a chat, every exchange.
 /// - **Approval**: calls of tools marked `#[tool(approve)]` (or
 ///   [`ToolRegistry::require_approval`]) wait for [`Agent::decide`] before they run,
 ///   durably; a denied call becomes an error result the model reads.
@@ -117,8 +118,9 @@ pub enum AgentStatus {
     UnparsedToolCall,
     /// A limit of [`Limits`] was reached before the model answered.
     LimitReached(Limit),
-    /// The model asked for exactly the same tool calls more than
-    /// [`Limits::max_repeats`] times in a row.
+    /// The model asked for exactly the same tool calls as the turn before more than
+    /// [`Limits::max_repeats`] times in a row (so `max_repeats + 2` turns asked for
+    /// them; the last one's calls were not run).
     RepeatedToolCalls {
         /// The tools of the repeated calls.
         tools: Vec<String>,
@@ -733,8 +735,10 @@ impl Agent {
         let respond =
             self.answer.is_some().then(|| result.message.tool_uses().find(|c| c.name == RESPOND_TOOL)).flatten();
         if let (Some(format), Some(call)) = (&self.answer, respond) {
-            // An answer through `respond`: the turn's other calls are not run.
+            // An answer through `respond`: the turn's other calls are not run, and
+            // the streak of repeated calls is broken.
             state.last_tool_calls = 0;
+            state.repeats = Repeats::default();
             match format.accept(&call.input) {
                 Ok(value) => state.answer = Some(value),
                 Err(error) => state.answer_error = Some(error),
@@ -749,9 +753,6 @@ impl Agent {
                 let text = result.message.text();
                 match format.accept_text(&text) {
                     Ok(value) => state.answer = Some(value),
-                    Err(error) if !self.structured => {
-                        state.answer_error = Some(format!("{error}; give your answer by calling `{RESPOND_TOOL}`"))
-                    }
                     Err(error) => state.answer_error = Some(error),
                 }
             }
@@ -872,6 +873,11 @@ impl Agent {
         _cx: &mut RunContext,
         decisions: ToolDecisions,
     ) -> Result<(), AgentError> {
+        for (i, decision) in decisions.decisions.iter().enumerate() {
+            if decisions.decisions[..i].iter().any(|d| d.call_id == decision.call_id) {
+                return Err(AgentError::DuplicateDecision { call_id: decision.call_id.clone() });
+            }
+        }
         if let Some(unknown) =
             decisions.decisions.iter().find(|d| !state.pending_approval.iter().any(|p| p.call_id == d.call_id))
         {
@@ -1059,7 +1065,8 @@ impl Agent {
 
     /// Whether the last turn stopped at the output token limit.
     pub fn hit_max_tokens(&self, state: &AgentState) -> bool {
-        state.last_stop == Some(StopReason::MaxTokens)
+        // A chat session answers (cut short) and waits for the user instead.
+        !self.chat && state.last_stop == Some(StopReason::MaxTokens)
     }
 
     /// Whether the run is a chat session that waits for the user after answering.

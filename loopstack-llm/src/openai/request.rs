@@ -49,7 +49,7 @@ pub(super) fn encode_request(
         body.insert(
             "response_format".into(),
             json!({"type": "json_schema", "json_schema": {
-                "name": format.name, "schema": *format.schema, "strict": true,
+                "name": format.name, "schema": *format.schema, "strict": strict_ok(&format.schema),
             }}),
         );
     }
@@ -216,5 +216,48 @@ mod tests {
         );
         assert_eq!(body["stream"], true);
         assert_eq!(encode_request(&request, false, "max_tokens", false).get("response_format"), None);
+    }
+}
+
+/// Whether a schema meets OpenAI's strict mode: every object lists all its
+/// properties as required and allows no others (an `Option` field that schemars
+/// leaves out of `required` does not). Others are sent with `strict: false`, as a
+/// guide the answer's check still enforces.
+fn strict_ok(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(props)) = map.get("properties") {
+                let required: Vec<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if map.get("additionalProperties") != Some(&Value::Bool(false))
+                    || props.keys().any(|k| !required.contains(&k.as_str()))
+                {
+                    return false;
+                }
+            }
+            map.values().all(strict_ok)
+        }
+        Value::Array(items) => items.iter().all(strict_ok),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+
+    #[test]
+    fn only_schemas_that_require_every_property_are_strict() {
+        let all = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": false});
+        assert!(strict_ok(&all));
+        let optional = json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"], "additionalProperties": false});
+        assert!(!strict_ok(&optional));
+        let open = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+        assert!(!strict_ok(&open));
+        let nested = json!({"type": "object", "properties": {"inner": optional}, "required": ["inner"], "additionalProperties": false});
+        assert!(!strict_ok(&nested));
     }
 }

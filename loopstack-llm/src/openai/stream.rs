@@ -79,6 +79,10 @@ pub(super) struct Decoder<'a> {
     finish_reason: Option<String>,
     usage: Option<Usage>,
     done: bool,
+    /// With text tool calls, text is held back while it could still be a call
+    /// written as text (it starts with `{`, `[` or a fence), so a call is never
+    /// streamed as answer text; `true` once it is known to be text.
+    released: bool,
 }
 
 impl<'a> Decoder<'a> {
@@ -97,6 +101,7 @@ impl<'a> Decoder<'a> {
             finish_reason: None,
             usage: None,
             done: false,
+            released: false,
         }
     }
 
@@ -113,7 +118,16 @@ impl<'a> Decoder<'a> {
             (self.blocks - 1, String::new())
         });
         text.push_str(&piece);
-        out.push(StreamEvent::TextDelta { index: *index, text: piece });
+        if self.text_tools.is_empty() || self.released {
+            out.push(StreamEvent::TextDelta { index: *index, text: piece });
+            return;
+        }
+        let start = text.trim_start();
+        if start.is_empty() || start.starts_with(['{', '[']) || start.starts_with('`') {
+            return; // Could still be a call: held back.
+        }
+        self.released = true;
+        out.push(StreamEvent::TextDelta { index: *index, text: text.clone() });
     }
 
     fn tool_delta(&mut self, position: usize, delta: WireToolCallDelta, out: &mut Vec<StreamEvent>) {
@@ -227,7 +241,18 @@ impl SseDecoder for Decoder<'_> {
             model: self.response_model.take().unwrap_or_else(|| self.model.clone()),
             id: self.id.take(),
         };
-        for index in apply_text_tool_calls(&mut response, &self.text_tools, &mut self.ids) {
+        let calls = apply_text_tool_calls(&mut response, &self.text_tools, &mut self.ids);
+        if !self.text_tools.is_empty() && !self.released {
+            // Held back to the end: the text that did not turn out to be a call.
+            for (index, block) in response.message.content.iter().enumerate() {
+                if let ContentBlock::Text { text } = block
+                    && !text.is_empty()
+                {
+                    out.push(StreamEvent::TextDelta { index, text: text.clone() });
+                }
+            }
+        }
+        for index in calls {
             if let ContentBlock::ToolUse(tool) = &response.message.content[index] {
                 out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
                 let partial_json =
@@ -323,8 +348,9 @@ mod tests {
             response.message.content,
             vec![ContentBlock::ToolUse(ToolUse::new("call_0", "get_time", json!({})))]
         );
+        // The call written as text is not streamed as text: only its tool events.
         assert_eq!(
-            events[1..],
+            events[..],
             [
                 StreamEvent::ToolUseStart { index: 0, id: "call_0".into(), name: "get_time".into() },
                 StreamEvent::ToolInputDelta { index: 0, partial_json: "{}".into() },
