@@ -484,3 +484,72 @@ async fn an_empty_answer_and_an_unparsed_tool_call_have_statuses_of_their_own() 
     assert_eq!(doubled.status, AgentStatus::UnparsedToolCall);
     assert!(!unparsed.status.is_completed());
 }
+
+#[tokio::test]
+async fn two_decisions_on_one_call_are_refused_and_change_nothing() {
+    let model = ScriptedModel::new().reply(calls(&[("r1", "issue_refund", json!({"order": "A-1"}))])).reply(text("ok"));
+    let (refund, weather) = (Refund::default(), Weather::default());
+    let agent = refund_agent(model, &refund, &weather);
+    let runtime = Runtime::new();
+    let run_id = agent.ask(&runtime, "Refund").await.unwrap().run_id;
+    let both = ToolDecisions::new([ToolDecision::approve("r1"), ToolDecision::deny("r1", "no")]);
+    let err = agent.decide(&runtime, run_id, both).await.unwrap_err();
+    assert!(err.to_string().contains("call `r1` has more than one decision"), "{err}");
+    let reply = agent.decide(&runtime, run_id, ToolDecisions::new([ToolDecision::approve("r1")])).await.unwrap();
+    assert_eq!(reply.status, AgentStatus::Completed);
+    assert_eq!(refund.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_chat_answer_cut_at_the_token_limit_waits_for_the_user() {
+    let cut = ChatResponse::new(Message::assistant("It is a long"), StopReason::MaxTokens, Usage::new(1, 1), "m-1");
+    let model = ScriptedModel::new().reply(cut).reply(text("Shorter: sunny."));
+    let agent = Agent::new(model, "m-1", ToolRegistry::new()).chat(true);
+    let runtime = Runtime::new();
+    let first = agent.ask(&runtime, "Tell me everything").await.unwrap();
+    assert_eq!((first.status.clone(), first.text.as_str()), (AgentStatus::AwaitingUser, "It is a long"));
+    let second = agent.say(&runtime, first.run_id, "Shorter please").await.unwrap();
+    assert_eq!(second.text, "Shorter: sunny.");
+}
+
+/// Streams a piece of text, then breaks with an overloaded error; answers whole.
+struct BreaksMidStream;
+
+#[async_trait::async_trait]
+impl loopstack_llm::ChatModel for BreaksMidStream {
+    fn provider(&self) -> &'static str {
+        "scripted"
+    }
+    async fn chat(&self, _: &ChatRequest) -> Result<ChatResponse, loopstack_llm::LlmError> {
+        Ok(text("Whole answer."))
+    }
+    fn stream<'a>(
+        &'a self,
+        _: &'a ChatRequest,
+    ) -> futures::stream::BoxStream<'a, Result<loopstack_llm::StreamEvent, loopstack_llm::LlmError>> {
+        use futures::StreamExt as _;
+        futures::stream::iter([
+            Ok(loopstack_llm::StreamEvent::TextDelta { index: 0, text: "Whole ".into() }),
+            Err(loopstack_llm::LlmError::Overloaded {
+                provider: "scripted",
+                model: "m-1".into(),
+                message: "busy".into(),
+            }),
+        ])
+        .boxed()
+    }
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_with_a_retryable_error_is_asked_again_without_streaming() {
+    let agent = Agent::new(BreaksMidStream, "m-1", ToolRegistry::new());
+    let runtime = Runtime::new();
+    let mut events = runtime.subscribe();
+    let reply = agent.ask(&runtime, "Hi").await.unwrap();
+    assert_eq!(reply.text, "Whole answer.");
+    let kinds = drain(&mut events);
+    assert!(
+        kinds.iter().any(|k| matches!(k, EventKind::Custom { name, .. } if name == "stream_restarted")),
+        "{kinds:?}"
+    );
+}
