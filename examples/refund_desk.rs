@@ -77,6 +77,15 @@ impl RefundDesk {
         Ok(())
     }
 
+    /// A refund nobody approved within two days is refused; the agent's call gets
+    /// that as its result. (The tool's timeout bounds the run until it first waits;
+    /// a waiting child keeps its own deadline, durably, as a timer.)
+    #[transition(from = Checked, to = End, after = "48h")]
+    async fn expire(&self, refund: &mut Refund, _cx: &mut RunContext) -> Result<()> {
+        refund.tool_result_text = Some(format!("no manager approved the refund on {} within 48 hours", refund.order));
+        Ok(())
+    }
+
     fn is_small(&self, refund: &Refund) -> bool {
         refund.amount <= 100
     }
@@ -191,6 +200,27 @@ mod tests {
         assert_eq!(
             state.output.as_deref(),
             Some("Done: refunded 40 EUR on A-1017; the refund on B-2204 was refused by Ada.")
+        );
+        let _ = std::fs::remove_file(&db);
+    }
+
+    #[tokio::test]
+    async fn a_refund_nobody_approves_expires_after_48_hours_and_the_call_gets_that() {
+        let db = std::env::temp_dir().join(format!("refund-desk-expiry-{}.db", RunId::new()));
+        let (agent, runtime) = desk(loopstack::SqliteStore::open(&db).await.unwrap()).unwrap();
+        let reply = agent.ask(&runtime, "Refund both").await.unwrap();
+        assert!(matches!(reply.status, AgentStatus::AwaitingTools { .. }), "{:?}", reply.status);
+        // Two days and an hour later, a worker finds the child's timer due.
+        let later = loopstack::Timestamp::now() + std::time::Duration::from_secs(49 * 3600);
+        let runtime = runtime.clock(move || later);
+        let driven = loopstack::Worker::new(runtime.clone()).run_once().await.unwrap();
+        assert!(driven >= 1);
+        let record = runtime.store().load_run(reply.run_id).await.unwrap();
+        assert_eq!(record.status, loopstack::RunStatus::Completed);
+        let state: loopstack::llm::AgentState = serde_json::from_str(record.state.get()).unwrap();
+        assert_eq!(
+            state.output.as_deref(),
+            Some("Done: refunded 40 EUR on A-1017; no manager approved the refund on B-2204 within 48 hours.")
         );
         let _ = std::fs::remove_file(&db);
     }

@@ -45,7 +45,12 @@ const CALL_SEQ_BASE: u64 = 1 << 32;
 ///   times out is cancelled.
 /// - A child that waits (for a person's signal, a timer) leaves its call pending:
 ///   the agent waits, durably, until the child ends, and its end is the call's
-///   result ([`TOOL_RESULT_SIGNAL`]).
+///   result ([`TOOL_RESULT_SIGNAL`]). The timeout does not count the waiting: a
+///   person's approval may take days. A waiting child keeps its own deadline, as a
+///   timer transition of its workflow (`#[transition(from = Asked, to = End, after =
+///   "48h")]`), durable across restarts; cancelling the child
+///   ([`Runtime::cancel`](loopstack_core::Runtime::cancel)) also ends the call, with
+///   an error result.
 ///
 /// ```no_run
 /// use loopstack_llm::WorkflowTool;
