@@ -125,6 +125,19 @@ pub enum Command {
         #[arg(long, default_value = "cancelled from the command line")]
         reason: String,
     },
+    /// Serves the HTTP API (`loopstack::serve`) until Ctrl-C.
+    #[cfg(feature = "serve")]
+    Serve {
+        /// The address to listen on; beyond loopback a --token is required.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// The port.
+        #[arg(long, default_value_t = 7878)]
+        port: u16,
+        /// A bearer token every request must carry (also LOOPSTACK_TOKEN).
+        #[arg(long, env = "LOOPSTACK_TOKEN")]
+        token: Option<String>,
+    },
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
     Worker {
         /// How many runs at once.
@@ -155,6 +168,9 @@ pub enum CliError {
         #[source]
         source: serde_json::Error,
     },
+    /// The API could not be served.
+    #[error("{0}")]
+    Serve(String),
     /// The store could not be opened.
     #[error("could not open the store `{db}`: {reason}")]
     Open {
@@ -319,6 +335,29 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             } else {
                 format!("{run} cancelled\n")
             };
+        }
+        #[cfg(feature = "serve")]
+        Command::Serve { bind, port, token } => {
+            if !bind.is_loopback() && token.is_none() {
+                return Err(CliError::Serve(format!(
+                    "serving on {bind}, beyond loopback, needs a --token (or LOOPSTACK_TOKEN)"
+                )));
+            }
+            let listener = tokio::net::TcpListener::bind((*bind, *port))
+                .await
+                .map_err(|e| CliError::Serve(format!("could not listen on {bind}:{port}: {e}")))?;
+            let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
+            eprintln!("serving the API on http://{address}/api (Ctrl-C to stop)");
+            let mut options = crate::serve::ServeOptions::new();
+            if let Some(token) = token {
+                options = options.token(token.clone());
+            }
+            tokio::select! {
+                served = crate::serve::serve(listener, runtime.clone(), options) => {
+                    served.map_err(|e| CliError::Serve(e.to_string()))?;
+                }
+                _ = tokio::signal::ctrl_c() => {}
+            }
         }
         Command::Worker { concurrency, once } => {
             let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);

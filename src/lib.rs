@@ -339,6 +339,9 @@ pub use loopstack_llm as llm;
 #[cfg(feature = "cli")]
 pub mod cli;
 
+#[cfg(feature = "serve")]
+pub mod serve;
+
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///
 /// It brings [`Result`], whose error defaults to [`BoxError`], into

@@ -232,6 +232,12 @@ impl Runtime {
         self.inner.registry.names()
     }
 
+    /// The transition table of the registered workflow `workflow`: its places,
+    /// transitions, wait transitions with their payload schemas, and diagram.
+    pub fn definition_of(&self, workflow: &str) -> Option<&'static crate::Definition> {
+        self.inner.registry.get(workflow).map(|w| w.definition())
+    }
+
     /// Whether a workflow of this name is registered.
     pub fn is_registered(&self, workflow: &str) -> bool {
         self.inner.registry.get(workflow).is_some()

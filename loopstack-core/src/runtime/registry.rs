@@ -25,6 +25,9 @@ pub(crate) enum Wake {
 
 /// A workflow behind a name.
 pub(crate) trait Drivable: Send + Sync {
+    /// The workflow's transition table.
+    fn definition(&self) -> &'static crate::Definition;
+
     /// Drives a run a worker has claimed.
     fn drive_claimed<'a>(
         &'a self,
@@ -77,6 +80,10 @@ pub(crate) struct Registered<W: Workflow> {
 }
 
 impl<W: Workflow> Drivable for Registered<W> {
+    fn definition(&self) -> &'static crate::Definition {
+        self.workflow.definition()
+    }
+
     fn drive_claimed<'a>(
         &'a self,
         runtime: &'a Runtime,

@@ -1,0 +1,345 @@
+//! An HTTP API for the runs of your binary (feature `serve`, on by default):
+//! the command line's `serve`, or [`router`] to mount in an axum app of your own.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /api/openapi.json` | this API, described (OpenAPI 3.1) |
+//! | `GET /api/workflows` | the registered workflows: places, transitions, signals with their payload schemas, diagram |
+//! | `GET /api/runs?workflow=&status=&place=&limit=&before=` | runs, newest first, a page at a time |
+//! | `POST /api/runs` `{"workflow", "input", "wait"}` | starts a run: queued, or driven to its end or first wait with `"wait": true` |
+//! | `GET /api/runs/{id}` | a run: status, history with times, state, documents |
+//! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on |
+//! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
+//! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
+//!
+//! Bad requests get a 4xx with `{"error": reason}` and change nothing: a body
+//! that is not JSON or does not fit (a signal's payload is read as its transition's
+//! payload type, the type its JSON Schema was made from), an unknown workflow, run
+//! or signal (404 / 409). Secrets registered with the runtime never appear in a
+//! response. With a token ([`ServeOptions::token`]; required by the command line
+//! for an address beyond loopback), every request needs `Authorization: Bearer
+//! <token>`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use loopstack_core::serde_json::{self, Value, json};
+use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
+
+/// How the API is served.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// The bearer token every request must carry; none when `None`.
+    pub token: Option<String>,
+}
+
+impl ServeOptions {
+    /// No token.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every request.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    runtime: Runtime,
+    token: Option<Arc<str>>,
+}
+
+/// The API over `runtime`'s store and registered workflows, as an axum router.
+pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
+    let app = App { runtime, token: options.token.map(Into::into) };
+    Router::new()
+        .route("/api/openapi.json", get(openapi))
+        .route("/api/workflows", get(workflows))
+        .route("/api/runs", get(list_runs).post(start_run))
+        .route("/api/runs/{id}", get(show_run))
+        .route("/api/runs/{id}/signals/{name}", post(signal_run))
+        .route("/api/runs/{id}/resume", post(resume_run))
+        .route("/api/runs/{id}/retry", post(retry_run))
+        .route("/api/runs/{id}/cancel", post(cancel_run))
+        .route("/api/runs/{id}/events", get(run_events))
+        .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .with_state(app)
+}
+
+/// Serves the API on `listener` until the future is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, runtime: Runtime, options: ServeOptions) -> std::io::Result<()> {
+    axum::serve(listener, router(runtime, options)).await
+}
+
+async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request, next: Next) -> Response {
+    if let Some(token) = &app.token {
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(&**token) {
+            return error(StatusCode::UNAUTHORIZED, "a bearer token is required (Authorization: Bearer <token>)");
+        }
+    }
+    next.run(request).await
+}
+
+/// A JSON error response.
+fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response {
+    (status, axum::Json(json!({ "error": reason.to_string() }))).into_response()
+}
+
+/// A JSON response with the runtime's secrets redacted.
+fn ok(app: &App, status: StatusCode, mut value: Value) -> Response {
+    app.runtime.secrets().redact_value(&mut value);
+    (status, axum::Json(value)).into_response()
+}
+
+fn run_error(app: &App, e: &RunError) -> Response {
+    let status = match e {
+        RunError::UnknownWorkflow { .. } | RunError::Store(StoreError::RunNotFound(_)) => StatusCode::NOT_FOUND,
+        RunError::Input { .. } | RunError::InvalidSignalPayload { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        RunError::UnknownSignal { .. } | RunError::InvalidStatus { .. } | RunError::SignalRefused { .. } => {
+            StatusCode::CONFLICT
+        }
+        RunError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        // The run failed; the request was fine.
+        _ => StatusCode::OK,
+    };
+    if status == StatusCode::OK {
+        return ok(app, status, json!({ "error": e.to_string(), "run_id": e.run_id() }));
+    }
+    let mut body = json!({ "error": e.to_string() });
+    app.runtime.secrets().redact_value(&mut body);
+    (status, axum::Json(body)).into_response()
+}
+
+fn store_error(e: &StoreError) -> Response {
+    match e {
+        StoreError::RunNotFound(_) => error(StatusCode::NOT_FOUND, e),
+        StoreError::Finished { .. } | StoreError::InvalidStatus { .. } => error(StatusCode::CONFLICT, e),
+        _ => error(StatusCode::SERVICE_UNAVAILABLE, e),
+    }
+}
+
+fn run_json(run: &loopstack_core::RunRecord) -> Value {
+    json!({
+        "run_id": run.run_id, "workflow": run.workflow, "status": run.status.as_str(), "place": run.place,
+        "step": run.step, "parent": run.parent, "created_at": run.created_at.to_string(),
+        "updated_at": run.updated_at.to_string(), "error": run.error,
+    })
+}
+
+async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>) -> Response {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => return run_error(app, &e),
+    };
+    match app.runtime.store().load_run(run_id).await {
+        Ok(record) => {
+            let mut value = run_json(&record);
+            if let RunOutcome::Waiting { signals, .. } = &outcome {
+                value["waiting_for"] = json!(signals);
+            }
+            if let RunOutcome::Queued { signal } = outcome {
+                value["queued_signal"] = json!(signal);
+            }
+            ok(app, StatusCode::OK, value)
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+async fn openapi() -> axum::Json<Value> {
+    let op = |summary: &str| json!({ "summary": summary, "responses": { "200": { "description": "OK" }, "4XX": { "description": "{\"error\": reason}" } } });
+    axum::Json(json!({
+        "openapi": "3.1.0",
+        "info": { "title": "loopstack runs", "version": env!("CARGO_PKG_VERSION") },
+        "paths": {
+            "/api/workflows": { "get": op("The registered workflows, their transitions and signal payload schemas") },
+            "/api/runs": { "get": op("Runs, newest first"), "post": op("Start a run: {workflow, input, wait}") },
+            "/api/runs/{id}": { "get": op("A run: status, history, state, documents") },
+            "/api/runs/{id}/signals/{name}": { "post": op("Send a signal; the body is its payload") },
+            "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
+            "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
+            "/api/runs/{id}/cancel": { "post": op("Cancel a run and its children") },
+            "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream)") },
+        },
+    }))
+}
+
+async fn workflows(State(app): State<App>) -> Response {
+    let list: Vec<Value> = app
+        .runtime
+        .workflows()
+        .into_iter()
+        .filter_map(|name| app.runtime.definition_of(name))
+        .map(|def| {
+            let signals: Vec<Value> = def
+                .transitions()
+                .iter()
+                .filter(|t| t.wait)
+                .map(|t| json!({ "name": t.name, "from": t.from, "to": t.to, "payload_schema": t.payload_schema.map(|f| f()) }))
+                .collect();
+            let transitions: Vec<Value> = def
+                .transitions()
+                .iter()
+                .map(|t| json!({ "name": t.name, "from": t.from, "to": t.to, "guard": t.guard, "wait": t.wait }))
+                .collect();
+            json!({ "name": def.name(), "places": def.places(), "transitions": transitions, "signals": signals, "mermaid": def.mermaid() })
+        })
+        .collect();
+    ok(&app, StatusCode::OK, json!({ "workflows": list }))
+}
+
+#[derive(serde::Deserialize)]
+struct ListParams {
+    workflow: Option<String>,
+    status: Option<String>,
+    place: Option<String>,
+    limit: Option<u32>,
+    before: Option<RunId>,
+}
+
+async fn list_runs(State(app): State<App>, Query(params): Query<ListParams>) -> Response {
+    let mut query = RunQuery::new().limit(params.limit.unwrap_or(50).min(500));
+    if let Some(w) = params.workflow {
+        query = query.workflow(w);
+    }
+    if let Some(s) = params.status {
+        match s.parse::<RunStatus>() {
+            Ok(s) => query = query.status(s),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        }
+    }
+    if let Some(p) = params.place {
+        query = query.place(p);
+    }
+    if let Some(b) = params.before {
+        query = query.before(b);
+    }
+    match app.runtime.store().list_runs(&query).await {
+        Ok(page) => {
+            let runs: Vec<Value> = page.runs.iter().map(run_json).collect();
+            ok(&app, StatusCode::OK, json!({ "runs": runs, "next": page.next }))
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct StartBody {
+    workflow: String,
+    #[serde(default)]
+    input: Value,
+    #[serde(default)]
+    wait: bool,
+}
+
+/// A JSON body, or why it is not one (a message for a 400).
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("the body is not valid: {e}"))
+}
+
+async fn start_run(State(app): State<App>, body: axum::body::Bytes) -> Response {
+    let body: StartBody = match json_body(&body) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let run_id = match app.runtime.submit_by_name(&body.workflow, body.input).await {
+        Ok(id) => id,
+        Err(e) => return run_error(&app, &e),
+    };
+    if body.wait {
+        let driven = app.runtime.drive_by_name(run_id).await;
+        return outcome(&app, run_id, driven).await;
+    }
+    ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "queued" }))
+}
+
+async fn show_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+    let store = app.runtime.store();
+    let (record, history, documents) =
+        match (store.load_run(id).await, store.history(id).await, store.documents(id).await) {
+            (Ok(r), Ok(h), Ok(d)) => (r, h, d),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return store_error(&e),
+        };
+    let mut value = run_json(&record);
+    value["state"] = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
+    value["history"] = history
+        .iter()
+        .map(|s| json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() }))
+        .collect();
+    value["documents"] = documents
+        .iter()
+        .map(|d| {
+            json!({ "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
+                    "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null) })
+        })
+        .collect();
+    ok(&app, StatusCode::OK, value)
+}
+
+async fn signal_run(
+    State(app): State<App>,
+    Path((id, name)): Path<(RunId, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let payload: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match json_body(&body) {
+            Ok(v) => v,
+            Err(why) => return error(StatusCode::BAD_REQUEST, why),
+        }
+    };
+    let driven = app.runtime.signal_by_name(id, &name, payload).await;
+    outcome(&app, id, driven).await
+}
+
+async fn resume_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+    let driven = app.runtime.drive_by_name(id).await;
+    outcome(&app, id, driven).await
+}
+
+async fn retry_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+    let driven = app.runtime.retry_by_name(id).await;
+    outcome(&app, id, driven).await
+}
+
+async fn cancel_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+    match app.runtime.cancel(id, "cancelled over the HTTP API").await {
+        Ok(()) => ok(&app, StatusCode::OK, json!({ "run_id": id, "status": "cancelled" })),
+        Err(e) => store_error(&e),
+    }
+}
+
+async fn run_events(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+    if let Err(e) = app.runtime.store().load_run(id).await {
+        return store_error(&e);
+    }
+    let secrets = app.runtime.secrets().clone();
+    let events = app.runtime.subscribe().run(id).into_stream();
+    let stream = futures::StreamExt::map(events, move |event| {
+        let data = match event {
+            Ok(event) => {
+                let mut value = serde_json::to_value(&*event).unwrap_or(Value::Null);
+                secrets.redact_value(&mut value);
+                value.to_string()
+            }
+            Err(lagged) => json!({ "type": "lagged", "skipped": lagged.0 }).to_string(),
+        };
+        Ok::<_, Infallible>(Event::default().data(data))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
