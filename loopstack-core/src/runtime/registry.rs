@@ -79,6 +79,21 @@ pub(crate) struct Registered<W: Workflow> {
     pub(crate) from_json: Option<FromJson<W>>,
 }
 
+impl<W: Workflow> Registered<W> {
+    /// The workflow's input read from JSON, for a run (to be) `run_id`.
+    fn input(&self, run_id: RunId, input: Value) -> Result<W::Input, RunError> {
+        let workflow = self.workflow.definition().name();
+        let Some(from_json) = self.from_json else {
+            return Err(RunError::Mismatch {
+                workflow,
+                run_id,
+                reason: "the workflow was registered without an input that reads from JSON".to_owned(),
+            });
+        };
+        from_json(input).map_err(|source| RunError::Input { workflow, source })
+    }
+}
+
 impl<W: Workflow> Drivable for Registered<W> {
     fn definition(&self) -> &'static crate::Definition {
         self.workflow.definition()
@@ -126,15 +141,7 @@ impl<W: Workflow> Drivable for Registered<W> {
 
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>> {
         Box::pin(async move {
-            let name = self.workflow.definition().name();
-            let Some(from_json) = self.from_json else {
-                return Err(RunError::Mismatch {
-                    workflow: name,
-                    run_id: RunId::default(),
-                    reason: "the workflow was registered without an input that reads from JSON".to_owned(),
-                });
-            };
-            let input = from_json(input).map_err(|source| RunError::Input { workflow: name, source })?;
+            let input = self.input(RunId::default(), input)?;
             runtime.submit(&*self.workflow, input).await
         })
     }
@@ -154,14 +161,7 @@ impl<W: Workflow> Drivable for Registered<W> {
                 Err(crate::StoreError::RunNotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let Some(from_json) = self.from_json else {
-                return Err(RunError::Mismatch {
-                    workflow: def.name(),
-                    run_id: child,
-                    reason: "the workflow was registered without an input that reads from JSON".to_owned(),
-                });
-            };
-            let input = from_json(input).map_err(|source| RunError::Input { workflow: def.name(), source })?;
+            let input = self.input(child, input)?;
             let state =
                 runtime.redact(super::driver::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
             let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
