@@ -233,8 +233,26 @@ pub async fn open(db: &str) -> Result<std::sync::Arc<dyn Store>, CliError> {
     Ok(std::sync::Arc::new(store))
 }
 
-/// A database URL without its password.
+/// A database URL without its password (in the authority or as a `password=`
+/// parameter).
 fn redact_url(url: &str) -> String {
+    let url = match url.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| {
+                    if kv.to_ascii_lowercase().starts_with("password=") {
+                        "password=***".to_owned()
+                    } else {
+                        kv.to_owned()
+                    }
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None => url.to_owned(),
+    };
+    let url = url.as_str();
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let auth = &url[scheme + 3..at];
@@ -338,6 +356,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         }
         #[cfg(feature = "serve")]
         Command::Serve { bind, port, token } => {
+            if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+                return Err(CliError::Serve("the --token is empty".to_owned()));
+            }
             if !bind.is_loopback() && token.is_none() {
                 return Err(CliError::Serve(format!(
                     "serving on {bind}, beyond loopback, needs a --token (or LOOPSTACK_TOKEN)"
@@ -509,5 +530,9 @@ mod tests {
         assert_eq!(redact_url("postgres://ada:s3cret@db:5432/app"), "postgres://ada:***@db:5432/app");
         assert_eq!(redact_url("postgres://ada@db/app"), "postgres://ada@db/app");
         assert_eq!(redact_url("runs.db"), "runs.db");
+        assert_eq!(
+            redact_url("postgres://ada@db/app?password=s3cret&sslmode=require"),
+            "postgres://ada@db/app?password=***&sslmode=require"
+        );
     }
 }

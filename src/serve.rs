@@ -87,11 +87,46 @@ async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request,
     if let Some(token) = &app.token {
         let given =
             headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(&**token) {
+        if !given.is_some_and(|given| same(given.as_bytes(), token.as_bytes())) {
             return error(StatusCode::UNAUTHORIZED, "a bearer token is required (Authorization: Bearer <token>)");
+        }
+    } else if !headers.get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(loopback_host) {
+        // Without a token only loopback names are served: a page on another name
+        // that resolves here (DNS rebinding) gets nothing.
+        return error(StatusCode::FORBIDDEN, "without a token, the API answers only to localhost, 127.0.0.1 or [::1]");
+    }
+    // A page of another origin may not drive runs: browsers send a cross-origin
+    // JSON request only after asking, and a form post is refused here.
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        if origin.split_once("://").map(|(_, rest)| rest) != Some(host) {
+            return error(StatusCode::FORBIDDEN, "requests from another origin are refused");
+        }
+    }
+    if request.method() == axum::http::Method::POST {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|c| c.to_str().ok())
+            .is_some_and(|c| c.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json")));
+        if !json {
+            return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the body as Content-Type: application/json");
         }
     }
     next.run(request).await
+}
+
+/// Whether two byte strings are equal, taking as long whatever they hold.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether a Host header names this machine's loopback.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "::1")
 }
 
 /// A JSON error response.
@@ -108,17 +143,18 @@ fn ok(app: &App, status: StatusCode, mut value: Value) -> Response {
 fn run_error(app: &App, e: &RunError) -> Response {
     let status = match e {
         RunError::UnknownWorkflow { .. } | RunError::Store(StoreError::RunNotFound(_)) => StatusCode::NOT_FOUND,
-        RunError::Input { .. } | RunError::InvalidSignalPayload { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        RunError::UnknownSignal { .. } | RunError::InvalidStatus { .. } | RunError::SignalRefused { .. } => {
-            StatusCode::CONFLICT
-        }
-        RunError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
-        // The run failed; the request was fine.
+        RunError::Input { .. }
+        | RunError::InvalidSignalPayload { .. }
+        | RunError::Mismatch { .. }
+        | RunError::UnstorableState { after: None, .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        RunError::UnknownSignal { .. }
+        | RunError::InvalidStatus { .. }
+        | RunError::SignalRefused { .. }
+        | RunError::DefinitionChanged { .. } => StatusCode::CONFLICT,
+        RunError::Store(e) => return store_error(e),
+        // The run failed; the request was fine: the run as it now stands.
         _ => StatusCode::OK,
     };
-    if status == StatusCode::OK {
-        return ok(app, status, json!({ "error": e.to_string(), "run_id": e.run_id() }));
-    }
     let mut body = json!({ "error": e.to_string() });
     app.runtime.secrets().redact_value(&mut body);
     (status, axum::Json(body)).into_response()
@@ -127,8 +163,9 @@ fn run_error(app: &App, e: &RunError) -> Response {
 fn store_error(e: &StoreError) -> Response {
     match e {
         StoreError::RunNotFound(_) => error(StatusCode::NOT_FOUND, e),
-        StoreError::Finished { .. } | StoreError::InvalidStatus { .. } => error(StatusCode::CONFLICT, e),
-        _ => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        StoreError::Backend(_) | StoreError::Corrupt(_) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        // Another driver holds the run, it moved on, or it ended.
+        _ => error(StatusCode::CONFLICT, e),
     }
 }
 
@@ -143,7 +180,14 @@ fn run_json(run: &loopstack_core::RunRecord) -> Value {
 async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>) -> Response {
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(e) => return run_error(app, &e),
+        Err(e) => {
+            let response = run_error(app, &e);
+            if response.status() != StatusCode::OK {
+                return response;
+            }
+            // The run failed: answered with the run, its status and error.
+            RunOutcome::Completed
+        }
     };
     match app.runtime.store().load_run(run_id).await {
         Ok(record) => {
@@ -157,6 +201,19 @@ async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>
             ok(app, StatusCode::OK, value)
         }
         Err(e) => store_error(&e),
+    }
+}
+
+/// Drives a run in a task of its own: a client that goes away drops the response,
+/// not the drive halfway.
+async fn drive<F, Fut>(app: &App, f: F) -> Result<RunOutcome, RunError>
+where
+    F: FnOnce(Runtime) -> Fut,
+    Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
+{
+    match tokio::spawn(f(app.runtime.clone())).await {
+        Ok(result) => result,
+        Err(join) => Err(RunError::Store(StoreError::Backend(format!("the drive's task failed: {join}").into()))),
     }
 }
 
@@ -212,7 +269,7 @@ struct ListParams {
 }
 
 async fn list_runs(State(app): State<App>, Query(params): Query<ListParams>) -> Response {
-    let mut query = RunQuery::new().limit(params.limit.unwrap_or(50).min(500));
+    let mut query = RunQuery::new().limit(params.limit.unwrap_or(50).clamp(1, 500));
     if let Some(w) = params.workflow {
         query = query.workflow(w);
     }
@@ -261,7 +318,11 @@ async fn start_run(State(app): State<App>, body: axum::body::Bytes) -> Response 
         Err(e) => return run_error(&app, &e),
     };
     if body.wait {
-        let driven = app.runtime.drive_by_name(run_id).await;
+        let driven = drive(&app, move |rt| async move { rt.drive_by_name(run_id).await }).await;
+        // A worker took it first: it is queued, as without `wait`.
+        if matches!(driven, Err(RunError::InvalidStatus { .. } | RunError::Store(StoreError::Leased { .. }))) {
+            return ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "queued" }));
+        }
         return outcome(&app, run_id, driven).await;
     }
     ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "queued" }))
@@ -303,17 +364,17 @@ async fn signal_run(
             Err(why) => return error(StatusCode::BAD_REQUEST, why),
         }
     };
-    let driven = app.runtime.signal_by_name(id, &name, payload).await;
+    let driven = drive(&app, move |rt| async move { rt.signal_by_name(id, &name, payload).await }).await;
     outcome(&app, id, driven).await
 }
 
 async fn resume_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
-    let driven = app.runtime.drive_by_name(id).await;
+    let driven = drive(&app, move |rt| async move { rt.drive_by_name(id).await }).await;
     outcome(&app, id, driven).await
 }
 
 async fn retry_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
-    let driven = app.runtime.retry_by_name(id).await;
+    let driven = drive(&app, move |rt| async move { rt.retry_by_name(id).await }).await;
     outcome(&app, id, driven).await
 }
 

@@ -147,3 +147,43 @@ async fn a_runs_live_events_stream_as_server_sent_events() {
     }
     assert!(seen.contains(r#""type":"transition_started""#), "{seen}");
 }
+
+async fn raw(address: &str, request: String) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response[9..12].parse().unwrap()
+}
+
+#[tokio::test]
+async fn cross_site_requests_and_other_host_names_are_refused_and_a_bad_payload_changes_nothing() {
+    let (address, runtime) = start(ServeOptions::new()).await;
+    let body = r#"{"workflow": "review", "input": {"text": "Hi"}, "wait": true}"#;
+    let form = format!(
+        "POST /api/runs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(raw(&address, form).await, 415);
+    let foreign = format!(
+        "POST /api/runs HTTP/1.1\r\nHost: {address}\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(raw(&address, foreign).await, 403);
+    let rebound = "GET /api/runs HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".to_owned();
+    assert_eq!(raw(&address, rebound).await, 403);
+    assert!(
+        runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap().runs.is_empty(),
+        "no run was started"
+    );
+
+    let (_, run) = call(&address, "POST", "/api/runs", Some(body)).await;
+    let id: RunId = run["run_id"].as_str().unwrap().parse().unwrap();
+    let before = runtime.store().load_run(id).await.unwrap();
+    let (status, _) =
+        call(&address, "POST", &format!("/api/runs/{id}/signals/approve"), Some(r#"{"reviewer": 7}"#)).await;
+    assert_eq!(status, 422);
+    let after = runtime.store().load_run(id).await.unwrap();
+    assert_eq!((after.epoch, after.signal_seq, after.step), (before.epoch, before.signal_seq, before.step));
+    assert!(runtime.store().signals(id).await.unwrap().is_empty(), "nothing was stored");
+}

@@ -84,7 +84,8 @@ pub use tool::{
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{
-    Definition, END, IntoSignal, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow, WorkflowExt,
+    Definition, END, IntoSignal, PayloadCheck, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow,
+    WorkflowExt,
 };
 
 /// What generated code reaches for. Not public API: it may change in any release.
@@ -153,6 +154,11 @@ pub mod __private {
     ) -> Result<T, TransitionError> {
         let payload = payload.unwrap_or(serde_json::Value::Null);
         serde_path_to_error::deserialize(payload).map_err(|e| TransitionError::InvalidPayload(e.to_string()))
+    }
+
+    /// Whether a payload reads as `T`, and why not.
+    pub fn payload_check<T: serde::de::DeserializeOwned>(payload: &serde_json::Value) -> Result<(), String> {
+        serde_path_to_error::deserialize::<_, T>(payload).map(drop).map_err(|e| e.to_string())
     }
 
     /// The JSON Schema of a wait transition's payload.

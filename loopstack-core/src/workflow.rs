@@ -87,6 +87,9 @@ impl TransitionError {
     }
 }
 
+/// Whether a payload reads as a wait transition's payload type, and why not.
+pub type PayloadCheck = fn(&Value) -> Result<(), String>;
+
 /// One row of a transition table.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -105,6 +108,9 @@ pub struct TransitionDef {
     pub wait: bool,
     /// The JSON Schema of a wait transition's payload.
     pub payload_schema: Option<fn() -> Value>,
+    /// Whether a payload reads as the wait transition's payload type, and why not:
+    /// checked before a signal is stored, so one that does not fit changes nothing.
+    pub payload_check: Option<PayloadCheck>,
     /// For a timer transition: how long the run must have stood at the place before
     /// it fires (it fires on its own then, if its guard holds, without a signal).
     pub after: Option<std::time::Duration>,
@@ -126,7 +132,17 @@ impl PartialEq for TransitionDef {
 impl TransitionDef {
     /// A transition without priority, guard or wait.
     pub const fn new(name: &'static str, from: &'static [&'static str], to: &'static str) -> Self {
-        Self { name, from, to, priority: None, guard: None, wait: false, payload_schema: None, after: None }
+        Self {
+            name,
+            from,
+            to,
+            priority: None,
+            guard: None,
+            wait: false,
+            payload_schema: None,
+            payload_check: None,
+            after: None,
+        }
     }
 
     /// Sets the priority.
@@ -148,6 +164,15 @@ impl TransitionDef {
     pub const fn wait(mut self, payload_schema: fn() -> Value) -> Self {
         self.wait = true;
         self.payload_schema = Some(payload_schema);
+        self
+    }
+
+    /// Sets the check of a wait transition's payload (`#[workflow]` sets it from the
+    /// payload type): a signal whose payload fails it is refused before anything is
+    /// stored.
+    #[must_use]
+    pub const fn check(mut self, payload_check: PayloadCheck) -> Self {
+        self.payload_check = Some(payload_check);
         self
     }
 

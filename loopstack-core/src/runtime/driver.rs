@@ -195,7 +195,7 @@ async fn prepare<W: Workflow>(
                 parent: None,
             }
         }
-        Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) => {
+        Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) | Mode::Recover(id) => {
             let (expect, action): (&[RunStatus], _) = match mode {
                 Mode::Retry(_) => (&[RunStatus::Failed, RunStatus::Cancelled], "be retried"),
                 Mode::Wake(_) => (&[RunStatus::Queued, RunStatus::Waiting], "be woken"),
@@ -204,7 +204,11 @@ async fn prepare<W: Workflow>(
             // Check before claiming, so a run this build cannot drive is left as it was.
             check_run(wf, &store.load_run(id).await?)?;
             let retry = matches!(mode, Mode::Retry(_));
-            let record = store.claim(id, &claim(expect)).await.map_err(invalid_status(name, action))?;
+            let mut request = claim(expect);
+            if matches!(mode, Mode::Recover(_)) {
+                request = request.only_expired(runtime.now());
+            }
+            let record = store.claim(id, &request).await.map_err(invalid_status(name, action))?;
             if retry {
                 // Children that ended while the run was failed or cancelled told a
                 // finished run; their ends are sent again, once.
@@ -250,6 +254,13 @@ async fn prepare<W: Workflow>(
             };
             if !enabled.contains(&signal.as_str()) {
                 return Err(RunError::UnknownSignal { workflow: name, run_id: id, place, signal, expected: enabled });
+            }
+            // A payload that does not fit the transition is refused before it is stored.
+            if let Some((_, t)) = def.transition(&signal)
+                && let Some(check) = t.payload_check
+                && let Err(reason) = check(&payload)
+            {
+                return Err(RunError::InvalidSignalPayload { workflow: name, run_id: id, signal: t.name, reason });
             }
             // A payload that would not read back is refused before it is stored.
             let raw: Box<RawValue> = crate::document::to_checked_raw_value(&payload).map_err(|e| match e {

@@ -259,10 +259,14 @@ impl Runtime {
 
     /// Claims and drives run `run_id` of a registered workflow to its next wait or
     /// end, as [`Runtime::resume`] does, without the workflow's type.
+    ///
+    /// A running run is taken only once its lease ran out (its driver died); one
+    /// another driver holds is left to it ([`RunError::Store`] with
+    /// [`StoreError::Leased`] or [`RunError::InvalidStatus`]).
     pub async fn drive_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
         let record = self.inner.store.load_run(run_id).await?;
         let wf = self.registered(&record.workflow)?;
-        wf.wake(self, run_id, registry::Wake::Resume, true).await
+        wf.wake(self, run_id, registry::Wake::Recover, true).await
     }
 
     /// Creates child run `child` of run `parent`, a run of the registered workflow
@@ -474,6 +478,9 @@ pub(crate) enum Mode<I> {
     /// Like `Resume`, but only a queued or waiting run: a child its parent drives,
     /// a parent its child wakes.
     Wake(RunId),
+    /// Like `Resume`, but a running run only once its lease ran out: a resume asked
+    /// for from outside (a command line, an HTTP call), never a takeover.
+    Recover(RunId),
     Retry(RunId),
     Fork(RunId, u64),
     Claimed(Box<crate::RunRecord>),

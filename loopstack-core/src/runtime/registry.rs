@@ -16,11 +16,11 @@ use crate::workflow::Workflow;
 /// How a type-erased drive is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// Claim the run whatever drives it (resume).
-    Resume,
     /// Claim the run only if it waits or is queued: a parent woken by its child,
     /// a child its parent drives. A run another driver holds is left to it.
     IfIdle,
+    /// Claim a queued or waiting run, or a running one whose lease ran out.
+    Recover,
 }
 
 /// A workflow behind a name.
@@ -116,8 +116,8 @@ impl<W: Workflow> Drivable for Registered<W> {
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
         Box::pin(async move {
             let mode = match how {
-                Wake::Resume => Mode::Resume(run_id),
                 Wake::IfIdle => Mode::Wake(run_id),
+                Wake::Recover => Mode::Recover(run_id),
             };
             let mut drive = super::Drive::new(runtime, &*self.workflow, mode);
             drive.cascade = cascade;

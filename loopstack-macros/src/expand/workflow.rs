@@ -45,9 +45,10 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         let wait = t.wait.then(|| match &t.payload {
             Some(ty) => {
                 let schema = quote_spanned!(at(syn::spanned::Spanned::span(ty))=> #p::payload_schema::<#ty>);
-                quote!(.wait(#schema))
+                let check = quote_spanned!(at(syn::spanned::Spanned::span(ty))=> #p::payload_check::<#ty>);
+                quote!(.wait(#schema).check(#check))
             }
-            None => quote!(.wait(__loopstack_null_schema)),
+            None => quote!(.wait(__loopstack_null_schema).check(#p::payload_check::<()>)),
         });
         let after = t.after.map(|ms| quote!(.after(::core::time::Duration::from_millis(#ms))));
         quote!(#p::TransitionDef::new(#method, &[#(#from),*], #to) #priority #guard #wait #after)
