@@ -129,6 +129,35 @@ fn loopback_host(host: &str) -> bool {
     matches!(name, "localhost" | "127.0.0.1" | "::1")
 }
 
+/// The path's parameters, or a 400 with `{"error": reason}` (axum's own rejection
+/// is plain text).
+struct PathJson<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S> for PathJson<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(error(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}
+
+/// The query's parameters, or a 400 with `{"error": reason}`.
+struct QueryJson<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S> for QueryJson<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(error(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}
+
 /// A JSON error response.
 fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response {
     (status, axum::Json(json!({ "error": reason.to_string() }))).into_response()
@@ -268,7 +297,7 @@ struct ListParams {
     before: Option<RunId>,
 }
 
-async fn list_runs(State(app): State<App>, Query(params): Query<ListParams>) -> Response {
+async fn list_runs(State(app): State<App>, QueryJson(params): QueryJson<ListParams>) -> Response {
     let mut query = RunQuery::new().limit(params.limit.unwrap_or(50).clamp(1, 500));
     if let Some(w) = params.workflow {
         query = query.workflow(w);
@@ -328,7 +357,7 @@ async fn start_run(State(app): State<App>, body: axum::body::Bytes) -> Response 
     ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "queued" }))
 }
 
-async fn show_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let store = app.runtime.store();
     let (record, history, documents) =
         match (store.load_run(id).await, store.history(id).await, store.documents(id).await) {
@@ -353,7 +382,7 @@ async fn show_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
 
 async fn signal_run(
     State(app): State<App>,
-    Path((id, name)): Path<(RunId, String)>,
+    PathJson((id, name)): PathJson<(RunId, String)>,
     body: axum::body::Bytes,
 ) -> Response {
     let payload: Value = if body.is_empty() {
@@ -368,29 +397,39 @@ async fn signal_run(
     outcome(&app, id, driven).await
 }
 
-async fn resume_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+async fn resume_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let driven = drive(&app, move |rt| async move { rt.drive_by_name(id).await }).await;
     outcome(&app, id, driven).await
 }
 
-async fn retry_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+async fn retry_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let driven = drive(&app, move |rt| async move { rt.retry_by_name(id).await }).await;
     outcome(&app, id, driven).await
 }
 
-async fn cancel_run(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+async fn cancel_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     match app.runtime.cancel(id, "cancelled over the HTTP API").await {
         Ok(()) => ok(&app, StatusCode::OK, json!({ "run_id": id, "status": "cancelled" })),
         Err(e) => store_error(&e),
     }
 }
 
-async fn run_events(State(app): State<App>, Path(id): Path<RunId>) -> Response {
+async fn run_events(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     if let Err(e) = app.runtime.store().load_run(id).await {
         return store_error(&e);
     }
     let secrets = app.runtime.secrets().clone();
     let events = app.runtime.subscribe().run(id).into_stream();
+    // The stream ends with the event that says the drive ended; a run that waits
+    // keeps it open for the drive that answers it.
+    let events = futures::stream::unfold((events, false), |(mut events, ended)| async move {
+        if ended {
+            return None;
+        }
+        let event = futures::StreamExt::next(&mut events).await?;
+        let finished = matches!(&event, Ok(e) if matches!(e.kind, loopstack_core::EventKind::Finished { .. }));
+        Some((event, (events, finished)))
+    });
     let stream = futures::StreamExt::map(events, move |event| {
         let data = match event {
             Ok(event) => {

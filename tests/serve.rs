@@ -129,7 +129,7 @@ async fn a_runs_live_events_stream_as_server_sent_events() {
     let (address, runtime) = start(ServeOptions::new()).await;
     let id = runtime.submit(&Reviewing, Review::default()).await.unwrap();
     let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!("GET /api/runs/{id}/events HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    let request = format!("GET /api/runs/{id}/events HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     // Wait for the response head, so the subscription exists before the run moves.
     let mut seen = String::new();
@@ -146,6 +146,22 @@ async fn a_runs_live_events_stream_as_server_sent_events() {
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     assert!(seen.contains(r#""type":"transition_started""#), "{seen}");
+    // The answer ends the run, and the stream ends with it.
+    runtime.signal(&Reviewing, id, ReviewingSignal::Approve(Approval { reviewer: "ada".into() })).await.unwrap();
+    let mut rest = String::new();
+    stream.read_to_string(&mut rest).await.unwrap();
+    assert!(rest.contains(r#""type":"finished""#), "{rest}");
+}
+
+#[tokio::test]
+async fn bad_path_ids_and_queries_get_a_json_reason() {
+    let (address, _runtime) = start(ServeOptions::new()).await;
+    let (status, body) = call(&address, "GET", "/api/runs/not-an-id", None).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("not-an-id") || body["error"].is_string(), "{body}");
+    let (status, body) = call(&address, "GET", "/api/runs?limit=-1", None).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].is_string(), "{body}");
 }
 
 async fn raw(address: &str, request: String) -> u16 {
