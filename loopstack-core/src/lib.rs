@@ -85,7 +85,7 @@ pub use tool::{
 };
 pub use workflow::{
     Definition, END, IntoSignal, PayloadCheck, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow,
-    WorkflowExt,
+    WorkflowExt, input_schema,
 };
 
 /// What generated code reaches for. Not public API: it may change in any release.
@@ -164,5 +164,37 @@ pub mod __private {
     /// The JSON Schema of a wait transition's payload.
     pub fn payload_schema<T: schemars::JsonSchema>() -> serde_json::Value {
         tool_input_schema::<T>()
+    }
+
+    /// Stands for a workflow's input type, to find its JSON Schema when it has one:
+    /// `(&&SchemaProbe::<T>::new()).__loopstack_schema()` picks [`ViaJsonSchema`]
+    /// for a `JsonSchema` type and [`ViaNoSchema`] for any other.
+    pub struct SchemaProbe<T>(core::marker::PhantomData<fn() -> T>);
+
+    impl<T> SchemaProbe<T> {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            Self(core::marker::PhantomData)
+        }
+    }
+
+    /// Picked first: types with a JSON Schema.
+    pub trait ViaJsonSchema {
+        fn __loopstack_schema(&self) -> Option<serde_json::Value>;
+    }
+    impl<T: schemars::JsonSchema> ViaJsonSchema for &SchemaProbe<T> {
+        fn __loopstack_schema(&self) -> Option<serde_json::Value> {
+            Some(crate::workflow::input_schema::<T>())
+        }
+    }
+
+    /// Picked otherwise: no schema.
+    pub trait ViaNoSchema {
+        fn __loopstack_schema(&self) -> Option<serde_json::Value>;
+    }
+    impl<T> ViaNoSchema for SchemaProbe<T> {
+        fn __loopstack_schema(&self) -> Option<serde_json::Value> {
+            None
+        }
     }
 }

@@ -50,6 +50,30 @@ pub trait Workflow: Send + Sync + 'static {
         cx: &'a mut RunContext,
         payload: Option<Value>,
     ) -> BoxFuture<'a, Result<(), TransitionError>>;
+
+    /// The JSON Schema of [`Workflow::Input`], for forms that start runs (Studio's,
+    /// say). `#[workflow]` fills it in when the input type implements
+    /// `schemars::JsonSchema`; `None` otherwise, and by default.
+    fn input_schema(&self) -> Option<Value> {
+        None
+    }
+}
+
+/// The JSON Schema of a workflow's input type, inlined (no `$defs`), without the
+/// title and `$schema` keys.
+pub fn input_schema<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("title");
+        map.remove("$schema");
+    }
+    value
 }
 
 /// A signal for a run of workflow `W`: the name of a wait transition and its

@@ -699,3 +699,16 @@ async fn a_payload_written_with_self() {
     let report = runtime.signal(&Notes, run_id, note).await.unwrap();
     assert_eq!(report.state.reviewed_by.as_deref(), Some("di"));
 }
+
+#[test]
+fn the_input_schema_is_there_when_the_input_type_has_one() {
+    // `Vec<bool>` has a JSON Schema, so the form that starts a run can be made.
+    let schema = ToolCallWorkflow.input_schema().expect("Vec<bool> has a schema");
+    assert_eq!(schema["type"], "array");
+    assert_eq!(schema["items"]["type"], "boolean");
+    // `Flags` (the state, standing in for the input) has none: no schema, no error.
+    assert_eq!(Ties.input_schema(), None);
+    // A generic workflow: its input is found through the impl's own parameters.
+    assert_eq!(Generic { model: Fixed(1) }.input_schema(), None);
+    assert_eq!(ApprovalFlow.input_schema(), Some(json!({ "type": "string" })));
+}

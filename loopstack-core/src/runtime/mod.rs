@@ -238,6 +238,12 @@ impl Runtime {
         self.inner.registry.get(workflow).map(|w| w.definition())
     }
 
+    /// The JSON Schema of a registered workflow's input ([`Workflow::input_schema`]),
+    /// if it is registered and has one.
+    pub fn input_schema_of(&self, workflow: &str) -> Option<Value> {
+        self.inner.registry.get(workflow).and_then(|w| w.input_schema())
+    }
+
     /// Whether a workflow of this name is registered.
     pub fn is_registered(&self, workflow: &str) -> bool {
         self.inner.registry.get(workflow).is_some()

@@ -28,6 +28,9 @@ pub(crate) trait Drivable: Send + Sync {
     /// The workflow's transition table.
     fn definition(&self) -> &'static crate::Definition;
 
+    /// The JSON Schema of the workflow's input, when it has one.
+    fn input_schema(&self) -> Option<Value>;
+
     /// Drives a run a worker has claimed.
     fn drive_claimed<'a>(
         &'a self,
@@ -97,6 +100,10 @@ impl<W: Workflow> Registered<W> {
 impl<W: Workflow> Drivable for Registered<W> {
     fn definition(&self) -> &'static crate::Definition {
         self.workflow.definition()
+    }
+
+    fn input_schema(&self) -> Option<Value> {
+        self.workflow.input_schema()
     }
 
     fn drive_claimed<'a>(

@@ -153,6 +153,12 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                     #init
                 }
 
+                fn input_schema(&self) -> #p::Option<#p::serde_json::Value> {
+                    #[allow(unused_imports)]
+                    use #p::{ViaJsonSchema as _, ViaNoSchema as _};
+                    (&&#p::SchemaProbe::<Self::Input>::new()).__loopstack_schema()
+                }
+
                 fn guard(
                     &self,
                     __loopstack_transition: ::core::primitive::usize,
