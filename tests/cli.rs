@@ -8,23 +8,11 @@ use std::process::{Command, Output};
 use loopstack::RunId;
 use serde_json::Value;
 
+mod common;
+
 fn ops() -> &'static PathBuf {
     static OPS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    OPS.get_or_init(|| {
-        let mut dir = std::env::current_exe().unwrap();
-        dir.pop();
-        if dir.ends_with("deps") {
-            dir.pop();
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", "ops"]);
-        if dir.ends_with("release") {
-            build.arg("--release");
-        }
-        assert!(build.status().unwrap().success(), "building the ops example failed");
-        dir.join("examples").join(format!("ops{}", std::env::consts::EXE_SUFFIX))
-    })
+    OPS.get_or_init(|| common::example("ops"))
 }
 
 fn run(db: &PathBuf, args: &[&str]) -> Output {

@@ -15,27 +15,12 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-/// The weather example, built (or found up to date) by cargo next to this test's
-/// binary, in the same profile.
+mod common;
+
+/// The weather example, built next to this test's binary.
 fn example() -> &'static PathBuf {
     static EXAMPLE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    EXAMPLE.get_or_init(build_example)
-}
-
-fn build_example() -> PathBuf {
-    let mut dir = std::env::current_exe().unwrap();
-    dir.pop();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "--quiet", "--example", "weather"]);
-    if dir.ends_with("release") {
-        build.arg("--release");
-    }
-    assert!(build.status().unwrap().success(), "building the weather example failed");
-    dir.join("examples").join(format!("weather{}", std::env::consts::EXE_SUFFIX))
+    EXAMPLE.get_or_init(|| common::example("weather"))
 }
 
 /// How the fake server answers.

@@ -1,0 +1,22 @@
+//! Helpers shared by the integration tests that run the examples as processes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The example `name`, built (or found up to date) by cargo next to the running
+/// test's binary, in the same profile.
+pub(crate) fn example(name: &str) -> PathBuf {
+    let mut dir = std::env::current_exe().unwrap();
+    dir.pop();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--quiet", "--example", name]);
+    if dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(build.status().unwrap().success(), "building the {name} example failed");
+    dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
