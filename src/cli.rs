@@ -368,7 +368,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 .await
                 .map_err(|e| CliError::Serve(format!("could not listen on {bind}:{port}: {e}")))?;
             let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
-            eprintln!("serving the API on http://{address}/api (Ctrl-C to stop)");
+            eprintln!("Studio on http://{address}/ and the API under http://{address}/api (Ctrl-C to stop)");
             let mut options = crate::serve::ServeOptions::new();
             if let Some(token) = token {
                 options = options.token(token.clone());

@@ -344,6 +344,9 @@ pub mod cli;
 #[cfg(feature = "serve")]
 pub mod serve;
 
+#[cfg(feature = "serve")]
+mod studio;
+
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///
 /// It brings [`Result`], whose error defaults to [`BoxError`], into

@@ -1,13 +1,28 @@
-//! An HTTP API for the runs of your binary (feature `serve`, on by default):
-//! the command line's `serve`, or [`router`] to mount in an axum app of your own.
+//! An HTTP API for the runs of your binary, and Studio, the web page over it
+//! (feature `serve`, on by default): the command line's `serve`, or [`router`] to
+//! mount in an axum app of your own.
+//!
+//! Studio, at `/`, lists runs (filtered by workflow, status and place, a page at a
+//! time, read again every few seconds), and shows a run: its state diagram with
+//! the place it is at and the path it took, its conversation with tool calls and
+//! results, token usage and cost, documents with their versions, the state at each
+//! checkpoint, its signals and its error. It answers a waiting run with a form made
+//! from each signal's JSON Schema, resumes, retries and cancels runs, starts new
+//! ones from a form made from the workflow's input schema, and follows a run live
+//! from its events, the model's text as it streams. It is plain HTML, CSS and
+//! JavaScript compiled into the binary (the diagram is drawn by a script of its own),
+//! fetches nothing from elsewhere, and sends the token, when there is one, as a
+//! bearer header.
 //!
 //! | method and path | what |
 //! |---|---|
 //! | `GET /api/openapi.json` | this API, described (OpenAPI 3.1) |
-//! | `GET /api/workflows` | the registered workflows: places, transitions, signals with their payload schemas, diagram |
-//! | `GET /api/runs?workflow=&status=&place=&limit=&before=` | runs, newest first, a page at a time |
-//! | `POST /api/runs` `{"workflow", "input", "wait"}` | starts a run: queued, or driven to its end or first wait with `"wait": true` |
-//! | `GET /api/runs/{id}` | a run: status, history with times, state, documents |
+//! | `GET /api/workflows` | the registered workflows: places, transitions, signals with their payload schemas, the input schema, diagram |
+//! | `GET /api/runs?workflow=&status=&place=&parent=&limit=&before=` | runs, newest first, a page at a time |
+//! | `POST /api/runs` `{"workflow", "input", "wait", "drive"}` | starts a run: queued; driven to its end or first wait with `"wait": true`; driven in the background, answering at once, with `"drive": true` |
+//! | `GET /api/runs/{id}` | a run: status, history with times, state, documents, signals, and what it waits for |
+//! | `GET /api/runs/{id}/checkpoints/{step}` | the state the run's checkpoint of `step` holds (0: the initial state) |
+//! | `GET /api/runs/{id}/documents/{type}/{key}` | every version of a keyed document, oldest first |
 //! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
@@ -74,8 +89,13 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/retry", post(retry_run))
         .route("/api/runs/{id}/cancel", post(cancel_run))
         .route("/api/runs/{id}/events", get(run_events))
+        .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
+        .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .with_state(app)
+        // The page itself holds no run data: it is served without the token, and
+        // asks for one when the API wants it.
+        .merge(crate::studio::router())
 }
 
 /// Serves the API on `listener` until the future is dropped.
@@ -191,7 +211,7 @@ fn run_error(app: &App, e: &RunError) -> Response {
 
 fn store_error(e: &StoreError) -> Response {
     match e {
-        StoreError::RunNotFound(_) => error(StatusCode::NOT_FOUND, e),
+        StoreError::RunNotFound(_) | StoreError::CheckpointNotFound { .. } => error(StatusCode::NOT_FOUND, e),
         StoreError::Backend(_) | StoreError::Corrupt(_) => error(StatusCode::SERVICE_UNAVAILABLE, e),
         // Another driver holds the run, it moved on, or it ended.
         _ => error(StatusCode::CONFLICT, e),
@@ -253,13 +273,15 @@ async fn openapi() -> axum::Json<Value> {
         "info": { "title": "loopstack runs", "version": env!("CARGO_PKG_VERSION") },
         "paths": {
             "/api/workflows": { "get": op("The registered workflows, their transitions and signal payload schemas") },
-            "/api/runs": { "get": op("Runs, newest first"), "post": op("Start a run: {workflow, input, wait}") },
+            "/api/runs": { "get": op("Runs, newest first"), "post": op("Start a run: {workflow, input, wait, drive}") },
             "/api/runs/{id}": { "get": op("A run: status, history, state, documents") },
             "/api/runs/{id}/signals/{name}": { "post": op("Send a signal; the body is its payload") },
             "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
             "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
             "/api/runs/{id}/cancel": { "post": op("Cancel a run and its children") },
             "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream)") },
+            "/api/runs/{id}/checkpoints/{step}": { "get": op("The state at one checkpoint") },
+            "/api/runs/{id}/documents/{type}/{key}": { "get": op("Every version of a keyed document") },
         },
     }))
 }
@@ -271,6 +293,7 @@ async fn workflows(State(app): State<App>) -> Response {
         .into_iter()
         .filter_map(|name| app.runtime.definition_of(name))
         .map(|def| {
+            let input_schema = app.runtime.input_schema_of(def.name());
             let signals: Vec<Value> = def
                 .transitions()
                 .iter()
@@ -280,9 +303,13 @@ async fn workflows(State(app): State<App>) -> Response {
             let transitions: Vec<Value> = def
                 .transitions()
                 .iter()
-                .map(|t| json!({ "name": t.name, "from": t.from, "to": t.to, "guard": t.guard, "wait": t.wait }))
+                .map(|t| {
+                    json!({ "name": t.name, "from": t.from, "to": t.to, "guard": t.guard, "wait": t.wait,
+                            "priority": t.priority, "after_ms": t.after.map(|a| a.as_millis() as u64) })
+                })
                 .collect();
-            json!({ "name": def.name(), "places": def.places(), "transitions": transitions, "signals": signals, "mermaid": def.mermaid() })
+            json!({ "name": def.name(), "places": def.places(), "transitions": transitions, "signals": signals,
+                    "input_schema": input_schema, "mermaid": def.mermaid() })
         })
         .collect();
     ok(&app, StatusCode::OK, json!({ "workflows": list }))
@@ -293,6 +320,7 @@ struct ListParams {
     workflow: Option<String>,
     status: Option<String>,
     place: Option<String>,
+    parent: Option<RunId>,
     limit: Option<u32>,
     before: Option<RunId>,
 }
@@ -310,6 +338,9 @@ async fn list_runs(State(app): State<App>, QueryJson(params): QueryJson<ListPara
     }
     if let Some(p) = params.place {
         query = query.place(p);
+    }
+    if let Some(p) = params.parent {
+        query = query.parent(p);
     }
     if let Some(b) = params.before {
         query = query.before(b);
@@ -330,6 +361,8 @@ struct StartBody {
     input: Value,
     #[serde(default)]
     wait: bool,
+    #[serde(default)]
+    drive: bool,
 }
 
 /// A JSON body, or why it is not one (a message for a 400).
@@ -354,30 +387,77 @@ async fn start_run(State(app): State<App>, body: axum::body::Bytes) -> Response 
         }
         return outcome(&app, run_id, driven).await;
     }
+    if body.drive {
+        // Driven here, in the background: the answer comes at once, and the run's
+        // events (`/events`) show it move. Its end, or failure, is in the store.
+        let runtime = app.runtime.clone();
+        tokio::spawn(async move { runtime.drive_by_name(run_id).await });
+        return ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "running" }));
+    }
     ok(&app, StatusCode::ACCEPTED, json!({ "run_id": run_id, "status": "queued" }))
 }
 
 async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let store = app.runtime.store();
-    let (record, history, documents) =
-        match (store.load_run(id).await, store.history(id).await, store.documents(id).await) {
-            (Ok(r), Ok(h), Ok(d)) => (r, h, d),
-            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return store_error(&e),
+    let (record, history, documents, signals) =
+        match (store.load_run(id).await, store.history(id).await, store.documents(id).await, store.signals(id).await) {
+            (Ok(r), Ok(h), Ok(d), Ok(s)) => (r, h, d, s),
+            (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return store_error(&e),
         };
     let mut value = run_json(&record);
+    if record.status == RunStatus::Waiting {
+        // The signals its place waits for, by this build's table.
+        let waiting_for: Vec<&str> = app.runtime.definition_of(&record.workflow).map_or_else(Vec::new, |def| {
+            def.transitions().iter().filter(|t| t.wait && t.leaves(&record.place)).map(|t| t.name).collect()
+        });
+        value["waiting_for"] = json!(waiting_for);
+        value["wake_at"] = json!(record.wake_at.map(|t| t.to_string()));
+    }
+    value["signals"] = signals
+        .iter()
+        .map(|s| {
+            let payload: Value = serde_json::from_str(s.payload.get()).unwrap_or(Value::Null);
+            json!({ "id": s.id, "name": s.name, "payload": payload, "status": s.status, "received_at": s.received_at.to_string() })
+        })
+        .collect();
     value["state"] = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
     value["history"] = history
         .iter()
         .map(|s| json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() }))
         .collect();
-    value["documents"] = documents
-        .iter()
-        .map(|d| {
-            json!({ "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
-                    "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null) })
-        })
-        .collect();
+    value["documents"] = documents.iter().map(|d| document_json(d)).collect();
     ok(&app, StatusCode::OK, value)
+}
+
+async fn show_checkpoint(State(app): State<App>, PathJson((id, step)): PathJson<(RunId, u64)>) -> Response {
+    match app.runtime.store().checkpoint(id, step).await {
+        Ok(c) => {
+            let state: Value = serde_json::from_str(c.state.get()).unwrap_or(Value::Null);
+            let s = &c.step;
+            let value = json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to,
+                                "at": s.at.to_string(), "state": state });
+            ok(&app, StatusCode::OK, value)
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+async fn document_versions(
+    State(app): State<App>,
+    PathJson((id, doc_type, key)): PathJson<(RunId, String, String)>,
+) -> Response {
+    match app.runtime.store().document_history(id, &doc_type, &key).await {
+        Ok(versions) => {
+            let versions: Vec<Value> = versions.iter().map(|d| document_json(d)).collect();
+            ok(&app, StatusCode::OK, json!({ "versions": versions }))
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+fn document_json(d: &loopstack_core::Document) -> Value {
+    json!({ "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
+            "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null) })
 }
 
 async fn signal_run(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 struct Review {
     text: String,
     approved_by: Option<String>,
@@ -35,8 +35,46 @@ impl Reviewing {
     }
 }
 
+/// A note, saved under one key: a new version at each edit.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl DocumentType for Note {
+    const TYPE: &'static str = "note";
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct Edit {
+    text: String,
+}
+
+struct Revising;
+
+#[workflow(name = "revision", state = Note)]
+impl Revising {
+    #[transition(to = Drafted)]
+    async fn draft(&self, note: &mut Note, cx: &mut RunContext) -> Result<()> {
+        cx.save_with(&*note, SaveOptions::new().key("note"))?;
+        Ok(())
+    }
+
+    #[transition(from = Drafted, to = Drafted, wait)]
+    async fn edit(&self, note: &mut Note, cx: &mut RunContext, edit: Edit) -> Result<()> {
+        note.text = edit.text;
+        cx.save_with(&*note, SaveOptions::new().key("note"))?;
+        Ok(())
+    }
+
+    #[transition(from = Drafted, to = End, wait)]
+    async fn publish(&self, _note: &mut Note, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
 async fn start(options: ServeOptions) -> (String, Runtime) {
-    let runtime = Runtime::new().register(Reviewing);
+    let runtime = Runtime::new().register(Reviewing).register(Revising);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(serve(listener, runtime.clone(), options));
@@ -202,4 +240,95 @@ async fn cross_site_requests_and_other_host_names_are_refused_and_a_bad_payload_
     let after = runtime.store().load_run(id).await.unwrap();
     assert_eq!((after.epoch, after.signal_seq, after.step), (before.epoch, before.signal_seq, before.step));
     assert!(runtime.store().signals(id).await.unwrap().is_empty(), "nothing was stored");
+}
+
+/// One HTTP/1.1 GET, the connection closed after it: the whole response, headers
+/// included.
+async fn get_raw(address: &str, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test]
+async fn studio_is_served_without_the_token_and_the_api_it_reads_needs_it() {
+    let (address, _runtime) = start(ServeOptions::new().token("t0ken-123")).await;
+    let page = get_raw(&address, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<script src=\"/studio/app.js\"></script>"), "{page}");
+    // The page runs only its own scripts, and nothing is fetched from elsewhere.
+    assert!(page.to_ascii_lowercase().contains("content-security-policy: default-src 'self'"), "{page}");
+    assert!(!page.contains("https://"), "the page links outside: {page}");
+    for (path, kind) in [
+        ("/studio/app.js", "text/javascript"),
+        ("/studio/diagram.js", "text/javascript"),
+        ("/studio/forms.js", "text/javascript"),
+        ("/studio/studio.css", "text/css"),
+    ] {
+        let asset = get_raw(&address, path).await;
+        assert!(asset.starts_with("HTTP/1.1 200"), "{path}: {asset}");
+        assert!(asset.to_ascii_lowercase().contains(&format!("content-type: {kind}")), "{path}");
+        // The SVG namespace is a name, not an address anything is fetched from.
+        let asset = asset.replace("http://www.w3.org/2000/svg", "");
+        assert!(!asset.contains("https://") && !asset.contains("http://"), "{path} reaches outside");
+    }
+    let (status, _) = http(&address, "GET", "/api/workflows", None, None).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn the_reads_studio_makes_answer_checkpoints_versions_signals_and_input_schemas() {
+    let (address, runtime) = start(ServeOptions::new()).await;
+    let (_, workflows) = call(&address, "GET", "/api/workflows", None).await;
+    let by_name =
+        |name: &str| workflows["workflows"].as_array().unwrap().iter().find(|w| w["name"] == name).cloned().unwrap();
+    // The form that starts a run comes from the input's JSON Schema, when it has one.
+    assert_eq!(by_name("review")["input_schema"]["properties"]["text"]["type"], "string");
+    assert_eq!(by_name("revision")["input_schema"], Value::Null);
+
+    // `drive`: the answer comes at once, and the run moves on in the background.
+    let body = r#"{"workflow": "revision", "input": {"text": "first"}, "drive": true}"#;
+    let (status, started) = call(&address, "POST", "/api/runs", Some(body)).await;
+    assert_eq!((status, started["status"].as_str()), (202, Some("running")), "{started}");
+    let id: RunId = started["run_id"].as_str().unwrap().parse().unwrap();
+    let record = runtime.wait_for(id, std::time::Duration::from_millis(5)).await.unwrap();
+    assert_eq!(record.status, loopstack::RunStatus::Waiting);
+
+    let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
+    assert_eq!(shown["waiting_for"], json!(["edit", "publish"]));
+    assert_eq!(shown["signals"], json!([]));
+
+    let edit = r#"{"text": "second"}"#;
+    let (status, _) = call(&address, "POST", &format!("/api/runs/{id}/signals/edit"), Some(edit)).await;
+    assert_eq!(status, 200);
+    let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
+    assert_eq!(shown["signals"][0]["name"], "edit");
+    assert_eq!(shown["signals"][0]["payload"], json!({"text": "second"}));
+    assert_eq!(shown["signals"][0]["status"], json!({"status": "delivered", "step": 2}));
+    assert_eq!(shown["documents"][0]["version"], 2);
+
+    // Every version of the keyed note, oldest first.
+    let (status, versions) = call(&address, "GET", &format!("/api/runs/{id}/documents/note/note"), None).await;
+    assert_eq!(status, 200, "{versions}");
+    let texts: Vec<&Value> = versions["versions"].as_array().unwrap().iter().map(|v| &v["content"]["text"]).collect();
+    assert_eq!(texts, [&json!("first"), &json!("second")]);
+    let (_, none) = call(&address, "GET", &format!("/api/runs/{id}/documents/note/other"), None).await;
+    assert_eq!(none["versions"], json!([]));
+
+    // The state at each checkpoint; a step the run never took is a 404.
+    let (status, first) = call(&address, "GET", &format!("/api/runs/{id}/checkpoints/0"), None).await;
+    assert_eq!((status, &first["state"]["text"]), (200, &json!("first")));
+    let (_, second) = call(&address, "GET", &format!("/api/runs/{id}/checkpoints/2"), None).await;
+    assert_eq!((&second["transition"], &second["state"]["text"]), (&json!("edit"), &json!("second")));
+    let (status, missing) = call(&address, "GET", &format!("/api/runs/{id}/checkpoints/9"), None).await;
+    assert_eq!(status, 404, "{missing}");
+    let (status, _) = call(&address, "GET", &format!("/api/runs/{id}/checkpoints/first"), None).await;
+    assert_eq!(status, 400);
+
+    // Child runs are listed by their parent; this one has none.
+    let (status, children) = call(&address, "GET", &format!("/api/runs?parent={id}"), None).await;
+    assert_eq!((status, children["runs"].clone()), (200, json!([])));
 }

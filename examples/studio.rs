@@ -1,0 +1,238 @@
+//! Studio, loopstack's web page for runs, over two offline workflows: the weather
+//! agent (a scripted model, no API key) and an expense report that waits for a
+//! manager.
+//!
+//! ```text
+//! cargo run --example studio -- serve          # then open http://127.0.0.1:7878
+//! cargo run --example studio -- run expense --input '{"employee": "Ada", "amount": 120, "purpose": "Train"}' --wait
+//! cargo run --example studio -- --help         # every command of loopstack's command line
+//! ```
+//!
+//! On its first `serve` over an empty store it starts three runs so the page has
+//! something to show: a weather question answered, an expense waiting for its
+//! decision, and one sent back for a revision.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use loopstack::RunQuery;
+use loopstack::llm::{
+    Agent, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Price, Prices, Role, ScriptedModel, StopReason,
+    ToolUse, Usage,
+};
+use loopstack::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Retrieve the weather for a city.
+#[tool]
+async fn get_weather(
+    /// City or location name
+    location: String,
+) -> Result<String, ToolError> {
+    if location.trim().is_empty() {
+        return Err(ToolError::new("the location is empty; name a city"));
+    }
+    Ok(format!("{location}: mostly sunny, 14C, rain in the afternoon."))
+}
+
+/// The offline model: it asks for the weather of the city in the question, then
+/// answers from the tool's result. It takes a moment per turn, as a real one would,
+/// so Studio's live view has something to follow.
+fn weather_model() -> ScriptedModel {
+    ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().ok_or_else(|| LlmError::Script {
+            model: request.model.clone(),
+            message: "the conversation is empty".into(),
+        })?;
+        if let Some(result) = last.tool_results_iter().next() {
+            let answer =
+                format!("Here is the forecast. {} Take an umbrella if you go out after lunch.", result.content);
+            return Ok(ChatResponse::new(
+                Message::assistant(answer),
+                StopReason::EndTurn,
+                Usage::new(182, 31),
+                "scripted-weather",
+            ));
+        }
+        let question = last.text();
+        let city = question
+            .rsplit_once(" in ")
+            .map(|(_, rest)| rest.trim_matches(|c: char| !c.is_alphanumeric() && c != ' ').to_owned())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "Berlin".to_owned());
+        let call = ToolUse::new("call_0", "get_weather", serde_json::json!({ "location": city }));
+        let message = Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text("Let me look that up."), ContentBlock::ToolUse(call)],
+        };
+        Ok(ChatResponse::new(message, StopReason::ToolUse, Usage::new(143, 22), "scripted-weather"))
+    })
+    .latency(Duration::from_millis(300))
+}
+
+/// The weather agent, registered as the workflow `agent` (its input is the question).
+fn weather_agent() -> Result<Agent, BoxError> {
+    let tools = ToolRegistry::new().with(GetWeather)?;
+    Ok(Agent::new(weather_model(), "scripted-weather", tools)
+        .system("You answer questions about the weather. Use get_weather.")
+        .prices(Prices::new().model("scripted-weather", Price::per_million(3.0, 15.0))))
+}
+
+/// An expense report, as the run keeps it.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+struct Expense {
+    /// Who spent the money.
+    employee: String,
+    /// How much, in EUR.
+    amount: f64,
+    /// What for.
+    purpose: String,
+    /// How many times it was sent back.
+    #[serde(default)]
+    revisions: u32,
+    /// The decision, once made.
+    #[serde(default)]
+    decision: Option<String>,
+}
+
+/// The report as a document: one key, a new version at each revision.
+#[derive(Debug, Serialize, Deserialize)]
+struct Report {
+    employee: String,
+    amount: f64,
+    purpose: String,
+}
+
+impl DocumentType for Report {
+    const TYPE: &'static str = "expense_report";
+}
+
+/// A manager's decision.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Decision {
+    /// Who decides.
+    manager: String,
+    /// Whether the expense is paid.
+    approve: bool,
+    /// Why, for the employee.
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+/// What the manager sends back: the report changed.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Revision {
+    /// The corrected amount, in EUR.
+    amount: f64,
+    /// The corrected purpose.
+    purpose: String,
+}
+
+struct ExpenseApproval;
+
+#[workflow(name = "expense", input = Expense)]
+impl ExpenseApproval {
+    /// Checks the report and files it.
+    #[transition(to = Submitted)]
+    async fn submit(&self, expense: &mut Expense, cx: &mut RunContext) -> Result<()> {
+        if expense.amount <= 0.0 || expense.amount.is_nan() {
+            return Err(format!("the amount must be above 0, not {}", expense.amount).into());
+        }
+        file(expense, cx)
+    }
+
+    /// Waits for a manager's decision.
+    #[transition(from = Submitted, to = Decided, wait)]
+    async fn decide(&self, expense: &mut Expense, _cx: &mut RunContext, decision: Decision) -> Result<()> {
+        if decision.manager.trim().is_empty() {
+            return Err("the decision needs the manager's name".into());
+        }
+        let verdict = if decision.approve { "approved" } else { "rejected" };
+        expense.decision = Some(match decision.comment.filter(|c| !c.trim().is_empty()) {
+            Some(comment) => format!("{verdict} by {}: {comment}", decision.manager),
+            None => format!("{verdict} by {}", decision.manager),
+        });
+        Ok(())
+    }
+
+    /// Sends the report back with changes; it waits for a decision again.
+    #[transition(from = Submitted, to = Submitted, wait)]
+    async fn revise(&self, expense: &mut Expense, cx: &mut RunContext, revision: Revision) -> Result<()> {
+        if revision.amount <= 0.0 || revision.amount.is_nan() {
+            return Err(format!("the amount must be above 0, not {}", revision.amount).into());
+        }
+        expense.amount = revision.amount;
+        expense.purpose = revision.purpose;
+        expense.revisions += 1;
+        file(expense, cx)
+    }
+
+    /// Nobody decided within a week.
+    #[transition(from = Submitted, to = End, after = "168h")]
+    async fn expire(&self, expense: &mut Expense, _cx: &mut RunContext) -> Result<()> {
+        expense.decision = Some("expired: nobody decided within a week".to_owned());
+        Ok(())
+    }
+
+    /// Tells the employee.
+    #[transition(from = Decided, to = End)]
+    async fn notify(&self, expense: &mut Expense, cx: &mut RunContext) -> Result<()> {
+        let decision = expense.decision.as_deref().unwrap_or("decided");
+        tracing::info!(employee = %expense.employee, decision, run = %cx.run_id(), "expense decided");
+        Ok(())
+    }
+}
+
+/// Saves the report as the next version of its document.
+fn file(expense: &Expense, cx: &mut RunContext) -> Result<()> {
+    let report =
+        Report { employee: expense.employee.clone(), amount: expense.amount, purpose: expense.purpose.clone() };
+    cx.save_with(&report, SaveOptions::new().key("report"))?;
+    Ok(())
+}
+
+/// The runtime with both workflows, as the command line gets it.
+fn register(runtime: Runtime) -> Runtime {
+    let agent = weather_agent().expect("the weather tool has a valid name");
+    runtime.register(agent).register(ExpenseApproval)
+}
+
+/// Starts the demo runs on an empty store, so a first `serve` shows some.
+async fn seed(runtime: &Runtime) -> Result<(), BoxError> {
+    let first = runtime.store().list_runs(&RunQuery::new().limit(1)).await?;
+    if !first.runs.is_empty() {
+        return Ok(());
+    }
+    let question = serde_json::json!("What is the weather in Lisbon?");
+    let weather = runtime.submit_by_name("agent", question).await?;
+    runtime.drive_by_name(weather).await?;
+    let report = serde_json::json!({ "employee": "Ada", "amount": 86.4, "purpose": "Train to the Lyon meetup" });
+    let waiting = runtime.submit_by_name("expense", report).await?;
+    runtime.drive_by_name(waiting).await?;
+    let report = serde_json::json!({ "employee": "Grace", "amount": 1250, "purpose": "Conference" });
+    let revised = runtime.submit_by_name("expense", report).await?;
+    runtime.drive_by_name(revised).await?;
+    let revision = serde_json::json!({ "amount": 980, "purpose": "Conference ticket, without the dinner" });
+    runtime.signal_by_name(revised, "revise", revision).await?;
+    eprintln!("started three demo runs");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let serving = std::env::args().skip(1).any(|a| a == "serve");
+    loopstack::cli::main(|runtime| {
+        let runtime = register(runtime);
+        if serving {
+            // Alongside the server, so the page can watch them move.
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                if let Err(e) = seed(&runtime).await {
+                    eprintln!("could not start the demo runs: {e}");
+                }
+            });
+        }
+        runtime
+    })
+    .await
+}

@@ -1,0 +1,722 @@
+// Studio: loopstack's page for runs. It lists runs, shows one run (its place in the
+// state diagram, its conversation, usage, documents, checkpoints and signals),
+// answers what a run waits for with forms made from the signals' JSON Schemas,
+// resumes, retries and cancels runs, starts new ones, and follows a run live
+// through its event stream. Everything comes from the JSON API under /api.
+"use strict";
+
+(function () {
+  const { h } = window.LoopstackForms;
+  const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
+  const FINISHED = new Set(["completed", "failed", "cancelled"]);
+  const LIST_REFRESH_MS = 2000;
+  const RUN_REFRESH_MS = 3000;
+
+  const app = {
+    token: sessionStorage.getItem("loopstack-token"),
+    workflows: null,
+    // What the current view started: timers and streams to stop on leaving it.
+    cleanups: [],
+  };
+
+  const main = document.getElementById("main");
+  const flash = document.getElementById("flash");
+
+  class ApiError extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  function headers(json) {
+    const out = { Accept: "application/json" };
+    if (json) out["Content-Type"] = "application/json";
+    if (app.token) out.Authorization = "Bearer " + app.token;
+    return out;
+  }
+
+  async function api(path, body) {
+    const post = body !== undefined;
+    const res = await fetch("/api" + path, {
+      method: post ? "POST" : "GET",
+      headers: headers(post),
+      body: post ? JSON.stringify(body) : undefined,
+    });
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (_) {
+      data = null;
+    }
+    if (res.status === 401) {
+      askToken();
+      throw new ApiError("this server needs a token", 401);
+    }
+    if (!res.ok) throw new ApiError((data && data.error) || res.status + " " + res.statusText, res.status);
+    return data;
+  }
+
+  function say(text, kind) {
+    flash.textContent = text || "";
+    flash.className = text ? "flash " + (kind || "info") : "flash";
+  }
+
+  function askToken() {
+    const input = h("input", { type: "password", placeholder: "token", "aria-label": "token", autocomplete: "off" });
+    const form = h("form", { class: "token" }, h("span", { text: "This server needs its token: " }), input, h("button", { class: "primary", text: "Use it" }));
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      app.token = input.value.trim();
+      sessionStorage.setItem("loopstack-token", app.token);
+      app.workflows = null;
+      say("");
+      route();
+    });
+    flash.replaceChildren(form);
+    flash.className = "flash warn";
+  }
+
+  async function workflows() {
+    if (!app.workflows) {
+      const data = await api("/workflows");
+      app.workflows = new Map(data.workflows.map((w) => [w.name, w]));
+    }
+    return app.workflows;
+  }
+
+  function leave() {
+    for (const stop of app.cleanups.splice(0)) stop();
+  }
+
+  function short(id) {
+    return String(id).slice(0, 8) + "\u2026" + String(id).slice(-4);
+  }
+
+  function when(text) {
+    if (!text) return "";
+    const t = new Date(text);
+    if (Number.isNaN(t.getTime())) return text;
+    const diff = Math.round((Date.now() - t.getTime()) / 1000);
+    const s = Math.abs(diff);
+    const span = s < 60 ? s + " s" : s < 3600 ? Math.round(s / 60) + " min" : s < 86400 ? Math.round(s / 3600) + " h"
+      : s < 86400 * 30 ? Math.round(s / 86400) + " d" : null;
+    if (s < 5) return "just now";
+    if (span === null) return t.toLocaleString();
+    return diff > 0 ? span + " ago" : "in " + span;
+  }
+
+  function time(text) {
+    return h("time", { datetime: text, title: text, text: when(text) });
+  }
+
+  function badge(status) {
+    return h("span", { class: "badge " + status, "data-status": status, text: status });
+  }
+
+  function json(value) {
+    return h("pre", { class: "json-view", text: JSON.stringify(value, null, 2) });
+  }
+
+  function section(title, ...children) {
+    return h("section", { class: "panel" }, h("h2", { text: title }), ...children);
+  }
+
+  // ---- the runs list ------------------------------------------------------
+
+  async function showRuns(params) {
+    const wfs = await workflows();
+    const filters = {
+      workflow: params.get("workflow") || "",
+      status: params.get("status") || "",
+      place: params.get("place") || "",
+    };
+    const select = (name, values) => {
+      const s = h("select", { name, "aria-label": name }, h("option", { value: "", text: "any " + name }));
+      for (const v of values) s.appendChild(h("option", { value: v, text: v }));
+      s.value = filters[name];
+      return s;
+    };
+    const places = [...new Set([...wfs.values()].flatMap((w) => (filters.workflow && w.name !== filters.workflow ? [] : w.places)))];
+    const wf = select("workflow", [...wfs.keys()]);
+    const status = select("status", STATUSES);
+    const place = select("place", places);
+    const live = h("input", { type: "checkbox", id: "live", checked: true });
+    const bar = h("form", { class: "filters" }, wf, status, place,
+      h("label", { class: "live", for: "live" }, live, " live"),
+      h("a", { class: "button primary", href: "#/start", text: "Start a run" }));
+    const apply = () => {
+      const q = new URLSearchParams();
+      for (const [k, el] of [["workflow", wf], ["status", status], ["place", place]]) if (el.value) q.set(k, el.value);
+      location.hash = "#/" + (q.toString() ? "?" + q : "");
+    };
+    for (const el of [wf, status, place]) el.addEventListener("change", apply);
+    bar.addEventListener("submit", (e) => e.preventDefault());
+
+    const body = h("tbody");
+    const table = h("table", { class: "runs" },
+      h("thead", {}, h("tr", {}, ...["run", "workflow", "status", "place", "step", "updated", "parent"].map((c) => h("th", { text: c })))),
+      body);
+    const newer = h("button", { type: "button", text: "\u2190 newer" });
+    const older = h("button", { type: "button", text: "older \u2192" });
+    const count = h("span", { class: "muted" });
+    const pager = h("div", { class: "pager" }, newer, count, older);
+    main.replaceChildren(h("h1", { text: "Runs" }), bar, table, pager);
+
+    const cursors = [null];
+    let next = null;
+    const load = async () => {
+      const q = new URLSearchParams({ limit: "20" });
+      for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+      const before = cursors[cursors.length - 1];
+      if (before) q.set("before", before);
+      const page = await api("/runs?" + q);
+      next = page.next;
+      body.replaceChildren(...page.runs.map(runRow));
+      if (!page.runs.length) body.appendChild(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No runs match." })));
+      newer.disabled = cursors.length === 1;
+      older.disabled = !next;
+      count.textContent = "page " + cursors.length;
+    };
+    newer.addEventListener("click", () => { cursors.pop(); load().catch(fail); });
+    older.addEventListener("click", () => { if (next) { cursors.push(next); load().catch(fail); } });
+    await load();
+    // Live: the first page is read again every few seconds.
+    const timer = setInterval(() => {
+      if (live.checked && cursors.length === 1 && !document.hidden) load().catch(() => {});
+    }, LIST_REFRESH_MS);
+    app.cleanups.push(() => clearInterval(timer));
+  }
+
+  function runRow(run) {
+    const link = h("a", { href: "#/run/" + run.run_id, title: run.run_id, text: short(run.run_id) });
+    const row = h("tr", { "data-run": run.run_id, "data-status": run.status },
+      h("td", {}, link), h("td", { text: run.workflow }), h("td", {}, badge(run.status)), h("td", { text: run.place }),
+      h("td", { text: String(run.step) }), h("td", {}, time(run.updated_at)),
+      h("td", {}, run.parent ? h("a", { href: "#/run/" + run.parent, text: short(run.parent) }) : ""));
+    row.addEventListener("click", (e) => {
+      if (e.target.tagName !== "A") location.hash = "#/run/" + run.run_id;
+    });
+    return row;
+  }
+
+  // ---- one run ------------------------------------------------------------
+
+  async function showRun(id, drive) {
+    const wfs = await workflows();
+    let run = await api("/runs/" + id);
+    const talks = run.documents.some((d) => d.type === "llm_message") || run.workflow === "agent";
+    const view = { run, wf: wfs.get(run.workflow), forms: new Map(), streaming: null, tab: talks ? "conversation" : "documents", children: [] };
+    const children = async () => {
+      view.children = (await api("/runs?parent=" + encodeURIComponent(id) + "&limit=50")).runs;
+    };
+    await children();
+    const live = h("div", { class: "live-activity", "aria-live": "polite" });
+    view.live = live;
+    const render = () => renderRun(view);
+    render();
+
+    const reload = debounce(async () => {
+      try {
+        view.run = await api("/runs/" + id);
+        await children();
+        view.streaming = null;
+        render();
+      } catch (e) {
+        fail(e);
+      }
+    }, 120);
+    view.reload = reload;
+
+    // Follow it live: its events while this page is open, and a slower read of the
+    // run for drives in other processes, whose events do not come here.
+    const abort = new AbortController();
+    app.cleanups.push(() => abort.abort());
+    const onEvent = (event) => liveEvent(view, event);
+    // Once the stream is open, a run this page started is driven here.
+    const onOpen = () => {
+      live.dataset.following = "true";
+      if (drive && view.run.status === "queued") {
+        drive = false;
+        window.history.replaceState(null, "", "#/run/" + id);
+        api("/runs/" + id + "/resume", {}).catch((e) => {
+          // A worker took it first: it moves all the same.
+          if (e.status !== 409) fail(e);
+        });
+      }
+    };
+    (async () => {
+      while (!abort.signal.aborted && !FINISHED.has(view.run.status)) {
+        try {
+          await follow(id, onEvent, abort.signal, onOpen);
+        } catch (_) {
+          if (abort.signal.aborted) return;
+        }
+        delete live.dataset.following;
+        await sleep(1000, abort.signal);
+      }
+    })();
+    const timer = setInterval(async () => {
+      if (document.hidden || FINISHED.has(view.run.status)) return;
+      try {
+        const now = await api("/runs/" + id);
+        if (now.step !== view.run.step || now.status !== view.run.status || now.updated_at !== view.run.updated_at) {
+          view.run = now;
+          render();
+        }
+      } catch (_) {
+        // The next tick tries again.
+      }
+    }, RUN_REFRESH_MS);
+    app.cleanups.push(() => clearInterval(timer));
+  }
+
+  function sleep(ms, signal) {
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+    });
+  }
+
+  function debounce(f, ms) {
+    let t = null;
+    return () => {
+      clearTimeout(t);
+      t = setTimeout(f, ms);
+    };
+  }
+
+  // Reads the run's Server-Sent Events (with fetch, so the token can be sent).
+  async function follow(id, onEvent, signal, onOpen) {
+    const res = await fetch("/api/runs/" + id + "/events", { headers: headers(false), signal });
+    if (!res.ok || !res.body) throw new ApiError("no event stream (" + res.status + ")", res.status);
+    // The server subscribed before it answered: from here on nothing is missed.
+    onOpen();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const chunk = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        if (data) {
+          try {
+            onEvent(JSON.parse(data));
+          } catch (_) {
+            // Not an event; skipped.
+          }
+        }
+      }
+    }
+  }
+
+  function liveEvent(view, event) {
+    const line = (text, cls) => {
+      view.live.appendChild(h("div", { class: "event " + (cls || ""), text }));
+      while (view.live.childNodes.length > 8) view.live.firstChild.remove();
+    };
+    switch (event.type) {
+      case "transition_started": {
+        line("\u25b6 " + event.transition + ": " + event.from + " \u2192 " + event.to);
+        for (const g of document.querySelectorAll(".diagram .edge.running")) g.classList.remove("running");
+        const edge = document.querySelector(`.diagram .edge[data-transition="${CSS.escape(event.transition)}"][data-from="${CSS.escape(event.from)}"]`);
+        if (edge) edge.classList.add("running");
+        break;
+      }
+      case "text_delta": {
+        if (!view.streaming) {
+          line("\u270e the model is writing");
+          const text = h("div", { class: "text" });
+          const bubble = h("div", { class: "bubble assistant streaming", "data-streaming": "" }, h("div", { class: "who", text: "assistant \u00b7 writing\u2026" }), text);
+          view.streaming = { bubble, text };
+          const chat = document.getElementById("conversation");
+          if (chat) chat.appendChild(bubble);
+        }
+        view.streaming.text.textContent += event.text;
+        break;
+      }
+      case "tool_call_started":
+        line("\u2699 " + event.name + " (" + event.call_id + ")");
+        break;
+      case "tool_call_finished":
+        line((event.error ? "\u2717 " : "\u2713 ") + event.name + " in " + event.duration + " ms" + (event.error ? ": " + event.error : ""), event.error ? "bad" : "");
+        break;
+      case "usage":
+        line("tokens: " + event.input_tokens + " in, " + event.output_tokens + " out (" + event.model + ")");
+        break;
+      case "custom":
+        line(event.name + ": " + JSON.stringify(event.data));
+        break;
+      case "waiting":
+        line("\u2016 waits at " + event.place + " for " + event.signals.join(", "));
+        view.reload();
+        break;
+      case "transition_committed":
+        view.reload();
+        break;
+      case "finished":
+        line("\u25a0 " + event.status + (event.error ? ": " + event.error : ""), event.status === "completed" ? "good" : "bad");
+        view.reload();
+        break;
+      case "lagged":
+        view.reload();
+        break;
+      default:
+        break;
+    }
+  }
+
+  function renderRun(view) {
+    const { run, wf } = view;
+    const actions = h("div", { class: "actions" });
+    const act = (label, path, confirmText) => {
+      const b = h("button", { type: "button", "data-action": path, text: label });
+      b.addEventListener("click", async () => {
+        if (confirmText && !confirm(confirmText)) return;
+        b.disabled = true;
+        try {
+          const after = await api("/runs/" + run.run_id + "/" + path, {});
+          say(label + ": the run is " + after.status + (after.error ? " (" + after.error + ")" : ""), after.status === "failed" ? "bad" : "info");
+          view.run = await api("/runs/" + run.run_id);
+          renderRun(view);
+        } catch (e) {
+          fail(e);
+          b.disabled = false;
+        }
+      });
+      actions.appendChild(b);
+    };
+    if (!FINISHED.has(run.status)) act("Resume", "resume");
+    if (run.status === "failed" || run.status === "cancelled") act("Retry", "retry");
+    if (!FINISHED.has(run.status)) act("Cancel", "cancel", "Cancel this run and its child runs?");
+
+    const facts = h("dl", { class: "facts" },
+      h("dt", { text: "status" }), h("dd", {}, badge(run.status)),
+      h("dt", { text: "place" }), h("dd", { class: "place", text: run.place }),
+      h("dt", { text: "step" }), h("dd", { text: String(run.step) }),
+      h("dt", { text: "started" }), h("dd", {}, time(run.created_at)),
+      h("dt", { text: "updated" }), h("dd", {}, time(run.updated_at)));
+    if (run.parent) facts.append(h("dt", { text: "parent" }), h("dd", {}, h("a", { href: "#/run/" + run.parent, text: short(run.parent) })));
+    if (run.wake_at) facts.append(h("dt", { text: "timer" }), h("dd", {}, time(run.wake_at)));
+
+    const header = h("div", { class: "run-header" },
+      h("h1", {}, h("span", { text: run.workflow + " " }), h("code", { class: "run-id", title: run.run_id, text: run.run_id })),
+      actions);
+    const blocks = [header, facts];
+    if (run.error) blocks.push(h("div", { class: "error-box", role: "alert" }, h("strong", { text: run.status === "failed" ? "Failed: " : "Ended: " }), h("span", { class: "error-text", text: run.error })));
+    if (run.status === "waiting") blocks.push(waitingPanel(view));
+    if (!FINISHED.has(run.status) || view.live.childNodes.length) blocks.push(section("Live", view.live));
+
+    const diagram = section("State diagram");
+    if (wf) {
+      const places = new Set(["start"]);
+      for (const s of run.history) { places.add(s.from); places.add(s.to); }
+      const box = h("div", { class: "diagram-box", title: "click to see it at full size" }, window.LoopstackDiagram.render(wf, {
+        current: run.place,
+        visited: [...places],
+        taken: run.history.map((s) => s.transition + "@" + s.from),
+        waiting: run.status === "waiting",
+      }));
+      if (view.wideDiagram) box.classList.add("wide");
+      box.addEventListener("click", () => {
+        view.wideDiagram = box.classList.toggle("wide");
+      });
+      diagram.appendChild(box);
+    } else {
+      diagram.appendChild(h("p", { class: "muted", text: "This build does not register " + run.workflow + "." }));
+    }
+
+    const tabs = [
+      ["conversation", "Conversation", () => conversation(view)],
+      ["documents", "Documents (" + run.documents.length + ")", () => documents(view)],
+      ["history", "Checkpoints (" + (run.history.length + 1) + ")", () => history(view)],
+      ["signals", "Signals (" + run.signals.length + ")", () => signals(run)],
+      ["state", "State", () => json(run.state)],
+    ];
+    const tabBar = h("div", { class: "tabs", role: "tablist" });
+    const tabBody = h("div", { class: "tab-body" });
+    const open = (key) => {
+      view.tab = key;
+      for (const b of tabBar.children) b.setAttribute("aria-selected", String(b.dataset.tab === key));
+      const tab = tabs.find((t) => t[0] === key) || tabs[0];
+      tabBody.replaceChildren(tab[2]());
+    };
+    for (const [key, label] of tabs) {
+      const b = h("button", { type: "button", role: "tab", "data-tab": key, text: label });
+      b.addEventListener("click", () => open(key));
+      tabBar.appendChild(b);
+    }
+    open(view.tab);
+
+    main.replaceChildren(h("div", { class: "run-grid" },
+      h("div", { class: "run-side" }, ...blocks.slice(0, 2), diagram, ...blocks.slice(2), usage(run), childRuns(view)),
+      h("div", { class: "run-main" }, tabBar, tabBody)));
+  }
+
+  function childRuns(view) {
+    if (!view.children.length) return h("div", { hidden: true });
+    const body = h("tbody", {}, ...view.children.map(runRow));
+    return section("Child runs (" + view.children.length + ")", h("table", { class: "runs children" },
+      h("thead", {}, h("tr", {}, ...["run", "workflow", "status", "place", "step", "updated", "parent"].map((c) => h("th", { text: c })))), body));
+  }
+
+  function waitingPanel(view) {
+    const { run, wf } = view;
+    const panel = section("Waiting for");
+    const names = run.waiting_for || [];
+    if (!names.length) panel.appendChild(h("p", { class: "muted", text: "No signal of this build's table leaves " + run.place + "." }));
+    for (const name of names) {
+      const key = run.step + "/" + name;
+      let card = view.forms.get(key);
+      if (!card) {
+        const signal = wf && wf.signals.find((s) => s.name === name);
+        const form = window.LoopstackForms.build(signal ? signal.payload_schema : null, { name, submit: "Send " + name });
+        form.element.addEventListener("submit", async (e) => {
+          e.preventDefault();
+          const read = form.read();
+          if (read.error) {
+            form.showError(read.error);
+            return;
+          }
+          form.showError("");
+          const button = form.element.querySelector("button[type=submit]");
+          button.disabled = true;
+          try {
+            const after = await api("/runs/" + run.run_id + "/signals/" + encodeURIComponent(name), read.value);
+            say(name + " sent: the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
+            view.run = await api("/runs/" + run.run_id);
+            renderRun(view);
+          } catch (err) {
+            form.showError(err.message);
+            button.disabled = false;
+          }
+        });
+        card = h("div", { class: "signal-card", "data-signal": name }, h("h3", { text: name }), form.element);
+        view.forms.set(key, card);
+      }
+      panel.appendChild(card);
+    }
+    return panel;
+  }
+
+  // Tokens and cost: per model from each message's metadata, cost from the state.
+  function usage(run) {
+    const per = new Map();
+    for (const d of run.documents) {
+      const u = d.metadata && d.metadata.usage;
+      if (!u) continue;
+      const model = d.metadata.model || "model";
+      const row = per.get(model) || { turns: 0, input: 0, output: 0, cached: 0 };
+      row.turns += 1;
+      row.input += u.input_tokens || 0;
+      row.output += u.output_tokens || 0;
+      row.cached += (u.cache_read_input_tokens || 0) + (u.cache_creation_input_tokens || 0);
+      per.set(model, row);
+    }
+    const cost = run.state && typeof run.state.cost === "number" ? run.state.cost : null;
+    if (!per.size && cost === null) return h("div", { hidden: true });
+    const body = h("tbody");
+    for (const [model, r] of per) {
+      body.appendChild(h("tr", {}, h("td", { text: model }), h("td", { text: String(r.turns) }), h("td", { text: String(r.input) }),
+        h("td", { text: String(r.output) }), h("td", { text: String(r.cached) })));
+    }
+    const panel = section("Usage",
+      h("table", { class: "usage" }, h("thead", {}, h("tr", {}, ...["model", "turns", "input", "output", "cached"].map((c) => h("th", { text: c })))), body));
+    if (cost !== null) panel.appendChild(h("p", { class: "cost" }, "cost: ", h("strong", { text: "$" + cost.toFixed(cost < 0.01 ? 6 : 4) })));
+    return panel;
+  }
+
+  function conversation(view) {
+    const { run } = view;
+    const box = h("div", { class: "conversation", id: "conversation" });
+    const messages = run.documents.filter((d) => d.type === "llm_message");
+    if (!messages.length && !view.streaming) box.appendChild(h("p", { class: "muted", text: "This run has no conversation." }));
+    // Tool names by call id, to title the results.
+    const tools = new Map();
+    for (const m of messages) for (const b of (m.content && m.content.content) || []) if (b.type === "tool_use") tools.set(b.id, b.name);
+    const named = new Set(messages.flatMap((m) => m.tags.filter((t) => t.startsWith("conversation:"))));
+    let last = null;
+    for (const m of messages) {
+      const conv = m.tags.find((t) => t.startsWith("conversation:"));
+      if (named.size && conv !== last) {
+        box.appendChild(h("div", { class: "conversation-name", text: conv ? conv.slice(13) : "default" }));
+        last = conv;
+      }
+      box.appendChild(bubble(m, tools));
+    }
+    if (view.streaming) box.appendChild(view.streaming.bubble);
+    return box;
+  }
+
+  function bubble(doc, tools) {
+    const msg = doc.content || {};
+    const role = msg.role || "user";
+    const blocks = Array.isArray(msg.content) ? msg.content : [];
+    const onlyResults = blocks.length && blocks.every((b) => b.type === "tool_result");
+    const who = onlyResults ? "tool results" : role;
+    const meta = doc.metadata || {};
+    const details = [];
+    if (meta.model) details.push(meta.model);
+    if (meta.stop_reason) details.push(meta.stop_reason);
+    if (meta.usage) details.push(meta.usage.input_tokens + " in / " + meta.usage.output_tokens + " out");
+    const b = h("div", { class: "bubble " + (onlyResults ? "tools" : role), "data-role": role },
+      h("div", { class: "who" }, h("span", { text: who }), h("span", { class: "muted", text: "step " + doc.step + (details.length ? " \u00b7 " + details.join(" \u00b7 ") : "") })));
+    for (const block of blocks) {
+      if (block.type === "text") b.appendChild(h("div", { class: "text", text: block.text }));
+      else if (block.type === "tool_use") {
+        b.appendChild(h("div", { class: "tool-call" }, h("div", { class: "tool-title", text: "\u2192 " + block.name + " \u00b7 " + block.id }), json(block.input)));
+      } else if (block.type === "tool_result") {
+        const name = tools.get(block.tool_use_id) || "tool";
+        const content = typeof block.content === "string" ? block.content : JSON.stringify(block.content, null, 2);
+        b.appendChild(h("div", { class: "tool-result" + (block.is_error ? " error" : "") },
+          h("div", { class: "tool-title", text: (block.is_error ? "\u2717 " : "\u2190 ") + name + " \u00b7 " + block.tool_use_id }),
+          h("pre", { text: content })));
+      } else {
+        b.appendChild(json(block));
+      }
+    }
+    return b;
+  }
+
+  function documents(view) {
+    const { run } = view;
+    if (!run.documents.length) return h("p", { class: "muted", text: "This run saved no documents." });
+    const list = h("div", { class: "documents" });
+    for (const d of run.documents) {
+      const title = d.type + (d.key ? " \u00b7 " + d.key : " #" + d.seq);
+      const body = h("div", { class: "doc-body" }, json(d.content));
+      if (Object.keys(d.metadata || {}).length) body.appendChild(h("details", {}, h("summary", { text: "metadata" }), json(d.metadata)));
+      // A few documents are shown open; many, closed.
+      const item = h("details", { class: "document", open: run.documents.length <= 3, "data-doc": d.type + (d.key ? ":" + d.key : "") },
+        h("summary", {}, h("span", { text: title }), h("span", { class: "muted", text: " v" + d.version + " \u00b7 step " + d.step + (d.tags.length ? " \u00b7 " + d.tags.join(", ") : "") })),
+        body);
+      if (d.key && d.version > 1) {
+        const button = h("button", { type: "button", class: "small", text: "all " + d.version + " versions" });
+        const versions = h("div", { class: "versions" });
+        button.addEventListener("click", async () => {
+          try {
+            const data = await api("/runs/" + run.run_id + "/documents/" + encodeURIComponent(d.type) + "/" + encodeURIComponent(d.key));
+            versions.replaceChildren(...data.versions.map((v) => h("div", { class: "version", "data-version": String(v.version) },
+              h("div", { class: "muted", text: "version " + v.version + " \u00b7 step " + v.step }), json(v.content))));
+            button.remove();
+          } catch (e) {
+            fail(e);
+          }
+        });
+        body.append(button, versions);
+      }
+      list.appendChild(item);
+    }
+    return list;
+  }
+
+  function history(view) {
+    const { run } = view;
+    const out = h("div", { class: "history" });
+    const shown = h("div", { class: "checkpoint" }, h("p", { class: "muted", text: "Pick a step to see the state its checkpoint holds." }));
+    const body = h("tbody");
+    const rows = [{ step: 0, transition: "(initial state)", from: "", to: "start", at: run.created_at }, ...run.history];
+    let previous = null;
+    for (const s of rows) {
+      const took = previous ? Math.max(0, new Date(s.at) - new Date(previous)) + " ms" : "";
+      previous = s.at;
+      const row = h("tr", { "data-step": String(s.step), tabindex: 0 },
+        h("td", { text: String(s.step) }), h("td", { text: s.transition }), h("td", { text: s.from ? s.from + " \u2192 " + s.to : s.to }),
+        h("td", {}, time(s.at)), h("td", { class: "muted", text: took }));
+      const pick = async () => {
+        for (const r of body.children) r.classList.toggle("picked", r === row);
+        try {
+          const c = await api("/runs/" + run.run_id + "/checkpoints/" + s.step);
+          shown.replaceChildren(h("h3", { text: "State after step " + c.step + (c.transition ? " (" + c.transition + ")" : "") }), json(c.state));
+        } catch (e) {
+          shown.replaceChildren(h("p", { class: "form-error", text: e.message }));
+        }
+      };
+      row.addEventListener("click", pick);
+      row.addEventListener("keydown", (e) => { if (e.key === "Enter") pick(); });
+      body.appendChild(row);
+    }
+    out.append(h("table", { class: "steps" }, h("thead", {}, h("tr", {}, ...["step", "transition", "places", "at", "took"].map((c) => h("th", { text: c })))), body), shown);
+    return out;
+  }
+
+  function signals(run) {
+    if (!run.signals.length) return h("p", { class: "muted", text: "No signals were sent to this run." });
+    const body = h("tbody");
+    for (const s of run.signals) {
+      const st = s.status || {};
+      const detail = st.status === "delivered" ? "step " + st.step : st.status === "rejected" ? st.reason : "";
+      body.appendChild(h("tr", { "data-signal-id": String(s.id) }, h("td", { text: String(s.id) }), h("td", { text: s.name }),
+        h("td", {}, badge(st.status || "pending"), h("span", { class: "muted", text: detail ? " " + detail : "" })),
+        h("td", {}, time(s.received_at)), h("td", {}, json(s.payload))));
+    }
+    return h("table", { class: "signals" }, h("thead", {}, h("tr", {}, ...["#", "signal", "status", "received", "payload"].map((c) => h("th", { text: c })))), body);
+  }
+
+  // ---- starting a run -----------------------------------------------------
+
+  async function showStart(name) {
+    const wfs = await workflows();
+    const names = [...wfs.keys()];
+    const chosen = wfs.has(name) ? name : names[0];
+    const select = h("select", { name: "workflow", "aria-label": "workflow" }, ...names.map((n) => h("option", { value: n, text: n })));
+    select.value = chosen || "";
+    select.addEventListener("change", () => { location.hash = "#/start/" + encodeURIComponent(select.value); });
+    const blocks = [h("h1", { text: "Start a run" }), h("div", { class: "filters" }, h("label", { text: "workflow " }), select)];
+    const wf = wfs.get(chosen);
+    if (!wf) {
+      blocks.push(h("p", { class: "muted", text: "No workflow is registered." }));
+    } else {
+      const schema = wf.input_schema || { description: "The input, as JSON (its type has no JSON Schema)." };
+      const form = window.LoopstackForms.build(schema, { name: "input", submit: "Start " + wf.name });
+      form.element.addEventListener("submit", async (e) => {
+        e.preventDefault();
+        const read = form.read();
+        if (read.error) {
+          form.showError(read.error);
+          return;
+        }
+        try {
+          // Queued first; the run's page drives it once it follows its events, so
+          // nothing the run does is missed, the model's first words included.
+          const started = await api("/runs", { workflow: wf.name, input: read.value });
+          say("started " + short(started.run_id), "info");
+          location.hash = "#/run/" + started.run_id + "?drive";
+        } catch (err) {
+          form.showError(err.message);
+        }
+      });
+      blocks.push(section("Input", form.element));
+      const diagram = section("State diagram", h("div", { class: "diagram-box" }, window.LoopstackDiagram.render(wf, {})));
+      blocks.push(diagram);
+    }
+    main.replaceChildren(...blocks);
+  }
+
+  // ---- routing --------------------------------------------------------------
+
+  function fail(e) {
+    say(e.message || String(e), "bad");
+  }
+
+  async function route() {
+    leave();
+    const hash = location.hash.slice(1) || "/";
+    const [path, query] = hash.split("?");
+    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + (path.startsWith("/start") ? "/start" : "/"));
+    try {
+      if (path.startsWith("/run/")) await showRun(decodeURIComponent(path.slice(5)), query === "drive");
+      else if (path.startsWith("/start")) await showStart(decodeURIComponent(path.slice(7)));
+      else await showRuns(new URLSearchParams(query || ""));
+    } catch (e) {
+      if (e.status !== 401) main.replaceChildren(h("div", { class: "error-box", role: "alert", text: e.message || String(e) }));
+    }
+  }
+
+  window.addEventListener("hashchange", () => { say(""); route(); });
+  route();
+})();
