@@ -92,6 +92,11 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        // Every answer is what its Content-Type says, never sniffed as a page.
+        .layer(middleware::map_response(|mut response: Response| async move {
+            response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+            response
+        }))
         .with_state(app)
         // The page itself holds no run data: it is served without the token, and
         // asks for one when the API wants it.

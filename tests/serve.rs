@@ -277,6 +277,8 @@ async fn studio_is_served_without_the_token_and_the_api_it_reads_needs_it() {
     }
     let (status, _) = http(&address, "GET", "/api/workflows", None, None).await;
     assert_eq!(status, 401);
+    let refused = get_raw(&address, "/api/runs").await;
+    assert!(refused.to_ascii_lowercase().contains("x-content-type-options: nosniff"), "{refused}");
 }
 
 #[tokio::test]

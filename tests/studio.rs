@@ -11,6 +11,7 @@
 //! fails, saying so, unless `LOOPSTACK_SKIP_BROWSER_TESTS=1` says to skip it.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -54,38 +55,55 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
     );
 }
 
-/// Starts `studio serve` on a free port; returns the process and Studio's address.
-fn serve(db: &Path) -> (Process, String) {
+/// Starts `studio serve` on a free port (with `args` after `serve`); returns the
+/// process and Studio's address.
+fn serve(db: &Path, args: &[&str]) -> (Process, String) {
     let mut child = Command::new(common::example("studio"))
         .arg("--db")
         .arg(db)
         .args(["serve", "--port", "0"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the studio example starts");
     let stderr = child.stderr.take().unwrap();
     let process = Process(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let address = loop {
-        let line = lines.next().expect("serve prints its address").unwrap();
-        if let Some(rest) = line.strip_prefix("Studio on ") {
-            break rest.split_whitespace().next().unwrap().to_owned();
+    // What it says goes to this test's output; the address comes back here.
+    let (address_tx, address_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("Studio on ") {
+                let _ = address_tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+            }
+            eprintln!("serve: {line}");
         }
-    };
-    // The rest of what it says goes to this test's output.
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("serve: {l}")));
+    });
+    let address = address_rx.recv_timeout(PATIENCE).expect("serve prints its address");
     (process, address)
 }
 
+/// Ends the browser when the test ends, however it ends: chromedriver leaves
+/// Chromium running when it is killed, so the whole process group goes (the
+/// driver leads a group of its own, which Chromium's processes join).
+struct Browser(Child);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-s", "KILL", "--"]).arg(format!("-{}", self.0.id())).status();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts chromedriver and a headless Chromium session through it.
-async fn session(chromium: &Path, driver: &Path, profile: &Path) -> (Process, Client) {
+async fn session(chromium: &Path, driver: &Path, profile: &Path) -> (Browser, Client) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let process = Process(
+    let process = Browser(
         Command::new(driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("chromedriver starts"),
     );
@@ -155,15 +173,34 @@ async fn screenshot(client: &Client, dir: &Path, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
+/// Does `act` to the element `css`, finding it again when the page drew it anew
+/// in between (a run's page does as the run moves), as a person would.
+async fn with_element<F, Fut>(client: &Client, css: &str, act: F)
+where
+    F: Fn(fantoccini::elements::Element) -> Fut,
+    Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+{
+    for _ in 0..20 {
+        match act(element(client, css).await).await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() => continue,
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+    panic!("{css} was drawn anew at every try");
+}
+
 /// Types into the element `css` after clearing it.
 async fn fill(client: &Client, css: &str, text: &str) {
-    let input = element(client, css).await;
-    input.clear().await.unwrap();
-    input.send_keys(text).await.unwrap();
+    with_element(client, css, |input| async move {
+        input.clear().await?;
+        input.send_keys(text).await
+    })
+    .await;
 }
 
 async fn click(client: &Client, css: &str) {
-    element(client, css).await.click().await.unwrap();
+    with_element(client, css, |e| async move { e.click().await }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,8 +209,8 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (_serve, base) = serve(&dir.join("studio.db"));
-    let (_driver, client) = session(&chromium, &driver, &dir.join("profile")).await;
+    let (_serve, base) = serve(&dir.join("studio.db"), &[]);
+    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
 
     // Start an expense report from the input form its JSON Schema made.
     client.goto(&format!("{base}#/start/expense")).await.unwrap();
@@ -185,7 +222,9 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     // Its page: waiting at `submitted` for a decision, on the diagram too.
     until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
     until(&client, "the live stream", "document.querySelector('.live-activity[data-following=true]')").await;
-    let run_id = element(&client, "code.run-id").await.text().await.unwrap();
+    let run_id: Value =
+        client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
+    let run_id = run_id.as_str().unwrap().to_owned();
     assert!(client.find(Locator::Css(".diagram .node.current[data-place=submitted]")).await.is_ok());
     assert!(client.find(Locator::Css(".diagram .edge.taken[data-transition=submit]")).await.is_ok());
     assert!(client.find(Locator::Css(".diagram .edge.open[data-transition=decide]")).await.is_ok());
@@ -232,10 +271,16 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     element(&client, ".document[data-doc='expense_report:report']").await;
     click(&client, "button[data-tab=history]").await;
     click(&client, "tr[data-step='1']").await;
+    until(&client, "the first checkpoint", "document.querySelector('.checkpoint h3[data-step=\"1\"]')").await;
+    let first: Value =
+        client.execute("return document.querySelector('.checkpoint').textContent;", vec![]).await.unwrap();
+    assert!(first.as_str().unwrap().contains("Linus") && !first.as_str().unwrap().contains("approved"), "{first}");
+    click(&client, "tr[data-step='2']").await;
+    until(&client, "the decision's checkpoint", "document.querySelector('.checkpoint h3[data-step=\"2\"]')").await;
     until(
         &client,
-        "the first checkpoint's state",
-        "document.querySelector('.checkpoint').textContent.includes('Linus')",
+        "the decision in it",
+        "document.querySelector('.checkpoint').textContent.includes('approved by Grace')",
     )
     .await;
 
@@ -244,8 +289,8 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     element(&client, &format!("tr[data-run='{run_id}']")).await;
     until(
         &client,
-        "only completed runs",
-        "[...document.querySelectorAll('tr[data-status]')].every((r) => r.dataset.status === 'completed')",
+        "only completed expense runs",
+        "[...document.querySelectorAll('tr[data-status]')].every((r) => r.dataset.status === 'completed' && r.children[1].textContent === 'expense')",
     )
     .await;
     screenshot(&client, &dir, "3-runs.png").await;
@@ -259,7 +304,7 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     until(
         &client,
         "the answer in a bubble",
-        "[...document.querySelectorAll('.bubble.assistant .text')].some((t) => t.textContent.includes('Oslo: mostly sunny'))",
+        "[...document.querySelectorAll('.bubble.assistant:not(.streaming) .text')].some((t) => t.textContent.includes('Oslo: mostly sunny'))",
     )
     .await;
     until(
@@ -277,5 +322,60 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     .await;
     screenshot(&client, &dir, "4-agent.png").await;
 
+    // A report the workflow refuses at its first step: the run fails, with why.
+    client.goto(&format!("{base}#/start/expense")).await.unwrap();
+    fill(&client, "form[data-form=input] input[name=employee]", "Ada").await;
+    fill(&client, "form[data-form=input] input[name=amount]", "0").await;
+    fill(&client, "form[data-form=input] input[name=purpose]", "Nothing").await;
+    click(&client, "form[data-form=input] button[type=submit]").await;
+    until(&client, "the run failed", "document.querySelector('.facts [data-status=failed]')").await;
+    until(
+        &client,
+        "why it failed",
+        "document.querySelector('.error-box').textContent.includes('the amount must be above 0')",
+    )
+    .await;
+
+    // Cancelled from its page, then retried: it waits again.
+    client.goto(&format!("{base}#/start/expense")).await.unwrap();
+    fill(&client, "form[data-form=input] input[name=employee]", "Ken").await;
+    fill(&client, "form[data-form=input] input[name=amount]", "12").await;
+    fill(&client, "form[data-form=input] input[name=purpose]", "Lunch").await;
+    click(&client, "form[data-form=input] button[type=submit]").await;
+    until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    click(&client, "button[data-action=cancel]").await;
+    client.accept_alert().await.unwrap();
+    until(&client, "the run cancelled", "document.querySelector('.facts [data-status=cancelled]')").await;
+    click(&client, "button[data-action=retry]").await;
+    until(&client, "the retried run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(&client, "its form again", "document.querySelector('.signal-card[data-signal=decide]')").await;
+
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_studio_asks_for_it_and_then_shows_the_runs() {
+    let Some((chromium, driver)) = browser() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio-token");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_serve, base) = serve(&dir.join("studio.db"), &["--token", "s3cret-t0ken"]);
+    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+
+    client.goto(&base).await.unwrap();
+    fill(&client, ".flash form.token input", "wrong").await;
+    click(&client, ".flash form.token button").await;
+    // A wrong token: asked again, nothing shown.
+    until(
+        &client,
+        "the prompt again",
+        "document.querySelector('.flash form.token input') && !document.querySelector('table.runs')",
+    )
+    .await;
+    fill(&client, ".flash form.token input", "s3cret-t0ken").await;
+    click(&client, ".flash form.token button").await;
+    // The demo runs the example started, read with the token.
+    until(&client, "the runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
+    assert!(client.find(Locator::Css(".flash form.token")).await.is_err(), "the prompt stays after the right token");
     client.close().await.unwrap();
 }

@@ -17,6 +17,11 @@
     workflows: null,
     // What the current view started: timers and streams to stop on leaving it.
     cleanups: [],
+    // Counts the views shown: work a view started checks it before drawing, so a
+    // view the user left never draws over the next one.
+    generation: 0,
+    // A message for the next view, shown after its hash change.
+    pending: null,
   };
 
   const main = document.getElementById("main");
@@ -63,6 +68,7 @@
   }
 
   function askToken() {
+    if (flash.querySelector("form.token")) return;
     const input = h("input", { type: "password", placeholder: "token", "aria-label": "token", autocomplete: "off" });
     const form = h("form", { class: "token" }, h("span", { text: "This server needs its token: " }), input, h("button", { class: "primary", text: "Use it" }));
     form.addEventListener("submit", (e) => {
@@ -125,7 +131,9 @@
   // ---- the runs list ------------------------------------------------------
 
   async function showRuns(params) {
+    const gen = app.generation;
     const wfs = await workflows();
+    if (gen !== app.generation) return;
     const filters = {
       workflow: params.get("workflow") || "",
       status: params.get("status") || "",
@@ -140,7 +148,8 @@
     const places = [...new Set([...wfs.values()].flatMap((w) => (filters.workflow && w.name !== filters.workflow ? [] : w.places)))];
     const wf = select("workflow", [...wfs.keys()]);
     const status = select("status", STATUSES);
-    const place = select("place", places);
+    // A place no workflow has (an old link) is still shown as the filter it is.
+    const place = select("place", filters.place && !places.includes(filters.place) ? [...places, filters.place] : places);
     const live = h("input", { type: "checkbox", id: "live", checked: true });
     const bar = h("form", { class: "filters" }, wf, status, place,
       h("label", { class: "live", for: "live" }, live, " live"),
@@ -165,12 +174,16 @@
 
     const cursors = [null];
     let next = null;
+    // Only the latest read draws: a slow live refresh does not undo a page turn.
+    let reads = 0;
     const load = async () => {
       const q = new URLSearchParams({ limit: "20" });
       for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
       const before = cursors[cursors.length - 1];
       if (before) q.set("before", before);
+      const read = ++reads;
       const page = await api("/runs?" + q);
+      if (read !== reads || gen !== app.generation) return;
       next = page.next;
       body.replaceChildren(...page.runs.map(runRow));
       if (!page.runs.length) body.appendChild(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No runs match." })));
@@ -180,22 +193,22 @@
     };
     newer.addEventListener("click", () => { cursors.pop(); load().catch(fail); });
     older.addEventListener("click", () => { if (next) { cursors.push(next); load().catch(fail); } });
-    await load();
     // Live: the first page is read again every few seconds.
     const timer = setInterval(() => {
       if (live.checked && cursors.length === 1 && !document.hidden) load().catch(() => {});
     }, LIST_REFRESH_MS);
     app.cleanups.push(() => clearInterval(timer));
+    await load();
   }
 
   function runRow(run) {
-    const link = h("a", { href: "#/run/" + run.run_id, title: run.run_id, text: short(run.run_id) });
+    const link = h("a", { href: "#/run/" + encodeURIComponent(run.run_id), title: run.run_id, text: short(run.run_id) });
     const row = h("tr", { "data-run": run.run_id, "data-status": run.status },
       h("td", {}, link), h("td", { text: run.workflow }), h("td", {}, badge(run.status)), h("td", { text: run.place }),
       h("td", { text: String(run.step) }), h("td", {}, time(run.updated_at)),
       h("td", {}, run.parent ? h("a", { href: "#/run/" + run.parent, text: short(run.parent) }) : ""));
     row.addEventListener("click", (e) => {
-      if (e.target.tagName !== "A") location.hash = "#/run/" + run.run_id;
+      if (e.target.tagName !== "A") location.hash = "#/run/" + encodeURIComponent(run.run_id);
     });
     return row;
   }
@@ -203,66 +216,78 @@
   // ---- one run ------------------------------------------------------------
 
   async function showRun(id, drive) {
-    const wfs = await workflows();
-    let run = await api("/runs/" + id);
-    const talks = run.documents.some((d) => d.type === "llm_message") || run.workflow === "agent";
-    const view = { run, wf: wfs.get(run.workflow), forms: new Map(), streaming: null, tab: talks ? "conversation" : "documents", children: [] };
-    const children = async () => {
-      view.children = (await api("/runs?parent=" + encodeURIComponent(id) + "&limit=50")).runs;
-    };
-    await children();
-    const live = h("div", { class: "live-activity", "aria-live": "polite" });
-    view.live = live;
-    const render = () => renderRun(view);
-    render();
-
-    const reload = debounce(async () => {
-      try {
-        view.run = await api("/runs/" + id);
-        await children();
-        view.streaming = null;
-        render();
-      } catch (e) {
-        fail(e);
-      }
-    }, 120);
-    view.reload = reload;
-
-    // Follow it live: its events while this page is open, and a slower read of the
-    // run for drives in other processes, whose events do not come here.
+    const gen = app.generation;
+    const alive = () => gen === app.generation;
     const abort = new AbortController();
     app.cleanups.push(() => abort.abort());
+    const path = "/runs/" + encodeURIComponent(id);
+    const wfs = await workflows();
+    const run = await api(path);
+    const kids = await api("/runs?parent=" + encodeURIComponent(id) + "&limit=50");
+    if (!alive()) return;
+    const talks = run.documents.some((d) => d.type === "llm_message") || run.workflow === "agent";
+    const view = {
+      run, path, alive, wf: wfs.get(run.workflow), children: kids.runs, forms: new Map(), streaming: null,
+      tab: talks ? "conversation" : "documents", openDocs: new Set(), versions: new Map(), picked: null,
+      live: h("div", { class: "live-activity", "aria-live": "polite" }),
+    };
+    // Reads the run (and its children) again and draws it, if this view is still shown.
+    view.refresh = async () => {
+      const [now, children] = await Promise.all([api(path), api("/runs?parent=" + encodeURIComponent(id) + "&limit=50")]);
+      if (!alive()) return;
+      view.run = now;
+      view.children = children.runs;
+      renderRun(view);
+    };
+    view.reload = debounce(() => view.refresh().catch(fail), 120);
+    renderRun(view);
+
+    // Follow it live while this page is open, whatever its status (a retry moves
+    // a finished run again): its events, and a slower read of the run for drives
+    // in other processes, whose events do not come here.
     const onEvent = (event) => liveEvent(view, event);
-    // Once the stream is open, a run this page started is driven here.
+    let driven = !drive;
+    const driveIt = () => {
+      if (driven) return;
+      driven = true;
+      window.history.replaceState(null, "", "#/run/" + encodeURIComponent(id));
+      // A worker may have taken it first (409): it moves all the same.
+      api(path + "/resume", {}).catch((e) => { if (e.status !== 409) fail(e); });
+    };
+    if (!driven) {
+      // A run this page started is driven once the stream is open, so nothing it
+      // does is missed; should the stream not open, it is driven all the same.
+      const fallback = setTimeout(driveIt, 3000);
+      app.cleanups.push(() => { clearTimeout(fallback); driveIt(); });
+    }
     const onOpen = () => {
-      live.dataset.following = "true";
-      if (drive && view.run.status === "queued") {
-        drive = false;
-        window.history.replaceState(null, "", "#/run/" + id);
-        api("/runs/" + id + "/resume", {}).catch((e) => {
-          // A worker took it first: it moves all the same.
-          if (e.status !== 409) fail(e);
-        });
-      }
+      view.live.dataset.following = "true";
+      if (view.run.status === "queued") driveIt();
+      else driven = true;
     };
     (async () => {
-      while (!abort.signal.aborted && !FINISHED.has(view.run.status)) {
+      let first = true;
+      while (!abort.signal.aborted) {
         try {
-          await follow(id, onEvent, abort.signal, onOpen);
-        } catch (_) {
+          if (!first) await view.refresh();
+          first = false;
+          await follow(view.path, onEvent, abort.signal, onOpen);
+        } catch (e) {
           if (abort.signal.aborted) return;
+          if (e && e.status === 401) return;
         }
-        delete live.dataset.following;
+        delete view.live.dataset.following;
         await sleep(1000, abort.signal);
       }
     })();
     const timer = setInterval(async () => {
       if (document.hidden || FINISHED.has(view.run.status)) return;
       try {
-        const now = await api("/runs/" + id);
+        const now = await api(path);
+        if (!alive()) return;
         if (now.step !== view.run.step || now.status !== view.run.status || now.updated_at !== view.run.updated_at) {
           view.run = now;
-          render();
+          renderRun(view);
         }
       } catch (_) {
         // The next tick tries again.
@@ -287,8 +312,9 @@
   }
 
   // Reads the run's Server-Sent Events (with fetch, so the token can be sent).
-  async function follow(id, onEvent, signal, onOpen) {
-    const res = await fetch("/api/runs/" + id + "/events", { headers: headers(false), signal });
+  async function follow(path, onEvent, signal, onOpen) {
+    const res = await fetch("/api" + path + "/events", { headers: headers(false), signal });
+    if (res.status === 401) askToken();
     if (!res.ok || !res.body) throw new ApiError("no event stream (" + res.status + ")", res.status);
     // The server subscribed before it answered: from here on nothing is missed.
     onOpen();
@@ -317,10 +343,14 @@
   function liveEvent(view, event) {
     const line = (text, cls) => {
       view.live.appendChild(h("div", { class: "event " + (cls || ""), text }));
-      while (view.live.childNodes.length > 8) view.live.firstChild.remove();
+      while (view.live.childNodes.length > 60) view.live.firstChild.remove();
+      view.live.scrollTop = view.live.scrollHeight;
     };
     switch (event.type) {
       case "transition_started": {
+        // A new step: what the model writes now belongs to it.
+        view.step = event.step;
+        if (view.streaming && view.streaming.step !== event.step) view.streaming = null;
         line("\u25b6 " + event.transition + ": " + event.from + " \u2192 " + event.to);
         for (const g of document.querySelectorAll(".diagram .edge.running")) g.classList.remove("running");
         const edge = document.querySelector(`.diagram .edge[data-transition="${CSS.escape(event.transition)}"][data-from="${CSS.escape(event.from)}"]`);
@@ -329,10 +359,10 @@
       }
       case "text_delta": {
         if (!view.streaming) {
-          line("\u270e the model is writing");
+          line("\u270e the model is writing (step " + view.step + ")");
           const text = h("div", { class: "text" });
           const bubble = h("div", { class: "bubble assistant streaming", "data-streaming": "" }, h("div", { class: "who", text: "assistant \u00b7 writing\u2026" }), text);
-          view.streaming = { bubble, text };
+          view.streaming = { bubble, text, step: view.step };
           const chat = document.getElementById("conversation");
           if (chat) chat.appendChild(bubble);
         }
@@ -379,10 +409,10 @@
         if (confirmText && !confirm(confirmText)) return;
         b.disabled = true;
         try {
-          const after = await api("/runs/" + run.run_id + "/" + path, {});
+          const after = await api(view.path + "/" + path, {});
+          if (!view.alive()) return;
           say(label + ": the run is " + after.status + (after.error ? " (" + after.error + ")" : ""), after.status === "failed" ? "bad" : "info");
-          view.run = await api("/runs/" + run.run_id);
-          renderRun(view);
+          await view.refresh();
         } catch (e) {
           fail(e);
           b.disabled = false;
@@ -486,10 +516,12 @@
           const button = form.element.querySelector("button[type=submit]");
           button.disabled = true;
           try {
-            const after = await api("/runs/" + run.run_id + "/signals/" + encodeURIComponent(name), read.value);
+            const after = await api(view.path + "/signals/" + encodeURIComponent(name), read.value);
+            if (!view.alive()) return;
             say(name + " sent: the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
-            view.run = await api("/runs/" + run.run_id);
-            renderRun(view);
+            // Queued for another driver, the run still waits here: the form can be used again.
+            button.disabled = false;
+            await view.refresh();
           } catch (err) {
             form.showError(err.message);
             button.disabled = false;
@@ -534,7 +566,9 @@
     const { run } = view;
     const box = h("div", { class: "conversation", id: "conversation" });
     const messages = run.documents.filter((d) => d.type === "llm_message");
-    if (!messages.length && !view.streaming) box.appendChild(h("p", { class: "muted", text: "This run has no conversation." }));
+    // The words of a turn not yet committed, as they stream.
+    const streaming = view.streaming && view.streaming.step > run.step ? view.streaming : null;
+    if (!messages.length && !streaming) box.appendChild(h("p", { class: "muted", text: "This run has no conversation." }));
     // Tool names by call id, to title the results.
     const tools = new Map();
     for (const m of messages) for (const b of (m.content && m.content.content) || []) if (b.type === "tool_use") tools.set(b.id, b.name);
@@ -548,7 +582,7 @@
       }
       box.appendChild(bubble(m, tools));
     }
-    if (view.streaming) box.appendChild(view.streaming.bubble);
+    if (streaming) box.appendChild(streaming.bubble);
     return box;
   }
 
@@ -587,27 +621,42 @@
     if (!run.documents.length) return h("p", { class: "muted", text: "This run saved no documents." });
     const list = h("div", { class: "documents" });
     for (const d of run.documents) {
+      const id = d.type + (d.key ? ":" + d.key : "#" + d.seq);
       const title = d.type + (d.key ? " \u00b7 " + d.key : " #" + d.seq);
       const body = h("div", { class: "doc-body" }, json(d.content));
       if (Object.keys(d.metadata || {}).length) body.appendChild(h("details", {}, h("summary", { text: "metadata" }), json(d.metadata)));
-      // A few documents are shown open; many, closed.
-      const item = h("details", { class: "document", open: run.documents.length <= 3, "data-doc": d.type + (d.key ? ":" + d.key : "") },
+      // A few documents are shown open, many closed; what the user opened stays
+      // open when the run moves.
+      const open = view.openDocs.has(id) || (run.documents.length <= 3 && !view.openDocs.has("!" + id));
+      const item = h("details", { class: "document", open, "data-doc": d.type + (d.key ? ":" + d.key : "") },
         h("summary", {}, h("span", { text: title }), h("span", { class: "muted", text: " v" + d.version + " \u00b7 step " + d.step + (d.tags.length ? " \u00b7 " + d.tags.join(", ") : "") })),
         body);
+      item.addEventListener("toggle", () => {
+        view.openDocs.delete(item.open ? "!" + id : id);
+        view.openDocs.add(item.open ? id : "!" + id);
+      });
       if (d.key && d.version > 1) {
-        const button = h("button", { type: "button", class: "small", text: "all " + d.version + " versions" });
         const versions = h("div", { class: "versions" });
-        button.addEventListener("click", async () => {
-          try {
-            const data = await api("/runs/" + run.run_id + "/documents/" + encodeURIComponent(d.type) + "/" + encodeURIComponent(d.key));
-            versions.replaceChildren(...data.versions.map((v) => h("div", { class: "version", "data-version": String(v.version) },
-              h("div", { class: "muted", text: "version " + v.version + " \u00b7 step " + v.step }), json(v.content))));
-            button.remove();
-          } catch (e) {
-            fail(e);
-          }
-        });
-        body.append(button, versions);
+        const show = (list) => versions.replaceChildren(...list.map((v) => h("div", { class: "version", "data-version": String(v.version) },
+          h("div", { class: "muted", text: "version " + v.version + " \u00b7 step " + v.step }), json(v.content))));
+        const known = view.versions.get(id);
+        if (known && known.length === d.version) {
+          show(known);
+          body.append(versions);
+        } else {
+          const button = h("button", { type: "button", class: "small", text: "all " + d.version + " versions" });
+          button.addEventListener("click", async () => {
+            try {
+              const data = await api(view.path + "/documents/" + encodeURIComponent(d.type) + "/" + encodeURIComponent(d.key));
+              view.versions.set(id, data.versions);
+              show(data.versions);
+              button.remove();
+            } catch (e) {
+              fail(e);
+            }
+          });
+          body.append(button, versions);
+        }
       }
       list.appendChild(item);
     }
@@ -621,6 +670,8 @@
     const body = h("tbody");
     const rows = [{ step: 0, transition: "(initial state)", from: "", to: "start", at: run.created_at }, ...run.history];
     let previous = null;
+    // Only the latest pick draws, so a slow answer does not show under another row.
+    let picks = 0;
     for (const s of rows) {
       const took = previous ? Math.max(0, new Date(s.at) - new Date(previous)) + " ms" : "";
       previous = s.at;
@@ -628,17 +679,22 @@
         h("td", { text: String(s.step) }), h("td", { text: s.transition }), h("td", { text: s.from ? s.from + " \u2192 " + s.to : s.to }),
         h("td", {}, time(s.at)), h("td", { class: "muted", text: took }));
       const pick = async () => {
+        const n = ++picks;
+        view.picked = s.step;
         for (const r of body.children) r.classList.toggle("picked", r === row);
         try {
-          const c = await api("/runs/" + run.run_id + "/checkpoints/" + s.step);
-          shown.replaceChildren(h("h3", { text: "State after step " + c.step + (c.transition ? " (" + c.transition + ")" : "") }), json(c.state));
+          const c = await api(view.path + "/checkpoints/" + s.step);
+          if (n !== picks) return;
+          shown.replaceChildren(h("h3", { "data-step": String(c.step), text: "State after step " + c.step + (c.transition ? " (" + c.transition + ")" : "") }), json(c.state));
         } catch (e) {
-          shown.replaceChildren(h("p", { class: "form-error", text: e.message }));
+          if (n === picks) shown.replaceChildren(h("p", { class: "form-error", text: e.message }));
         }
       };
       row.addEventListener("click", pick);
       row.addEventListener("keydown", (e) => { if (e.key === "Enter") pick(); });
       body.appendChild(row);
+      // The step picked before the run moved stays picked.
+      if (view.picked === s.step) pick();
     }
     out.append(h("table", { class: "steps" }, h("thead", {}, h("tr", {}, ...["step", "transition", "places", "at", "took"].map((c) => h("th", { text: c })))), body), shown);
     return out;
@@ -684,8 +740,8 @@
           // Queued first; the run's page drives it once it follows its events, so
           // nothing the run does is missed, the model's first words included.
           const started = await api("/runs", { workflow: wf.name, input: read.value });
-          say("started " + short(started.run_id), "info");
-          location.hash = "#/run/" + started.run_id + "?drive";
+          app.pending = ["started " + short(started.run_id), "info"];
+          location.hash = "#/run/" + encodeURIComponent(started.run_id) + "?drive";
         } catch (err) {
           form.showError(err.message);
         }
@@ -700,11 +756,14 @@
   // ---- routing --------------------------------------------------------------
 
   function fail(e) {
+    // A 401 shows the token prompt instead (see `api`).
+    if (e && e.status === 401) return;
     say(e.message || String(e), "bad");
   }
 
   async function route() {
     leave();
+    app.generation += 1;
     const hash = location.hash.slice(1) || "/";
     const [path, query] = hash.split("?");
     for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + (path.startsWith("/start") ? "/start" : "/"));
@@ -717,6 +776,12 @@
     }
   }
 
-  window.addEventListener("hashchange", () => { say(""); route(); });
+  window.addEventListener("hashchange", () => {
+    const pending = app.pending;
+    app.pending = null;
+    if (pending) say(pending[0], pending[1]);
+    else if (!flash.querySelector("form.token")) say("");
+    route();
+  });
   route();
 })();

@@ -56,6 +56,7 @@
       state.set(p, 2);
     };
     visit(places[0]);
+    const reached = new Set(state.keys());
     for (const p of places) if (!state.has(p)) visit(p);
     const ranks = new Map(places.map((p) => [p, 0]));
     // Longest path on the acyclic rest: relax in the walk's topological order.
@@ -69,6 +70,10 @@
       if (!changed) break;
     }
     const end = places[places.length - 1];
+    // Places `start` does not lead to go below the others, `end` below all.
+    let deepest = 0;
+    for (const p of reached) if (p !== end) deepest = Math.max(deepest, ranks.get(p));
+    for (const p of places) if (!reached.has(p) && p !== end) ranks.set(p, ranks.get(p) + deepest + 1);
     let max = 0;
     for (const [p, r] of ranks) if (p !== end) max = Math.max(max, r);
     if (places.length > 1) ranks.set(end, Math.max(max + 1, ranks.get(end)));
@@ -236,7 +241,8 @@
         const my = (y1 + y2) / 2;
         d = `M ${x1} ${y1} C ${x1 + spread} ${my}, ${x2 + spread} ${my}, ${x2} ${y2}`;
         lx = (x1 + x2) / 2 + spread + 6;
-        ly = my + 4;
+        // Parallel arrows' labels one under the other.
+        ly = my + 4 + (nth ? (nth % 2 ? 1 : -1) * Math.ceil(nth / 2) * 13 : 0);
       }
       const isTaken = isTakenEdge(e);
       const isOpen = isOpenEdge(e);

@@ -40,7 +40,8 @@
 
   // The values of an enum: `enum`, or a oneOf of `const`s.
   function choices(schema) {
-    if (Array.isArray(schema.enum)) return schema.enum.map((v) => ({ value: v, title: String(v) }));
+    // `null` among the values is the "no value" choice, offered apart.
+    if (Array.isArray(schema.enum)) return schema.enum.filter((v) => v !== null).map((v) => ({ value: v, title: String(v) }));
     const alts = schema.oneOf || schema.anyOf;
     if (Array.isArray(alts) && alts.length && alts.every((a) => a && "const" in a)) {
       return alts.map((a) => ({ value: a.const, title: a.description ? a.const + " \u2014 " + a.description : String(a.const) }));
@@ -70,6 +71,13 @@
       };
     }
     const type = Array.isArray(s.type) ? null : s.type;
+    if (type === "boolean" && optional) {
+      // Three answers: yes, no, or none.
+      const select = h("select", { id, name: path, "data-path": path },
+        h("option", { value: "", text: "\u2014" }), h("option", { value: "true", text: "true" }), h("option", { value: "false", text: "false" }));
+      if (typeof s.default === "boolean") select.value = String(s.default);
+      return { id, element: select, read: () => (select.value === "" ? { omit: true, nullable } : { value: select.value === "true" }) };
+    }
     if (type === "boolean") {
       const box = h("input", { id, type: "checkbox", name: path, "data-path": path, checked: s.default === true });
       return { id, element: box, inline: true, read: () => ({ value: box.checked }) };
@@ -82,12 +90,16 @@
         ? h("textarea", { id, name: path, "data-path": path, rows: 2 })
         : h("input", {
             id, name: path, "data-path": path,
-            type: numeric ? "number" : s.format === "date-time" ? "datetime-local" : "text",
+            type: numeric ? "number" : "text",
+            // RFC 3339 (what Rust's date-time types read) has an offset, which the
+            // browser's date-time picker cannot give: typed as text.
+            placeholder: s.format === "date-time" ? "2026-12-01T12:00:00Z" : s.format === "date" ? "2026-12-01" : null,
             step: type === "integer" ? "1" : numeric ? "any" : null,
             min: s.minimum, max: s.maximum,
           });
       if (s.default !== undefined && s.default !== null) input.value = String(s.default);
-      input.required = !optional;
+      // An empty string is a value: only numbers must be filled in.
+      input.required = numeric && !optional;
       return {
         id, element: input,
         read: () => {
@@ -101,7 +113,11 @@
         },
       };
     }
-    if (type === "object" && s.properties) return objectField(s, path, optional);
+    // A struct: its fields. A map (no fields, any keys) is written as JSON.
+    if (type === "object" && s.properties && Object.keys(s.properties).length) {
+      const inner = objectField(s, path);
+      return optional ? optionalField(inner, path, nullable) : inner;
+    }
     if (type === "array" && s.items && !Array.isArray(s.items)) return arrayField(s, path, optional);
     if (type === "null") return { id, element: null, read: () => ({ value: null }) };
     return jsonField(s, path, optional, id);
@@ -123,7 +139,21 @@
     };
   }
 
-  function objectField(s, path, optional) {
+  // An optional struct: included with a checkbox, left out (or null) otherwise.
+  function optionalField(inner, path, nullable) {
+    const id = "f" + ++ids;
+    const box = h("input", { id, type: "checkbox", "data-include": path });
+    const wrap = h("div", { class: "optional" }, h("label", { class: "include", for: id }, box, " include"), inner.element);
+    inner.element.hidden = true;
+    inner.element.disabled = true;
+    box.addEventListener("change", () => {
+      inner.element.hidden = !box.checked;
+      inner.element.disabled = !box.checked;
+    });
+    return { id, element: wrap, read: () => (box.checked ? inner.read() : { omit: true, nullable }) };
+  }
+
+  function objectField(s, path) {
     const required = new Set(s.required || []);
     const box = h("fieldset", { class: "object", "data-path": path || "." });
     const fields = [];
@@ -163,7 +193,6 @@
         }
         return { value: out };
       },
-      optional,
     };
   }
 
