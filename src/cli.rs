@@ -137,6 +137,10 @@ pub enum Command {
         /// A bearer token every request must carry (also LOOPSTACK_TOKEN).
         #[arg(long, env = "LOOPSTACK_TOKEN")]
         token: Option<String>,
+        /// Also drive the runs that can move, as `worker` does: runs queued from
+        /// elsewhere (`run` without `--wait`), due timers, runs whose driver died.
+        #[arg(long)]
+        worker: bool,
     },
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
     Worker {
@@ -355,7 +359,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             };
         }
         #[cfg(feature = "serve")]
-        Command::Serve { bind, port, token } => {
+        Command::Serve { bind, port, token, worker } => {
             if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
                 return Err(CliError::Serve("the --token is empty".to_owned()));
             }
@@ -373,12 +377,27 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             if let Some(token) = token {
                 options = options.token(token.clone());
             }
-            tokio::select! {
+            let shutdown = loopstack_core::CancellationToken::new();
+            let driving = worker.then(|| {
+                let worker = loopstack_core::Worker::new(runtime.clone());
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move { worker.run(shutdown).await })
+            });
+            let result = tokio::select! {
                 served = crate::serve::serve(listener, runtime.clone(), options) => {
-                    served.map_err(|e| CliError::Serve(e.to_string()))?;
+                    served.map_err(|e| CliError::Serve(e.to_string()))
                 }
-                _ = tokio::signal::ctrl_c() => {}
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            };
+            shutdown.cancel();
+            if let Some(driving) = driving {
+                match driving.await {
+                    Ok(Err(e)) => eprintln!("worker: {}", runtime.secrets().redact(&e.to_string())),
+                    Err(e) => eprintln!("worker: {e}"),
+                    Ok(Ok(())) => {}
+                }
             }
+            result?;
         }
         Command::Worker { concurrency, once } => {
             let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);

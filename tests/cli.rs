@@ -88,3 +88,32 @@ fn queued_runs_go_to_a_worker_cancelled_ones_can_be_retried_and_mistakes_exit_no
     assert!(help.status.success() && String::from_utf8(help.stdout).unwrap().contains("Operate loopstack runs"));
     let _ = std::fs::remove_file(&db);
 }
+
+#[test]
+fn serve_with_worker_drives_the_runs_queued_from_a_shell() {
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let mut serve = Command::new(ops())
+        .arg("--db")
+        .arg(&db)
+        .args(["serve", "--port", "0", "--worker"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The server's worker takes the queued run to its wait; asked until it has.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        let shown = json(&run(&db, &["show", &run_id, "--json"]));
+        let status = shown["status"].as_str().unwrap().to_owned();
+        if status != "queued" && status != "running" || std::time::Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(status, "waiting");
+    let _ = std::fs::remove_file(&db);
+}
