@@ -546,16 +546,8 @@ pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Res
 ///
 /// `required` lists the fields that are not `Option` (schemars' rule).
 pub fn tool_input_schema<T: schemars::JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft2020_12()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .into_generator();
-    let mut value = generator.into_root_schema_for::<T>().to_value();
+    let mut value = crate::workflow::input_schema::<T>();
     if let Value::Object(map) = &mut value {
-        map.remove("title");
-        map.remove("$schema");
         map.entry("type").or_insert_with(|| Value::String("object".into()));
         // An enum of argument shapes is a `oneOf`/`anyOf` of objects: adding an empty
         // `properties` (closed below) would forbid every argument.
