@@ -19,24 +19,12 @@ use loopstack_store::{PostgresStore, SqliteStore};
 const RUNS: usize = 300;
 const QUESTION: &str = "How is the weather in Berlin?";
 
-/// The worker example, built (or found up to date) by cargo in this test's profile.
+mod common;
+
+/// The worker example, built next to this test's binary.
 fn worker_exe() -> &'static PathBuf {
     static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| {
-        let mut dir = std::env::current_exe().unwrap();
-        dir.pop();
-        if dir.ends_with("deps") {
-            dir.pop();
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", "worker"]);
-        if dir.ends_with("release") {
-            build.arg("--release");
-        }
-        assert!(build.status().unwrap().success(), "building the worker example failed");
-        dir.join("examples").join(format!("worker{}", std::env::consts::EXE_SUFFIX))
-    })
+    EXE.get_or_init(|| common::example("worker"))
 }
 
 /// Kills its worker when dropped, so a failing test leaves no process behind.
