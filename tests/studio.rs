@@ -203,6 +203,15 @@ async fn click(client: &Client, css: &str) {
     with_element(client, css, |e| async move { e.click().await }).await;
 }
 
+/// Starts an expense report from the input form its JSON Schema made.
+async fn start_expense(client: &Client, base: &str, employee: &str, amount: &str, purpose: &str) {
+    client.goto(&format!("{base}#/start/expense")).await.unwrap();
+    fill(client, "form[data-form=input] input[name=employee]", employee).await;
+    fill(client, "form[data-form=input] input[name=amount]", amount).await;
+    fill(client, "form[data-form=input] input[name=purpose]", purpose).await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to_the_end() {
     let Some((chromium, driver)) = browser() else { return };
@@ -212,12 +221,8 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     let (_serve, base) = serve(&dir.join("studio.db"), &[]);
     let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
 
-    // Start an expense report from the input form its JSON Schema made.
-    client.goto(&format!("{base}#/start/expense")).await.unwrap();
-    fill(&client, "form[data-form=input] input[name=employee]", "Linus").await;
-    fill(&client, "form[data-form=input] input[name=amount]", "42.5").await;
-    fill(&client, "form[data-form=input] input[name=purpose]", "Taxi to the office").await;
-    click(&client, "form[data-form=input] button[type=submit]").await;
+    // An expense report, started from the input form.
+    start_expense(&client, &base, "Linus", "42.5", "Taxi to the office").await;
 
     // Its page: waiting at `submitted` for a decision, on the diagram too.
     until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
@@ -323,11 +328,7 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     screenshot(&client, &dir, "4-agent.png").await;
 
     // A report the workflow refuses at its first step: the run fails, with why.
-    client.goto(&format!("{base}#/start/expense")).await.unwrap();
-    fill(&client, "form[data-form=input] input[name=employee]", "Ada").await;
-    fill(&client, "form[data-form=input] input[name=amount]", "0").await;
-    fill(&client, "form[data-form=input] input[name=purpose]", "Nothing").await;
-    click(&client, "form[data-form=input] button[type=submit]").await;
+    start_expense(&client, &base, "Ada", "0", "Nothing").await;
     until(&client, "the run failed", "document.querySelector('.facts [data-status=failed]')").await;
     until(
         &client,
@@ -337,11 +338,7 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     .await;
 
     // Cancelled from its page, then retried: it waits again.
-    client.goto(&format!("{base}#/start/expense")).await.unwrap();
-    fill(&client, "form[data-form=input] input[name=employee]", "Ken").await;
-    fill(&client, "form[data-form=input] input[name=amount]", "12").await;
-    fill(&client, "form[data-form=input] input[name=purpose]", "Lunch").await;
-    click(&client, "form[data-form=input] button[type=submit]").await;
+    start_expense(&client, &base, "Ken", "12", "Lunch").await;
     until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
     click(&client, "button[data-action=cancel]").await;
     client.accept_alert().await.unwrap();

@@ -505,27 +505,12 @@
       if (!card) {
         const signal = wf && wf.signals.find((s) => s.name === name);
         const form = window.LoopstackForms.build(signal ? signal.payload_schema : null, { name, submit: "Send " + name });
-        form.element.addEventListener("submit", async (e) => {
-          e.preventDefault();
-          const read = form.read();
-          if (read.error) {
-            form.showError(read.error);
-            return;
-          }
-          form.showError("");
-          const button = form.element.querySelector("button[type=submit]");
-          button.disabled = true;
-          try {
-            const after = await api(view.path + "/signals/" + encodeURIComponent(name), read.value);
-            if (!view.alive()) return;
-            say(name + " sent: the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
-            // Queued for another driver, the run still waits here: the form can be used again.
-            button.disabled = false;
-            await view.refresh();
-          } catch (err) {
-            form.showError(err.message);
-            button.disabled = false;
-          }
+        form.onSubmit(async (payload) => {
+          const after = await api(view.path + "/signals/" + encodeURIComponent(name), payload);
+          if (!view.alive()) return;
+          // Queued for another driver, the run still waits here: the form can be used again.
+          say(name + " sent: the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
+          await view.refresh();
         });
         card = h("div", { class: "signal-card", "data-signal": name }, h("h3", { text: name }), form.element);
         view.forms.set(key, card);
@@ -729,22 +714,12 @@
     } else {
       const schema = wf.input_schema || { description: "The input, as JSON (its type has no JSON Schema)." };
       const form = window.LoopstackForms.build(schema, { name: "input", submit: "Start " + wf.name });
-      form.element.addEventListener("submit", async (e) => {
-        e.preventDefault();
-        const read = form.read();
-        if (read.error) {
-          form.showError(read.error);
-          return;
-        }
-        try {
-          // Queued first; the run's page drives it once it follows its events, so
-          // nothing the run does is missed, the model's first words included.
-          const started = await api("/runs", { workflow: wf.name, input: read.value });
-          app.pending = ["started " + short(started.run_id), "info"];
-          location.hash = "#/run/" + encodeURIComponent(started.run_id) + "?drive";
-        } catch (err) {
-          form.showError(err.message);
-        }
+      form.onSubmit(async (input) => {
+        // Queued first; the run's page drives it once it follows its events, so
+        // nothing the run does is missed, the model's first words included.
+        const started = await api("/runs", { workflow: wf.name, input });
+        app.pending = ["started " + short(started.run_id), "info"];
+        location.hash = "#/run/" + encodeURIComponent(started.run_id) + "?drive";
       });
       blocks.push(section("Input", form.element));
       const diagram = section("State diagram", h("div", { class: "diagram-box" }, window.LoopstackDiagram.render(wf, {})));

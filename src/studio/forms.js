@@ -6,6 +6,7 @@
 //   const form = LoopstackForms.build(schema, { name: "decide" });
 //   container.appendChild(form.element);
 //   form.read()  // -> { value } or { error }
+//   form.onSubmit(async (value) => { ... })  // errors it throws are shown
 "use strict";
 
 (function (global) {
@@ -267,7 +268,27 @@
       const r = root.read();
       return r.omit ? { value: null } : r;
     };
-    return { element: form, read, showError: (text) => { error.textContent = text || ""; } };
+    const showError = (text) => { error.textContent = text || ""; };
+    // Sends what the form holds with `send`: a value that does not read, or an
+    // error `send` throws, is shown under the form; the button waits meanwhile.
+    const onSubmit = (send) => form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const r = read();
+      if (r.error) {
+        showError(r.error);
+        return;
+      }
+      showError("");
+      submit.disabled = true;
+      try {
+        await send(r.value);
+      } catch (err) {
+        showError(err.message || String(err));
+      } finally {
+        submit.disabled = false;
+      }
+    });
+    return { element: form, read, showError, onSubmit };
   }
 
   global.LoopstackForms = { build, h };
