@@ -221,6 +221,32 @@
     const abort = new AbortController();
     app.cleanups.push(() => abort.abort());
     const path = "/runs/" + encodeURIComponent(id);
+    // A run this page started is driven once the stream is open, so nothing it
+    // does is missed; should the stream not open, after 3 s, or when the user
+    // leaves first (even during the reads below), it is driven all the same.
+    let driven = !drive;
+    const resume = () => api(path + "/resume", {}).catch((e) => { if (e.status !== 409) fail(e); });
+    const driveIt = () => {
+      if (driven) return;
+      driven = true;
+      if (alive()) window.history.replaceState(null, "", "#/run/" + encodeURIComponent(id));
+      resume();
+    };
+    if (!driven) {
+      const fallback = setTimeout(driveIt, 3000);
+      // Leaving: the next page's address stays as it is.
+      const onLeave = () => {
+        if (driven) return;
+        driven = true;
+        fetch("/api" + path + "/resume", { method: "POST", headers: headers(true), body: "{}", keepalive: true }).catch(() => {});
+      };
+      window.addEventListener("pagehide", onLeave);
+      app.cleanups.push(() => {
+        clearTimeout(fallback);
+        window.removeEventListener("pagehide", onLeave);
+        onLeave();
+      });
+    }
     const wfs = await workflows();
     const run = await api(path);
     const kids = await api("/runs?parent=" + encodeURIComponent(id) + "&limit=50");
@@ -230,6 +256,8 @@
       run, path, alive, wf: wfs.get(run.workflow), children: kids.runs, forms: new Map(), streaming: null,
       tab: talks ? "conversation" : "documents", openDocs: new Set(), versions: new Map(), picked: null,
       live: h("div", { class: "live-activity", "aria-live": "polite" }),
+      // The step the next transition commits as (known for sure from its events).
+      step: run.step + 1,
     };
     // Reads the run (and its children) again and draws it, if this view is still shown.
     view.refresh = async () => {
@@ -246,20 +274,6 @@
     // a finished run again): its events, and a slower read of the run for drives
     // in other processes, whose events do not come here.
     const onEvent = (event) => liveEvent(view, event);
-    let driven = !drive;
-    const driveIt = () => {
-      if (driven) return;
-      driven = true;
-      window.history.replaceState(null, "", "#/run/" + encodeURIComponent(id));
-      // A worker may have taken it first (409): it moves all the same.
-      api(path + "/resume", {}).catch((e) => { if (e.status !== 409) fail(e); });
-    };
-    if (!driven) {
-      // A run this page started is driven once the stream is open, so nothing it
-      // does is missed; should the stream not open, it is driven all the same.
-      const fallback = setTimeout(driveIt, 3000);
-      app.cleanups.push(() => { clearTimeout(fallback); driveIt(); });
-    }
     const onOpen = () => {
       view.live.dataset.following = "true";
       if (view.run.status === "queued") driveIt();
@@ -267,17 +281,27 @@
     };
     (async () => {
       let first = true;
+      // Reconnects wait longer after each failure, up to 30 s; an open stream resets it.
+      let delay = 1000;
       while (!abort.signal.aborted) {
         try {
           if (!first) await view.refresh();
           first = false;
-          await follow(view.path, onEvent, abort.signal, onOpen);
+          await follow(view.path, onEvent, abort.signal, () => {
+            delay = 1000;
+            onOpen();
+          });
         } catch (e) {
           if (abort.signal.aborted) return;
           if (e && e.status === 401) return;
+          if (e && e.status === 404) {
+            say("This run no longer exists.", "bad");
+            return;
+          }
+          delay = Math.min(delay * 2, 30000);
         }
         delete view.live.dataset.following;
-        await sleep(1000, abort.signal);
+        await sleep(delay, abort.signal);
       }
     })();
     const timer = setInterval(async () => {
@@ -298,8 +322,9 @@
 
   function sleep(ms, signal) {
     return new Promise((resolve) => {
-      const t = setTimeout(resolve, ms);
-      signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+      const stop = () => { clearTimeout(t); resolve(); };
+      const t = setTimeout(() => { signal.removeEventListener("abort", stop); resolve(); }, ms);
+      signal.addEventListener("abort", stop, { once: true });
     });
   }
 
@@ -452,9 +477,12 @@
         waiting: run.status === "waiting",
       }));
       if (view.wideDiagram) box.classList.add("wide");
-      box.addEventListener("click", () => {
-        view.wideDiagram = box.classList.toggle("wide");
-      });
+      box.tabIndex = 0;
+      box.setAttribute("role", "button");
+      box.setAttribute("aria-label", "state diagram; press to see it at full size");
+      const toggle = () => { view.wideDiagram = box.classList.toggle("wide"); };
+      box.addEventListener("click", toggle);
+      box.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); toggle(); } });
       diagram.appendChild(box);
     } else {
       diagram.appendChild(h("p", { class: "muted", text: "This build does not register " + run.workflow + "." }));
@@ -557,10 +585,10 @@
     // Tool names by call id, to title the results.
     const tools = new Map();
     for (const m of messages) for (const b of (m.content && m.content.content) || []) if (b.type === "tool_use") tools.set(b.id, b.name);
-    const named = new Set(messages.flatMap((m) => m.tags.filter((t) => t.startsWith("conversation:"))));
+    const named = new Set(messages.flatMap((m) => (m.tags || []).filter((t) => t.startsWith("conversation:"))));
     let last = null;
     for (const m of messages) {
-      const conv = m.tags.find((t) => t.startsWith("conversation:"));
+      const conv = (m.tags || []).find((t) => t.startsWith("conversation:"));
       if (named.size && conv !== last) {
         box.appendChild(h("div", { class: "conversation-name", text: conv ? conv.slice(13) : "default" }));
         last = conv;
@@ -614,7 +642,7 @@
       // open when the run moves.
       const open = view.openDocs.has(id) || (run.documents.length <= 3 && !view.openDocs.has("!" + id));
       const item = h("details", { class: "document", open, "data-doc": d.type + (d.key ? ":" + d.key : "") },
-        h("summary", {}, h("span", { text: title }), h("span", { class: "muted", text: " v" + d.version + " \u00b7 step " + d.step + (d.tags.length ? " \u00b7 " + d.tags.join(", ") : "") })),
+        h("summary", {}, h("span", { text: title }), h("span", { class: "muted", text: " v" + d.version + " \u00b7 step " + d.step + ((d.tags || []).length ? " \u00b7 " + d.tags.join(", ") : "") })),
         body);
       item.addEventListener("toggle", () => {
         view.openDocs.delete(item.open ? "!" + id : id);

@@ -206,7 +206,7 @@
       const f = field(s.items, path + "[" + items.length + "]", true);
       const row = h("div", { class: "item" });
       if (f.element) row.appendChild(f.element);
-      const remove = h("button", { type: "button", class: "small", text: "\u2212" });
+      const remove = h("button", { type: "button", class: "small", text: "\u2212", "aria-label": "remove this item" });
       const entry = { f, row };
       remove.addEventListener("click", () => {
         items.splice(items.indexOf(entry), 1);
@@ -247,9 +247,12 @@
     toggle.addEventListener("click", () => {
       asJson = !asJson;
       if (asJson) {
+        // What the fields hold; a form that does not read yet keeps the text there was.
         const r = root.read();
-        raw.value = JSON.stringify(r.value === undefined ? null : r.value, null, 2);
+        if (!r.error) raw.value = JSON.stringify(r.value === undefined ? null : r.value, null, 2);
       }
+      // The hidden fields' own checks (a required number) must not block the JSON.
+      form.noValidate = asJson;
       fields.hidden = asJson;
       raw.hidden = !asJson;
       toggle.textContent = asJson ? "edit as a form" : "edit as JSON";
