@@ -376,3 +376,54 @@ async fn with_a_token_studio_asks_for_it_and_then_shows_the_runs() {
     assert!(client.find(Locator::Css(".flash form.token")).await.is_err(), "the prompt stays after the right token");
     client.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_list_shows_new_runs_as_they_come_and_pages_through_them() {
+    let Some((chromium, driver)) = browser() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio-list");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_serve, base) = serve(&dir.join("studio.db"), &[]);
+    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+
+    client.goto(&base).await.unwrap();
+    until(&client, "the demo runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
+    // Another client starts 21 runs while the list is open: they appear without a
+    // reload, the newest first, 20 to a page.
+    let script = r#"
+        const ids = [];
+        for (let i = 0; i < 21; i++) {
+            const input = { employee: "E" + i, amount: 10 + i, purpose: "Batch" };
+            const r = await fetch("/api/runs", { method: "POST", headers: { "Content-Type": "application/json" },
+                                                 body: JSON.stringify({ workflow: "expense", input }) });
+            ids.push((await r.json()).run_id);
+        }
+        return ids;
+    "#;
+    let ids: Value = client.execute(script, vec![]).await.unwrap();
+    let newest = ids.as_array().unwrap().last().unwrap().as_str().unwrap().to_owned();
+    until(
+        &client,
+        "the newest run on top",
+        &format!("document.querySelector('table.runs tbody tr').dataset.run === '{newest}'"),
+    )
+    .await;
+    until(&client, "a full page", "document.querySelectorAll('table.runs tr[data-run]').length === 20").await;
+    let first_page: Value = client
+        .execute("return [...document.querySelectorAll('table.runs tr[data-run]')].map((r) => r.dataset.run);", vec![])
+        .await
+        .unwrap();
+    click(&client, ".pager button[data-page=older]").await;
+    until(&client, "page 2", "document.querySelector('.page-count').textContent === 'page 2'").await;
+    let second_page: Value = client
+        .execute("return [...document.querySelectorAll('table.runs tr[data-run]')].map((r) => r.dataset.run);", vec![])
+        .await
+        .unwrap();
+    let second_page = second_page.as_array().unwrap();
+    assert!(!second_page.is_empty(), "page 2 is empty");
+    assert!(second_page.iter().all(|id| !first_page.as_array().unwrap().contains(id)), "a run on both pages");
+    screenshot(&client, &dir, "runs-page-2.png").await;
+    click(&client, ".pager button[data-page=newer]").await;
+    until(&client, "page 1 again", &format!("document.querySelector('.page-count').textContent === 'page 1' && document.querySelector('table.runs tbody tr').dataset.run === '{newest}'")).await;
+    client.close().await.unwrap();
+}

@@ -166,9 +166,9 @@
     const table = h("table", { class: "runs" },
       h("thead", {}, h("tr", {}, ...["run", "workflow", "status", "place", "step", "updated", "parent"].map((c) => h("th", { text: c })))),
       body);
-    const newer = h("button", { type: "button", text: "\u2190 newer" });
-    const older = h("button", { type: "button", text: "older \u2192" });
-    const count = h("span", { class: "muted" });
+    const newer = h("button", { type: "button", "data-page": "newer", text: "\u2190 newer" });
+    const older = h("button", { type: "button", "data-page": "older", text: "older \u2192" });
+    const count = h("span", { class: "muted page-count" });
     const pager = h("div", { class: "pager" }, newer, count, older);
     main.replaceChildren(h("h1", { text: "Runs" }), bar, table, pager);
 
