@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
+/// How many more times opening a store tries after a failure (another process
+/// creating the same new file at the same moment).
+const OPEN_ATTEMPTS: u32 = 5;
+
 /// The SQLite migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/sqlite/0001_runs.sql")),
@@ -56,17 +60,35 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(connections)
-            // An in-memory database lives as long as its connection.
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options)
-            .await
-            .map_err(crate::sql::backend)?;
         let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
-        migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
-        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() })
+        // Processes that create one file at once race: switching a new file to WAL
+        // can find it locked, and two migrations can both read "nothing applied"
+        // before either commits, so the second fails on what the first created
+        // (and is rolled back). Tried again a moment later, the file is in WAL
+        // mode and its migrations are applied.
+        let mut attempt = 0;
+        loop {
+            let opened = async {
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(connections)
+                    // An in-memory database lives as long as its connection.
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connect_with(options.clone())
+                    .await
+                    .map_err(crate::sql::backend)?;
+                migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
+                Ok::<_, loopstack_core::StoreError>(pool)
+            };
+            match opened.await {
+                Ok(pool) => return Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() }),
+                Err(_) if attempt < OPEN_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Sets the lease runtimes take on runs they drive (30 s unless set; `None` for

@@ -752,6 +752,22 @@ async fn sqlite_store_keeps_the_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_opening_one_new_sqlite_file_at_once_both_open_it() {
+    // Two processes (here two pools) that create the same file at the same moment:
+    // both migrations start on an empty database, one waits for the other's lock.
+    let dir = tempdir("first-open");
+    for i in 0..20 {
+        let path = dir.join(format!("runs-{i}.db"));
+        let (a, b, c) = tokio::join!(SqliteStore::open(&path), SqliteStore::open(&path), SqliteStore::open(&path));
+        for store in [a, b, c] {
+            let store = store.unwrap_or_else(|e| panic!("opening {} at once: {e}", path.display()));
+            assert!(store.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_store_keeps_the_contract() {
     suite(Arc::new(SqliteStore::memory().await.unwrap())).await;
 }
