@@ -169,6 +169,21 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
     }
 }
 
+/// The request's body, or its rejection (a body over the 2 MB limit: 413) with
+/// `{"error": reason}` instead of axum's plain text.
+struct BodyJson(axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for BodyJson {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::body::Bytes::from_request(request, state).await {
+            Ok(bytes) => Ok(Self(bytes)),
+            Err(rejection) => Err(error(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
 /// The query's parameters, or a 400 with `{"error": reason}`.
 struct QueryJson<T>(T);
 
@@ -375,7 +390,7 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     serde_json::from_slice(body).map_err(|e| format!("the body is not valid: {e}"))
 }
 
-async fn start_run(State(app): State<App>, body: axum::body::Bytes) -> Response {
+async fn start_run(State(app): State<App>, BodyJson(body): BodyJson) -> Response {
     let body: StartBody = match json_body(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -468,7 +483,7 @@ fn document_json(d: &loopstack_core::Document) -> Value {
 async fn signal_run(
     State(app): State<App>,
     PathJson((id, name)): PathJson<(RunId, String)>,
-    body: axum::body::Bytes,
+    BodyJson(body): BodyJson,
 ) -> Response {
     let payload: Value = if body.is_empty() {
         Value::Null

@@ -334,3 +334,24 @@ async fn the_reads_studio_makes_answer_checkpoints_versions_signals_and_input_sc
     let (status, children) = call(&address, "GET", &format!("/api/runs?parent={id}"), None).await;
     assert_eq!((status, children["runs"].clone()), (200, json!([])));
 }
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_a_json_reason_too() {
+    let (address, _runtime) = start(ServeOptions::new()).await;
+    let body = format!(r#"{{"workflow": "review", "input": {{"text": "{}"}}}}"#, "x".repeat(3 << 20));
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /api/runs HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer and close before it has read it all.
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    let json = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    let json: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {response}"));
+    assert!(json["error"].as_str().unwrap().contains("length limit"), "{json}");
+}
