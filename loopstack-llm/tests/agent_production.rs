@@ -508,8 +508,27 @@ async fn a_chat_answer_cut_at_the_token_limit_waits_for_the_user() {
     let runtime = Runtime::new();
     let first = agent.ask(&runtime, "Tell me everything").await.unwrap();
     assert_eq!((first.status.clone(), first.text.as_str()), (AgentStatus::AwaitingUser, "It is a long"));
+    // The reply says the answer was cut, though the run waits as after any answer.
+    assert_eq!(first.answer_status, Some(AgentStatus::MaxTokens));
     let second = agent.say(&runtime, first.run_id, "Shorter please").await.unwrap();
-    assert_eq!(second.text, "Shorter: sunny.");
+    assert_eq!((second.text.as_str(), second.answer_status), ("Shorter: sunny.", None));
+}
+
+#[tokio::test]
+async fn a_chat_answer_that_is_empty_or_a_call_written_as_text_says_so_while_it_waits() {
+    let call = r#"{"name": "get_weather", "arguments": {"location": "Oslo"}}"#;
+    let model = ScriptedModel::new().reply(text("  ")).reply(text(call)).reply(text("Sunny."));
+    let agent = Agent::new(model, "m-1", ToolRegistry::new()).chat(true);
+    let runtime = Runtime::new();
+    let first = agent.ask(&runtime, "Weather?").await.unwrap();
+    assert_eq!(
+        (first.status.clone(), first.answer_status.clone()),
+        (AgentStatus::AwaitingUser, Some(AgentStatus::EmptyAnswer))
+    );
+    let second = agent.say(&runtime, first.run_id, "Again?").await.unwrap();
+    assert_eq!(second.answer_status, Some(AgentStatus::UnparsedToolCall));
+    let third = agent.say(&runtime, first.run_id, "In words?").await.unwrap();
+    assert_eq!((third.status, third.answer_status, third.text.as_str()), (AgentStatus::AwaitingUser, None, "Sunny."));
 }
 
 /// Streams a piece of text, then breaks with an overloaded error; answers whole.

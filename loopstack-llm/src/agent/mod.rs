@@ -387,6 +387,12 @@ pub struct AgentReply {
     pub tool_calls: u32,
     /// The typed answer's JSON ([`TypedAgent`]).
     pub answer: Option<Value>,
+    /// How the last answer ended when `status` cannot say it: a chat run waits
+    /// for the user ([`AgentStatus::AwaitingUser`]) after an answer cut at the token
+    /// limit ([`AgentStatus::MaxTokens`]), an empty one, a tool call written as text,
+    /// or a stop of the provider's. `None` after a plain answer, and for every other
+    /// status (which says it itself).
+    pub answer_status: Option<AgentStatus>,
 }
 
 /// Why [`Agent::ask`] (and the other drives of an agent run) failed. The run's
@@ -629,11 +635,13 @@ impl Agent {
     /// What a drive's report says, as a reply.
     pub fn reply_of(&self, report: RunReport<AgentState>) -> AgentReply {
         let RunReport { run_id, outcome, state, .. } = report;
+        let mut answer_status = None;
         let status = match outcome {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingApproval.as_str() => {
                 AgentStatus::AwaitingApproval { calls: state.pending_approval }
             }
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingUser.as_str() => {
+                answer_status = state.status.filter(|s| *s != AgentStatus::Completed);
                 AgentStatus::AwaitingUser
             }
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingTools.as_str() => {
@@ -651,6 +659,7 @@ impl Agent {
             turns: state.turns,
             tool_calls: state.tool_calls,
             answer: state.answer,
+            answer_status,
         }
     }
 
