@@ -316,7 +316,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             }
             let page = runtime.store().list_runs(&query).await?;
             if json {
-                let runs: Vec<Value> = page.runs.iter().map(run_json).collect();
+                let runs: Vec<Value> = page.runs.iter().map(crate::views::run).collect();
                 out = json!({ "runs": runs, "next": page.next }).to_string() + "\n";
             } else {
                 for run in &page.runs {
@@ -423,20 +423,6 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
     Ok(out)
 }
 
-fn run_json(run: &loopstack_core::RunRecord) -> Value {
-    json!({
-        "run_id": run.run_id,
-        "workflow": run.workflow,
-        "status": run.status.as_str(),
-        "place": run.place,
-        "step": run.step,
-        "parent": run.parent,
-        "created_at": run.created_at.to_string(),
-        "updated_at": run.updated_at.to_string(),
-        "error": run.error,
-    })
-}
-
 /// How a drive left the run.
 async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, json: bool) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
@@ -445,7 +431,7 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
         _ => Vec::new(),
     };
     if json {
-        let mut value = run_json(&record);
+        let mut value = crate::views::run(&record);
         value["waiting_for"] = json!(waiting_for);
         if let RunOutcome::Queued { signal } = outcome {
             value["queued_signal"] = json!(signal);
@@ -473,25 +459,12 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     let record = store.load_run(run_id).await?;
     let history = store.history(run_id).await?;
     let documents = store.documents(run_id).await?;
-    let state: Value = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
+    let state = crate::views::raw(&record.state);
     if json {
-        let docs: Vec<Value> = documents
-            .iter()
-            .map(|d| {
-                json!({
-                    "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
-                    "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null),
-                })
-            })
-            .collect();
-        let steps: Vec<Value> = history
-            .iter()
-            .map(|s| json!({"step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string()}))
-            .collect();
-        let mut value = run_json(&record);
-        value["history"] = json!(steps);
+        let mut value = crate::views::run(&record);
+        value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
-        value["documents"] = json!(docs);
+        value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
         return Ok(value.to_string() + "\n");
     }
     let mut out = String::new();

@@ -347,6 +347,9 @@ pub mod serve;
 #[cfg(feature = "serve")]
 mod studio;
 
+#[cfg(any(feature = "cli", feature = "serve"))]
+mod views;
+
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///
 /// It brings [`Result`], whose error defaults to [`BoxError`], into

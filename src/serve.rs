@@ -238,14 +238,6 @@ fn store_error(e: &StoreError) -> Response {
     }
 }
 
-fn run_json(run: &loopstack_core::RunRecord) -> Value {
-    json!({
-        "run_id": run.run_id, "workflow": run.workflow, "status": run.status.as_str(), "place": run.place,
-        "step": run.step, "parent": run.parent, "created_at": run.created_at.to_string(),
-        "updated_at": run.updated_at.to_string(), "error": run.error,
-    })
-}
-
 async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>) -> Response {
     let outcome = match outcome {
         Ok(outcome) => outcome,
@@ -260,7 +252,7 @@ async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>
     };
     match app.runtime.store().load_run(run_id).await {
         Ok(record) => {
-            let mut value = run_json(&record);
+            let mut value = crate::views::run(&record);
             if let RunOutcome::Waiting { signals, .. } = &outcome {
                 value["waiting_for"] = json!(signals);
             }
@@ -367,7 +359,7 @@ async fn list_runs(State(app): State<App>, QueryJson(params): QueryJson<ListPara
     }
     match app.runtime.store().list_runs(&query).await {
         Ok(page) => {
-            let runs: Vec<Value> = page.runs.iter().map(run_json).collect();
+            let runs: Vec<Value> = page.runs.iter().map(crate::views::run).collect();
             ok(&app, StatusCode::OK, json!({ "runs": runs, "next": page.next }))
         }
         Err(e) => store_error(&e),
@@ -424,7 +416,7 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
             (Ok(r), Ok(h), Ok(d), Ok(s)) => (r, h, d, s),
             (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return store_error(&e),
         };
-    let mut value = run_json(&record);
+    let mut value = crate::views::run(&record);
     if record.status == RunStatus::Waiting {
         // The signals its place waits for, by this build's table.
         let waiting_for: Vec<&str> = app.runtime.definition_of(&record.workflow).map_or_else(Vec::new, |def| {
@@ -436,26 +428,21 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
     value["signals"] = signals
         .iter()
         .map(|s| {
-            let payload: Value = serde_json::from_str(s.payload.get()).unwrap_or(Value::Null);
+            let payload = crate::views::raw(&s.payload);
             json!({ "id": s.id, "name": s.name, "payload": payload, "status": s.status, "received_at": s.received_at.to_string() })
         })
         .collect();
-    value["state"] = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
-    value["history"] = history
-        .iter()
-        .map(|s| json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() }))
-        .collect();
-    value["documents"] = documents.iter().map(|d| document_json(d)).collect();
+    value["state"] = crate::views::raw(&record.state);
+    value["history"] = history.iter().map(crate::views::step).collect();
+    value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
     ok(&app, StatusCode::OK, value)
 }
 
 async fn show_checkpoint(State(app): State<App>, PathJson((id, step)): PathJson<(RunId, u64)>) -> Response {
     match app.runtime.store().checkpoint(id, step).await {
         Ok(c) => {
-            let state: Value = serde_json::from_str(c.state.get()).unwrap_or(Value::Null);
-            let s = &c.step;
-            let value = json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to,
-                                "at": s.at.to_string(), "state": state });
+            let mut value = crate::views::step(&c.step);
+            value["state"] = crate::views::raw(&c.state);
             ok(&app, StatusCode::OK, value)
         }
         Err(e) => store_error(&e),
@@ -468,16 +455,11 @@ async fn document_versions(
 ) -> Response {
     match app.runtime.store().document_history(id, &doc_type, &key).await {
         Ok(versions) => {
-            let versions: Vec<Value> = versions.iter().map(|d| document_json(d)).collect();
+            let versions: Vec<Value> = versions.iter().map(|d| crate::views::document(d)).collect();
             ok(&app, StatusCode::OK, json!({ "versions": versions }))
         }
         Err(e) => store_error(&e),
     }
-}
-
-fn document_json(d: &loopstack_core::Document) -> Value {
-    json!({ "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
-            "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null) })
 }
 
 async fn signal_run(
