@@ -139,6 +139,34 @@ async fn session(chromium: &Path, driver: &Path, profile: &Path) -> (Browser, Cl
     (process, client)
 }
 
+/// A `studio serve` over a new SQLite file in `target/tmp/<name>/`, and a browser
+/// session on it; `None` when told to skip browser tests.
+struct Studio {
+    client: Client,
+    base: String,
+    dir: PathBuf,
+    // Dropped after the client: the browser, then the server.
+    _browser: Browser,
+    _serve: Process,
+}
+
+impl Studio {
+    async fn start(name: &str, args: &[&str]) -> Option<Self> {
+        let (chromium, driver) = browser()?;
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (serve, base) = serve(&dir.join("studio.db"), args);
+        let (browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+        Some(Self { client, base, dir, _browser: browser, _serve: serve })
+    }
+
+    /// Ends the browser session (the browser and server go when it drops).
+    async fn close(self) {
+        self.client.close().await.unwrap();
+    }
+}
+
 /// Waits until the page's script `condition` (a JavaScript expression) holds.
 async fn until(client: &Client, what: &str, condition: &str) {
     let script = format!("return Boolean({condition});");
@@ -214,19 +242,15 @@ async fn start_expense(client: &Client, base: &str, employee: &str, amount: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to_the_end() {
-    let Some((chromium, driver)) = browser() else { return };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (_serve, base) = serve(&dir.join("studio.db"), &[]);
-    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+    let Some(studio) = Studio::start("studio", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
 
     // An expense report, started from the input form.
-    start_expense(&client, &base, "Linus", "42.5", "Taxi to the office").await;
+    start_expense(client, base, "Linus", "42.5", "Taxi to the office").await;
 
     // Its page: waiting at `submitted` for a decision, on the diagram too.
-    until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
-    until(&client, "the live stream", "document.querySelector('.live-activity[data-following=true]')").await;
+    until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(client, "the live stream", "document.querySelector('.live-activity[data-following=true]')").await;
     let run_id: Value =
         client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
     let run_id = run_id.as_str().unwrap().to_owned();
@@ -234,31 +258,31 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     assert!(client.find(Locator::Css(".diagram .edge.taken[data-transition=submit]")).await.is_ok());
     assert!(client.find(Locator::Css(".diagram .edge.open[data-transition=decide]")).await.is_ok());
     assert!(client.find(Locator::Css(".signal-card[data-signal=revise]")).await.is_ok());
-    screenshot(&client, &dir, "1-waiting.png").await;
+    screenshot(client, dir, "1-waiting.png").await;
 
     // A decision the workflow refuses: the form says why and the run still waits.
     let decide = ".signal-card[data-signal=decide]";
-    fill(&client, &format!("{decide} input[name=manager]"), "   ").await;
-    click(&client, &format!("{decide} button[type=submit]")).await;
+    fill(client, &format!("{decide} input[name=manager]"), "   ").await;
+    click(client, &format!("{decide} button[type=submit]")).await;
     until(
-        &client,
+        client,
         "why the decision was refused",
         &format!("document.querySelector('{decide} .form-error').textContent.includes(\"manager's name\")"),
     )
     .await;
-    let run = api_run(&client, &run_id).await;
+    let run = api_run(client, &run_id).await;
     assert_eq!(run["status"], "waiting", "{run}");
     assert_eq!(run["signals"][0]["status"]["status"], "rejected", "{run}");
 
     // One it takes: the run moves on to its end while the page follows it.
-    fill(&client, &format!("{decide} input[name=manager]"), "Grace").await;
-    click(&client, &format!("{decide} input[name=approve]")).await;
-    fill(&client, &format!("{decide} input[name=comment]"), "Receipt attached").await;
-    click(&client, &format!("{decide} button[type=submit]")).await;
-    until(&client, "the run completed", "document.querySelector('.facts [data-status=completed]')").await;
-    until(&client, "the end on the diagram", "document.querySelector('.diagram .node.current[data-place=end]')").await;
+    fill(client, &format!("{decide} input[name=manager]"), "Grace").await;
+    click(client, &format!("{decide} input[name=approve]")).await;
+    fill(client, &format!("{decide} input[name=comment]"), "Receipt attached").await;
+    click(client, &format!("{decide} button[type=submit]")).await;
+    until(client, "the run completed", "document.querySelector('.facts [data-status=completed]')").await;
+    until(client, "the end on the diagram", "document.querySelector('.diagram .node.current[data-place=end]')").await;
     until(
-        &client,
+        client,
         "the live events of the drive",
         "document.querySelector('.live-activity').textContent.includes('completed')",
     )
@@ -267,23 +291,23 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
         let css = format!(".diagram .edge.taken[data-transition={transition}]");
         assert!(client.find(Locator::Css(&css)).await.is_ok(), "{transition} is not marked taken");
     }
-    let run = api_run(&client, &run_id).await;
+    let run = api_run(client, &run_id).await;
     assert_eq!(run["state"]["decision"], "approved by Grace: Receipt attached", "{run}");
-    screenshot(&client, &dir, "2-completed.png").await;
+    screenshot(client, dir, "2-completed.png").await;
 
     // Its document and the state at its first checkpoint.
-    click(&client, "button[data-tab=documents]").await;
-    element(&client, ".document[data-doc='expense_report:report']").await;
-    click(&client, "button[data-tab=history]").await;
-    click(&client, "tr[data-step='1']").await;
-    until(&client, "the first checkpoint", "document.querySelector('.checkpoint h3[data-step=\"1\"]')").await;
+    click(client, "button[data-tab=documents]").await;
+    element(client, ".document[data-doc='expense_report:report']").await;
+    click(client, "button[data-tab=history]").await;
+    click(client, "tr[data-step='1']").await;
+    until(client, "the first checkpoint", "document.querySelector('.checkpoint h3[data-step=\"1\"]')").await;
     let first: Value =
         client.execute("return document.querySelector('.checkpoint').textContent;", vec![]).await.unwrap();
     assert!(first.as_str().unwrap().contains("Linus") && !first.as_str().unwrap().contains("approved"), "{first}");
-    click(&client, "tr[data-step='2']").await;
-    until(&client, "the decision's checkpoint", "document.querySelector('.checkpoint h3[data-step=\"2\"]')").await;
+    click(client, "tr[data-step='2']").await;
+    until(client, "the decision's checkpoint", "document.querySelector('.checkpoint h3[data-step=\"2\"]')").await;
     until(
-        &client,
+        client,
         "the decision in it",
         "document.querySelector('.checkpoint').textContent.includes('approved by Grace')",
     )
@@ -291,103 +315,95 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
 
     // The runs list, filtered, has it.
     client.goto(&format!("{base}#/?workflow=expense&status=completed")).await.unwrap();
-    element(&client, &format!("tr[data-run='{run_id}']")).await;
+    element(client, &format!("tr[data-run='{run_id}']")).await;
     until(
-        &client,
+        client,
         "only completed expense runs",
         "[...document.querySelectorAll('tr[data-status]')].every((r) => r.dataset.status === 'completed' && r.children[1].textContent === 'expense')",
     )
     .await;
-    screenshot(&client, &dir, "3-runs.png").await;
+    screenshot(client, dir, "3-runs.png").await;
 
     // The weather agent, followed live: the model's words stream in, then the
     // conversation and its cost.
     client.goto(&format!("{base}#/start/agent")).await.unwrap();
-    fill(&client, "form[data-form=input] textarea[data-path='']", "What is the weather in Oslo?").await;
-    click(&client, "form[data-form=input] button[type=submit]").await;
-    until(&client, "the agent's answer", "document.querySelector('.facts [data-status=completed]')").await;
+    fill(client, "form[data-form=input] textarea[data-path='']", "What is the weather in Oslo?").await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+    until(client, "the agent's answer", "document.querySelector('.facts [data-status=completed]')").await;
     until(
-        &client,
+        client,
         "the answer in a bubble",
         "[...document.querySelectorAll('.bubble.assistant:not(.streaming) .text')].some((t) => t.textContent.includes('Oslo: mostly sunny'))",
     )
     .await;
     until(
-        &client,
+        client,
         "streamed text",
         "document.querySelector('.live-activity').textContent.includes('the model is writing')",
     )
     .await;
-    element(&client, ".bubble.tools .tool-result").await;
+    element(client, ".bubble.tools .tool-result").await;
     until(
-        &client,
+        client,
         "the cost",
         "document.querySelector('.cost') && document.querySelector('.cost').textContent.includes('$')",
     )
     .await;
-    screenshot(&client, &dir, "4-agent.png").await;
+    screenshot(client, dir, "4-agent.png").await;
 
     // A report the workflow refuses at its first step: the run fails, with why.
-    start_expense(&client, &base, "Ada", "0", "Nothing").await;
-    until(&client, "the run failed", "document.querySelector('.facts [data-status=failed]')").await;
+    start_expense(client, base, "Ada", "0", "Nothing").await;
+    until(client, "the run failed", "document.querySelector('.facts [data-status=failed]')").await;
     until(
-        &client,
+        client,
         "why it failed",
         "document.querySelector('.error-box').textContent.includes('the amount must be above 0')",
     )
     .await;
 
     // Cancelled from its page, then retried: it waits again.
-    start_expense(&client, &base, "Ken", "12", "Lunch").await;
-    until(&client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
-    click(&client, "button[data-action=cancel]").await;
+    start_expense(client, base, "Ken", "12", "Lunch").await;
+    until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    click(client, "button[data-action=cancel]").await;
     client.accept_alert().await.unwrap();
-    until(&client, "the run cancelled", "document.querySelector('.facts [data-status=cancelled]')").await;
-    click(&client, "button[data-action=retry]").await;
-    until(&client, "the retried run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
-    until(&client, "its form again", "document.querySelector('.signal-card[data-signal=decide]')").await;
+    until(client, "the run cancelled", "document.querySelector('.facts [data-status=cancelled]')").await;
+    click(client, "button[data-action=retry]").await;
+    until(client, "the retried run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(client, "its form again", "document.querySelector('.signal-card[data-signal=decide]')").await;
 
-    client.close().await.unwrap();
+    studio.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_studio_asks_for_it_and_then_shows_the_runs() {
-    let Some((chromium, driver)) = browser() else { return };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio-token");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (_serve, base) = serve(&dir.join("studio.db"), &["--token", "s3cret-t0ken"]);
-    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+    let Some(studio) = Studio::start("studio-token", &["--token", "s3cret-t0ken"]).await else { return };
+    let (client, base) = (&studio.client, studio.base.as_str());
 
-    client.goto(&base).await.unwrap();
-    fill(&client, ".flash form.token input", "wrong").await;
-    click(&client, ".flash form.token button").await;
+    client.goto(base).await.unwrap();
+    fill(client, ".flash form.token input", "wrong").await;
+    click(client, ".flash form.token button").await;
     // A wrong token: asked again, nothing shown.
     until(
-        &client,
+        client,
         "the prompt again",
         "document.querySelector('.flash form.token input') && !document.querySelector('table.runs')",
     )
     .await;
-    fill(&client, ".flash form.token input", "s3cret-t0ken").await;
-    click(&client, ".flash form.token button").await;
+    fill(client, ".flash form.token input", "s3cret-t0ken").await;
+    click(client, ".flash form.token button").await;
     // The demo runs the example started, read with the token.
-    until(&client, "the runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
+    until(client, "the runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
     assert!(client.find(Locator::Css(".flash form.token")).await.is_err(), "the prompt stays after the right token");
-    client.close().await.unwrap();
+    studio.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runs_list_shows_new_runs_as_they_come_and_pages_through_them() {
-    let Some((chromium, driver)) = browser() else { return };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio-list");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (_serve, base) = serve(&dir.join("studio.db"), &[]);
-    let (_browser, client) = session(&chromium, &driver, &dir.join("profile")).await;
+    let Some(studio) = Studio::start("studio-list", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
 
-    client.goto(&base).await.unwrap();
-    until(&client, "the demo runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
+    client.goto(base).await.unwrap();
+    until(client, "the demo runs", "document.querySelectorAll('table.runs tr[data-run]').length >= 3").await;
     // Another client starts 21 runs while the list is open: they appear without a
     // reload, the newest first, 20 to a page.
     let script = r#"
@@ -403,18 +419,18 @@ async fn the_runs_list_shows_new_runs_as_they_come_and_pages_through_them() {
     let ids: Value = client.execute(script, vec![]).await.unwrap();
     let newest = ids.as_array().unwrap().last().unwrap().as_str().unwrap().to_owned();
     until(
-        &client,
+        client,
         "the newest run on top",
         &format!("document.querySelector('table.runs tbody tr').dataset.run === '{newest}'"),
     )
     .await;
-    until(&client, "a full page", "document.querySelectorAll('table.runs tr[data-run]').length === 20").await;
+    until(client, "a full page", "document.querySelectorAll('table.runs tr[data-run]').length === 20").await;
     let first_page: Value = client
         .execute("return [...document.querySelectorAll('table.runs tr[data-run]')].map((r) => r.dataset.run);", vec![])
         .await
         .unwrap();
-    click(&client, ".pager button[data-page=older]").await;
-    until(&client, "page 2", "document.querySelector('.page-count').textContent === 'page 2'").await;
+    click(client, ".pager button[data-page=older]").await;
+    until(client, "page 2", "document.querySelector('.page-count').textContent === 'page 2'").await;
     let second_page: Value = client
         .execute("return [...document.querySelectorAll('table.runs tr[data-run]')].map((r) => r.dataset.run);", vec![])
         .await
@@ -422,8 +438,8 @@ async fn the_runs_list_shows_new_runs_as_they_come_and_pages_through_them() {
     let second_page = second_page.as_array().unwrap();
     assert!(!second_page.is_empty(), "page 2 is empty");
     assert!(second_page.iter().all(|id| !first_page.as_array().unwrap().contains(id)), "a run on both pages");
-    screenshot(&client, &dir, "runs-page-2.png").await;
-    click(&client, ".pager button[data-page=newer]").await;
-    until(&client, "page 1 again", &format!("document.querySelector('.page-count').textContent === 'page 1' && document.querySelector('table.runs tbody tr').dataset.run === '{newest}'")).await;
-    client.close().await.unwrap();
+    screenshot(client, dir, "runs-page-2.png").await;
+    click(client, ".pager button[data-page=newer]").await;
+    until(client, "page 1 again", &format!("document.querySelector('.page-count').textContent === 'page 1' && document.querySelector('table.runs tbody tr').dataset.run === '{newest}'")).await;
+    studio.close().await;
 }
