@@ -1,41 +1,19 @@
 //! The ready-made agent loop, end to end with the scripted model: the exact documents
 //! saved and requests sent, the turn budget, and how each stop reason ends a run.
 
-use loopstack_core::{RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use loopstack_core::{RunStatus, Runtime, ToolRegistry};
 use loopstack_llm::{
     Agent, AgentError, AgentStatus, AskError, ChatResponse, ContentBlock, Limit, LlmError, Message, Role,
     ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Location {
-    /// City or location name
-    location: String,
-}
+mod common;
 
-/// Weather for a city.
-struct Weather;
-
-#[async_trait::async_trait]
-impl Tool for Weather {
-    fn name(&self) -> &str {
-        "get_weather"
-    }
-    fn description(&self) -> &str {
-        "Retrieve weather information."
-    }
-    fn input_schema(&self) -> Value {
-        loopstack_core::tool_input_schema::<Location>()
-    }
-    async fn call(&self, args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: Location = loopstack_core::parse_tool_arguments(self.name(), args)?;
-        Ok(ToolOutput::text(format!("Mostly sunny in {}, 14C.", args.location)))
-    }
-}
+use common::weather::Weather;
 
 fn tools() -> ToolRegistry {
-    ToolRegistry::new().with(Weather).unwrap()
+    ToolRegistry::new().with(Weather::default()).unwrap()
 }
 
 fn tool_calls(calls: &[(&str, Value)]) -> ChatResponse {

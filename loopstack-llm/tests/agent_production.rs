@@ -16,34 +16,9 @@ use loopstack_llm::{
 };
 use serde_json::{Value, json};
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Location {
-    location: String,
-}
+mod common;
 
-/// Weather for a city; counts its calls.
-#[derive(Default, Clone)]
-struct Weather {
-    calls: Arc<AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl Tool for Weather {
-    fn name(&self) -> &str {
-        "get_weather"
-    }
-    fn description(&self) -> &str {
-        "Retrieve weather information."
-    }
-    fn input_schema(&self) -> Value {
-        loopstack_core::tool_input_schema::<Location>()
-    }
-    async fn call(&self, args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let args: Location = loopstack_core::parse_tool_arguments(self.name(), args)?;
-        Ok(ToolOutput::text(format!("Mostly sunny in {}, 14C.", args.location)))
-    }
-}
+use common::weather::Weather;
 
 /// Refunds an order: needs a person's approval.
 #[derive(Default, Clone)]

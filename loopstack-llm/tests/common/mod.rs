@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod local_model;
+pub mod weather;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
