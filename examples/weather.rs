@@ -350,8 +350,8 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     let (models, default_model) = model_for(&args)?;
     let model = args.model.clone().unwrap_or_else(|| default_model.to_owned());
     let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
-    options.system.clone_from(&args.system);
-    options.temperature = args.temperature;
+    options.settings.system.clone_from(&args.system);
+    options.settings.temperature = args.temperature;
     let workflow = ToolCallWorkflow::new(models, options)?;
 
     let runtime = if args.db == "memory" {

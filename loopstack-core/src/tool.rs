@@ -318,7 +318,10 @@ pub enum ToolContent {
     Json(Value),
 }
 
-/// The result of a tool call, as the model will see it.
+/// What a tool returns for one call, as the model will see it: text or JSON, and
+/// whether the call failed. With the call's id and the tool's name it becomes the
+/// call's result (`ToolCallResult` in `loopstack::llm`), the one type the steps
+/// that run calls give back.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ToolOutput {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::RwLock;
 use tracing::Instrument as _;
 
+pub use crate::call_result::ToolCallResult;
 use crate::dispatch::ErrorPolicy;
 use crate::error::AgentError;
 use crate::message::{Message, ToolResult, ToolUse, duplicate_ids};
@@ -19,57 +20,6 @@ use crate::message::{Message, ToolResult, ToolUse, duplicate_ids};
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default number of tool calls run at once.
 pub const DEFAULT_CONCURRENCY: usize = 64;
-
-/// The result of one tool call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ToolCallResult {
-    /// The id of the call it answers.
-    pub tool_use_id: String,
-    /// The tool's name as the model called it.
-    pub name: String,
-    /// The text the model sees.
-    pub content: String,
-    /// Whether the call failed.
-    pub is_error: bool,
-    /// The tool's structured result, when it gave one (`content` is its JSON text).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
-    /// Set when the call has no result yet: it runs on as this child run, and its
-    /// result comes with the child's end (see [`ToolOutput::pending`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending: Option<loopstack_core::RunId>,
-}
-
-impl ToolCallResult {
-    /// A result for call `tool_use_id` of tool `name`.
-    pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
-        let value = match &output.content {
-            loopstack_core::ToolContent::Json(v) => Some(v.clone()),
-            _ => None,
-        };
-        let (is_error, pending) = (output.is_error, output.pending);
-        Self {
-            tool_use_id: tool_use_id.into(),
-            name: name.into(),
-            content: output.into_text(),
-            is_error,
-            value,
-            pending,
-        }
-    }
-
-    /// An error result.
-    pub fn error(tool_use_id: impl Into<String>, name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(tool_use_id, name, ToolOutput::error(message))
-    }
-}
-
-impl From<&ToolCallResult> for ToolResult {
-    fn from(r: &ToolCallResult) -> Self {
-        Self { tool_use_id: r.tool_use_id.clone(), content: r.content.clone(), is_error: r.is_error }
-    }
-}
 
 impl DelegateResult {
     /// The batch as a [`DispatchResults`](crate::DispatchResults) collection: one
@@ -82,18 +32,10 @@ impl DelegateResult {
         let calls: Vec<&ToolUse> = message.tool_uses().collect();
         self.results
             .iter()
-            .filter(|r| r.pending.is_none())
+            .filter(|r| !r.is_pending())
             .map(|r| {
-                let null = Value::Null;
-                let arguments = calls.iter().find(|c| c.id == r.tool_use_id).map_or(&null, |c| &c.input);
-                let index = calls.iter().position(|c| c.id == r.tool_use_id).unwrap_or(0);
-                let call = crate::dispatch::CallView::new(&r.tool_use_id, &r.name, arguments).with_index(index);
-                if r.is_error {
-                    crate::DispatchEntry::failed(&call, r.content.clone())
-                } else {
-                    let result = r.value.clone().unwrap_or_else(|| Value::String(r.content.clone()));
-                    crate::DispatchEntry::succeeded(&call, result)
-                }
+                let arguments = calls.iter().find(|c| c.id == r.tool_use_id).map_or(Value::Null, |c| c.input.clone());
+                crate::DispatchEntry::new(r.clone(), arguments)
             })
             .collect()
     }
@@ -609,7 +551,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Redacts a tool's output in place.
-fn redact_output(secrets: &loopstack_core::secrets::Secrets, output: &mut ToolOutput) {
+pub(crate) fn redact_output(secrets: &loopstack_core::secrets::Secrets, output: &mut ToolOutput) {
     match &mut output.content {
         loopstack_core::ToolContent::Text(text) => {
             if let std::borrow::Cow::Owned(redacted) = secrets.redact(text) {

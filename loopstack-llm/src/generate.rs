@@ -12,7 +12,7 @@ use tracing::Instrument as _;
 use crate::error::AgentError;
 use crate::error::LlmError;
 use crate::message::{Message, StopReason, Usage, rename_duplicate_ids};
-use crate::model::{ChatModel, ChatRequest, ChatResponse, ResponseSchema, StreamEvent};
+use crate::model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
 
 /// The type name of message documents.
 pub const MESSAGE_DOCUMENT: &str = "llm_message";
@@ -175,6 +175,9 @@ impl Models {
 }
 
 /// How one model turn is made.
+///
+/// Serialized flat: the [settings](ModelSettings)' fields sit beside `provider`,
+/// `model` and `tools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GenerateOptions {
@@ -182,14 +185,11 @@ pub struct GenerateOptions {
     pub provider: String,
     /// The model.
     pub model: String,
-    /// The system prompt.
-    pub system: Option<String>,
+    /// The system prompt, output limit, temperature and stop sequences.
+    #[serde(flatten)]
+    pub settings: ModelSettings,
     /// The names of the tools to offer.
     pub tools: Vec<String>,
-    /// The output token limit.
-    pub max_tokens: Option<u32>,
-    /// The temperature.
-    pub temperature: Option<f32>,
     /// The conversation the turn reads and adds to: the run's default one when
     /// `None`. Two agents (or an agent and a critic) in one workflow keep a
     /// conversation each by naming them.
@@ -203,18 +203,18 @@ impl GenerateOptions {
         Self {
             provider: provider.into(),
             model: model.into(),
-            system: None,
+            settings: ModelSettings::default(),
             tools: Vec::new(),
-            max_tokens: None,
-            temperature: None,
             conversation: None,
         }
     }
 
-    /// Sets the system prompt.
+    crate::model::settings_setters!(s => s.settings);
+
+    /// Replaces the settings.
     #[must_use]
-    pub fn system(mut self, system: impl Into<String>) -> Self {
-        self.system = Some(system.into());
+    pub fn settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -222,20 +222,6 @@ impl GenerateOptions {
     #[must_use]
     pub fn tools<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
         self.tools = tools.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Sets the output token limit.
-    #[must_use]
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.max_tokens = Some(max_tokens);
-        self
-    }
-
-    /// Sets the temperature.
-    #[must_use]
-    pub fn temperature(mut self, temperature: f32) -> Self {
-        self.temperature = Some(temperature);
         self
     }
 
@@ -408,9 +394,7 @@ impl LlmGenerateText {
         tools.extend(extras.tools.iter().cloned());
         let messages = conversation_named(cx, options.conversation.as_deref())?;
         let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
-        request.system.clone_from(&options.system);
-        request.max_tokens = options.max_tokens;
-        request.temperature = options.temperature;
+        request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);
 
         let span = tracing::info_span!(

@@ -33,6 +33,7 @@
 //! ```
 
 mod agent;
+mod call_result;
 mod delegate;
 pub mod dispatch;
 pub mod error;
@@ -58,15 +59,13 @@ pub use generate::{
     NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
 pub use scripted::ScriptedModel;
-pub use workflow_tool::{
-    DEFAULT_WORKFLOW_TOOL_TIMEOUT, MAX_ERROR_CHARS, TOOL_RESULT_SIGNAL, WorkflowTool, child_result,
-};
+pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 
 pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
 };
-pub use model::{ChatModel, ChatRequest, ChatResponse, ResponseSchema, StreamEvent, replay};
+pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent, replay};
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

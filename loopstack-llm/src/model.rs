@@ -9,24 +9,102 @@ use loopstack_core::ToolSpec;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, StopReason, Usage};
 
+/// How a model is asked to answer: the settings a [`ChatRequest`] carries, and
+/// with it every model turn ([`GenerateOptions`](crate::GenerateOptions)) and agent
+/// ([`Agent`](crate::Agent)). Each of those embeds one and has the same setters
+/// (`system`, `max_tokens`, `temperature`, `stop_sequences`, `settings`), which set
+/// the fields here; a provider reads them from [`ChatRequest::settings`].
+///
+/// Serialized with its unset fields left out.
+///
+/// ```
+/// use loopstack_llm::{ChatRequest, Message, ModelSettings};
+///
+/// let settings = ModelSettings::new().system("Be brief.").max_tokens(256).stop_sequences(["###"]);
+/// let request = ChatRequest::new("gpt-4o-mini", vec![Message::user("Hi")]).settings(settings.clone()).temperature(0.0);
+/// assert_eq!(request.settings.system.as_deref(), Some("Be brief."));
+/// assert_eq!((request.settings.max_tokens, request.settings.temperature), (Some(256), Some(0.0)));
+/// assert_eq!(serde_json::to_value(&settings).unwrap(), serde_json::json!({
+///     "system": "Be brief.", "max_tokens": 256, "stop_sequences": ["###"],
+/// }));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct ModelSettings {
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The most output tokens; providers that require it use their default when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Sequences that stop generation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+}
+
+/// The settings' setters, written once for [`ModelSettings`] and every type that
+/// embeds one: `settings_setters!(s => s.settings)` names where the settings are.
+macro_rules! settings_setters {
+    ($this:ident => $place:expr) => {
+        /// Sets the system prompt.
+        #[must_use]
+        pub fn system(mut self, system: impl Into<String>) -> Self {
+            let $this = &mut self;
+            $place.system = Some(system.into());
+            self
+        }
+
+        /// Sets the output token limit.
+        #[must_use]
+        pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+            let $this = &mut self;
+            $place.max_tokens = Some(max_tokens);
+            self
+        }
+
+        /// Sets the sampling temperature.
+        #[must_use]
+        pub fn temperature(mut self, temperature: f32) -> Self {
+            let $this = &mut self;
+            $place.temperature = Some(temperature);
+            self
+        }
+
+        /// Sets the sequences that stop generation.
+        #[must_use]
+        pub fn stop_sequences<S: Into<String>>(mut self, stop: impl IntoIterator<Item = S>) -> Self {
+            let $this = &mut self;
+            $place.stop_sequences = stop.into_iter().map(Into::into).collect();
+            self
+        }
+    };
+}
+pub(crate) use settings_setters;
+
+impl ModelSettings {
+    /// No settings: each provider's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    settings_setters!(s => s);
+}
+
 /// What is sent to a model.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ChatRequest {
     /// The model, such as `claude-sonnet-4-5` or `gpt-4o-mini`.
     pub model: String,
-    /// The system prompt.
-    pub system: Option<String>,
+    /// The system prompt, output limit, temperature and stop sequences.
+    pub settings: ModelSettings,
     /// The conversation, oldest first.
     pub messages: Vec<Message>,
     /// The tools offered in this turn.
     pub tools: Vec<Arc<ToolSpec>>,
-    /// The most output tokens; providers that require it use their default when `None`.
-    pub max_tokens: Option<u32>,
-    /// Sampling temperature.
-    pub temperature: Option<f32>,
-    /// Sequences that stop generation.
-    pub stop_sequences: Vec<String>,
     /// A JSON Schema the reply's text must follow, for models with structured
     /// output ([`ChatModel::structured_output`]); others ignore it.
     pub response_schema: Option<ResponseSchema>,
@@ -55,10 +133,12 @@ impl ChatRequest {
         Self { model: model.into(), messages, ..Self::default() }
     }
 
-    /// Sets the system prompt.
+    settings_setters!(s => s.settings);
+
+    /// Replaces the settings.
     #[must_use]
-    pub fn system(mut self, system: impl Into<String>) -> Self {
-        self.system = Some(system.into());
+    pub fn settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -66,20 +146,6 @@ impl ChatRequest {
     #[must_use]
     pub fn tools(mut self, tools: Vec<Arc<ToolSpec>>) -> Self {
         self.tools = tools;
-        self
-    }
-
-    /// Sets the output token limit.
-    #[must_use]
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.max_tokens = Some(max_tokens);
-        self
-    }
-
-    /// Sets the temperature.
-    #[must_use]
-    pub fn temperature(mut self, temperature: f32) -> Self {
-        self.temperature = Some(temperature);
         self
     }
 

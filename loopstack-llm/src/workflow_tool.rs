@@ -11,7 +11,7 @@ use loopstack_core::{
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::dispatch::{CallView, ChildInput, ProjectionContext, Secrets, select_result};
+use crate::dispatch::{CallView, ChildInput, DEFAULT_MAX_ERROR_CHARS, ProjectionContext, Secrets, select_result};
 
 /// The signal a workflow tool's child run ends with: the parent's wait transition
 /// of this name takes its [`ChildEnded`]. The [`Agent`](crate::Agent) has one at
@@ -21,8 +21,6 @@ pub const TOOL_RESULT_SIGNAL: &str = "tool_result";
 /// The default time a workflow tool's child run may take before it first waits or
 /// ends.
 pub const DEFAULT_WORKFLOW_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a failure's details in a result may be, in characters.
-pub const MAX_ERROR_CHARS: usize = 2_000;
 
 /// Child ids of workflow tools are numbered from here, apart from the children a
 /// transition starts itself (numbered from 0).
@@ -70,7 +68,6 @@ pub struct WorkflowTool {
     workflow: String,
     input: ChildInput,
     timeout: Duration,
-    secrets: Secrets,
     check: fn(&Value) -> Result<(), String>,
 }
 
@@ -110,7 +107,6 @@ impl WorkflowTool {
             workflow: workflow.into(),
             input: ChildInput::default(),
             timeout: DEFAULT_WORKFLOW_TOOL_TIMEOUT,
-            secrets: Secrets::new(),
             check: check::<A>,
         })
     }
@@ -130,32 +126,26 @@ impl WorkflowTool {
         self
     }
 
-    /// Sets the secrets redacted from failure details.
-    #[must_use]
-    pub fn secrets(mut self, secrets: Secrets) -> Self {
-        self.secrets = secrets;
-        self
-    }
-
     /// The workflow each call runs.
     pub fn workflow(&self) -> &str {
         &self.workflow
     }
 
-    fn failure(&self, what: &str, detail: &str) -> ToolOutput {
-        // The runtime's secrets are redacted from every result by the delegate.
-        let detail = self.secrets.redact_bounded(detail, MAX_ERROR_CHARS);
+    /// An error result; the details are redacted of the runtime's `secrets`
+    /// before they are bounded, so a cut never leaves part of a secret behind.
+    fn failure(&self, what: &str, detail: &str, secrets: &Secrets) -> ToolOutput {
+        let detail = secrets.redact_bounded(detail, DEFAULT_MAX_ERROR_CHARS);
         ToolOutput::error(format!("tool `{}` failed: {what}: {detail}", self.name))
     }
 }
 
 /// The result a child run's end gives its call: what it published when it
-/// completed, else an error result with its status and error (bounded and
-/// redacted by `secrets`).
+/// completed, else an error result with its status and error (redacted of
+/// `secrets`, the runtime's, then bounded to
+/// [`DEFAULT_MAX_ERROR_CHARS`](crate::dispatch::DEFAULT_MAX_ERROR_CHARS)).
 pub fn child_result(ended: &ChildEnded, secrets: &Secrets) -> ToolOutput {
     if ended.completed() {
-        let selected = select_result(ended.output.clone().unwrap_or(Value::Null));
-        return match selected.value {
+        return match select_result(ended.output.clone().unwrap_or(Value::Null)).0 {
             Value::String(text) => ToolOutput::text(text),
             value => ToolOutput::json(value),
         };
@@ -168,7 +158,7 @@ pub fn child_result(ended: &ChildEnded, secrets: &Secrets) -> ToolOutput {
     ToolOutput::error(format!(
         "the workflow `{}` {status}: {}",
         ended.workflow,
-        secrets.redact_bounded(detail, MAX_ERROR_CHARS)
+        secrets.redact_bounded(detail, DEFAULT_MAX_ERROR_CHARS)
     ))
 }
 
@@ -205,11 +195,11 @@ impl Tool for WorkflowTool {
         let call = CallView::new(cx.call_id(), cx.tool_name(), &args).with_index(cx.index());
         let input = match self.input.child_input(&ProjectionContext::new(call, state)) {
             Ok(input) => input,
-            Err(why) => return Ok(self.failure("its input could not be built", &why)),
+            Err(why) => return Ok(self.failure("its input could not be built", &why, runtime.secrets())),
         };
         let child = loopstack_core::children::child_run_id(parent, step, CALL_SEQ_BASE + cx.index() as u64);
         if let Err(e) = runtime.create_child(parent, child, &self.workflow, input, TOOL_RESULT_SIGNAL).await {
-            return Ok(self.failure("its run could not be started", &e.to_string()));
+            return Ok(self.failure("its run could not be started", &e.to_string(), runtime.secrets()));
         }
         let span = tracing::info_span!("loopstack.workflow_tool", tool = %self.name, workflow = %self.workflow, child = %child);
         let drive = tracing::Instrument::instrument(runtime.drive_child(child), span);
@@ -230,7 +220,7 @@ impl Tool for WorkflowTool {
                 let output: Value = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
                 let ended =
                     ChildEnded::new(child, record.workflow.to_string(), RunStatus::Completed, Some(output), None);
-                Ok(child_result(&ended, &self.secrets))
+                Ok(child_result(&ended, runtime.secrets()))
             }
             Ok(Err(RunError::InvalidStatus { .. })) => {
                 // Not queued or waiting: another driver holds it (as after a crash), or it
@@ -242,11 +232,13 @@ impl Tool for WorkflowTool {
                 let output = (record.status == RunStatus::Completed)
                     .then(|| serde_json::from_str::<Value>(record.state.get()).unwrap_or(Value::Null));
                 let ended = ChildEnded::new(child, record.workflow.to_string(), record.status, output, record.error);
-                Ok(child_result(&ended, &self.secrets))
+                Ok(child_result(&ended, runtime.secrets()))
             }
             // It waits: its end is the result.
             Ok(Ok(_)) => Ok(ToolOutput::pending(child)),
-            Ok(Err(e)) => Ok(self.failure(&format!("its workflow `{}` failed", self.workflow), &e.to_string())),
+            Ok(Err(e)) => {
+                Ok(self.failure(&format!("its workflow `{}` failed", self.workflow), &e.to_string(), runtime.secrets()))
+            }
         }
     }
 }

@@ -73,8 +73,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
     assert_eq!(requests.len(), 2);
     for r in &requests {
         assert_eq!(r.model, "m-1");
-        assert_eq!(r.system.as_deref(), Some("You are terse."));
-        assert_eq!(r.max_tokens, Some(256));
+        assert_eq!(r.settings.system.as_deref(), Some("You are terse."));
+        assert_eq!(r.settings.max_tokens, Some(256));
         assert_eq!(r.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["get_weather"]);
         assert_eq!(
             r.tools[0].input_schema,

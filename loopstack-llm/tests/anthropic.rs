@@ -122,7 +122,7 @@ async fn encodes_the_request_body_and_headers() {
         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
     );
     let thinking = json!({"type": "thinking", "thinking": "Use the tool.", "signature": "sig"});
-    let mut request = ChatRequest::new(
+    let request = ChatRequest::new(
         "claude-test",
         vec![
             Message::user("Weather in Paris and Rome?"),
@@ -143,8 +143,8 @@ async fn encodes_the_request_body_and_headers() {
     )
     .system("You are terse.")
     .tools(vec![weather])
-    .temperature(0.5);
-    request.stop_sequences = vec!["\n\nHuman:".into()];
+    .temperature(0.5)
+    .stop_sequences(["\n\nHuman:"]);
     model.chat(&request).await.unwrap();
 
     let requests = server.requests();

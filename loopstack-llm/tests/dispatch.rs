@@ -240,8 +240,7 @@ fn child_results_are_selected() {
         (json!("x"), json!("x"), ResultSource::Output),
     ];
     for (output, value, source) in table {
-        let selected = select_result(output.clone());
-        assert_eq!((selected.value, selected.source), (value, source), "{output}");
+        assert_eq!(select_result(output.clone()), (value, source), "{output}");
     }
 }
 
@@ -268,33 +267,33 @@ fn a_dispatch_collects_every_call() {
     assert_eq!(results.count(), 5);
     assert_eq!(results.error_count(), 2);
     assert!(!results.all_succeeded());
-    let ids: Vec<&str> = results.entries().iter().map(|e| e.id.as_str()).collect();
+    let ids: Vec<&str> = results.entries().iter().map(|e| e.result.tool_use_id.as_str()).collect();
     assert_eq!(ids, ["c1", "c2", "c3", "c4", "c5"]);
-    assert_eq!(results.first_failure().unwrap().id, "c3");
+    assert_eq!(results.first_failure().unwrap().result.tool_use_id, "c3");
 
     let rows: Vec<(bool, Option<&str>, &str, Option<&str>)> = results
         .entries()
         .iter()
-        .map(|e| (e.success, e.workflow.as_deref(), e.content.as_str(), e.error.as_deref()))
+        .map(|e| (e.result.is_error, e.workflow.as_deref(), e.result.content.as_str(), e.error.as_deref()))
         .collect();
     assert_eq!(
         rows,
         [
-            (true, Some("weather"), "sunny", None),
-            (true, None, r#"{"status":"shipped"}"#, None),
-            (false, Some("refund"), "manager denied", Some("manager denied")),
-            (false, None, "unknown tool `launch_rocket`", Some("unknown tool `launch_rocket`")),
-            (true, Some("refund"), r#"{"refunded":9}"#, None),
+            (false, Some("weather"), "sunny", None),
+            (false, None, r#"{"status":"shipped"}"#, None),
+            (true, Some("refund"), "manager denied", Some("manager denied")),
+            (true, None, "unknown tool `launch_rocket`", Some("unknown tool `launch_rocket`")),
+            (false, Some("refund"), r#"{"refunded":9}"#, None),
         ]
     );
     // A typed tool's JSON result is kept as JSON.
-    assert_eq!(results.get("c2").unwrap().result, json!({"status": "shipped"}));
-    assert_eq!(results.get("c3").unwrap().result, json!({"amount": 5}));
+    assert_eq!(results.get("c2").unwrap().result.value, Some(json!({"status": "shipped"})));
+    assert_eq!(results.get("c3").unwrap().result.value, Some(json!({"amount": 5})));
     assert_eq!(results.get("c3").unwrap().arguments, json!({"order_no": "2024-0002"}));
 
     let by_id = results.by_id();
     assert_eq!(by_id.keys().copied().collect::<Vec<_>>(), ["c1", "c2", "c3", "c4", "c5"]);
-    assert_eq!(by_id["c5"].result, json!({"refunded": 9}));
+    assert_eq!(by_id["c5"].result.value, Some(json!({"refunded": 9})));
 
     let message: Message = results.message().unwrap();
     assert_eq!(message.role, Role::User);
@@ -316,8 +315,8 @@ fn a_dispatch_collects_every_call() {
     assert_eq!(
         json["entries"][3],
         json!({
-            "success": false, "id": "c4", "name": "launch_rocket", "arguments": {},
-            "result": null, "content": "unknown tool `launch_rocket`", "error": "unknown tool `launch_rocket`",
+            "tool_use_id": "c4", "name": "launch_rocket", "content": "unknown tool `launch_rocket`",
+            "is_error": true, "arguments": {}, "error": "unknown tool `launch_rocket`",
         })
     );
     let back: DispatchResults = serde_json::from_value(json.clone()).unwrap();
@@ -328,7 +327,7 @@ fn a_dispatch_collects_every_call() {
     let no_args = json!({});
     let cx = ProjectionContext::new(CallView::new("n1", "next", &no_args), &state);
     assert_eq!(cx.resolve_str("ctx.results.all_succeeded"), json!(false));
-    assert_eq!(cx.resolve_str("ctx.results.entries.4.result.refunded"), json!(9));
+    assert_eq!(cx.resolve_str("ctx.results.entries.4.value.refunded"), json!(9));
 }
 
 #[test]
@@ -343,7 +342,7 @@ fn error_policies() {
         (ErrorPolicy::FailFast, &failed, true),
     ];
     for (policy, entry, stops) in table {
-        assert_eq!(policy.stops_at(entry), stops, "{policy:?} {}", entry.success);
+        assert_eq!(policy.stops_at(entry), stops, "{policy:?} {}", entry.result.is_error);
     }
     let policy: ErrorPolicy = serde_json::from_value(json!("fail_fast")).unwrap();
     assert_eq!(policy, ErrorPolicy::FailFast);
@@ -370,12 +369,12 @@ fn large_results_are_stored_bounded() {
         [DispatchEntry::succeeded(&call, json!({"report": "x".repeat(1000)}))].into_iter().collect();
     let stored = full.stored(100);
     let entry = &stored.entries()[0];
-    assert!(entry.content.ends_with("… [truncated: 100 of 1013 bytes]"), "{}", entry.content);
-    assert!(entry.result.as_str().unwrap().ends_with("… [truncated: 100 of 1013 bytes]"));
+    assert!(entry.result.content.ends_with("… [truncated: 100 of 1013 bytes]"), "{}", entry.result.content);
+    assert!(entry.result.value.as_ref().unwrap().as_str().unwrap().ends_with("… [truncated: 100 of 1013 bytes]"));
     // The stored message is bounded too; the full one is still there.
     let stored_message = stored.message().unwrap();
     assert!(stored_message.tool_results_iter().next().unwrap().content.len() < 150);
-    assert_eq!(full.entries()[0].content.len(), 1013);
+    assert_eq!(full.entries()[0].result.content.len(), 1013);
 }
 
 #[test]

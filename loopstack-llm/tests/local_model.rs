@@ -86,7 +86,7 @@ async fn with_a_system_prompt_the_text_call_is_parsed_then_the_model_answers() {
 
     let sent = server.requests();
     assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0]["messages"][0], json!({"role": "system", "content": request.system.clone().unwrap()}));
+    assert_eq!(sent[0]["messages"][0], json!({"role": "system", "content": request.settings.system.clone().unwrap()}));
     assert_eq!(sent[1]["messages"][2]["tool_calls"][0]["id"], "call_0", "the call goes back with its id");
     assert_eq!(
         sent[1]["messages"][3],

@@ -134,7 +134,7 @@ async fn collect(model: &OpenAi, request: &ChatRequest) -> Result<(Vec<StreamEve
 async fn encodes_the_request_body_and_headers() {
     let server = Server::start(vec![Reply::json(200, text_reply())]).await;
     let (model, _) = gpt(&server);
-    let mut request = ChatRequest::new(
+    let request = ChatRequest::new(
         "gpt-test",
         vec![
             Message::user("Weather in Paris and Rome?"),
@@ -159,8 +159,8 @@ async fn encodes_the_request_body_and_headers() {
     .system("You are terse.")
     .tools(vec![weather()])
     .max_tokens(256)
-    .temperature(0.2);
-    request.stop_sequences = vec!["###".into()];
+    .temperature(0.2)
+    .stop_sequences(["###"]);
     model.chat(&request).await.unwrap();
 
     let requests = server.requests();

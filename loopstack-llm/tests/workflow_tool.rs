@@ -4,7 +4,7 @@
 //! call id, always.
 
 use loopstack_core::{RunContext, RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
-use loopstack_llm::dispatch::{ChildInput, Secrets};
+use loopstack_llm::dispatch::ChildInput;
 use loopstack_llm::{
     Agent, AgentError, AgentStatus, ChatResponse, ContentBlock, Message, Role, ScriptedModel, StopReason, ToolUse,
     Usage, WorkflowTool,
@@ -112,7 +112,6 @@ fn refund_tool() -> WorkflowTool {
     WorkflowTool::new::<RefundArgs>("issue_refund", "Refunds an order.", "refund")
         .unwrap()
         .input(ChildInput::mapping(mapping).unwrap())
-        .secrets(Secrets::new().with("sk-secret-123"))
 }
 
 fn calls(calls: &[(&str, &str, Value)]) -> ChatResponse {
@@ -134,6 +133,8 @@ fn setup(first: ChatResponse, tool: WorkflowTool) -> (Runtime, Agent, ScriptedMo
     let tools = ToolRegistry::new().with(tool).unwrap().with(Clock).unwrap();
     let agent = Agent::new(model.clone(), "m", tools);
     let runtime = Runtime::new().register(RefundDesk).register(agent.clone());
+    // The ledger's key, kept out of every result and record.
+    runtime.secrets().register("sk-secret-123");
     (runtime, agent, model)
 }
 
@@ -255,11 +256,11 @@ async fn a_plain_batch_comes_back_as_a_dispatch_collection_with_json_results_kep
     assert_eq!((dispatch.count(), dispatch.error_count(), dispatch.all_succeeded()), (2, 1, false));
     let clock = dispatch.get("t1").unwrap();
     assert_eq!(
-        (clock.success, clock.result.clone(), clock.content.as_str()),
-        (true, json!({"time": "noon"}), r#"{"time":"noon"}"#)
+        (clock.result.is_error, clock.result.value.clone(), clock.result.content.as_str()),
+        (false, Some(json!({"time": "noon"})), r#"{"time":"noon"}"#)
     );
     let nope = dispatch.get("t2").unwrap();
-    assert_eq!((nope.success, nope.arguments.clone()), (false, json!({"x": 1})));
+    assert_eq!((nope.result.is_error, nope.arguments.clone()), (true, json!({"x": 1})));
     assert!(nope.error.as_deref().unwrap().contains("`nope`"), "{nope:?}");
     let results: Vec<String> = dispatch.message().unwrap().tool_results_iter().map(|r| r.tool_use_id.clone()).collect();
     assert_eq!(results, ["t1", "t2"]);

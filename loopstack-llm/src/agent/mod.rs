@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::delegate::{LlmDelegateToolCalls, ToolCallResult, ToolDenial};
-use crate::dispatch::Secrets;
 use crate::error::AgentError;
 use crate::generate::{GenerateOptions, LlmGenerateText, Models, TurnExtras, save_message};
 use crate::message::{Message, StopReason, ToolResult, ToolUse, Usage};
@@ -95,8 +94,6 @@ pub struct Agent {
     structured: bool,
     /// Whether a tool needs the run's state (a workflow tool's input mapping).
     tools_need_state: bool,
-    /// Redacted from the results of failed workflow tool calls.
-    secrets: Secrets,
 }
 
 /// How an agent run ended, or what it waits for.
@@ -490,14 +487,15 @@ impl Agent {
             answer: None,
             structured,
             tools_need_state,
-            secrets: Secrets::new(),
         }
     }
 
-    /// Sets the system prompt.
+    crate::model::settings_setters!(s => s.options.settings);
+
+    /// Replaces the settings of each model turn.
     #[must_use]
-    pub fn system(mut self, system: impl Into<String>) -> Self {
-        self.options.system = Some(system.into());
+    pub fn settings(mut self, settings: crate::ModelSettings) -> Self {
+        self.options.settings = settings;
         self
     }
 
@@ -535,28 +533,6 @@ impl Agent {
     #[must_use]
     pub fn conversation(mut self, name: impl Into<String>) -> Self {
         self.options.conversation = Some(name.into());
-        self
-    }
-
-    /// Sets the output token limit per turn.
-    #[must_use]
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.options.max_tokens = Some(max_tokens);
-        self
-    }
-
-    /// Sets the temperature.
-    #[must_use]
-    pub fn temperature(mut self, temperature: f32) -> Self {
-        self.options.temperature = Some(temperature);
-        self
-    }
-
-    /// Sets the secrets (API keys, tokens) redacted from the results of failed
-    /// workflow tool calls.
-    #[must_use]
-    pub fn secrets(mut self, secrets: Secrets) -> Self {
-        self.secrets = secrets;
         self
     }
 
@@ -952,12 +928,9 @@ impl Agent {
             return Ok(());
         };
         let pending = state.pending_tools.remove(pos);
-        let mut output = crate::child_result(&ended, &self.secrets);
-        if let loopstack_core::ToolContent::Text(text) = &mut output.content
-            && let std::borrow::Cow::Owned(redacted) = cx.runtime().secrets().redact(text)
-        {
-            *text = redacted;
-        }
+        // Redacted of the runtime's secrets like every result the delegate gives.
+        let mut output = crate::child_result(&ended, cx.runtime().secrets());
+        crate::delegate::redact_output(cx.runtime().secrets(), &mut output);
         if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
             *slot = ToolCallResult::new(pending.call_id, pending.name, output);
         }

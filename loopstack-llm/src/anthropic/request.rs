@@ -11,8 +11,8 @@ use crate::model::ChatRequest;
 pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    body.insert("max_tokens".into(), request.max_tokens.unwrap_or(default_max_tokens).into());
-    if let Some(system) = &request.system {
+    body.insert("max_tokens".into(), request.settings.max_tokens.unwrap_or(default_max_tokens).into());
+    if let Some(system) = &request.settings.system {
         body.insert("system".into(), system.clone().into());
     }
     body.insert("messages".into(), request.messages.iter().map(encode_message).collect());
@@ -24,11 +24,11 @@ pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, str
             .collect();
         body.insert("tools".into(), tools);
     }
-    if let Some(temperature) = request.temperature {
+    if let Some(temperature) = request.settings.temperature {
         body.insert("temperature".into(), http::f32_value(temperature));
     }
-    if !request.stop_sequences.is_empty() {
-        body.insert("stop_sequences".into(), request.stop_sequences.clone().into());
+    if !request.settings.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), request.settings.stop_sequences.clone().into());
     }
     if stream {
         body.insert("stream".into(), true.into());
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn encodes_a_full_request() {
-        let mut request = ChatRequest::new(
+        let request = ChatRequest::new(
             "claude-x",
             vec![
                 Message::user("Weather in Paris?"),
@@ -127,8 +127,8 @@ mod tests {
         )
         .system("Be brief.")
         .tools(vec![weather_spec()])
-        .temperature(0.2);
-        request.stop_sequences = vec!["END".into()];
+        .temperature(0.2)
+        .stop_sequences(["END"]);
         let body = encode_request(&request, 4096, false);
         assert_eq!(
             body,

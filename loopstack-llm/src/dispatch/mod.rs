@@ -36,7 +36,9 @@
 //!     // ... the child run of the `refund` workflow ends with this state:
 //!     let output = json!({"tool_result_text": "refunded 2024-0001", "_attempts": 1});
 //!     let mut entry = DispatchEntry::from_child(&view, "refund", output, None);
-//!     secrets.redact_value(&mut entry.result);
+//!     if let Some(value) = &mut entry.result.value {
+//!         secrets.redact_value(value);
+//!     }
 //!     results.push(entry);
 //! }
 //! assert!(results.all_succeeded());
@@ -55,6 +57,6 @@ pub use projection::{
     TOOL_ARGUMENTS, TOOL_CALL, TOOL_CALL_ID, TOOL_CALL_INDEX, TOOL_INPUT, TOOL_NAME, with_envelope,
 };
 pub use results::{
-    DEFAULT_MAX_STORED_BYTES, DispatchEntry, DispatchResults, ErrorPolicy, ResultSource, SelectedResult,
-    TOOL_RESULT_TEXT, TOOL_RESULT_VALUE, content_text, select_result, stored_form, truncate_bytes,
+    DEFAULT_MAX_STORED_BYTES, DispatchEntry, DispatchResults, ErrorPolicy, ResultSource, TOOL_RESULT_TEXT,
+    TOOL_RESULT_VALUE, content_text, select_result, stored_form, truncate_bytes,
 };

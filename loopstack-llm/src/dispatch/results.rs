@@ -4,12 +4,13 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
 
-use loopstack_core::{ToolContent, ToolOutput};
+use loopstack_core::ToolOutput;
 use serde::ser::SerializeStruct as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::projection::CallView;
+use crate::call_result::ToolCallResult;
 use crate::message::{Message, ToolResult};
 
 /// The key of a child's output whose value is its tool result.
@@ -34,29 +35,15 @@ pub enum ResultSource {
     Output,
 }
 
-/// A child's result and where it came from.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct SelectedResult {
-    /// The result.
-    pub value: Value,
-    /// Where it came from.
-    pub source: ResultSource,
-}
-
-impl SelectedResult {
-    /// Whether the child published it ([`ResultSource::Value`] or [`ResultSource::Text`]).
-    pub fn is_published(&self) -> bool {
-        matches!(self.source, ResultSource::Value | ResultSource::Text)
-    }
-
-    /// The text the model sees (see [`content_text`]).
-    pub fn content(&self) -> String {
-        content_text(&self.value)
+impl ResultSource {
+    /// Whether the child published its result ([`ResultSource::Value`] or [`ResultSource::Text`]).
+    pub fn is_published(self) -> bool {
+        matches!(self, Self::Value | Self::Text)
     }
 }
 
-/// The result of a child run, from its output (its final state as JSON):
+/// The result of a child run and where it came from, from its output (its final
+/// state as JSON):
 ///
 /// 1. its `tool_result_value`, when it has that key with a value other than null;
 /// 2. else its `tool_result_text`, when it has that key with a value other than null
@@ -74,25 +61,25 @@ impl SelectedResult {
 /// use serde_json::json;
 ///
 /// let picked = select_result(json!({"tool_result_value": {"ok": true}, "tool_result_text": "ok"}));
-/// assert_eq!((picked.value, picked.source), (json!({"ok": true}), ResultSource::Value));
+/// assert_eq!(picked, (json!({"ok": true}), ResultSource::Value));
 /// let picked = select_result(json!({"tool_result_value": null, "tool_result_text": "refunded"}));
-/// assert_eq!((picked.value, picked.source), (json!("refunded"), ResultSource::Text));
+/// assert_eq!(picked, (json!("refunded"), ResultSource::Text));
 /// let picked = select_result(json!({"amount": 10, "_internal": 1, "meta": {"_kept": 2}}));
-/// assert_eq!((picked.value, picked.source), (json!({"amount": 10, "meta": {"_kept": 2}}), ResultSource::Output));
+/// assert_eq!(picked, (json!({"amount": 10, "meta": {"_kept": 2}}), ResultSource::Output));
 /// ```
-pub fn select_result(output: Value) -> SelectedResult {
+pub fn select_result(output: Value) -> (Value, ResultSource) {
     let mut map = match output {
         Value::Object(map) => map,
-        other => return SelectedResult { value: other, source: ResultSource::Output },
+        other => return (other, ResultSource::Output),
     };
     for (key, source) in [(TOOL_RESULT_VALUE, ResultSource::Value), (TOOL_RESULT_TEXT, ResultSource::Text)] {
         match map.remove(key) {
             Some(Value::Null) | None => {}
-            Some(value) => return SelectedResult { value, source },
+            Some(value) => return (value, source),
         }
     }
     map.retain(|key, _| !key.starts_with('_'));
-    SelectedResult { value: Value::Object(map), source: ResultSource::Output }
+    (Value::Object(map), ResultSource::Output)
 }
 
 /// The text a model sees for a result: a string as it is, any other value as
@@ -104,63 +91,67 @@ pub fn content_text(value: &Value) -> String {
     }
 }
 
-/// The result of one tool call of a dispatch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One tool call of a dispatch: its [`ToolCallResult`] with the call's arguments
+/// and, for a workflow tool, the child's workflow.
+///
+/// Serialized flat, with the result's field names: `{"tool_use_id", "name",
+/// "content", "is_error", "value", "arguments", "workflow", "error"}` (`value`,
+/// `workflow` and `error` left out when unset). Entries stored in the older form
+/// (`id`, `success`, `result`) read back too.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct DispatchEntry {
-    /// Whether the call succeeded.
-    pub success: bool,
-    /// The id of the call it answers.
-    pub id: String,
-    /// The tool's name as the model called it.
-    pub name: String,
+    /// The call's result: its id, tool name, the text the model reads, whether it
+    /// failed, and its structured result (a typed tool's JSON result, a child's
+    /// [selected result](select_result)).
+    #[serde(flatten)]
+    pub result: ToolCallResult,
     /// The call's parsed arguments.
     pub arguments: Value,
     /// The workflow of the child run that handled the call, for a workflow tool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
-    /// The result as JSON: a typed tool's JSON result, a text result as a string, a
-    /// child's [selected result](select_result); null for a call that failed before
-    /// producing one.
-    pub result: Value,
-    /// The text the model sees.
-    pub content: String,
-    /// Why the call failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why the call failed. Usually the [content](ToolCallResult::content) too; a
+    /// child that published a result and then failed keeps what it published as
+    /// the content, and the error is here.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
 impl DispatchEntry {
+    /// The entry of a call with its result and arguments; a failed result's content
+    /// is its [error](Self::error).
+    pub fn new(result: ToolCallResult, arguments: Value) -> Self {
+        let error = result.is_error.then(|| result.content.clone());
+        Self { result, arguments, workflow: None, error }
+    }
+
     /// A successful call with this result; the model sees [`content_text`] of it.
-    pub fn succeeded(call: &CallView<'_>, result: Value) -> Self {
-        let content = content_text(&result);
-        Self::of(call, true, result, content, None)
+    pub fn succeeded(call: &CallView<'_>, value: Value) -> Self {
+        let content = content_text(&value);
+        Self::of(call, false, Some(value), content, None)
     }
 
     /// A failed (or unsupported) call: no result, and the model sees the error.
     /// Bound and redact the error first (see [`Secrets::redact_bounded`](super::Secrets::redact_bounded)).
     pub fn failed(call: &CallView<'_>, error: impl Into<String>) -> Self {
         let error = error.into();
-        Self::of(call, false, Value::Null, error.clone(), Some(error))
+        Self::of(call, true, None, error.clone(), Some(error))
     }
 
     /// The entry of a plain tool's output: a JSON result is kept as JSON, a text
-    /// result is a string; an error output is a failure with its text.
+    /// result is the content; an error output is a failure with its text.
     pub fn from_tool_output(call: &CallView<'_>, output: ToolOutput) -> Self {
-        match (output.is_error, output.content) {
-            (true, content) => Self::failed(call, tool_content_text(content)),
-            (false, ToolContent::Json(value)) => Self::succeeded(call, value),
-            (false, ToolContent::Text(text)) => Self::of(call, true, Value::String(text.clone()), text, None),
-        }
+        Self::new(ToolCallResult::new(call.id, call.name, output), call.arguments.clone())
     }
 
     /// The entry of a child run of `workflow` that ended with `output` (its final
     /// state as JSON) and, when it failed, `error`.
     ///
-    /// The result is always [selected](select_result) from the output. What the
-    /// model sees is its content, except for a failed child that published
-    /// nothing: then the model sees the error rather than a dump of the child's
-    /// state. A child that published a result and then failed keeps what it
+    /// The result's value is always [selected](select_result) from the output.
+    /// What the model sees is its content, except for a failed child that
+    /// published nothing: then the model sees the error rather than a dump of the
+    /// child's state. A child that published a result and then failed keeps what it
     /// published as the content; the error stays in [`error`](Self::error).
     ///
     /// ```
@@ -170,21 +161,21 @@ impl DispatchEntry {
     /// let args = json!({"order": "2024-0001"});
     /// let call = CallView::new("call_1", "issue_refund", &args);
     /// let ok = DispatchEntry::from_child(&call, "refund", json!({"tool_result_text": "refunded", "_step": 3}), None);
-    /// assert!(ok.success);
-    /// assert_eq!((ok.content.as_str(), ok.workflow.as_deref()), ("refunded", Some("refund")));
+    /// assert!(!ok.result.is_error);
+    /// assert_eq!((ok.result.content.as_str(), ok.workflow.as_deref()), ("refunded", Some("refund")));
     ///
     /// let failed = DispatchEntry::from_child(&call, "refund", json!({"amount": 10}), Some("denied".into()));
-    /// assert!(!failed.success);
-    /// assert_eq!(failed.result, json!({"amount": 10}));
-    /// assert_eq!(failed.content, "denied");
+    /// assert!(failed.result.is_error);
+    /// assert_eq!(failed.result.value, Some(json!({"amount": 10})));
+    /// assert_eq!(failed.result.content, "denied");
     /// ```
     pub fn from_child(call: &CallView<'_>, workflow: impl Into<String>, output: Value, error: Option<String>) -> Self {
-        let selected = select_result(output);
+        let (value, source) = select_result(output);
         let content = match &error {
-            Some(error) if !selected.is_published() => error.clone(),
-            _ => selected.content(),
+            Some(error) if !source.is_published() => error.clone(),
+            _ => content_text(&value),
         };
-        Self::of(call, error.is_none(), selected.value, content, error).with_workflow(workflow)
+        Self::of(call, error.is_some(), Some(value), content, error).with_workflow(workflow)
     }
 
     /// Sets the workflow of the child run that handled the call.
@@ -194,43 +185,59 @@ impl DispatchEntry {
         self
     }
 
-    /// The tool result the model reads: [`content`](Self::content), an error when
-    /// the call failed.
-    pub fn to_tool_result(&self) -> ToolResult {
-        ToolResult { tool_use_id: self.id.clone(), content: self.content.clone(), is_error: !self.success }
-    }
-
-    /// The form to store: the [result](Self::result) and the [content](Self::content)
-    /// each cut to `max_bytes` with a marker (see [`stored_form`]); borrowed when
-    /// both fit.
+    /// The form to store: the result's [value](ToolCallResult::value) and
+    /// [content](ToolCallResult::content) each cut to `max_bytes` with a marker
+    /// (see [`stored_form`]); borrowed when both fit.
     pub fn stored(&self, max_bytes: usize) -> Cow<'_, Self> {
-        let result = stored_form(&self.result, max_bytes);
-        let content = truncate_bytes(&self.content, max_bytes);
-        if matches!((&result, &content), (Cow::Borrowed(_), Cow::Borrowed(_))) {
+        let value = self.result.value.as_ref().map(|v| stored_form(v, max_bytes));
+        let content = truncate_bytes(&self.result.content, max_bytes);
+        if matches!((&value, &content), (None | Some(Cow::Borrowed(_)), Cow::Borrowed(_))) {
             return Cow::Borrowed(self);
         }
-        let (result, content) = (result.into_owned(), content.into_owned());
-        Cow::Owned(Self { result, content, ..self.clone() })
+        let mut stored = self.clone();
+        stored.result.value = value.map(Cow::into_owned);
+        stored.result.content = content.into_owned();
+        Cow::Owned(stored)
     }
 
-    fn of(call: &CallView<'_>, success: bool, result: Value, content: String, error: Option<String>) -> Self {
-        Self {
-            success,
-            id: call.id.to_owned(),
-            name: call.name.to_owned(),
-            arguments: call.arguments.clone(),
-            workflow: None,
-            result,
-            content,
-            error,
-        }
+    fn of(call: &CallView<'_>, is_error: bool, value: Option<Value>, content: String, error: Option<String>) -> Self {
+        let mut result = ToolCallResult::error(call.id, call.name, content);
+        result.is_error = is_error;
+        result.value = value;
+        Self { result, arguments: call.arguments.clone(), workflow: None, error }
     }
 }
 
-fn tool_content_text(content: ToolContent) -> String {
-    match content {
-        ToolContent::Text(text) => text,
-        ToolContent::Json(value) => value.to_string(),
+impl<'de> Deserialize<'de> for DispatchEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Both forms: today's, and the one from before a call's result was one
+        /// type (`id`, `success`, and `result` for the value).
+        #[derive(Deserialize)]
+        struct Stored {
+            #[serde(alias = "id")]
+            tool_use_id: String,
+            name: String,
+            #[serde(default)]
+            content: String,
+            is_error: Option<bool>,
+            success: Option<bool>,
+            #[serde(default)]
+            value: Option<Value>,
+            #[serde(default)]
+            result: Option<Value>,
+            #[serde(default)]
+            arguments: Value,
+            #[serde(default)]
+            workflow: Option<String>,
+            #[serde(default)]
+            error: Option<String>,
+        }
+        let s = Stored::deserialize(deserializer)?;
+        let is_error = s.is_error.or(s.success.map(|ok| !ok)).unwrap_or(false);
+        let mut result = ToolCallResult::error(s.tool_use_id, s.name, s.content);
+        result.is_error = is_error;
+        result.value = s.value.or(s.result.filter(|v| !v.is_null()));
+        Ok(Self { result, arguments: s.arguments, workflow: s.workflow, error: s.error })
     }
 }
 
@@ -254,7 +261,7 @@ fn tool_content_text(content: ToolContent) -> String {
 /// .into_iter()
 /// .collect();
 /// assert_eq!((results.count(), results.error_count(), results.all_succeeded()), (2, 1, false));
-/// assert_eq!(results.get("call_1").unwrap().content, r#"{"temp":14}"#);
+/// assert_eq!(results.get("call_1").unwrap().result.content, r#"{"temp":14}"#);
 /// let message = results.message().unwrap();
 /// let sent: Vec<_> = message.tool_results_iter().map(|r| (r.tool_use_id.as_str(), r.is_error)).collect();
 /// assert_eq!(sent, [("call_1", false), ("call_2", true)]);
@@ -298,36 +305,36 @@ impl DispatchResults {
 
     /// How many calls failed or were unsupported.
     pub fn error_count(&self) -> usize {
-        self.entries.iter().filter(|e| !e.success).count()
+        self.entries.iter().filter(|e| e.result.is_error).count()
     }
 
     /// Whether every call succeeded (`true` for no calls).
     pub fn all_succeeded(&self) -> bool {
-        self.entries.iter().all(|e| e.success)
+        self.entries.iter().all(|e| !e.result.is_error)
     }
 
     /// The first failed entry, in call order.
     pub fn first_failure(&self) -> Option<&DispatchEntry> {
-        self.entries.iter().find(|e| !e.success)
+        self.entries.iter().find(|e| e.result.is_error)
     }
 
     /// The entry of the call with this id (the first, should two share it).
     pub fn get(&self, id: &str) -> Option<&DispatchEntry> {
-        self.entries.iter().find(|e| e.id == id)
+        self.entries.iter().find(|e| e.result.tool_use_id == id)
     }
 
     /// The entries keyed by call id (the first, should two share an id).
     pub fn by_id(&self) -> BTreeMap<&str, &DispatchEntry> {
         let mut by_id = BTreeMap::new();
         for entry in &self.entries {
-            by_id.entry(entry.id.as_str()).or_insert(entry);
+            by_id.entry(entry.result.tool_use_id.as_str()).or_insert(entry);
         }
         by_id
     }
 
     /// The tool results the model reads, in call order.
     pub fn tool_results(&self) -> impl Iterator<Item = ToolResult> + '_ {
-        self.entries.iter().map(DispatchEntry::to_tool_result)
+        self.entries.iter().map(|e| ToolResult::from(&e.result))
     }
 
     /// The chat message carrying every tool result, in call order, for the next
@@ -425,7 +432,7 @@ pub enum ErrorPolicy {
 impl ErrorPolicy {
     /// Whether the dispatch stops once it has this entry.
     pub fn stops_at(self, entry: &DispatchEntry) -> bool {
-        self == Self::FailFast && !entry.success
+        self == Self::FailFast && entry.result.is_error
     }
 }
 
@@ -536,8 +543,7 @@ mod tests {
             (json!(3), json!(3), ResultSource::Output),
         ];
         for (output, value, source) in table {
-            let selected = select_result(output.clone());
-            assert_eq!((&selected.value, selected.source), (&value, source), "{output}");
+            assert_eq!(select_result(output.clone()), (value, source), "{output}");
         }
     }
 
@@ -556,35 +562,65 @@ mod tests {
         let ok = DispatchEntry::succeeded(&call, json!({"n": 2}));
         assert_eq!(
             serde_json::to_value(&ok).unwrap(),
-            json!({"success": true, "id": "c1", "name": "lookup", "arguments": {"q": 1}, "result": {"n": 2}, "content": r#"{"n":2}"#})
+            json!({
+                "tool_use_id": "c1", "name": "lookup", "content": r#"{"n":2}"#, "is_error": false,
+                "value": {"n": 2}, "arguments": {"q": 1},
+            })
         );
         let failed = DispatchEntry::failed(&call, "boom");
-        assert_eq!((failed.success, &failed.result, failed.content.as_str()), (false, &json!(null), "boom"));
+        assert_eq!(
+            (failed.result.is_error, &failed.result.value, failed.result.content.as_str()),
+            (true, &None, "boom")
+        );
         assert_eq!(failed.error.as_deref(), Some("boom"));
         assert_eq!(
-            failed.to_tool_result(),
+            ToolResult::from(&failed.result),
             ToolResult { tool_use_id: "c1".into(), content: "boom".into(), is_error: true }
         );
 
         let text = DispatchEntry::from_tool_output(&call, ToolOutput::text("hi"));
-        assert_eq!((&text.result, text.content.as_str(), text.success), (&json!("hi"), "hi", true));
+        assert_eq!((&text.result.value, text.result.content.as_str(), text.result.is_error), (&None, "hi", false));
         let typed = DispatchEntry::from_tool_output(&call, ToolOutput::json(json!({"status": "shipped"})));
-        assert_eq!(typed.result, json!({"status": "shipped"}));
-        assert_eq!(typed.content, r#"{"status":"shipped"}"#);
+        assert_eq!(typed.result.value, Some(json!({"status": "shipped"})));
+        assert_eq!(typed.result.content, r#"{"status":"shipped"}"#);
         let error = DispatchEntry::from_tool_output(&call, ToolOutput::error("nope"));
-        assert_eq!((error.success, error.error.as_deref(), error.content.as_str()), (false, Some("nope"), "nope"));
+        assert_eq!(
+            (error.result.is_error, error.error.as_deref(), error.result.content.as_str()),
+            (true, Some("nope"), "nope")
+        );
 
         let child = DispatchEntry::from_child(&call, "wf", json!({"tool_result_value": [1], "_s": 1}), None);
-        assert_eq!((child.success, &child.result, child.content.as_str()), (true, &json!([1]), "[1]"));
+        assert_eq!(
+            (child.result.is_error, &child.result.value, child.result.content.as_str()),
+            (false, &Some(json!([1])), "[1]")
+        );
         assert_eq!(child.workflow.as_deref(), Some("wf"));
         let published =
             DispatchEntry::from_child(&call, "wf", json!({"tool_result_text": "half"}), Some("later".into()));
-        assert_eq!((published.success, published.content.as_str()), (false, "half"));
+        assert_eq!((published.result.is_error, published.result.content.as_str()), (true, "half"));
         assert_eq!(published.error.as_deref(), Some("later"));
         let unpublished = DispatchEntry::from_child(&call, "wf", json!({"x": 1, "_y": 2}), Some("bad".into()));
-        assert_eq!((&unpublished.result, unpublished.content.as_str()), (&json!({"x": 1}), "bad"));
+        assert_eq!((&unpublished.result.value, unpublished.result.content.as_str()), (&Some(json!({"x": 1})), "bad"));
         let back: DispatchEntry = serde_json::from_value(serde_json::to_value(&unpublished).unwrap()).unwrap();
         assert_eq!(back, unpublished);
+    }
+
+    #[test]
+    fn entries_stored_in_the_older_form_read_back() {
+        let ok: DispatchEntry = serde_json::from_value(json!({
+            "success": true, "id": "c1", "name": "lookup", "arguments": {"q": 1},
+            "result": {"n": 2}, "content": r#"{"n":2}"#,
+        }))
+        .unwrap();
+        let args = json!({"q": 1});
+        assert_eq!(ok, DispatchEntry::succeeded(&CallView::new("c1", "lookup", &args), json!({"n": 2})));
+        let failed: DispatchEntry = serde_json::from_value(json!({
+            "success": false, "id": "c2", "name": "lookup", "arguments": {},
+            "result": null, "content": "boom", "error": "boom",
+        }))
+        .unwrap();
+        let empty = json!({});
+        assert_eq!(failed, DispatchEntry::failed(&CallView::new("c2", "lookup", &empty), "boom"));
     }
 
     #[test]
@@ -597,10 +633,10 @@ mod tests {
         ];
         let results = DispatchResults::from(entries);
         assert_eq!((results.count(), results.error_count(), results.all_succeeded()), (3, 2, false));
-        assert_eq!(results.first_failure().map(|e| e.id.as_str()), Some("b"));
-        assert_eq!(results.get("a").map(|e| e.success), Some(true));
+        assert_eq!(results.first_failure().map(|e| e.result.tool_use_id.as_str()), Some("b"));
+        assert_eq!(results.get("a").map(|e| e.result.is_error), Some(false));
         assert_eq!(results.by_id().len(), 2);
-        assert!(results.by_id()["a"].success);
+        assert!(!results.by_id()["a"].result.is_error);
         assert!(results.get("zzz").is_none());
         let json = serde_json::to_value(&results).unwrap();
         assert_eq!(
@@ -643,8 +679,8 @@ mod tests {
         let call = CallView::new("a", "t", &args);
         let big = DispatchEntry::succeeded(&call, json!("x".repeat(100)));
         let stored = big.stored(10);
-        assert_eq!(stored.result, json!(format!("{}… [truncated: 10 of 100 bytes]", "x".repeat(10))));
-        assert_eq!(stored.content, format!("{}… [truncated: 10 of 100 bytes]", "x".repeat(10)));
+        assert_eq!(stored.result.value, Some(json!(format!("{}… [truncated: 10 of 100 bytes]", "x".repeat(10)))));
+        assert_eq!(stored.result.content, format!("{}… [truncated: 10 of 100 bytes]", "x".repeat(10)));
         assert!(matches!(big.stored(100), Cow::Borrowed(_)));
         let results: DispatchResults = [big.clone(), DispatchEntry::succeeded(&call, json!(1))].into_iter().collect();
         assert!(matches!(results.stored(1000), Cow::Borrowed(_)));
@@ -652,6 +688,6 @@ mod tests {
         assert_eq!(stored.entries()[1], results.entries()[1]);
         assert_ne!(stored.entries()[0], results.entries()[0]);
         // The full results stay with the caller.
-        assert_eq!(results.entries()[0].result, json!("x".repeat(100)));
+        assert_eq!(results.entries()[0].result.value, Some(json!("x".repeat(100))));
     }
 }

@@ -15,7 +15,7 @@ pub(super) fn encode_request(
     structured_output: bool,
 ) -> Value {
     let mut messages = Vec::new();
-    if let Some(system) = &request.system {
+    if let Some(system) = &request.settings.system {
         messages.push(json!({"role": "system", "content": system}));
     }
     for message in &request.messages {
@@ -36,14 +36,14 @@ pub(super) fn encode_request(
             .collect();
         body.insert("tools".into(), tools);
     }
-    if let Some(max_tokens) = request.max_tokens {
+    if let Some(max_tokens) = request.settings.max_tokens {
         body.insert(token_limit_field.into(), max_tokens.into());
     }
-    if let Some(temperature) = request.temperature {
+    if let Some(temperature) = request.settings.temperature {
         body.insert("temperature".into(), http::f32_value(temperature));
     }
-    if !request.stop_sequences.is_empty() {
-        body.insert("stop".into(), request.stop_sequences.clone().into());
+    if !request.settings.stop_sequences.is_empty() {
+        body.insert("stop".into(), request.settings.stop_sequences.clone().into());
     }
     if let Some(format) = request.response_schema.as_ref().filter(|_| structured_output) {
         body.insert(
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn encodes_a_full_request() {
-        let mut request = ChatRequest::new(
+        let request = ChatRequest::new(
             "gpt-x",
             vec![
                 Message::user("Weather in Paris and Rome?"),
@@ -170,8 +170,8 @@ mod tests {
         .system("Be brief.")
         .tools(vec![spec("get_weather")])
         .max_tokens(100)
-        .temperature(0.7);
-        request.stop_sequences = vec!["END".into()];
+        .temperature(0.7)
+        .stop_sequences(["END"]);
         assert_eq!(
             encode_request(&request, false, "max_tokens", true),
             json!({
