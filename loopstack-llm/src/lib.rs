@@ -44,7 +44,7 @@ mod scripted;
 mod workflow_tool;
 
 pub use agent::{
-    Agent, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
+    Agent, AgentPlace, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
     DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL,
     Repeats, ToolDecision, ToolDecisions, TypedAgent, UserMessage,
 };

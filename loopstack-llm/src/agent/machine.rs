@@ -1,0 +1,419 @@
+//! The agent's transition table: its `#[workflow]` impl, the guards and the
+//! helpers its transitions share.
+
+use std::sync::Arc;
+
+use loopstack_core::{ChildEnded, RunContext};
+use loopstack_macros::workflow;
+use serde_json::Value;
+
+use super::answer::{RESPOND_TOOL, feedback};
+use super::{Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, Repeats, ToolDecisions, UserMessage};
+use crate::delegate::{ToolCallResult, ToolDenial};
+use crate::error::AgentError;
+use crate::message::{Message, StopReason, ToolUse};
+
+#[workflow(crate = ::loopstack_core, name = "agent", input = String)]
+impl Agent {
+    /// Saves the user's prompt as the first message.
+    #[transition(to = Ready)]
+    async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        // The prompt lives on in the documents; the state stays small.
+        let prompt = Message::user(std::mem::take(&mut state.prompt));
+        crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
+        Ok(())
+    }
+
+    /// Ends the run before a turn that a limit forbids.
+    #[transition(from = Ready, to = End, priority = 10)]
+    #[guard(over_budget)]
+    async fn stop_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        let limit = self.budget_reached(state).expect("checked by the guard");
+        tracing::warn!(%limit, "the agent reached a limit");
+        self.end(state, AgentStatus::LimitReached(limit));
+        Ok(())
+    }
+
+    /// One model turn.
+    #[transition(from = Ready, to = PromptExecuted)]
+    async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let result = match self.extras() {
+            None => self.generate.call(cx, &self.options).await?,
+            Some(extras) => self.generate.call_with(cx, &self.options, &extras).await?,
+        };
+        state.turns = state.turns.saturating_add(1);
+        state.usage += result.usage;
+        if !self.prices.is_empty() {
+            let cost = self
+                .prices
+                .cost(&self.options.model, &result.usage)
+                .or_else(|| self.prices.cost(&result.model, &result.usage));
+            state.cost += cost.unwrap_or(0.0);
+        }
+        state.last_stop = Some(result.stop_reason.clone());
+        state.answer_error = None;
+        state.tools_completed = None;
+        state.pending_approval.clear();
+        state.denied.clear();
+
+        let respond =
+            self.answer.is_some().then(|| result.message.tool_uses().find(|c| c.name == RESPOND_TOOL)).flatten();
+        if let (Some(format), Some(call)) = (&self.answer, respond) {
+            // An answer through `respond`: the turn's other calls are not run, and
+            // the streak of repeated calls is broken.
+            state.last_tool_calls = 0;
+            state.repeats = Repeats::default();
+            match format.accept(&call.input) {
+                Ok(value) => state.answer = Some(value),
+                Err(error) => state.answer_error = Some(error),
+            }
+            return Ok(());
+        }
+        let calls: Vec<&ToolUse> = result.message.tool_uses().collect();
+        state.last_tool_calls = calls.len();
+        state.repeats.observe(&result.message);
+        if calls.is_empty() {
+            if let Some(format) = &self.answer {
+                let text = result.message.text();
+                match format.accept_text(&text) {
+                    Ok(value) => state.answer = Some(value),
+                    Err(error) => state.answer_error = Some(error),
+                }
+            }
+            return Ok(());
+        }
+        let tools = self.generate.tools();
+        state.pending_approval = calls
+            .iter()
+            .filter(|c| tools.spec(&c.name).is_some_and(|s| s.options.approve))
+            .map(|c| PendingCall { call_id: c.id.clone(), name: c.name.clone(), arguments: c.input.clone() })
+            .collect();
+        Ok(())
+    }
+
+    /// Stops a model that asks for the same calls again and again.
+    #[transition(from = PromptExecuted, to = End, priority = 40)]
+    #[guard(repeats_itself)]
+    async fn stop_repeating(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let message = last_message(cx, self.conversation_name())?;
+        let mut tools: Vec<String> = message.tool_uses().map(|c| c.name.clone()).collect();
+        tools.dedup();
+        let times = state.repeats.times;
+        tracing::warn!(?tools, times, "the model repeats its tool calls; the run stops");
+        self.answer_unrun(
+            cx,
+            &format!("not run: the same calls were asked for {times} turns in a row, so the run stopped"),
+        )?;
+        self.end(state, AgentStatus::RepeatedToolCalls { tools, times });
+        Ok(())
+    }
+
+    /// Ends the run when the turn's calls would pass the tool-call budget.
+    #[transition(from = PromptExecuted, to = End, priority = 35)]
+    #[guard(over_tool_limit)]
+    async fn stop_at_tool_limit(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let max = self.limits.max_tool_calls.unwrap_or(0);
+        let limit = Limit::ToolCalls { max, used: state.tool_calls, asked: state.last_tool_calls as u32 };
+        self.answer_unrun(cx, &format!("not run: the run reached {limit}"))?;
+        self.end(state, AgentStatus::LimitReached(limit));
+        Ok(())
+    }
+
+    /// Ends the run with a typed answer that fits.
+    #[transition(from = PromptExecuted, to = End, priority = 30)]
+    #[guard(has_valid_answer)]
+    async fn accept_answer(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        self.answer_calls(cx, |call| {
+            if call.name == RESPOND_TOOL {
+                ("answer accepted".to_owned(), false)
+            } else {
+                ("not run: the final answer was given in the same turn".to_owned(), true)
+            }
+        })?;
+        state.output = state.answer.as_ref().map(Value::to_string);
+        self.end(state, AgentStatus::Completed);
+        Ok(())
+    }
+
+    /// Sends an answer that does not fit back to the model, with the error.
+    #[transition(from = PromptExecuted, to = Ready, priority = 25)]
+    #[guard(can_retry_answer)]
+    async fn reject_answer(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let error = state.answer_error.take().unwrap_or_default();
+        tracing::info!(%error, retry = state.answer_retries + 1, "the answer does not fit; asking again");
+        state.answer_retries = state.answer_retries.saturating_add(1);
+        // The `respond` call (and any other) gets its result: the error.
+        let answered = self.answer_calls(cx, |call| {
+            let content = if call.name == RESPOND_TOOL {
+                format!("the answer does not fit the schema: {error}; call `{RESPOND_TOOL}` again with a fixed answer")
+            } else {
+                "not run: the final answer was given in the same turn".to_owned()
+            };
+            (content, true)
+        })?;
+        if !answered {
+            self.save(cx, &feedback(&error, !self.structured))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the run when answers still do not fit after the retries.
+    #[transition(from = PromptExecuted, to = End, priority = 24)]
+    #[guard(answer_rejected)]
+    async fn give_up_answer(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let error = state.answer_error.clone().unwrap_or_default();
+        self.answer_unrun(cx, &format!("the answer does not fit the schema: {error}"))?;
+        self.end(state, AgentStatus::InvalidAnswer { error, retries: state.answer_retries });
+        Ok(())
+    }
+
+    /// Waits for a person to decide on the calls that need approval.
+    #[transition(from = PromptExecuted, to = AwaitingApproval, priority = 20)]
+    #[guard(needs_approval)]
+    async fn request_approval(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        tracing::info!(calls = state.pending_approval.len(), "tool calls wait for approval");
+        Ok(())
+    }
+
+    /// Takes decisions on waiting calls; the run goes on once all have one.
+    #[transition(from = AwaitingApproval, to = PromptExecuted, wait)]
+    async fn decide_tools(
+        &self,
+        state: &mut AgentState,
+        _cx: &mut RunContext,
+        decisions: ToolDecisions,
+    ) -> Result<(), AgentError> {
+        for (i, decision) in decisions.decisions.iter().enumerate() {
+            if decisions.decisions[..i].iter().any(|d| d.call_id == decision.call_id) {
+                return Err(AgentError::DuplicateDecision { call_id: decision.call_id.clone() });
+            }
+        }
+        if let Some(unknown) =
+            decisions.decisions.iter().find(|d| !state.pending_approval.iter().any(|p| p.call_id == d.call_id))
+        {
+            return Err(AgentError::NotPending {
+                call_id: unknown.call_id.clone(),
+                pending: state.pending_approval.iter().map(|p| p.call_id.clone()).collect(),
+            });
+        }
+        for decision in decisions.decisions {
+            state.pending_approval.retain(|p| p.call_id != decision.call_id);
+            if !decision.approved {
+                state.denied.push(ToolDenial::new(decision.call_id, decision.reason));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the tool calls (denied ones answer with their denial) and saves their
+    /// results.
+    #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
+    #[guard(has_tool_calls)]
+    async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let message = last_message(cx, self.conversation_name())?;
+        let denied = std::mem::take(&mut state.denied);
+        // The state as JSON only when a tool's input mapping may read it.
+        let snapshot = if self.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
+        let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
+        if let Some(snapshot) = &snapshot {
+            options = options.state(snapshot);
+        }
+        let result = self.delegate.call_with(cx, &message, &self.options.tools, &options).await?;
+        let run = result.results.len().saturating_sub(denied.len());
+        state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
+        state.tools_completed = Some((result.all_completed, result.error_count));
+        if !result.all_completed {
+            state.pending_tools = result
+                .results
+                .iter()
+                .filter_map(|r| {
+                    let child = r.pending?;
+                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
+                })
+                .collect();
+            state.tool_results = result.results;
+            tracing::info!(pending = state.pending_tools.len(), "tool calls wait for their child runs");
+        }
+        Ok(())
+    }
+
+    /// The end of a pending call's child run: its result. Once the batch has all
+    /// its results they are saved, in call order, and the loop goes on. The end of
+    /// a child whose call already has its result (it completed within the call) is
+    /// ignored.
+    #[transition(from = AwaitingTools, to = AwaitingTools, wait)]
+    async fn tool_result(
+        &self,
+        state: &mut AgentState,
+        cx: &mut RunContext,
+        ended: ChildEnded,
+    ) -> Result<(), AgentError> {
+        let Some(pos) = state.pending_tools.iter().position(|p| p.child == ended.child) else {
+            tracing::debug!(child = %ended.child, "the end of a child whose call has its result");
+            return Ok(());
+        };
+        let pending = state.pending_tools.remove(pos);
+        // Redacted of the runtime's secrets like every result the delegate gives.
+        let mut output = crate::child_result(&ended, cx.runtime().secrets());
+        crate::delegate::redact_output(cx.runtime().secrets(), &mut output);
+        if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
+            *slot = ToolCallResult::new(pending.call_id, pending.name, output);
+        }
+        if state.pending_tools.is_empty() {
+            let results = std::mem::take(&mut state.tool_results);
+            self.delegate.save_results(cx, &results, self.conversation_name())?;
+            state.tools_completed = Some((true, results.iter().filter(|r| r.is_error).count()));
+        }
+        Ok(())
+    }
+
+    /// Back to the model once every call has its result.
+    #[transition(from = AwaitingTools, to = Ready)]
+    #[guard(all_tools_complete)]
+    async fn tools_complete(&self, _state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Ends a run whose answer was cut at the token limit.
+    #[transition(from = PromptExecuted, to = End, priority = 5)]
+    #[guard(hit_max_tokens)]
+    async fn truncated(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        tracing::warn!(turns = state.turns, "the model stopped at its output token limit");
+        state.output = Some(last_message(cx, self.conversation_name())?.text());
+        self.end(state, AgentStatus::MaxTokens);
+        Ok(())
+    }
+
+    /// Answers in a chat run, then waits for the user.
+    #[transition(from = PromptExecuted, to = AwaitingUser, priority = 3)]
+    #[guard(is_chat)]
+    async fn chat_reply(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let text = last_message(cx, self.conversation_name())?.text();
+        state.status = Some(final_status(state, &text));
+        state.output = Some(text);
+        Ok(())
+    }
+
+    /// The user's next message in a chat run.
+    #[transition(from = AwaitingUser, to = Ready, wait)]
+    async fn user_message(
+        &self,
+        state: &mut AgentState,
+        cx: &mut RunContext,
+        message: UserMessage,
+    ) -> Result<(), AgentError> {
+        self.save(cx, &Message::user(message.text))?;
+        state.status = None;
+        state.output = None;
+        Ok(())
+    }
+
+    /// Ends a chat run.
+    #[transition(from = AwaitingUser, to = End, wait)]
+    async fn end_chat(&self, _state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+
+    /// Ends the run with the model's answer.
+    #[transition(from = PromptExecuted, to = End)]
+    async fn respond(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let text = last_message(cx, self.conversation_name())?.text();
+        let status = final_status(state, &text);
+        state.output = Some(text);
+        self.end(state, status);
+        Ok(())
+    }
+
+    /// Whether a limit forbids the next turn: the turn, token or cost budget.
+    pub fn over_budget(&self, state: &AgentState) -> bool {
+        self.budget_reached(state).is_some()
+    }
+
+    /// Whether the last turn asked for the calls of the turn before it once too often.
+    pub fn repeats_itself(&self, state: &AgentState) -> bool {
+        state.last_tool_calls > 0 && state.repeats.times > self.limits.max_repeats.saturating_add(1)
+    }
+
+    /// Whether running the last turn's calls would pass the tool-call budget.
+    pub fn over_tool_limit(&self, state: &AgentState) -> bool {
+        self.limits.max_tool_calls.is_some_and(|max| state.tool_calls as usize + state.last_tool_calls > max as usize)
+    }
+
+    /// Whether the last turn gave a typed answer that fits.
+    pub fn has_valid_answer(&self, state: &AgentState) -> bool {
+        state.answer.is_some()
+    }
+
+    /// Whether the last typed answer does not fit and may go back to the model.
+    pub fn can_retry_answer(&self, state: &AgentState) -> bool {
+        self.answer_rejected(state) && self.answer.as_ref().is_some_and(|a| state.answer_retries < a.retries)
+    }
+
+    /// Whether the last typed answer does not fit.
+    pub fn answer_rejected(&self, state: &AgentState) -> bool {
+        state.answer_error.is_some()
+    }
+
+    /// Whether calls of the last turn wait for a person's decision.
+    pub fn needs_approval(&self, state: &AgentState) -> bool {
+        !state.pending_approval.is_empty()
+    }
+
+    /// Whether the last turn asked for tools: its message has tool calls, whatever
+    /// the stop reason (see [`GenerateResult::wants_tools`](crate::GenerateResult::wants_tools)).
+    pub fn has_tool_calls(&self, state: &AgentState) -> bool {
+        state.last_tool_calls > 0
+    }
+
+    /// Whether every call of the last batch has its result.
+    pub fn all_tools_complete(&self, state: &AgentState) -> bool {
+        state.tools_completed.is_some_and(|(done, _)| done)
+    }
+
+    /// Whether the last turn stopped at the output token limit.
+    pub fn hit_max_tokens(&self, state: &AgentState) -> bool {
+        // A chat session answers (cut short) and waits for the user instead.
+        !self.chat && state.last_stop == Some(StopReason::MaxTokens)
+    }
+
+    /// Whether the run is a chat session that waits for the user after answering.
+    pub fn is_chat(&self, _state: &AgentState) -> bool {
+        self.chat
+    }
+}
+
+impl Agent {
+    /// The limit that forbids the next turn, if any.
+    fn budget_reached(&self, state: &AgentState) -> Option<Limit> {
+        let limits = &self.limits;
+        if state.turns >= limits.max_turns {
+            return Some(Limit::Turns { max: limits.max_turns });
+        }
+        let used = state.usage.all_tokens();
+        if let Some(max) = limits.max_total_tokens
+            && used >= max
+        {
+            return Some(Limit::TotalTokens { max, used });
+        }
+        if let Some(max) = limits.max_cost
+            && state.cost >= max
+        {
+            return Some(Limit::Cost { max, spent: state.cost });
+        }
+        None
+    }
+}
+
+/// How a turn without tool calls ends the run.
+fn final_status(state: &AgentState, text: &str) -> AgentStatus {
+    AgentStatus::of_answer(state.last_stop.as_ref().unwrap_or(&StopReason::EndTurn), text)
+}
+
+/// The last message of the conversation: the assistant's, right after a turn.
+pub(super) fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Arc<Message>, AgentError> {
+    let doc = cx.documents().iter().rev().find(|d| crate::generate::in_conversation(d, conversation));
+    match doc {
+        Some(doc) => Ok(cx.read_shared(doc)?),
+        None => Err(AgentError::Document(serde::de::Error::custom("the run has no message document"))),
+    }
+}

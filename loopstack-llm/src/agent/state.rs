@@ -1,0 +1,221 @@
+//! The state of an agent run, serialized at every step.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{AgentStatus, PendingCall, PendingTool};
+use crate::delegate::{ToolCallResult, ToolDenial};
+use crate::message::{Message, StopReason, ToolUse, Usage};
+
+/// Tool calls one turn asked for, as a fingerprint, and how many turns in a row
+/// asked for exactly these. Serialized as one number, `times << 32 | fingerprint`:
+/// it is in every checkpoint of an agent run that uses tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "u64", into = "u64")]
+pub struct Repeats {
+    /// A hash of the calls' names and arguments (32-bit FNV-1a, stable across
+    /// builds): compared with the next turn's only.
+    pub fingerprint: u32,
+    /// Turns in a row that asked for these calls.
+    pub times: u32,
+}
+
+/// The state of an agent run: small, because it is serialized at every step. The
+/// messages themselves live in the run's documents.
+///
+/// Tests of the agent's routing build one from [`Default`] and set the fields a
+/// guard reads, then ask which transition fires from a place ([`AgentPlace`](crate::AgentPlace)):
+///
+/// ```
+/// use loopstack_core::{ToolRegistry, WorkflowExt};
+/// use loopstack_llm::{Agent, AgentPlace, AgentState, ScriptedModel, StopReason};
+///
+/// let agent = Agent::new(ScriptedModel::new(), "scripted-1", ToolRegistry::new());
+/// let mut state = AgentState::default();
+/// state.last_stop = Some(StopReason::ToolUse);
+/// state.last_tool_calls = 2;
+/// let fires = agent.next_transition(AgentPlace::PromptExecuted, &state).unwrap();
+/// assert_eq!(fires, Some("execute_tool_calls"));
+/// state.turns = 10; // the default limit of model turns
+/// assert_eq!(agent.next_transition(AgentPlace::Ready, &state).unwrap(), Some("stop_at_limit"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AgentState {
+    /// The user's prompt, until `setup` saves it as the first message document.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prompt: String,
+    /// Model turns taken.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub turns: u32,
+    /// Tokens used by all turns.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub usage: Usage,
+    /// What all turns cost, by the agent's [`Prices`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost: f64,
+    /// Tool calls run.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub tool_calls: u32,
+    /// Why the last model turn stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stop: Option<StopReason>,
+    /// How many tool calls the last model turn asked for.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub last_tool_calls: usize,
+    /// Whether the last batch of tool calls completed, and its error count; cleared
+    /// by the next model turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_completed: Option<(bool, usize)>,
+    /// The calls the last turn asked for, and how many turns in a row asked for them.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub repeats: Repeats,
+    /// Calls of the last turn that wait for a person's decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approval: Vec<PendingCall>,
+    /// Calls of the last turn a person denied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<ToolDenial>,
+    /// Calls of the last batch whose child runs have not ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_tools: Vec<PendingTool>,
+    /// The results of the last batch while some are pending, in call order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ToolCallResult>,
+    /// The typed answer, once one fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+    /// Why the last typed answer did not fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_error: Option<String>,
+    /// How many answers went back to the model.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub answer_retries: u32,
+    /// Set when the run ends (or a chat run answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AgentStatus>,
+    /// The final answer's text, set when the run ends (or a chat run answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+fn is_zero(n: &f64) -> bool {
+    *n == 0.0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
+}
+
+impl From<String> for AgentState {
+    fn from(prompt: String) -> Self {
+        Self { prompt, ..Self::default() }
+    }
+}
+
+impl From<u64> for Repeats {
+    fn from(packed: u64) -> Self {
+        Self { fingerprint: packed as u32, times: (packed >> 32) as u32 }
+    }
+}
+
+impl From<Repeats> for u64 {
+    fn from(r: Repeats) -> Self {
+        Self::from(r.times) << 32 | Self::from(r.fingerprint)
+    }
+}
+
+impl Repeats {
+    /// Takes in the tool calls of a model turn and returns how many turns in a
+    /// row (this one included) asked for exactly these calls; zero for a turn
+    /// without calls. For workflows of your own that stop a model that repeats
+    /// itself, as the agent does with [`Limits::max_repeats`].
+    ///
+    /// ```
+    /// use loopstack_llm::{Message, Repeats, ToolUse, ContentBlock, Role};
+    ///
+    /// let turn = |id: &str| Message {
+    ///     role: Role::Assistant,
+    ///     content: vec![ContentBlock::ToolUse(ToolUse::new(id, "get_weather", serde_json::json!({"location": "Oslo"})))],
+    /// };
+    /// let mut repeats = Repeats::default();
+    /// assert_eq!(repeats.observe(&turn("c1")), 1);
+    /// assert_eq!(repeats.observe(&turn("c2")), 2, "the ids differ, the calls do not");
+    /// assert_eq!(repeats.observe(&Message::assistant("Sunny.")), 0);
+    /// ```
+    pub fn observe(&mut self, message: &Message) -> u32 {
+        let calls: Vec<&ToolUse> = message.tool_uses().collect();
+        *self = if calls.is_empty() {
+            Self::default()
+        } else {
+            let fingerprint = fingerprint(&calls);
+            let times =
+                if self.fingerprint == fingerprint && self.times > 0 { self.times.saturating_add(1) } else { 1 };
+            Self { fingerprint, times }
+        };
+        self.times
+    }
+}
+
+/// A fingerprint of a turn's calls (names and arguments, in order): FNV-1a over
+/// their JSON, stable across builds and restarts.
+fn fingerprint(calls: &[&ToolUse]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u32::from(b);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    };
+    for call in calls {
+        feed(call.name.as_bytes());
+        feed(&[0]);
+        hash_value(&call.input, &mut feed);
+        feed(&[0xff]);
+    }
+    hash
+}
+
+/// Feeds a JSON value to a hash, tagged by kind, without building its text.
+fn hash_value(value: &Value, feed: &mut impl FnMut(&[u8])) {
+    match value {
+        Value::Null => feed(b"n"),
+        Value::Bool(b) => feed(if *b { b"t" } else { b"f" }),
+        Value::Number(n) => {
+            feed(b"#");
+            match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => feed(&u.to_le_bytes()),
+                (_, Some(i), _) => feed(&i.to_le_bytes()),
+                (_, _, Some(f)) => feed(&f.to_bits().to_le_bytes()),
+                _ => feed(n.to_string().as_bytes()),
+            }
+        }
+        Value::String(s) => {
+            feed(b"s");
+            feed(&(s.len() as u64).to_le_bytes());
+            feed(s.as_bytes());
+        }
+        Value::Array(items) => {
+            feed(b"[");
+            items.iter().for_each(|v| hash_value(v, feed));
+            feed(b"]");
+        }
+        Value::Object(map) => {
+            feed(b"{");
+            for (k, v) in map {
+                feed(&(k.len() as u64).to_le_bytes());
+                feed(k.as_bytes());
+                hash_value(v, feed);
+            }
+            feed(b"}");
+        }
+    }
+}
