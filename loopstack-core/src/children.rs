@@ -103,12 +103,11 @@ impl JsonSchema for ChildEnded {
 /// again, so the child is found instead of started twice. A UUID of version 8
 /// (custom) from a 128-bit FNV-1a hash.
 pub fn child_run_id(parent: RunId, step: u64, seq: u64) -> RunId {
-    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    for b in parent.0.as_bytes().iter().chain(&step.to_le_bytes()).chain(&seq.to_le_bytes()) {
-        hash ^= u128::from(*b);
-        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
-    }
-    let mut bytes = hash.to_be_bytes();
+    let mut hash = crate::fnv::Fnv1a::<u128>::default();
+    hash.bytes(parent.0.as_bytes());
+    hash.bytes(&step.to_le_bytes());
+    hash.bytes(&seq.to_le_bytes());
+    let mut bytes = hash.finish().to_be_bytes();
     bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
     RunId(uuid::Uuid::from_bytes(bytes))
@@ -126,6 +125,9 @@ mod tests {
         assert_ne!(child_run_id(parent, 3, 0), child_run_id(parent, 4, 0));
         assert_ne!(child_run_id(parent, 3, 0), child_run_id(RunId::new(), 3, 0));
         assert_eq!(child_run_id(parent, 1, 2).0.get_version_num(), 8);
+        // Stored runs keep their children's ids: the derivation never changes.
+        let parent = RunId(uuid::Uuid::parse_str("0190f5a2-7b3c-7d4e-8f00-112233445566").unwrap());
+        assert_eq!(child_run_id(parent, 3, 1).to_string(), "ceb7a061-c1ea-89f2-abcb-6ffeb35567d5");
     }
 
     #[test]

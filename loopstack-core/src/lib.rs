@@ -50,6 +50,8 @@ mod context;
 mod document;
 mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fnv;
 mod registry;
 mod runtime;
 pub mod secrets;

@@ -168,20 +168,15 @@ impl Repeats {
 /// A fingerprint of a turn's calls (names and arguments, in order): FNV-1a over
 /// their JSON, stable across builds and restarts.
 fn fingerprint(calls: &[&ToolUse]) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            hash ^= u32::from(b);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-    };
+    let mut hash = loopstack_core::fnv::Fnv1a::<u32>::default();
+    let mut feed = |bytes: &[u8]| hash.bytes(bytes);
     for call in calls {
         feed(call.name.as_bytes());
         feed(&[0]);
         hash_value(&call.input, &mut feed);
         feed(&[0xff]);
     }
-    hash
+    hash.finish()
 }
 
 /// Feeds a JSON value to a hash, tagged by kind, without building its text.
