@@ -127,19 +127,29 @@ impl OpenAi {
         }
     }
 
-    /// A model configured from the environment: `OPENAI_API_KEY` (optional: local
-    /// servers need none), `OPENAI_BASE_URL` (optional) and `OPENAI_TEXT_TOOL_CALLS`
-    /// (optional: `1` or `true` turns on [`OpenAi::text_tool_calls`], `0` or `false`
-    /// leaves it off).
+    /// A model configured from the environment: `OPENAI_API_KEY` and
+    /// `OPENAI_BASE_URL` (at least one: OpenAI's API needs the key, a local server
+    /// only its URL), and `OPENAI_TEXT_TOOL_CALLS` (optional: `1` or `true` turns on
+    /// [`OpenAi::text_tool_calls`], `0` or `false` leaves it off).
     ///
     /// # Errors
-    /// [`LlmError::Config`] when the base URL is invalid or `OPENAI_TEXT_TOOL_CALLS` is
-    /// none of `1`, `true`, `0`, `false`.
+    /// [`LlmError::Config`] when neither `OPENAI_API_KEY` nor `OPENAI_BASE_URL` is set
+    /// (a request to OpenAI without a key could only fail later), when the base URL
+    /// is invalid, or when `OPENAI_TEXT_TOOL_CALLS` is none of `1`, `true`, `0`,
+    /// `false`.
     pub fn from_env() -> Result<Self, LlmError> {
         Self::from_lookup(&|name| std::env::var(name).ok())
     }
 
     fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
+        if http::non_empty(lookup, "OPENAI_API_KEY").is_none() && http::non_empty(lookup, "OPENAI_BASE_URL").is_none() {
+            return Err(LlmError::Config {
+                provider: PROVIDER,
+                message: "neither OPENAI_API_KEY nor OPENAI_BASE_URL is set: set OPENAI_API_KEY for OpenAI's API, \
+                          or OPENAI_BASE_URL for an OpenAI-compatible server (Ollama, llama.cpp, vLLM)"
+                    .to_owned(),
+            });
+        }
         let mut model = Self::new();
         model.http.configure_from(lookup, "OPENAI_API_KEY", "OPENAI_BASE_URL")?;
         if let Some(value) = http::non_empty(lookup, "OPENAI_TEXT_TOOL_CALLS") {
@@ -273,8 +283,17 @@ mod tests {
         let lookup = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
         };
-        let model = OpenAi::from_lookup(&lookup(&[])).unwrap();
-        assert_eq!((model.http.api_key.clone(), model.http.base_url.as_str()), (None, OpenAi::DEFAULT_BASE_URL));
+        // Neither the key nor a URL: said now, not at the first request.
+        for unset in [&[][..], &[("OPENAI_API_KEY", " "), ("OPENAI_BASE_URL", "")][..]] {
+            let err = OpenAi::from_lookup(&lookup(unset)).unwrap_err();
+            assert!(
+                matches!(&err, LlmError::Config { provider: "openai", message }
+                    if message.contains("OPENAI_API_KEY") && message.contains("OPENAI_BASE_URL")),
+                "{err:?}"
+            );
+        }
+        let model = OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", "sk-secret")])).unwrap();
+        assert_eq!(model.http.base_url.as_str(), OpenAi::DEFAULT_BASE_URL);
         let model =
             OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", ""), ("OPENAI_BASE_URL", "http://localhost:11434/v1")]))
                 .unwrap();
@@ -286,14 +305,19 @@ mod tests {
             OpenAi::from_lookup(&lookup(&[("OPENAI_BASE_URL", "localhost:11434")])),
             Err(LlmError::Config { .. })
         ));
-        assert!(!OpenAi::from_lookup(&lookup(&[])).unwrap().text_tool_calls);
+        assert!(!OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", "k")])).unwrap().text_tool_calls);
         for (value, want) in
             [("1", true), ("true", true), (" TRUE ", true), ("0", false), ("false", false), ("", false)]
         {
-            let model = OpenAi::from_lookup(&|name: &str| (name == "OPENAI_TEXT_TOOL_CALLS").then(|| value.to_owned()));
+            let model = OpenAi::from_lookup(&|name: &str| match name {
+                "OPENAI_TEXT_TOOL_CALLS" => Some(value.to_owned()),
+                "OPENAI_BASE_URL" => Some("http://127.0.0.1:8080/v1".to_owned()),
+                _ => None,
+            });
             assert_eq!(model.unwrap().text_tool_calls, want, "{value:?}");
         }
-        let err = OpenAi::from_lookup(&lookup(&[("OPENAI_TEXT_TOOL_CALLS", "yes")])).unwrap_err();
+        let err =
+            OpenAi::from_lookup(&lookup(&[("OPENAI_API_KEY", "k"), ("OPENAI_TEXT_TOOL_CALLS", "yes")])).unwrap_err();
         assert!(
             matches!(err, LlmError::Config { provider: "openai", ref message } if message.contains("OPENAI_TEXT_TOOL_CALLS")),
             "{err:?}"
