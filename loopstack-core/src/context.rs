@@ -156,20 +156,20 @@ impl RunContext {
     /// work only events need, such as streaming a model's reply.
     #[inline]
     pub fn events_enabled(&self) -> bool {
-        self.runtime.inner.events.enabled()
+        self.runtime.events().enabled()
     }
 
     /// Reports an event of this run to the runtime's subscribers. `kind` is called
     /// only when someone listens, so building the event costs nothing otherwise.
     #[inline]
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
-        self.runtime.inner.events.emit(self.run_id, self.workflow, kind);
+        self.runtime.events().emit(self.run_id, self.workflow, kind);
     }
 
     /// A handle that reports events of this run from elsewhere, such as the tasks
     /// of a tool batch; cheap to clone.
     pub fn emitter(&self) -> Emitter {
-        Emitter { events: self.runtime.inner.events.clone(), run_id: self.run_id, workflow: self.workflow }
+        Emitter { events: self.runtime.events().clone(), run_id: self.run_id, workflow: self.workflow }
     }
 
     /// The runtime driving the run: to start runs of other workflows, or to read
@@ -201,7 +201,7 @@ impl RunContext {
         let def = workflow.definition();
         let seq = self.children.len() as u64;
         let child = crate::children::child_run_id(self.run_id, self.step + 1, seq);
-        match self.runtime.inner.store.load_run(child).await {
+        match self.runtime.store().load_run(child).await {
             Ok(_) => {}
             Err(crate::StoreError::RunNotFound(_)) => {
                 let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
@@ -214,7 +214,7 @@ impl RunContext {
                 let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
                     .queued()
                     .child_of(self.run_id, signal);
-                self.runtime.inner.store.create_run(new).await?;
+                self.runtime.store().create_run(new).await?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -229,7 +229,7 @@ impl RunContext {
 
     /// The store the run is kept in.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.runtime.inner.store
+        self.runtime.store()
     }
 
     /// Saves a typed document with the type's default tags.
@@ -292,7 +292,7 @@ impl RunContext {
         let saved = self.save_with(stored, options)?.clone();
         // What was stored may have been redacted: then reads parse that, never the
         // value with the secret.
-        if self.runtime.inner.secrets.is_empty() {
+        if self.runtime.secrets().is_empty() {
             if self.shared.len() == SHARED_KEPT {
                 self.shared.remove(0);
             }
@@ -340,7 +340,7 @@ impl RunContext {
 
     fn insert(&mut self, doc_type: Cow<'static, str>, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
         let SaveOptions { key, tags, mut metadata } = options;
-        let secrets = &self.runtime.inner.secrets;
+        let secrets = self.runtime.secrets();
         let content = if secrets.is_empty() {
             content
         } else {

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
-use super::run_loop::{LeaseCfg, RunLoop};
+use super::run_loop::RunLoop;
+use super::shared::LeaseCfg;
 use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
-use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus};
+use crate::store::{Claim, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
 pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
@@ -167,8 +168,8 @@ async fn prepare<W: Workflow>(
 ) -> Result<Prepared<W::State>, RunError> {
     let def = wf.definition();
     let name = def.name();
-    let store = &runtime.inner.store;
-    let new_lease = || lease.map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
+    let store = runtime.inner.store();
+    let new_lease = || lease.map(|l| l.from(runtime.now()));
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
         match new_lease() {
@@ -300,7 +301,7 @@ async fn prepare<W: Workflow>(
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
     let name = wf.definition().name();
-    let lease = runtime.inner.lease.map(|duration| LeaseCfg { owner: runtime.inner.owner.clone(), duration });
+    let lease = runtime.inner.drive_lease();
     let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
@@ -321,7 +322,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             lease: lease.as_ref(),
             own_signal,
             place_since,
-            clock: &runtime.inner.clock,
+            clock: runtime.inner.clock(),
             parent: parent.as_ref(),
             children: Vec::new(),
         };
@@ -336,23 +337,23 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             // A refused signal leaves the run waiting; the loop parked it again.
             Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. }) => {
                 let error = outcome.as_ref().err().map(ToString::to_string).unwrap_or_default();
-                tracing::info!(error = %runtime.inner.secrets.redact(&error), "signal refused");
+                tracing::info!(error = %runtime.inner.redact_text(&error), "signal refused");
             }
             // Another driver owns this run now: the run is theirs, not failed.
             Err(RunError::Store(e)) if e.is_lost_run() => {
                 tracing::warn!(error = %e, "another driver owns this run; this drive stops");
             }
             Err(e) => {
-                let error = runtime.inner.secrets.redact(&e.to_string()).into_owned();
+                let error = runtime.inner.redact_text(&e.to_string()).into_owned();
                 tracing::warn!(%error, "run failed");
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
                 let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-                if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
+                if let Err(store_err) = runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
                     tracing::error!(error = %store_err, "could not record the run's failure");
                 }
-                cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.secrets.redact(&e.to_string()).into_owned()) });
+                cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
                 // Its children go with it.
                 super::cancel_children(runtime, run_id, "the parent run ended").await;
             }

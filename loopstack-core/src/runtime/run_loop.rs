@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -18,12 +17,6 @@ use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
 use crate::store::{Checkpoint, Fence, Park, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
 use crate::workflow::{END, Route, TransitionError, Workflow};
-
-/// The lease a drive holds and renews.
-pub(super) struct LeaseCfg {
-    pub(super) owner: Arc<str>,
-    pub(super) duration: Duration,
-}
 
 /// Routes at `place`, turning a panicking guard into an error instead of an unwind.
 pub(super) fn route<W: Workflow>(wf: &W, place: &str, state: &W::State, run_id: RunId) -> Result<Route, RunError> {
@@ -130,7 +123,7 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) epoch: u64,
     pub(super) max_steps: u64,
     pub(super) watch_cancellation: bool,
-    pub(super) lease: Option<&'a LeaseCfg>,
+    pub(super) lease: Option<&'a super::shared::LeaseCfg>,
     /// The inbox id of the signal this drive was started for: tried first, and its
     /// refusal is this drive's error.
     pub(super) own_signal: Option<u64>,
@@ -175,11 +168,11 @@ impl<W: Workflow> RunLoop<'_, W> {
                     let now = (self.clock)();
                     let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
                     let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-                    let inbox = cx.runtime.inner.store.inbox(run_id).await?;
+                    let inbox = cx.runtime.inner.store().inbox(run_id).await?;
                     // Boxed: waits are rare, and its future would otherwise sit in every
                     // run's future, waiting or not.
                     let picked = Box::pin(self.pick_signal(
-                        cx.runtime.inner.store.as_ref(),
+                        cx.runtime.inner.store().as_ref(),
                         run_id,
                         from,
                         &signals,
@@ -206,7 +199,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                         }
                         (None, None) => {
                             let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                            match cx.runtime.inner.store.park(run_id, &park).await {
+                            match cx.runtime.inner.store().park(run_id, &park).await {
                                 Ok(()) => {
                                     cx.emit(|| EventKind::Waiting {
                                         place: from.into(),
@@ -242,7 +235,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
+            let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -285,7 +278,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // from its checkpoint's state (the transition may have changed it before
                 // it failed, and a later signal of this drive must not commit that).
                 // Read back from the store: this path is rare, the common one keeps no copy.
-                let record = cx.runtime.inner.store.load_run(run_id).await?;
+                let record = cx.runtime.inner.store().load_run(run_id).await?;
                 *state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
                 let error = match err {
                     TransitionError::InvalidPayload(reason) => {
@@ -295,8 +288,8 @@ impl<W: Workflow> RunLoop<'_, W> {
                         RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
                     }
                 };
-                let reason = cx.runtime.inner.secrets.redact(&error.to_string()).into_owned();
-                cx.runtime.inner.store.reject_signal(run_id, self.epoch, id, &reason).await?;
+                let reason = cx.runtime.inner.redact_text(&error.to_string()).into_owned();
+                cx.runtime.inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(error);
                 }
@@ -324,7 +317,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
             checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
-            cx.runtime.inner.store.commit(checkpoint).await?;
+            cx.runtime.inner.store().commit(checkpoint).await?;
             self.children.extend(cx.take_children());
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
@@ -346,7 +339,7 @@ impl<W: Workflow> RunLoop<'_, W> {
     async fn drive_children(&self, cx: &mut RunContext, children: Vec<RunId>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
         let token = self.watch_cancellation.then(|| cx.cancellation.clone());
-        let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
+        let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),
             run_id,
@@ -408,13 +401,13 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
             Ok(record) => record,
             Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
         };
-        let Some(wf) = runtime.inner.registry.get(&record.workflow) else {
+        let Some(wf) = runtime.inner.workflow(&record.workflow) else {
             return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
         };
         match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
             Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
-            Err(e) => tracing::info!(child = %child, error = %runtime.inner.secrets.redact(&e.to_string()), "a child run ended with an error"),
+            Err(e) => tracing::info!(child = %child, error = %runtime.inner.redact_text(&e.to_string()), "a child run ended with an error"),
         }
     });
-    futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency).collect::<Vec<()>>().await;
+    futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency()).collect::<Vec<()>>().await;
 }
