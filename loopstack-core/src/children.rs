@@ -25,7 +25,6 @@
 //! parent's workflow drives it on.
 //!
 //! [`RunContext::start_child`]: crate::RunContext::start_child
-//! [`Runtime::register`]: crate::Runtime::register
 //! [`Runtime::child_concurrency`]: crate::Runtime::child_concurrency
 
 use std::borrow::Cow;
@@ -34,7 +33,11 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::{RunId, RunStatus};
+use crate::context::RunContext;
+use crate::document::CheckedError;
+use crate::store::{RunId, RunRecord, RunStatus};
+use crate::workflow::Workflow;
+use crate::{Runtime, StoreError};
 
 /// The payload of the signal a child run sends its parent when it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +97,89 @@ impl JsonSchema for ChildEnded {
             },
             "required": ["child", "workflow", "status"],
         })
+    }
+}
+
+impl RunContext {
+    /// Starts a child run of `workflow` with `input`, and returns its id. When it
+    /// ends, the store puts a [`ChildEnded`] signal named `signal` in this run's
+    /// inbox: name a wait transition of this workflow that takes `ChildEnded` and
+    /// routes on once the children it waits for have ended. See the [module
+    /// documentation](self).
+    ///
+    /// The child is created at once, queued, with an id made from this run, the
+    /// step this transition commits as and the number of children it started
+    /// before: when a crash makes the transition run again, the same child is found
+    /// and nothing is started twice. If `workflow` is registered with the runtime
+    /// ([`Runtime::register`]) this drive drives the child when the run next waits
+    /// or ends; else a [`Worker`](crate::Worker) that has it does.
+    ///
+    /// Errors when the input's state would not read back, or the store fails.
+    pub async fn start_child<W: Workflow>(
+        &mut self,
+        workflow: &W,
+        input: W::Input,
+        signal: &'static str,
+    ) -> Result<RunId, ChildError> {
+        let def = workflow.definition();
+        let child = child_run_id(self.run_id, self.step + 1, self.children_started());
+        let runtime: &Runtime = &self.runtime;
+        match runtime.store().load_run(child).await {
+            Ok(_) => {}
+            Err(StoreError::RunNotFound(_)) => {
+                let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
+                    CheckedError::Unreadable(why, _) => {
+                        ChildError::Input { workflow: def.name(), reason: why.to_string() }
+                    }
+                    CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
+                })?;
+                let state = runtime.redact(state);
+                let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
+                    .queued()
+                    .child_of(self.run_id, signal);
+                runtime.store().create_run(new).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.child_started(child);
+        Ok(child)
+    }
+
+    /// The record of child run `child` of this run, as the store has it now: its
+    /// status, its state (its output once it completed), its error. Read-only: a
+    /// transition's writes reach the store only with its commit.
+    ///
+    /// Errors with [`StoreError::RunNotFound`] when no run `child` exists or it is
+    /// not a child of this run.
+    pub async fn child_run(&self, child: RunId) -> Result<RunRecord, StoreError> {
+        let record = self.runtime.store().load_run(child).await?;
+        if record.parent != Some(self.run_id) {
+            return Err(StoreError::RunNotFound(child));
+        }
+        Ok(record)
+    }
+}
+
+/// Why a child run could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChildError {
+    /// The child's first state would not read back.
+    #[error("the input of child workflow `{workflow}` cannot be stored: {reason}")]
+    Input {
+        /// The child's workflow.
+        workflow: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<ChildError> for crate::TransitionError {
+    fn from(e: ChildError) -> Self {
+        Self::Failed(Box::new(e))
     }
 }
 
