@@ -32,6 +32,7 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::context::RunContext;
 use crate::document::CheckedError;
@@ -181,6 +182,30 @@ impl From<ChildError> for crate::TransitionError {
     fn from(e: ChildError) -> Self {
         Self::Failed(Box::new(e))
     }
+}
+
+/// A child run's parent and the name of the signal its end is sent as.
+pub(crate) type Parent = (RunId, String);
+
+/// The parent run `record` tells when it ends, if it is a child.
+pub(crate) fn parent_of(record: &RunRecord) -> Option<Parent> {
+    let signal: &str = record.parent_signal.as_deref()?;
+    Some((record.parent?, signal.to_owned()))
+}
+
+/// The signal that tells a child's parent how it ended.
+pub(crate) fn child_ended(
+    parent: &Parent,
+    child: RunId,
+    workflow: &str,
+    status: RunStatus,
+    output: Option<&RawValue>,
+    error: Option<String>,
+) -> Option<crate::store::OutSignal> {
+    let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let ended = ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
+    let payload = serde_json::value::to_raw_value(&ended).ok()?;
+    Some(crate::store::OutSignal::new(parent.0, parent.1.clone(), payload))
 }
 
 /// The id of the `seq`-th child a transition starts, from its parent run and the

@@ -8,33 +8,15 @@ use tracing::Instrument as _;
 
 use super::run_loop::RunLoop;
 use super::shared::LeaseCfg;
+use super::state::{checkpoint_state, state_error};
 use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
+use crate::children::{Parent, child_ended, parent_of};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
 use crate::store::{Claim, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
-
-pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
-    move |source| RunError::State { workflow, run_id, source }
-}
-
-/// Serializes a state to checkpoint, refusing one that would not read back
-/// ([`RunError::UnstorableState`]); `after` is the transition that left it.
-pub(super) fn checkpoint_state<S: serde::Serialize>(
-    state: &S,
-    workflow: &'static str,
-    run_id: RunId,
-    after: Option<&'static str>,
-) -> Result<Box<RawValue>, RunError> {
-    crate::document::to_checked_raw_value(state).map_err(|e| match e {
-        CheckedError::Unreadable(why, _) => {
-            RunError::UnstorableState { workflow, run_id, after, reason: why.to_string() }
-        }
-        CheckedError::Serialize(source) => RunError::State { workflow, run_id, source },
-    })
-}
 
 /// Checks that a stored run can be driven by `wf`: its workflow, its place (naming
 /// both table hashes when the place is gone) and its state.
@@ -87,16 +69,8 @@ struct Ready<S> {
     parent: Option<Parent>,
 }
 
-/// A child run's parent and the name of the signal its end is sent as.
-pub(super) type Parent = (RunId, String);
-
 fn parts(record: &RunRecord) -> (RunId, u64, u64, crate::Timestamp) {
     (record.run_id, record.step, record.epoch, record.place_since)
-}
-
-pub(super) fn parent_of(record: &RunRecord) -> Option<Parent> {
-    let signal: &str = record.parent_signal.as_deref()?;
-    Some((record.parent?, signal.to_owned()))
 }
 
 /// Sends `parent` the end of each of its children that ended without the parent
@@ -132,21 +106,6 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
             None => return Ok(()),
         }
     }
-}
-
-/// The signal that tells a child's parent how it ended.
-pub(super) fn child_ended(
-    parent: &Parent,
-    child: RunId,
-    workflow: &str,
-    status: RunStatus,
-    output: Option<&RawValue>,
-    error: Option<String>,
-) -> Option<crate::store::OutSignal> {
-    let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
-    let ended = crate::ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
-    let payload = serde_json::value::to_raw_value(&ended).ok()?;
-    Some(crate::store::OutSignal::new(parent.0, parent.1.clone(), payload))
 }
 
 /// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the

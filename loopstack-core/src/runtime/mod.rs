@@ -18,6 +18,7 @@ mod driver;
 pub(crate) mod registry;
 mod run_loop;
 mod shared;
+mod state;
 mod worker;
 
 pub(crate) use shared::Clock;
@@ -396,7 +397,7 @@ impl Runtime {
         let def = workflow.definition();
         let run_id = RunId::new();
         let state = workflow.init(input);
-        let value = self.redact(driver::checkpoint_state(&state, def.name(), run_id, None)?);
+        let value = self.redact(state::checkpoint_state(&state, def.name(), run_id, None)?);
         self.inner
             .store()
             .create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued())
@@ -443,9 +444,9 @@ impl Runtime {
             .store()
             .claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting]))
             .await?;
-        let parent = driver::parent_of(&claimed);
+        let parent = crate::children::parent_of(&claimed);
         let notify = parent.as_ref().and_then(|p| {
-            driver::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
+            crate::children::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
         });
         self.inner
             .store()

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::RunOutcome;
-use super::driver::{checkpoint_state, state_error};
+use super::state::{checkpoint_state, state_error};
+use crate::children::{Parent, child_ended};
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
@@ -131,7 +132,7 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) place_since: Timestamp,
     pub(super) clock: &'a super::Clock,
     /// The parent to tell, in the commit that ends the run.
-    pub(super) parent: Option<&'a super::driver::Parent>,
+    pub(super) parent: Option<&'a Parent>,
     /// Children this drive started and has not driven yet.
     pub(super) children: Vec<RunId>,
 }
@@ -305,9 +306,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             };
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
             let notify = match self.parent {
-                Some(parent) if t.to == END => {
-                    super::driver::child_ended(parent, run_id, name, status, Some(&value), None)
-                }
+                Some(parent) if t.to == END => child_ended(parent, run_id, name, status, Some(&value), None),
                 _ => None,
             };
             let record = StepRecord::new(step, t.name, from, t.to);

@@ -103,7 +103,7 @@ impl Worker {
     async fn drive(&self, record: RunRecord) {
         let Some(workflow) = self.runtime.inner.workflow(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
-        let (parent, name) = (super::driver::parent_of(&record), record.workflow.clone());
+        let (parent, name) = (crate::children::parent_of(&record), record.workflow.clone());
         match workflow.drive_claimed(&self.runtime, record).await {
             Ok(_) => {}
             // A run this build cannot drive (its place is gone, its state no longer
@@ -116,7 +116,7 @@ impl Worker {
                 let status = crate::store::RunStatus::Failed;
                 let notify = parent
                     .as_ref()
-                    .and_then(|p| super::driver::child_ended(p, run_id, &name, status, None, Some(error.clone())));
+                    .and_then(|p| crate::children::child_ended(p, run_id, &name, status, None, Some(error.clone())));
                 match self.runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
                     Ok(()) => {
                         super::cancel_children(&self.runtime, run_id, "the parent run failed").await;
