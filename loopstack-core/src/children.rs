@@ -184,13 +184,18 @@ impl From<ChildError> for crate::TransitionError {
     }
 }
 
-/// A child run's parent and the name of the signal its end is sent as.
-pub(crate) type Parent = (RunId, String);
+/// The parent a child run tells when it ends.
+pub(crate) struct Parent {
+    /// The parent run.
+    pub(crate) run_id: RunId,
+    /// The parent's wait transition that takes the child's [`ChildEnded`].
+    pub(crate) signal: String,
+}
 
 /// The parent run `record` tells when it ends, if it is a child.
 pub(crate) fn parent_of(record: &RunRecord) -> Option<Parent> {
     let signal: &str = record.parent_signal.as_deref()?;
-    Some((record.parent?, signal.to_owned()))
+    Some(Parent { run_id: record.parent?, signal: signal.to_owned() })
 }
 
 /// The signal that tells a child's parent how it ended.
@@ -205,7 +210,7 @@ pub(crate) fn child_ended(
     let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
     let ended = ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
     let payload = serde_json::value::to_raw_value(&ended).ok()?;
-    Some(crate::store::OutSignal::new(parent.0, parent.1.clone(), payload))
+    Some(crate::store::OutSignal::new(parent.run_id, parent.signal.clone(), payload))
 }
 
 /// The id of the `seq`-th child a transition starts, from its parent run and the

@@ -58,9 +58,8 @@ fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(S
 
 /// A drive ready to loop: the claimed run and where it starts.
 struct Ready<S> {
-    /// The run's id, step, epoch and when it reached its place: all the loop needs of
-    /// the claimed record.
-    run: (RunId, u64, u64, crate::Timestamp),
+    /// All the loop needs of the claimed record.
+    run: ClaimedRun,
     place: &'static str,
     state: S,
     documents: Vec<Arc<Document>>,
@@ -69,8 +68,20 @@ struct Ready<S> {
     parent: Option<Parent>,
 }
 
-fn parts(record: &RunRecord) -> (RunId, u64, u64, crate::Timestamp) {
-    (record.run_id, record.step, record.epoch, record.place_since)
+/// What the loop needs of a claimed run's record.
+#[derive(Clone, Copy)]
+struct ClaimedRun {
+    run_id: RunId,
+    /// The steps it has taken.
+    step: u64,
+    /// The fencing epoch of this drive's claim.
+    epoch: u64,
+    /// When it reached its place: what its timers count from.
+    place_since: crate::Timestamp,
+}
+
+fn parts(record: &RunRecord) -> ClaimedRun {
+    ClaimedRun { run_id: record.run_id, step: record.step, epoch: record.epoch, place_since: record.place_since }
 }
 
 /// Sends `parent` the end of each of its children that ended without the parent
@@ -94,7 +105,7 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
                 continue;
             }
             let output = (child.status == RunStatus::Completed).then_some(&*child.state);
-            let parent_of = (parent, signal.to_owned());
+            let parent_of = Parent { run_id: parent, signal: signal.to_owned() };
             if let Some(out) =
                 child_ended(&parent_of, child.run_id, &child.workflow, child.status, output, child.error.clone())
             {
@@ -265,7 +276,8 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
-    let Ready { run: (run_id, step, epoch, place_since), place, mut state, documents, own_signal, parent } = ready;
+    let Ready { run: ClaimedRun { run_id, step, epoch, place_since }, place, mut state, documents, own_signal, parent } =
+        ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
@@ -322,8 +334,8 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         // their ends from its inbox.
         let ended = matches!(&outcome, Ok(RunOutcome::Completed))
             || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run()));
-        if cascade && ended && let Some((parent_id, _)) = &parent {
-            Box::pin(super::wake_parent(runtime, *parent_id)).await;
+        if cascade && ended && let Some(parent) = &parent {
+            Box::pin(super::wake_parent(runtime, parent.run_id)).await;
         }
         let outcome = outcome?;
         Ok(RunReport { run_id, outcome, state, steps: cx.step })

@@ -460,7 +460,7 @@ impl Runtime {
                 kind: crate::EventKind::Finished { status: RunStatus::Cancelled, error: Some(reason) },
             });
         }
-        Ok(parent.map(|(p, _)| p))
+        Ok(parent.map(|p| p.run_id))
     }
 }
 

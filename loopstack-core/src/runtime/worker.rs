@@ -120,8 +120,8 @@ impl Worker {
                 match self.runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
                     Ok(()) => {
                         super::cancel_children(&self.runtime, run_id, "the parent run failed").await;
-                        if let Some((parent, _)) = parent {
-                            Box::pin(super::wake_parent(&self.runtime, parent)).await;
+                        if let Some(parent) = parent {
+                            Box::pin(super::wake_parent(&self.runtime, parent.run_id)).await;
                         }
                     }
                     Err(store_err) => {

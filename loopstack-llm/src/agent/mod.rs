@@ -283,6 +283,30 @@ pub struct Repeats {
     pub times: u32,
 }
 
+/// How the last batch of tool calls went ([`AgentState::tools_completed`]). Stored
+/// as the pair `[all_completed, errors]`, as checkpoints written before it had
+/// names keep it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(bool, usize)", into = "(bool, usize)")]
+pub struct ToolsCompleted {
+    /// Whether every call of the batch has its result (none waits for a child run).
+    pub all_completed: bool,
+    /// How many of the results are errors.
+    pub errors: usize,
+}
+
+impl From<(bool, usize)> for ToolsCompleted {
+    fn from((all_completed, errors): (bool, usize)) -> Self {
+        Self { all_completed, errors }
+    }
+}
+
+impl From<ToolsCompleted> for (bool, usize) {
+    fn from(t: ToolsCompleted) -> Self {
+        (t.all_completed, t.errors)
+    }
+}
+
 /// The state of an agent run: small, because it is serialized at every step. The
 /// messages themselves live in the run's documents.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -312,7 +336,7 @@ pub struct AgentState {
     /// Whether the last batch of tool calls completed, and its error count; cleared
     /// by the next model turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools_completed: Option<(bool, usize)>,
+    pub tools_completed: Option<ToolsCompleted>,
     /// The calls the last turn asked for, and how many turns in a row asked for them.
     #[serde(default, skip_serializing_if = "is_default")]
     pub repeats: Repeats,
@@ -920,7 +944,8 @@ impl Agent {
         let result = self.delegate.call_with(cx, &message, &self.options.tools, &options).await?;
         let run = result.results.len().saturating_sub(denied.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
-        state.tools_completed = Some((result.all_completed, result.error_count));
+        state.tools_completed =
+            Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
         if !result.all_completed {
             state.pending_tools = result
                 .results
@@ -964,7 +989,8 @@ impl Agent {
         if state.pending_tools.is_empty() {
             let results = std::mem::take(&mut state.tool_results);
             self.delegate.save_results(cx, &results, self.conversation_name())?;
-            state.tools_completed = Some((true, results.iter().filter(|r| r.is_error).count()));
+            let errors = results.iter().filter(|r| r.is_error).count();
+            state.tools_completed = Some(ToolsCompleted { all_completed: true, errors });
         }
         Ok(())
     }
@@ -1069,7 +1095,7 @@ impl Agent {
 
     /// Whether every call of the last batch has its result.
     pub fn all_tools_complete(&self, state: &AgentState) -> bool {
-        state.tools_completed.is_some_and(|(done, _)| done)
+        state.tools_completed.is_some_and(|t| t.all_completed)
     }
 
     /// Whether the last turn stopped at the output token limit.
