@@ -297,7 +297,12 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             parent: parent.as_ref(),
             children: Vec::new(),
         };
-        let outcome = run_loop.run(&mut state, &mut cx).await;
+        let mut outcome = run_loop.run(&mut state, &mut cx).await;
+        // Whether this drive's write of the run's failure was refused: then the run
+        // did not end, and nothing else of its end may happen (its children, and
+        // the events, may be another driver's by now).
+        let mut end_refused = false;
+        let mut lost = None;
         match &outcome {
             Ok(RunOutcome::Completed) => {
                 tracing::info!(steps = cx.step, "run completed");
@@ -321,19 +326,33 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
                 let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-                if let Err(store_err) = runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
-                    tracing::error!(error = %store_err, "could not record the run's failure");
+                match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
+                    Ok(()) => {
+                        cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
+                        // Its children go with it.
+                        super::cancel_children(runtime, run_id, "the parent run ended").await;
+                    }
+                    // Another driver owns the run now: that is this drive's outcome.
+                    Err(store_err) if store_err.is_lost_run() => {
+                        tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
+                        (end_refused, lost) = (true, Some(store_err));
+                    }
+                    Err(store_err) => {
+                        tracing::error!(error = %store_err, "could not record the run's failure");
+                        end_refused = true;
+                    }
                 }
-                cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
-                // Its children go with it.
-                super::cancel_children(runtime, run_id, "the parent run ended").await;
             }
+        }
+        if let Some(lost) = lost {
+            outcome = Err(RunError::Store(lost));
         }
         // A child that ended in a drive of its own wakes its parent, if this runtime
         // has the parent's workflow; a parent that drives its children itself reads
         // their ends from its inbox.
-        let ended = matches!(&outcome, Ok(RunOutcome::Completed))
-            || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run()));
+        let ended = !end_refused
+            && (matches!(&outcome, Ok(RunOutcome::Completed))
+                || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run())));
         if cascade && ended && let Some(parent) = &parent {
             Box::pin(super::wake_parent(runtime, parent.run_id)).await;
         }

@@ -1,0 +1,241 @@
+//! Runtime behaviour that depends on the store, on each store: in memory, SQLite (a
+//! file) and PostgreSQL (its own schema per test; `LOOPSTACK_DATABASE_URL`, by
+//! default the local server `.ci/run` starts). Nothing sleeps: drives meet at
+//! `Notify`s, and time moves by the runtimes' clocks.
+//!
+//! - A drive that lost its run to another leaves the run and its new driver's
+//!   children alone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::future::BoxFuture;
+use loopstack::{
+    ChildEnded, Definition, END, EventKind, MemoryStore, RunContext, RunError, RunId, RunOutcome, RunQuery, RunStatus,
+    Runtime, START, Store, TransitionDef, TransitionError, Workflow,
+};
+use loopstack_store::{PostgresStore, SqliteStore};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+// ------------------------------------------------------------------ the stores
+
+/// A store for one test, and what removes it afterwards.
+struct TestStore {
+    store: Arc<dyn Store>,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    None,
+    File(std::path::PathBuf),
+    Schema(String, String),
+}
+
+impl TestStore {
+    async fn memory() -> Self {
+        Self { store: Arc::new(MemoryStore::new()), cleanup: Cleanup::None }
+    }
+
+    async fn sqlite() -> Self {
+        let path = std::env::temp_dir().join(format!("loopstack-runtime-{}.db", RunId::new()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        Self { store: Arc::new(store), cleanup: Cleanup::File(path) }
+    }
+
+    async fn postgres() -> Self {
+        let url = std::env::var("LOOPSTACK_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let schema = format!("loopstack_test_runtime_{}", RunId::new().0.simple());
+        let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+        });
+        Self { store: Arc::new(store), cleanup: Cleanup::Schema(url, schema) }
+    }
+
+    async fn remove(self) {
+        drop(self.store);
+        match self.cleanup {
+            Cleanup::None => {}
+            Cleanup::File(path) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Cleanup::Schema(url, schema) => {
+                let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
+                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+            }
+        }
+    }
+}
+
+/// One test of `scenario` per store, in a module named after it.
+macro_rules! on_every_store {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test]
+            async fn in_memory() {
+                let store = super::TestStore::memory().await;
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+
+            #[tokio::test]
+            async fn on_sqlite() {
+                let store = super::TestStore::sqlite().await;
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+
+            #[tokio::test]
+            async fn on_postgres() {
+                let store = super::TestStore::postgres().await;
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+        }
+    };
+}
+
+// ------------------------------------------------------------------ workflows
+
+/// start --ask--> asked ; asked --answer (wait)--> end: a child that waits.
+struct Asker;
+
+static ASKER: Definition = Definition::new(
+    "asker",
+    &[START, "asked", END],
+    &[TransitionDef::new("ask", &[START], "asked"), TransitionDef::new("answer", &["asked"], END).wait(|| json!({}))],
+);
+
+impl Workflow for Asker {
+    type State = ();
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &ASKER
+    }
+    fn init(&self, (): ()) {}
+    fn guard(&self, _: usize, (): &()) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        _: usize,
+        (): &'a mut (),
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Where a transition stops until the test lets it go on.
+#[derive(Default)]
+struct Gate {
+    /// Whether the next pass stops here (once).
+    armed: AtomicBool,
+    reached: Notify,
+    release: Notify,
+}
+
+impl Gate {
+    fn armed() -> Arc<Self> {
+        Arc::new(Self { armed: true.into(), ..Self::default() })
+    }
+
+    /// Stops here if armed: tells the test, then waits to be released. Whether it stopped.
+    async fn pass(&self) -> bool {
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.reached.notify_one();
+        self.release.notified().await;
+        true
+    }
+}
+
+/// start --spawn--> waiting ; waiting --answered (wait)--> end. `spawn` starts an
+/// `asker` child; when its gate stops it, it fails once released instead.
+struct Spawner {
+    gate: Arc<Gate>,
+}
+
+static SPAWNER: Definition = Definition::new(
+    "spawner",
+    &[START, "waiting", END],
+    &[
+        TransitionDef::new("spawn", &[START], "waiting"),
+        TransitionDef::new("answered", &["waiting"], END).wait(|| json!({"type": "object"})),
+    ],
+);
+
+impl Workflow for Spawner {
+    type State = Vec<ChildEnded>;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &SPAWNER
+    }
+    fn init(&self, (): ()) -> Vec<ChildEnded> {
+        Vec::new()
+    }
+    fn guard(&self, _: usize, _: &Vec<ChildEnded>) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        ended: &'a mut Vec<ChildEnded>,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            match t {
+                0 if self.gate.pass().await => return Err(TransitionError::failed("the old drive's step fails")),
+                0 => {
+                    cx.start_child(&Asker, (), "answered").await?;
+                }
+                _ => ended.push(serde_json::from_value(payload.unwrap_or_default()).map_err(TransitionError::failed)?),
+            }
+            Ok(())
+        })
+    }
+}
+
+// ------------------------------------------------------------------ a lost run
+
+/// Drive A runs `spawn` and stops; drive B (another runtime) resumes the run, which
+/// takes it over: B's `spawn` starts a child, which waits, and the run waits for it.
+/// Then A's `spawn` fails. A's status write is refused, and nothing else of A's may
+/// happen: no `Finished` event, no cancelled children, the run still B's and waiting.
+async fn a_drive_that_lost_its_run_leaves_it_and_its_children_alone(store: Arc<dyn Store>) {
+    let a = Runtime::with_shared_store(store.clone()).owner("a").register(Asker);
+    let b = Runtime::with_shared_store(store.clone()).owner("b").register(Asker);
+    let mut events = a.subscribe();
+    let gate = Gate::armed();
+    let run_id = RunId::new();
+    let old = {
+        let (a, gate) = (a.clone(), gate.clone());
+        tokio::spawn(async move { a.start(&Spawner { gate }, ()).run_id(run_id).await })
+    };
+    gate.reached.notified().await;
+
+    // B's own gate is not armed: its `spawn` starts the child and commits.
+    let report = b.resume(&Spawner { gate: Arc::default() }, run_id).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "waiting", signals: vec!["answered"] });
+    let children = store.list_runs(&RunQuery::new().parent(run_id)).await.unwrap().runs;
+    assert_eq!(children.len(), 1);
+    let child = children[0].run_id;
+    assert_eq!(children[0].status, RunStatus::Waiting);
+
+    gate.release.notify_one();
+    let err = old.await.unwrap().unwrap_err();
+    assert!(matches!(&err, RunError::Store(e) if e.is_lost_run()), "A lost the run: {err}");
+    let run = store.load_run(run_id).await.unwrap();
+    assert_eq!((run.status, &*run.place, run.error), (RunStatus::Waiting, "waiting", None));
+    assert_eq!(store.load_run(child).await.unwrap().status, RunStatus::Waiting, "B's child was left alone");
+    while let Some(event) = events.try_recv() {
+        let event = event.unwrap();
+        assert!(!matches!(event.kind, EventKind::Finished { .. }), "A reported an end: {event:?}");
+    }
+}
+
+on_every_store!(a_drive_that_lost_its_run_leaves_it_and_its_children_alone);
