@@ -5,14 +5,16 @@
 //!
 //! - A drive that lost its run to another leaves the run and its new driver's
 //!   children alone.
+//! - Steps are timestamped by the runtime's clock, which its timers read.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use loopstack::{
     ChildEnded, Definition, END, EventKind, MemoryStore, RunContext, RunError, RunId, RunOutcome, RunQuery, RunStatus,
-    Runtime, START, Store, TransitionDef, TransitionError, Workflow,
+    Runtime, START, Store, Timestamp, TransitionDef, TransitionError, Workflow,
 };
 use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::{Value, json};
@@ -239,3 +241,80 @@ async fn a_drive_that_lost_its_run_leaves_it_and_its_children_alone(store: Arc<d
 }
 
 on_every_store!(a_drive_that_lost_its_run_leaves_it_and_its_children_alone);
+
+// ------------------------------------------------------------------ the clock
+
+/// start --page--> paged ; paged --repage (after 15m)--> paged ;
+/// paged --ack (wait)--> end. The state counts the repages.
+struct Pager;
+
+static PAGER: Definition = Definition::new(
+    "pager",
+    &[START, "paged", END],
+    &[
+        TransitionDef::new("page", &[START], "paged"),
+        TransitionDef::new("repage", &["paged"], "paged").after(Duration::from_secs(15 * 60)),
+        TransitionDef::new("ack", &["paged"], END).wait(|| json!({})),
+    ],
+);
+
+impl Workflow for Pager {
+    type State = u32;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &PAGER
+    }
+    fn init(&self, (): ()) -> u32 {
+        0
+    }
+    fn guard(&self, _: usize, _: &u32) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        repages: &'a mut u32,
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            if t == 1 {
+                *repages += 1;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A runtime clock a day ahead of the system's, which moves only when the test
+/// moves it: the time a timer counts from must be the runtime's, not the system's.
+async fn a_self_loop_timer_fires_once_per_period_of_the_runtimes_clock(store: Arc<dyn Store>) {
+    let base = Timestamp::now().as_millis() + 24 * 60 * 60 * 1000;
+    let ahead = Arc::new(AtomicI64::new(0));
+    let clock = {
+        let ahead = ahead.clone();
+        move || Timestamp::from_millis(base + ahead.load(Ordering::SeqCst))
+    };
+    let runtime = Runtime::with_shared_store(store.clone()).clock(clock).max_steps(10);
+
+    let report = runtime.start(&Pager, ()).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "paged", signals: vec!["ack"] });
+    assert_eq!(report.state, 0, "15 minutes have not passed by the runtime's clock");
+    let run = store.load_run(report.run_id).await.unwrap();
+    assert_eq!(run.place_since, Timestamp::from_millis(base));
+
+    // 16 minutes pass: the timer fires once, and the next is 15 minutes after it.
+    ahead.store(16 * 60 * 1000, Ordering::SeqCst);
+    let again = runtime.resume(&Pager, report.run_id).await.unwrap();
+    assert_eq!((again.outcome, again.state), (RunOutcome::Waiting { place: "paged", signals: vec!["ack"] }, 1));
+    let at: Vec<(String, i64)> = store
+        .history(report.run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.transition.into_owned(), s.at.as_millis() - base))
+        .collect();
+    assert_eq!(at, [("page".to_owned(), 0), ("repage".to_owned(), 16 * 60 * 1000)]);
+}
+
+on_every_store!(a_self_loop_timer_fires_once_per_period_of_the_runtimes_clock);

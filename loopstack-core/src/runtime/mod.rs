@@ -156,11 +156,11 @@ impl Runtime {
         self
     }
 
-    /// Sets the clock timer transitions are checked against (the system clock unless
-    /// set): for tests that let hours pass at once.
+    /// Sets the clock of timer transitions, leases and the timestamps of steps (the
+    /// system clock unless set): for tests that let hours pass at once.
     #[must_use]
     pub fn clock(mut self, clock: impl Fn() -> crate::Timestamp + Send + Sync + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).set_clock(Arc::new(clock));
+        Arc::make_mut(&mut self.inner).set_clock(Clock::new(clock));
         self
     }
 

@@ -108,7 +108,7 @@ async fn with_heartbeat<F: Future>(
             () = &mut cancelled => return Err(Interrupted::Cancelled),
             r = &mut fut => return Ok(r),
             () = tokio::time::sleep(lease / 3) => {
-                match store.heartbeat(run_id, epoch, clock() + lease).await {
+                match store.heartbeat(run_id, epoch, clock.now() + lease).await {
                     Ok(()) => {}
                     Err(e @ StoreError::Fenced { .. }) => return Err(Interrupted::Lost(e)),
                     // A missed renewal is not fatal: the next one, or the commit, renews it.
@@ -166,7 +166,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
                 Route::Wait { signals } => {
                     let timers = timers(wf, from, state, run_id)?;
-                    let now = (self.clock)();
+                    let now = self.clock.now();
                     let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
                     let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
                     let inbox = cx.runtime.inner.store().inbox(run_id).await?;
@@ -309,13 +309,14 @@ impl<W: Workflow> RunLoop<'_, W> {
                 Some(parent) if t.to == END => child_ended(parent, run_id, name, status, Some(&value), None),
                 _ => None,
             };
-            let record = StepRecord::new(step, t.name, from, t.to);
-            let at = record.at;
+            // The runtime's clock, which the timers of the place it reaches count by.
+            let at = self.clock.now();
+            let record = StepRecord::at(step, t.name, from, t.to, at);
             let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
             checkpoint.notify = notify;
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
-            checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
+            checkpoint.lease_until = self.lease.map(|l| at + l.duration);
             cx.runtime.inner.store().commit(checkpoint).await?;
             self.children.extend(cx.take_children());
             cx.committed(step, t.to);

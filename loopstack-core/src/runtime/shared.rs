@@ -16,8 +16,27 @@ use crate::secrets::Secrets;
 use crate::store::{Lease, Store, Timestamp};
 use crate::workflow::Workflow;
 
-/// What a runtime reads the time from for timers, leases and step timestamps.
-pub(crate) type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+/// What a runtime reads the time from for timers, leases and step timestamps: the
+/// system clock unless one was set ([`Runtime::clock`](super::Runtime::clock)).
+/// Read at every step, so the system clock is a direct call, not a closure's.
+#[derive(Clone, Default)]
+pub(crate) struct Clock(Option<Arc<dyn Fn() -> Timestamp + Send + Sync>>);
+
+impl Clock {
+    /// A clock that reads `now`.
+    pub(super) fn new(now: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(now)))
+    }
+
+    /// The current time by this clock.
+    #[inline]
+    pub(crate) fn now(&self) -> Timestamp {
+        match &self.0 {
+            None => Timestamp::now(),
+            Some(now) => now(),
+        }
+    }
+}
 
 /// How long a worker's lease lasts when its runtime takes none.
 const WORKER_LEASE: Duration = Duration::from_secs(30);
@@ -61,7 +80,7 @@ impl Shared {
             max_steps: super::DEFAULT_MAX_STEPS,
             owner: owner.into(),
             lease,
-            clock: Arc::new(Timestamp::now),
+            clock: Clock::default(),
             events: EventHub::new(),
             registry: Registry::default(),
             child_concurrency: super::DEFAULT_CHILD_CONCURRENCY,
@@ -140,7 +159,7 @@ impl Shared {
     /// The current time by this runtime's clock.
     #[inline]
     pub(crate) fn now(&self) -> Timestamp {
-        (self.clock)()
+        self.clock.now()
     }
 
     /// The clock, for what reads the time while it runs (a lease's heartbeat).
