@@ -6,6 +6,7 @@
 //! - A drive that lost its run to another leaves the run and its new driver's
 //!   children alone.
 //! - Steps are timestamped by the runtime's clock, which its timers read.
+//! - Resuming a parent after a crash drives the children its dead drive started.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -318,3 +319,134 @@ async fn a_self_loop_timer_fires_once_per_period_of_the_runtimes_clock(store: Ar
 }
 
 on_every_store!(a_self_loop_timer_fires_once_per_period_of_the_runtimes_clock);
+
+// ------------------------------------------------------------------ resume after a crash
+
+/// start --work--> end; its gate stops `work` (as a process that dies there).
+struct Worker {
+    gate: Arc<Gate>,
+}
+
+static WORKER: Definition = Definition::new("worker", &[START, END], &[TransitionDef::new("work", &[START], END)]);
+
+impl Workflow for Worker {
+    type State = u32;
+    type Input = u32;
+    fn definition(&self) -> &'static Definition {
+        &WORKER
+    }
+    fn init(&self, n: u32) -> u32 {
+        n
+    }
+    fn guard(&self, _: usize, _: &u32) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        _: usize,
+        n: &'a mut u32,
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            self.gate.pass().await;
+            *n *= 10;
+            Ok(())
+        })
+    }
+}
+
+/// start --spawn--> waiting ; waiting --done (wait)--> waiting ;
+/// waiting --finish [all ended]--> end: a parent of two `worker` children.
+struct Parent;
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Plan {
+    children: Vec<RunId>,
+    ended: Vec<ChildEnded>,
+}
+
+static PARENT: Definition = Definition::new(
+    "parent",
+    &[START, "waiting", END],
+    &[
+        TransitionDef::new("spawn", &[START], "waiting"),
+        TransitionDef::new("finish", &["waiting"], END).guard("all_ended"),
+        TransitionDef::new("done", &["waiting"], "waiting").wait(|| json!({"type": "object"})),
+    ],
+);
+
+impl Workflow for Parent {
+    type State = Plan;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &PARENT
+    }
+    fn init(&self, (): ()) -> Plan {
+        Plan::default()
+    }
+    fn guard(&self, t: usize, plan: &Plan) -> bool {
+        t != 1 || plan.ended.len() == plan.children.len()
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        plan: &'a mut Plan,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            match t {
+                0 => {
+                    for n in [1, 2] {
+                        plan.children.push(cx.start_child(&Worker { gate: Arc::default() }, n, "done").await?);
+                    }
+                }
+                2 => plan
+                    .ended
+                    .push(serde_json::from_value(payload.unwrap_or_default()).map_err(TransitionError::failed)?),
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The first process drives the parent, which starts two children and drives them
+/// when it waits; it dies while the first child's step runs (its task is gone), so
+/// one child is left running without a driver and the other queued. A second
+/// process (a runtime over the same store, an hour later by its clock: the dead
+/// one's leases ran out) resumes the parent: it drives both children, as the dead
+/// drive would have, and goes on with their ends.
+async fn resuming_a_parent_drives_the_children_its_dead_drive_started(store: Arc<dyn Store>) {
+    let gate = Gate::armed();
+    let first = Runtime::with_shared_store(store.clone())
+        .child_concurrency(1)
+        .register_shared(Arc::new(Worker { gate: gate.clone() }));
+    let run_id = RunId::new();
+    let dead = {
+        let first = first.clone();
+        tokio::spawn(async move { first.start(&Parent, ()).run_id(run_id).await })
+    };
+    gate.reached.notified().await;
+    dead.abort();
+    assert!(dead.await.unwrap_err().is_cancelled());
+    let children = store.list_runs(&RunQuery::new().parent(run_id)).await.unwrap().runs;
+    let mut statuses: Vec<RunStatus> = children.iter().map(|c| c.status).collect();
+    statuses.sort_by_key(|s| s.as_str());
+    assert_eq!(statuses, [RunStatus::Queued, RunStatus::Running]);
+
+    let hour_later = move || Timestamp::from_millis(Timestamp::now().as_millis() + 60 * 60 * 1000);
+    let second = Runtime::with_shared_store(store.clone()).clock(hour_later).register(Worker { gate: Arc::default() });
+    let report = second.resume(&Parent, run_id).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let mut outputs: Vec<u32> = report.state.ended.iter().map(|e| e.output_as::<u32>().unwrap()).collect();
+    outputs.sort_unstable();
+    assert_eq!(outputs, [10, 20]);
+    for child in report.state.children {
+        let steps = store.history(child).await.unwrap();
+        assert_eq!(steps.len(), 1, "each child's step committed once");
+    }
+}
+
+on_every_store!(resuming_a_parent_drives_the_children_its_dead_drive_started);

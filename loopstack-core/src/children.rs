@@ -13,7 +13,9 @@
 //! drive of the parent that started them, when the parent next waits or ends (up to
 //! [`Runtime::child_concurrency`] at once, the parent's lease renewed meanwhile);
 //! children of other workflows wait, queued, for a [`Worker`](crate::Worker) that
-//! has them.
+//! has them. When the parent's process dies first, the drive that resumes the
+//! parent ([`Runtime::resume`]) drives the children it left: those still queued,
+//! and those left running once their lease ran out.
 //!
 //! A child is created when [`RunContext::start_child`] is called, not when the
 //! transition commits: a transition that fails after starting children fails its
@@ -36,6 +38,7 @@ use serde_json::value::RawValue;
 
 use crate::context::RunContext;
 use crate::document::CheckedError;
+use crate::runtime::registry::Wake;
 use crate::store::{RunId, RunRecord, RunStatus};
 use crate::workflow::Workflow;
 use crate::{Runtime, StoreError};
@@ -142,7 +145,7 @@ impl RunContext {
             }
             Err(e) => return Err(e.into()),
         }
-        self.child_started(child);
+        self.child_started(StartedChild { run_id: child, wake: Wake::IfIdle });
         Ok(child)
     }
 
@@ -182,6 +185,15 @@ impl From<ChildError> for crate::TransitionError {
     fn from(e: ChildError) -> Self {
         Self::Failed(Box::new(e))
     }
+}
+
+/// A child run a drive drives when its run next waits or ends.
+pub(crate) struct StartedChild {
+    pub(crate) run_id: RunId,
+    /// How it is claimed: a child this drive started only if it is queued or
+    /// waiting; one a resumed run's dead drive started also if it is running and its
+    /// lease ran out (its driver died with the parent's).
+    pub(crate) wake: Wake,
 }
 
 /// The parent a child run tells when it ends.

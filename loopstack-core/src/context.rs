@@ -35,7 +35,7 @@ pub struct RunContext {
     pub(crate) runtime: Runtime,
     /// Child runs this transition started, in order; how many it started is the
     /// sequence number of the next one's id.
-    children: Vec<RunId>,
+    children: Vec<crate::children::StartedChild>,
     /// The typed values of the documents saved last with [`RunContext::save_shared`]
     /// (at most [`SHARED_KEPT`]), by the document's identity: a read of one is a
     /// reference count, not a parse (a conversation is read at every model turn).
@@ -184,12 +184,12 @@ impl RunContext {
     }
 
     /// Records a child run this transition started, for the run loop to drive.
-    pub(crate) fn child_started(&mut self, child: RunId) {
+    pub(crate) fn child_started(&mut self, child: crate::children::StartedChild) {
         self.children.push(child);
     }
 
     /// The children this transition started, for the run loop to drive.
-    pub(crate) fn take_children(&mut self) -> Vec<RunId> {
+    pub(crate) fn take_children(&mut self) -> Vec<crate::children::StartedChild> {
         std::mem::take(&mut self.children)
     }
 

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
+use super::registry::Wake;
 use super::run_loop::RunLoop;
 use super::shared::LeaseCfg;
 use super::state::{checkpoint_state, state_error};
 use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
-use crate::children::{Parent, child_ended, parent_of};
+use crate::children::{Parent, StartedChild, child_ended, parent_of};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
@@ -66,6 +67,8 @@ struct Ready<S> {
     own_signal: Option<u64>,
     /// The parent to tell when the run ends, and the signal to tell it with.
     parent: Option<Parent>,
+    /// Children to drive at the run's next wait or end that this drive did not start.
+    children: Vec<StartedChild>,
 }
 
 /// What the loop needs of a claimed run's record.
@@ -82,6 +85,26 @@ struct ClaimedRun {
 
 fn parts(record: &RunRecord) -> ClaimedRun {
     ClaimedRun { run_id: record.run_id, step: record.step, epoch: record.epoch, place_since: record.place_since }
+}
+
+/// The children of `parent` that are queued or running: those a dead drive of it
+/// started and did not see end, for a resumed drive to drive. A running one is
+/// claimed only once its lease ran out (a live driver keeps it), oldest first.
+async fn left_children(store: &dyn crate::store::Store, parent: RunId) -> Result<Vec<StartedChild>, StoreError> {
+    let mut query =
+        crate::store::RunQuery::new().parent(parent).status(RunStatus::Queued).status(RunStatus::Running).limit(500);
+    let mut children = Vec::new();
+    loop {
+        let page = store.list_runs(&query).await?;
+        children.extend(page.runs.iter().map(|c| StartedChild { run_id: c.run_id, wake: Wake::Recover }));
+        match page.next {
+            Some(cursor) => query = query.before(cursor),
+            None => break,
+        }
+    }
+    // Pages list the newest first.
+    children.reverse();
+    Ok(children)
 }
 
 /// Sends `parent` the end of each of its children that ended without the parent
@@ -164,6 +187,7 @@ async fn prepare<W: Workflow>(
                 documents: Vec::new(),
                 own_signal: None,
                 parent: None,
+                children: Vec::new(),
             }
         }
         Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) | Mode::Recover(id) => {
@@ -175,6 +199,7 @@ async fn prepare<W: Workflow>(
             // Check before claiming, so a run this build cannot drive is left as it was.
             check_run(wf, &store.load_run(id).await?)?;
             let retry = matches!(mode, Mode::Retry(_));
+            let resume = matches!(mode, Mode::Resume(_) | Mode::Recover(_));
             let mut request = claim(expect);
             if matches!(mode, Mode::Recover(_)) {
                 request = request.only_expired(runtime.now());
@@ -187,19 +212,46 @@ async fn prepare<W: Workflow>(
             }
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            // A drive that died left the children it started queued, or running
+            // without a driver: this one drives them, as the dead one would have.
+            let children = if resume { left_children(store.as_ref(), id).await? } else { Vec::new() };
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children,
+            }
         }
         Mode::Claimed(record) => {
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+            }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+            }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
@@ -249,7 +301,15 @@ async fn prepare<W: Workflow>(
                     let (place, state) = check_run(wf, &record)?;
                     let documents = store.documents(id).await?;
                     let parent = parent_of(&record);
-                    Ready { run: parts(&record), place, state, documents, own_signal: Some(receipt.id), parent }
+                    Ready {
+                        run: parts(&record),
+                        place,
+                        state,
+                        documents,
+                        own_signal: Some(receipt.id),
+                        parent,
+                        children: Vec::new(),
+                    }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
@@ -276,8 +336,15 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
-    let Ready { run: ClaimedRun { run_id, step, epoch, place_since }, place, mut state, documents, own_signal, parent } =
-        ready;
+    let Ready {
+        run: ClaimedRun { run_id, step, epoch, place_since },
+        place,
+        mut state,
+        documents,
+        own_signal,
+        parent,
+        children,
+    } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
@@ -295,7 +362,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             place_since,
             clock: runtime.inner.clock(),
             parent: parent.as_ref(),
-            children: Vec::new(),
+            children,
         };
         let mut outcome = run_loop.run(&mut state, &mut cx).await;
         // Whether this drive's write of the run's failure was refused: then the run

@@ -345,7 +345,9 @@ impl Runtime {
     /// Continues a run from its last checkpoint: one whose process died while it
     /// ran, or a queued one. It takes the run over from any other driver (whose
     /// writes are then refused). A waiting run stays waiting, unless a signal is in
-    /// its inbox.
+    /// its inbox or a timer is due. The run's children that the dead drive left
+    /// queued, or running once their lease ran out, are driven as the drive that
+    /// started them would have (when the run next waits or ends).
     pub fn resume<'a, W: Workflow>(&'a self, workflow: &'a W, run_id: RunId) -> Drive<'a, W> {
         Drive::new(self, workflow, Mode::Resume(run_id))
     }

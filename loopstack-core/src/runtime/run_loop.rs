@@ -12,7 +12,7 @@ use tracing::Instrument as _;
 
 use super::RunOutcome;
 use super::state::{checkpoint_state, state_error};
-use crate::children::{Parent, child_ended};
+use crate::children::{Parent, StartedChild, child_ended};
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
@@ -133,8 +133,9 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) clock: &'a super::Clock,
     /// The parent to tell, in the commit that ends the run.
     pub(super) parent: Option<&'a Parent>,
-    /// Children this drive started and has not driven yet.
-    pub(super) children: Vec<RunId>,
+    /// Children this drive started and has not driven yet (for a resumed run, also
+    /// those its dead drive left queued or running).
+    pub(super) children: Vec<StartedChild>,
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
@@ -318,7 +319,13 @@ impl<W: Workflow> RunLoop<'_, W> {
             checkpoint.signal = signal;
             checkpoint.lease_until = self.lease.map(|l| at + l.duration);
             cx.runtime.inner.store().commit(checkpoint).await?;
-            self.children.extend(cx.take_children());
+            for child in cx.take_children() {
+                // A transition that runs again after a crash finds the children it
+                // started before, which a resumed drive already has.
+                if !self.children.iter().any(|known| known.run_id == child.run_id) {
+                    self.children.push(child);
+                }
+            }
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
                 transition: t.name.into(),
@@ -336,7 +343,7 @@ impl<W: Workflow> RunLoop<'_, W> {
 
     /// Drives the children this drive started, renewing the parent's lease and
     /// watching its cancellation meanwhile, as a transition does.
-    async fn drive_children(&self, cx: &mut RunContext, children: Vec<RunId>) -> Result<(), RunError> {
+    async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
         let token = self.watch_cancellation.then(|| cx.cancellation.clone());
         let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
@@ -394,9 +401,9 @@ impl<W: Workflow> RunLoop<'_, W> {
 /// Drives the children a drive started, whose workflows the runtime has, up to its
 /// child concurrency at once, each to its end or first wait. A child another driver
 /// took is left to it; a failed child recorded its failure and told its parent.
-async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
+async fn drive_children(runtime: &super::Runtime, children: Vec<StartedChild>) {
     use futures::StreamExt as _;
-    let drives = children.into_iter().map(|child| async move {
+    let drives = children.into_iter().map(|StartedChild { run_id: child, wake }| async move {
         let record = match runtime.store().load_run(child).await {
             Ok(record) => record,
             Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
@@ -404,8 +411,9 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
         let Some(wf) = runtime.inner.workflow(&record.workflow) else {
             return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
         };
-        match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
-            Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
+        match wf.wake(runtime, child, wake, false).await {
+            // Another driver holds it, or it ended: it is not this drive's to drive.
+            Ok(_) | Err(RunError::InvalidStatus { .. } | RunError::Store(StoreError::Leased { .. })) => {}
             Err(e) => tracing::info!(child = %child, error = %runtime.inner.redact_text(&e.to_string()), "a child run ended with an error"),
         }
     });
