@@ -7,6 +7,7 @@
 //!   children alone.
 //! - Steps are timestamped by the runtime's clock, which its timers read.
 //! - Resuming a parent after a crash drives the children its dead drive started.
+//! - A child that hangs is cancelled at its timeout, and its parent goes on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use loopstack::{
-    ChildEnded, Definition, END, EventKind, MemoryStore, RunContext, RunError, RunId, RunOutcome, RunQuery, RunStatus,
-    Runtime, START, Store, Timestamp, TransitionDef, TransitionError, Workflow,
+    ChildEnded, ChildOptions, Definition, END, EventKind, MemoryStore, RunContext, RunError, RunId, RunOutcome,
+    RunQuery, RunStatus, Runtime, START, Store, Timestamp, TransitionDef, TransitionError, Workflow,
 };
 use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::{Value, json};
@@ -450,3 +451,95 @@ async fn resuming_a_parent_drives_the_children_its_dead_drive_started(store: Arc
 }
 
 on_every_store!(resuming_a_parent_drives_the_children_its_dead_drive_started);
+
+// ------------------------------------------------------------------ a child that hangs
+
+/// start --hang--> end: a step that never returns.
+struct Hang;
+
+static HANG: Definition = Definition::new("hang", &[START, END], &[TransitionDef::new("hang", &[START], END)]);
+
+impl Workflow for Hang {
+    type State = ();
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &HANG
+    }
+    fn init(&self, (): ()) {}
+    fn guard(&self, _: usize, (): &()) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        _: usize,
+        (): &'a mut (),
+        _: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// start --spawn--> waiting ; waiting --ended (wait)--> end: a parent of one `hang`
+/// child with a short timeout.
+struct Impatient;
+
+static IMPATIENT: Definition = Definition::new(
+    "impatient",
+    &[START, "waiting", END],
+    &[
+        TransitionDef::new("spawn", &[START], "waiting"),
+        TransitionDef::new("ended", &["waiting"], END).wait(|| json!({"type": "object"})),
+    ],
+);
+
+/// The hanging child's bound. Its step never returns, so whenever the timer fires
+/// the outcome is the same: nothing here depends on how fast the machine is.
+const CHILD_TIMEOUT: Duration = Duration::from_millis(50);
+
+impl Workflow for Impatient {
+    type State = Option<ChildEnded>;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &IMPATIENT
+    }
+    fn init(&self, (): ()) -> Option<ChildEnded> {
+        None
+    }
+    fn guard(&self, _: usize, _: &Option<ChildEnded>) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        ended: &'a mut Option<ChildEnded>,
+        cx: &'a mut RunContext,
+        payload: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            if t == 0 {
+                cx.start_child_with(&Hang, (), "ended", ChildOptions::new().timeout(CHILD_TIMEOUT)).await?;
+            } else {
+                *ended = serde_json::from_value(payload.unwrap_or_default()).map_err(TransitionError::failed)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The parent's drive drives its child, whose step hangs: at the child's timeout
+/// the child is cancelled, and the parent gets its end, marked as timed out.
+async fn a_child_that_hangs_is_cancelled_at_its_timeout_and_its_parent_goes_on(store: Arc<dyn Store>) {
+    let runtime = Runtime::with_shared_store(store.clone()).register(Hang);
+    let report = runtime.start(&Impatient, ()).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let ended = report.state.expect("the parent got its child's end");
+    assert_eq!((ended.status, ended.timed_out, &*ended.workflow), (RunStatus::Cancelled, true, "hang"));
+    let error = ended.error.unwrap();
+    assert!(error.contains("timed out after 50ms"), "{error}");
+    let child = store.load_run(ended.child).await.unwrap();
+    assert_eq!((child.status, child.step), (RunStatus::Cancelled, 0));
+    assert_eq!(child.error.as_deref(), Some(&*error));
+}
+
+on_every_store!(a_child_that_hangs_is_cancelled_at_its_timeout_and_its_parent_goes_on);

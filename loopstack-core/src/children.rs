@@ -30,6 +30,7 @@
 //! [`Runtime::child_concurrency`]: crate::Runtime::child_concurrency
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,10 @@ pub struct ChildEnded {
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whether it was cancelled because its parent's drive drove it longer than its
+    /// [`ChildOptions::timeout`] (its `status` is then `cancelled`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 impl ChildEnded {
@@ -70,7 +75,7 @@ impl ChildEnded {
         output: Option<Value>,
         error: Option<String>,
     ) -> Self {
-        Self { child, workflow: workflow.into(), status, output, error }
+        Self { child, workflow: workflow.into(), status, output, error, timed_out: false }
     }
 
     /// Whether the child completed.
@@ -98,6 +103,7 @@ impl JsonSchema for ChildEnded {
                 "status": {"type": "string", "enum": ["completed", "failed", "cancelled"]},
                 "output": {},
                 "error": {"type": "string"},
+                "timed_out": {"type": "boolean"},
             },
             "required": ["child", "workflow", "status"],
         })
@@ -118,12 +124,35 @@ impl RunContext {
     /// ([`Runtime::register`]) this drive drives the child when the run next waits
     /// or ends; else a [`Worker`](crate::Worker) that has it does.
     ///
+    /// The parent's drive drives the child for at most [`DEFAULT_CHILD_TIMEOUT`]
+    /// before it ends or first waits; [`RunContext::start_child_with`] sets another
+    /// bound.
+    ///
     /// Errors when the input's state would not read back, or the store fails.
     pub async fn start_child<W: Workflow>(
         &mut self,
         workflow: &W,
         input: W::Input,
         signal: &'static str,
+    ) -> Result<RunId, ChildError> {
+        self.start_child_with(workflow, input, signal, ChildOptions::default()).await
+    }
+
+    /// Starts a child run as [`RunContext::start_child`] does, with `options`:
+    ///
+    /// ```
+    /// # use loopstack_core::*;
+    /// # async fn demo<W: Workflow>(cx: &mut RunContext, review: &W, input: W::Input) -> Result<(), ChildError> {
+    /// let options = ChildOptions::new().timeout(std::time::Duration::from_secs(120));
+    /// let child = cx.start_child_with(review, input, "reviewed", options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_child_with<W: Workflow>(
+        &mut self,
+        workflow: &W,
+        input: W::Input,
+        signal: &'static str,
+        options: ChildOptions,
     ) -> Result<RunId, ChildError> {
         let def = workflow.definition();
         let child = child_run_id(self.run_id, self.step + 1, self.children_started());
@@ -145,7 +174,7 @@ impl RunContext {
             }
             Err(e) => return Err(e.into()),
         }
-        self.child_started(StartedChild { run_id: child, wake: Wake::IfIdle });
+        self.child_started(StartedChild { run_id: child, wake: Wake::IfIdle, timeout: options.timeout });
         Ok(child)
     }
 
@@ -161,6 +190,56 @@ impl RunContext {
             return Err(StoreError::RunNotFound(child));
         }
         Ok(record)
+    }
+}
+
+/// How long a parent's drive drives a child run before the child ends or first
+/// waits, unless its [`ChildOptions`] set another bound: 10 minutes. Longer than a
+/// workflow tool's 30 s, as a child run is often a whole agent, with several model
+/// turns before it first waits.
+pub const DEFAULT_CHILD_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How [`RunContext::start_child_with`] starts a child run.
+///
+/// - `timeout` (default [`DEFAULT_CHILD_TIMEOUT`], 10 minutes; zero means 24 hours)
+///   bounds how long the parent's drive drives the child before it ends or first
+///   waits: a child that hangs (a step that never returns) would otherwise hold its
+///   parent's drive forever. When it runs out, the child's step in flight is
+///   dropped and the child is cancelled; the parent's inbox gets its
+///   [`ChildEnded`] with status `cancelled`, [`ChildEnded::timed_out`] set and an
+///   `error` that says so, and the parent's drive goes on.
+/// - The timeout does not count the waiting: a child that waits (for a person's
+///   signal, a timer) keeps its parent waiting, durably, for as long as it takes;
+///   give the child's workflow a timer transition for a deadline of its own. Nor
+///   does it bound a child driven elsewhere (by a [`Worker`](crate::Worker), as
+///   when its workflow is not registered with the parent's runtime), which the
+///   parent's drive does not wait for.
+/// - Options are not stored with the child: after a crash, the drive that resumes
+///   the parent drives the children it finds with the default timeout (a
+///   transition that runs again and starts the same child sets its own again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildOptions {
+    timeout: Duration,
+}
+
+impl Default for ChildOptions {
+    fn default() -> Self {
+        Self { timeout: DEFAULT_CHILD_TIMEOUT }
+    }
+}
+
+impl ChildOptions {
+    /// The defaults: a timeout of [`DEFAULT_CHILD_TIMEOUT`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets how long the parent's drive drives the child before it ends or first
+    /// waits (10 minutes unless set; zero means 24 hours).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = if timeout.is_zero() { Duration::from_secs(24 * 60 * 60) } else { timeout };
+        self
     }
 }
 
@@ -194,6 +273,8 @@ pub(crate) struct StartedChild {
     /// waiting; one a resumed run's dead drive started also if it is running and its
     /// lease ran out (its driver died with the parent's).
     pub(crate) wake: Wake,
+    /// How long the drive drives it before it ends or first waits.
+    pub(crate) timeout: Duration,
 }
 
 /// The parent a child run tells when it ends.
@@ -220,8 +301,12 @@ pub(crate) fn child_ended(
     error: Option<String>,
 ) -> Option<crate::store::OutSignal> {
     let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
-    let ended = ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
-    let payload = serde_json::value::to_raw_value(&ended).ok()?;
+    signal_parent(parent, &ChildEnded::new(child, workflow, status, output, error))
+}
+
+/// The signal that tells `parent` the child's end `ended`.
+pub(crate) fn signal_parent(parent: &Parent, ended: &ChildEnded) -> Option<crate::store::OutSignal> {
+    let payload = serde_json::value::to_raw_value(ended).ok()?;
     Some(crate::store::OutSignal::new(parent.run_id, parent.signal.clone(), payload))
 }
 
@@ -264,6 +349,7 @@ mod tests {
             status: RunStatus::Completed,
             output: Some(serde_json::json!({"ok": true})),
             error: None,
+            timed_out: false,
         };
         let json = serde_json::to_value(&ended).unwrap();
         assert_eq!(serde_json::from_value::<ChildEnded>(json).unwrap(), ended);

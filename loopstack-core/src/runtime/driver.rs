@@ -96,7 +96,8 @@ async fn left_children(store: &dyn crate::store::Store, parent: RunId) -> Result
     let mut children = Vec::new();
     loop {
         let page = store.list_runs(&query).await?;
-        children.extend(page.runs.iter().map(|c| StartedChild { run_id: c.run_id, wake: Wake::Recover }));
+        let timeout = crate::children::DEFAULT_CHILD_TIMEOUT;
+        children.extend(page.runs.iter().map(|c| StartedChild { run_id: c.run_id, wake: Wake::Recover, timeout }));
         match page.next {
             Some(cursor) => query = query.before(cursor),
             None => break,

@@ -429,7 +429,7 @@ impl Runtime {
     /// cancelled at once, and a run another driver holds is taken over (that driver's
     /// next write is refused). The run keeps its last checkpoint.
     pub async fn cancel(&self, run_id: RunId, reason: impl Into<String>) -> Result<(), StoreError> {
-        let parent = self.cancel_one(run_id, reason.into()).await?;
+        let parent = self.cancel_one(run_id, reason.into(), false).await?;
         // Its children go with it, and a parent learns that its child ended.
         cancel_children(self, run_id, "the parent run was cancelled").await;
         if let Some(parent) = parent {
@@ -438,8 +438,22 @@ impl Runtime {
         Ok(())
     }
 
-    /// Cancels one run, telling its parent; returns the parent.
-    async fn cancel_one(&self, run_id: RunId, reason: String) -> Result<Option<RunId>, StoreError> {
+    /// Cancels child run `child` that its parent's drive drove past its `timeout`
+    /// (the drive of it was dropped), and its children; the parent's inbox gets its
+    /// end, marked as timed out, and the parent's drive reads it next.
+    async fn time_out_child(&self, child: RunId, timeout: Duration) {
+        let reason = format!("the child run timed out after {timeout:?}: it did not end or wait in that time");
+        match self.cancel_one(child, reason, true).await {
+            Ok(_) => cancel_children(self, child, "the parent run was cancelled").await,
+            // It ended just then: its end is in the parent's inbox.
+            Err(StoreError::Finished { .. }) => {}
+            Err(e) => tracing::warn!(child = %child, error = %e, "could not cancel a child run that timed out"),
+        }
+    }
+
+    /// Cancels one run, telling its parent (that it timed out, if it did); returns
+    /// the parent.
+    async fn cancel_one(&self, run_id: RunId, reason: String, timed_out: bool) -> Result<Option<RunId>, StoreError> {
         let reason = self.inner.redact_text(&reason).into_owned();
         let claimed = self
             .inner
@@ -448,7 +462,10 @@ impl Runtime {
             .await?;
         let parent = crate::children::parent_of(&claimed);
         let notify = parent.as_ref().and_then(|p| {
-            crate::children::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
+            let mut ended =
+                crate::ChildEnded::new(run_id, &*claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()));
+            ended.timed_out = timed_out;
+            crate::children::signal_parent(p, &ended)
         });
         self.inner
             .store()
@@ -576,7 +593,7 @@ async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
                 }
             };
             for child in page.runs.iter().filter(|c| !c.status.is_finished()) {
-                match runtime.cancel_one(child.run_id, reason.to_owned()).await {
+                match runtime.cancel_one(child.run_id, reason.to_owned(), false).await {
                     Ok(_) | Err(StoreError::Finished { .. }) => stack.push(child.run_id),
                     Err(e) => tracing::warn!(child = %child.run_id, error = %e, "could not cancel a child run"),
                 }

@@ -403,7 +403,7 @@ impl<W: Workflow> RunLoop<'_, W> {
 /// took is left to it; a failed child recorded its failure and told its parent.
 async fn drive_children(runtime: &super::Runtime, children: Vec<StartedChild>) {
     use futures::StreamExt as _;
-    let drives = children.into_iter().map(|StartedChild { run_id: child, wake }| async move {
+    let drives = children.into_iter().map(|StartedChild { run_id: child, wake, timeout }| async move {
         let record = match runtime.store().load_run(child).await {
             Ok(record) => record,
             Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
@@ -411,7 +411,10 @@ async fn drive_children(runtime: &super::Runtime, children: Vec<StartedChild>) {
         let Some(wf) = runtime.inner.workflow(&record.workflow) else {
             return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
         };
-        match wf.wake(runtime, child, wake, false).await {
+        let Ok(driven) = tokio::time::timeout(timeout, wf.wake(runtime, child, wake, false)).await else {
+            return runtime.time_out_child(child, timeout).await;
+        };
+        match driven {
             // Another driver holds it, or it ended: it is not this drive's to drive.
             Ok(_) | Err(RunError::InvalidStatus { .. } | RunError::Store(StoreError::Leased { .. })) => {}
             Err(e) => tracing::info!(child = %child, error = %runtime.inner.redact_text(&e.to_string()), "a child run ended with an error"),
