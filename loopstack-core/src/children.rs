@@ -13,7 +13,9 @@
 //! drive of the parent that started them, when the parent next waits or ends (up to
 //! [`Runtime::child_concurrency`] at once, the parent's lease renewed meanwhile);
 //! children of other workflows wait, queued, for a [`Worker`](crate::Worker) that
-//! has them.
+//! has them. When the parent's process dies first, the drive that resumes the
+//! parent ([`Runtime::resume`]) drives the children it left: those still queued,
+//! and those left running once their lease ran out.
 //!
 //! A child is created when [`RunContext::start_child`] is called, not when the
 //! transition commits: a transition that fails after starting children fails its
@@ -25,16 +27,22 @@
 //! parent's workflow drives it on.
 //!
 //! [`RunContext::start_child`]: crate::RunContext::start_child
-//! [`Runtime::register`]: crate::Runtime::register
 //! [`Runtime::child_concurrency`]: crate::Runtime::child_concurrency
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::store::{RunId, RunStatus};
+use crate::context::RunContext;
+use crate::document::CheckedError;
+use crate::runtime::registry::Wake;
+use crate::store::{RunId, RunRecord, RunStatus};
+use crate::workflow::Workflow;
+use crate::{Runtime, StoreError};
 
 /// The payload of the signal a child run sends its parent when it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +60,10 @@ pub struct ChildEnded {
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whether it was cancelled because its parent's drive drove it longer than its
+    /// [`ChildOptions::timeout`] (its `status` is then `cancelled`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 impl ChildEnded {
@@ -63,7 +75,7 @@ impl ChildEnded {
         output: Option<Value>,
         error: Option<String>,
     ) -> Self {
-        Self { child, workflow: workflow.into(), status, output, error }
+        Self { child, workflow: workflow.into(), status, output, error, timed_out: false }
     }
 
     /// Whether the child completed.
@@ -91,10 +103,211 @@ impl JsonSchema for ChildEnded {
                 "status": {"type": "string", "enum": ["completed", "failed", "cancelled"]},
                 "output": {},
                 "error": {"type": "string"},
+                "timed_out": {"type": "boolean"},
             },
             "required": ["child", "workflow", "status"],
         })
     }
+}
+
+impl RunContext {
+    /// Starts a child run of `workflow` with `input`, and returns its id. When it
+    /// ends, the store puts a [`ChildEnded`] signal named `signal` in this run's
+    /// inbox: name a wait transition of this workflow that takes `ChildEnded` and
+    /// routes on once the children it waits for have ended. See the [module
+    /// documentation](self).
+    ///
+    /// The child is created at once, queued, with an id made from this run, the
+    /// step this transition commits as and the number of children it started
+    /// before: when a crash makes the transition run again, the same child is found
+    /// and nothing is started twice. If `workflow` is registered with the runtime
+    /// ([`Runtime::register`]) this drive drives the child when the run next waits
+    /// or ends; else a [`Worker`](crate::Worker) that has it does.
+    ///
+    /// The parent's drive drives the child for at most [`DEFAULT_CHILD_TIMEOUT`]
+    /// before it ends or first waits; [`RunContext::start_child_with`] sets another
+    /// bound.
+    ///
+    /// Errors when the input's state would not read back, or the store fails.
+    pub async fn start_child<W: Workflow>(
+        &mut self,
+        workflow: &W,
+        input: W::Input,
+        signal: &'static str,
+    ) -> Result<RunId, ChildError> {
+        self.start_child_with(workflow, input, signal, ChildOptions::default()).await
+    }
+
+    /// Starts a child run as [`RunContext::start_child`] does, with `options`:
+    ///
+    /// ```
+    /// # use loopstack_core::*;
+    /// # async fn demo<W: Workflow>(cx: &mut RunContext, review: &W, input: W::Input) -> Result<(), ChildError> {
+    /// let options = ChildOptions::new().timeout(std::time::Duration::from_secs(120));
+    /// let child = cx.start_child_with(review, input, "reviewed", options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_child_with<W: Workflow>(
+        &mut self,
+        workflow: &W,
+        input: W::Input,
+        signal: &'static str,
+        options: ChildOptions,
+    ) -> Result<RunId, ChildError> {
+        let def = workflow.definition();
+        let child = child_run_id(self.run_id, self.step + 1, self.children_started());
+        let runtime: &Runtime = &self.runtime;
+        match runtime.store().load_run(child).await {
+            Ok(_) => {}
+            Err(StoreError::RunNotFound(_)) => {
+                let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
+                    CheckedError::Unreadable(why, _) => {
+                        ChildError::Input { workflow: def.name(), reason: why.to_string() }
+                    }
+                    CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
+                })?;
+                let state = runtime.redact(state);
+                let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
+                    .queued()
+                    .child_of(self.run_id, signal);
+                runtime.store().create_run(new).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.child_started(StartedChild { run_id: child, wake: Wake::IfIdle, timeout: options.timeout });
+        Ok(child)
+    }
+
+    /// The record of child run `child` of this run, as the store has it now: its
+    /// status, its state (its output once it completed), its error. Read-only: a
+    /// transition's writes reach the store only with its commit.
+    ///
+    /// Errors with [`StoreError::RunNotFound`] when no run `child` exists or it is
+    /// not a child of this run.
+    pub async fn child_run(&self, child: RunId) -> Result<RunRecord, StoreError> {
+        let record = self.runtime.store().load_run(child).await?;
+        if record.parent != Some(self.run_id) {
+            return Err(StoreError::RunNotFound(child));
+        }
+        Ok(record)
+    }
+}
+
+/// How long a parent's drive drives a child run before the child ends or first
+/// waits, unless its [`ChildOptions`] set another bound: 10 minutes. Longer than a
+/// workflow tool's 30 s, as a child run is often a whole agent, with several model
+/// turns before it first waits.
+pub const DEFAULT_CHILD_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How [`RunContext::start_child_with`] starts a child run.
+///
+/// - `timeout` (default [`DEFAULT_CHILD_TIMEOUT`], 10 minutes; zero means 24 hours)
+///   bounds how long the parent's drive drives the child before it ends or first
+///   waits: a child that hangs (a step that never returns) would otherwise hold its
+///   parent's drive forever. When it runs out, the child's step in flight is
+///   dropped and the child is cancelled; the parent's inbox gets its
+///   [`ChildEnded`] with status `cancelled`, [`ChildEnded::timed_out`] set and an
+///   `error` that says so, and the parent's drive goes on.
+/// - The timeout does not count the waiting: a child that waits (for a person's
+///   signal, a timer) keeps its parent waiting, durably, for as long as it takes;
+///   give the child's workflow a timer transition for a deadline of its own. Nor
+///   does it bound a child driven elsewhere (by a [`Worker`](crate::Worker), as
+///   when its workflow is not registered with the parent's runtime), which the
+///   parent's drive does not wait for.
+/// - Options are not stored with the child: after a crash, the drive that resumes
+///   the parent drives the children it finds with the default timeout (a
+///   transition that runs again and starts the same child sets its own again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildOptions {
+    timeout: Duration,
+}
+
+impl Default for ChildOptions {
+    fn default() -> Self {
+        Self { timeout: DEFAULT_CHILD_TIMEOUT }
+    }
+}
+
+impl ChildOptions {
+    /// The defaults: a timeout of [`DEFAULT_CHILD_TIMEOUT`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets how long the parent's drive drives the child before it ends or first
+    /// waits (10 minutes unless set; zero means 24 hours).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = if timeout.is_zero() { Duration::from_secs(24 * 60 * 60) } else { timeout };
+        self
+    }
+}
+
+/// Why a child run could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChildError {
+    /// The child's first state would not read back.
+    #[error("the input of child workflow `{workflow}` cannot be stored: {reason}")]
+    Input {
+        /// The child's workflow.
+        workflow: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<ChildError> for crate::TransitionError {
+    fn from(e: ChildError) -> Self {
+        Self::Failed(Box::new(e))
+    }
+}
+
+/// A child run a drive drives when its run next waits or ends.
+pub(crate) struct StartedChild {
+    pub(crate) run_id: RunId,
+    /// How it is claimed: a child this drive started only if it is queued or
+    /// waiting; one a resumed run's dead drive started also if it is running and its
+    /// lease ran out (its driver died with the parent's).
+    pub(crate) wake: Wake,
+    /// How long the drive drives it before it ends or first waits.
+    pub(crate) timeout: Duration,
+}
+
+/// The parent a child run tells when it ends.
+pub(crate) struct Parent {
+    /// The parent run.
+    pub(crate) run_id: RunId,
+    /// The parent's wait transition that takes the child's [`ChildEnded`].
+    pub(crate) signal: String,
+}
+
+/// The parent run `record` tells when it ends, if it is a child.
+pub(crate) fn parent_of(record: &RunRecord) -> Option<Parent> {
+    let signal: &str = record.parent_signal.as_deref()?;
+    Some(Parent { run_id: record.parent?, signal: signal.to_owned() })
+}
+
+/// The signal that tells a child's parent how it ended.
+pub(crate) fn child_ended(
+    parent: &Parent,
+    child: RunId,
+    workflow: &str,
+    status: RunStatus,
+    output: Option<&RawValue>,
+    error: Option<String>,
+) -> Option<crate::store::OutSignal> {
+    let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
+    signal_parent(parent, &ChildEnded::new(child, workflow, status, output, error))
+}
+
+/// The signal that tells `parent` the child's end `ended`.
+pub(crate) fn signal_parent(parent: &Parent, ended: &ChildEnded) -> Option<crate::store::OutSignal> {
+    let payload = serde_json::value::to_raw_value(ended).ok()?;
+    Some(crate::store::OutSignal::new(parent.run_id, parent.signal.clone(), payload))
 }
 
 /// The id of the `seq`-th child a transition starts, from its parent run and the
@@ -138,6 +351,7 @@ mod tests {
             status: RunStatus::Completed,
             output: Some(serde_json::json!({"ok": true})),
             error: None,
+            timed_out: false,
         };
         let json = serde_json::to_value(&ended).unwrap();
         assert_eq!(serde_json::from_value::<ChildEnded>(json).unwrap(), ended);

@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
 use crate::events::{EventHub, EventKind};
 use crate::runtime::Runtime;
-use crate::store::{RunId, Store};
-use crate::workflow::Workflow;
+use crate::store::RunId;
 
 /// What a transition method can reach: the run's documents, its id and place, and
 /// its cancellation.
@@ -36,7 +35,7 @@ pub struct RunContext {
     pub(crate) runtime: Runtime,
     /// Child runs this transition started, in order; how many it started is the
     /// sequence number of the next one's id.
-    children: Vec<RunId>,
+    children: Vec<crate::children::StartedChild>,
     /// The typed values of the documents saved last with [`RunContext::save_shared`]
     /// (at most [`SHARED_KEPT`]), by the document's identity: a read of one is a
     /// reference count, not a parse (a conversation is read at every model turn).
@@ -156,20 +155,20 @@ impl RunContext {
     /// work only events need, such as streaming a model's reply.
     #[inline]
     pub fn events_enabled(&self) -> bool {
-        self.runtime.inner.events.enabled()
+        self.runtime.events().enabled()
     }
 
     /// Reports an event of this run to the runtime's subscribers. `kind` is called
     /// only when someone listens, so building the event costs nothing otherwise.
     #[inline]
     pub fn emit(&self, kind: impl FnOnce() -> EventKind) {
-        self.runtime.inner.events.emit(self.run_id, self.workflow, kind);
+        self.runtime.events().emit(self.run_id, self.workflow, kind);
     }
 
     /// A handle that reports events of this run from elsewhere, such as the tasks
     /// of a tool batch; cheap to clone.
     pub fn emitter(&self) -> Emitter {
-        Emitter { events: self.runtime.inner.events.clone(), run_id: self.run_id, workflow: self.workflow }
+        Emitter { events: self.runtime.events().clone(), run_id: self.run_id, workflow: self.workflow }
     }
 
     /// The runtime driving the run: to start runs of other workflows, or to read
@@ -178,58 +177,20 @@ impl RunContext {
         &self.runtime
     }
 
-    /// Starts a child run of `workflow` with `input`, and returns its id. When it
-    /// ends, the store puts a [`ChildEnded`](crate::ChildEnded) signal named
-    /// `signal` in this run's inbox: name a wait transition of this workflow that
-    /// takes `ChildEnded` and routes on once the children it waits for have ended.
-    /// See [`children`](crate::children).
-    ///
-    /// The child is created at once, queued, with an id made from this run, the
-    /// step this transition commits as and the number of children it started
-    /// before: when a crash makes the transition run again, the same child is found
-    /// and nothing is started twice. If `workflow` is registered with the runtime
-    /// ([`Runtime::register`]) this drive drives the child when the run next waits
-    /// or ends; else a [`Worker`](crate::Worker) that has it does.
-    ///
-    /// Errors when the input's state would not read back, or the store fails.
-    pub async fn start_child<W: Workflow>(
-        &mut self,
-        workflow: &W,
-        input: W::Input,
-        signal: &'static str,
-    ) -> Result<RunId, ChildError> {
-        let def = workflow.definition();
-        let seq = self.children.len() as u64;
-        let child = crate::children::child_run_id(self.run_id, self.step + 1, seq);
-        match self.runtime.inner.store.load_run(child).await {
-            Ok(_) => {}
-            Err(crate::StoreError::RunNotFound(_)) => {
-                let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
-                    CheckedError::Unreadable(why, _) => {
-                        ChildError::Input { workflow: def.name(), reason: why.to_string() }
-                    }
-                    CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
-                })?;
-                let state = self.runtime.redact(state);
-                let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
-                    .queued()
-                    .child_of(self.run_id, signal);
-                self.runtime.inner.store.create_run(new).await?;
-            }
-            Err(e) => return Err(e.into()),
-        }
+    /// How many child runs this transition started so far: the sequence number of
+    /// the next one's id.
+    pub(crate) fn children_started(&self) -> u64 {
+        self.children.len() as u64
+    }
+
+    /// Records a child run this transition started, for the run loop to drive.
+    pub(crate) fn child_started(&mut self, child: crate::children::StartedChild) {
         self.children.push(child);
-        Ok(child)
     }
 
     /// The children this transition started, for the run loop to drive.
-    pub(crate) fn take_children(&mut self) -> Vec<RunId> {
+    pub(crate) fn take_children(&mut self) -> Vec<crate::children::StartedChild> {
         std::mem::take(&mut self.children)
-    }
-
-    /// The store the run is kept in.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.runtime.inner.store
     }
 
     /// Saves a typed document with the type's default tags.
@@ -292,7 +253,7 @@ impl RunContext {
         let saved = self.save_with(stored, options)?.clone();
         // What was stored may have been redacted: then reads parse that, never the
         // value with the secret.
-        if self.runtime.inner.secrets.is_empty() {
+        if self.runtime.secrets().is_empty() {
             if self.shared.len() == SHARED_KEPT {
                 self.shared.remove(0);
             }
@@ -340,7 +301,7 @@ impl RunContext {
 
     fn insert(&mut self, doc_type: Cow<'static, str>, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
         let SaveOptions { key, tags, mut metadata } = options;
-        let secrets = &self.runtime.inner.secrets;
+        let secrets = self.runtime.secrets();
         let content = if secrets.is_empty() {
             content
         } else {
@@ -433,26 +394,3 @@ impl Emitter {
 
 /// How many shared document values a context keeps ([`RunContext::save_shared`]).
 pub const SHARED_KEPT: usize = 16;
-
-/// Why a child run could not be started.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ChildError {
-    /// The child's first state would not read back.
-    #[error("the input of child workflow `{workflow}` cannot be stored: {reason}")]
-    Input {
-        /// The child's workflow.
-        workflow: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] crate::StoreError),
-}
-
-impl From<ChildError> for crate::TransitionError {
-    fn from(e: ChildError) -> Self {
-        Self::Failed(Box::new(e))
-    }
-}

@@ -65,8 +65,8 @@ pub use ::schemars;
 pub use ::serde;
 /// The serde_json loopstack uses.
 pub use ::serde_json;
-pub use children::ChildEnded;
-pub use context::{ChildError, Emitter, RunContext, SHARED_KEPT};
+pub use children::{ChildEnded, ChildError, ChildOptions, DEFAULT_CHILD_TIMEOUT};
+pub use context::{Emitter, RunContext, SHARED_KEPT};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, RunEvent, RunEvents};

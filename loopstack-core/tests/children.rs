@@ -323,3 +323,17 @@ async fn a_retried_parent_receives_the_ends_its_children_had_while_it_was_cancel
     assert_eq!(ended[1].status, RunStatus::Cancelled);
     assert_eq!(ended[1].child, report.state.children[1]);
 }
+
+#[tokio::test]
+async fn a_transition_reads_its_childs_record_and_no_other_run() {
+    let mut cx = RunContext::detached("parent");
+    let child = cx.start_child(&Child::default(), task(3), "child_done").await.unwrap();
+    let record = cx.child_run(child).await.unwrap();
+    assert_eq!((record.parent, record.status, &*record.workflow), (Some(cx.run_id()), RunStatus::Queued, "child"));
+
+    // A run that is not its child reads as not found, as one that does not exist.
+    let other = cx.runtime().submit(&Child::default(), task(4)).await.unwrap();
+    assert!(matches!(cx.child_run(other).await, Err(StoreError::RunNotFound(id)) if id == other));
+    let missing = RunId::new();
+    assert!(matches!(cx.child_run(missing).await, Err(StoreError::RunNotFound(id)) if id == missing));
+}

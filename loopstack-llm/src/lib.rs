@@ -46,7 +46,7 @@ mod workflow_tool;
 pub use agent::{
     Agent, AgentPlace, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
     DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL,
-    Repeats, ToolDecision, ToolDecisions, TypedAgent, UserMessage,
+    Repeats, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage,
 };
 pub use delegate::{
     CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,

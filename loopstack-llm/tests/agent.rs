@@ -162,3 +162,13 @@ async fn bad_tool_calls_reach_the_model_as_error_results() {
     assert!(result.is_error);
     assert_eq!(result.content, "invalid arguments for tool `get_weather`: missing field `location`");
 }
+
+#[test]
+fn the_tool_batch_outcome_keeps_its_stored_form() {
+    // Checkpoints store it as `[all_completed, errors]`; ones written before it had
+    // field names read back the same.
+    let state: loopstack_llm::AgentState = serde_json::from_value(json!({"tools_completed": [true, 2]})).unwrap();
+    let done = state.tools_completed.unwrap();
+    assert_eq!((done.all_completed, done.errors), (true, 2));
+    assert_eq!(serde_json::to_value(&state).unwrap()["tools_completed"], json!([true, 2]));
+}

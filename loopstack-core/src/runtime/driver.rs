@@ -6,34 +6,18 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
-use super::run_loop::{LeaseCfg, RunLoop};
+use super::registry::Wake;
+use super::run_loop::RunLoop;
+use super::shared::LeaseCfg;
+use super::state::{checkpoint_state, state_error};
 use super::{Drive, Mode, RunOutcome, RunReport, Runtime};
+use crate::children::{Parent, StartedChild, child_ended, parent_of};
 use crate::context::RunContext;
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
-use crate::store::{Claim, Lease, NewRun, RunId, RunRecord, RunStatus};
+use crate::store::{Claim, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
-
-pub(super) fn state_error(workflow: &'static str, run_id: RunId) -> impl FnOnce(serde_json::Error) -> RunError {
-    move |source| RunError::State { workflow, run_id, source }
-}
-
-/// Serializes a state to checkpoint, refusing one that would not read back
-/// ([`RunError::UnstorableState`]); `after` is the transition that left it.
-pub(super) fn checkpoint_state<S: serde::Serialize>(
-    state: &S,
-    workflow: &'static str,
-    run_id: RunId,
-    after: Option<&'static str>,
-) -> Result<Box<RawValue>, RunError> {
-    crate::document::to_checked_raw_value(state).map_err(|e| match e {
-        CheckedError::Unreadable(why, _) => {
-            RunError::UnstorableState { workflow, run_id, after, reason: why.to_string() }
-        }
-        CheckedError::Serialize(source) => RunError::State { workflow, run_id, source },
-    })
-}
 
 /// Checks that a stored run can be driven by `wf`: its workflow, its place (naming
 /// both table hashes when the place is gone) and its state.
@@ -75,27 +59,53 @@ fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(S
 
 /// A drive ready to loop: the claimed run and where it starts.
 struct Ready<S> {
-    /// The run's id, step, epoch and when it reached its place: all the loop needs of
-    /// the claimed record.
-    run: (RunId, u64, u64, crate::Timestamp),
+    /// All the loop needs of the claimed record.
+    run: ClaimedRun,
     place: &'static str,
     state: S,
     documents: Vec<Arc<Document>>,
     own_signal: Option<u64>,
     /// The parent to tell when the run ends, and the signal to tell it with.
     parent: Option<Parent>,
+    /// Children to drive at the run's next wait or end that this drive did not start.
+    children: Vec<StartedChild>,
 }
 
-/// A child run's parent and the name of the signal its end is sent as.
-pub(super) type Parent = (RunId, String);
-
-fn parts(record: &RunRecord) -> (RunId, u64, u64, crate::Timestamp) {
-    (record.run_id, record.step, record.epoch, record.place_since)
+/// What the loop needs of a claimed run's record.
+#[derive(Clone, Copy)]
+struct ClaimedRun {
+    run_id: RunId,
+    /// The steps it has taken.
+    step: u64,
+    /// The fencing epoch of this drive's claim.
+    epoch: u64,
+    /// When it reached its place: what its timers count from.
+    place_since: crate::Timestamp,
 }
 
-pub(super) fn parent_of(record: &RunRecord) -> Option<Parent> {
-    let signal: &str = record.parent_signal.as_deref()?;
-    Some((record.parent?, signal.to_owned()))
+fn parts(record: &RunRecord) -> ClaimedRun {
+    ClaimedRun { run_id: record.run_id, step: record.step, epoch: record.epoch, place_since: record.place_since }
+}
+
+/// The children of `parent` that are queued or running: those a dead drive of it
+/// started and did not see end, for a resumed drive to drive. A running one is
+/// claimed only once its lease ran out (a live driver keeps it), oldest first.
+async fn left_children(store: &dyn crate::store::Store, parent: RunId) -> Result<Vec<StartedChild>, StoreError> {
+    let mut query =
+        crate::store::RunQuery::new().parent(parent).status(RunStatus::Queued).status(RunStatus::Running).limit(500);
+    let mut children = Vec::new();
+    loop {
+        let page = store.list_runs(&query).await?;
+        let timeout = crate::children::DEFAULT_CHILD_TIMEOUT;
+        children.extend(page.runs.iter().map(|c| StartedChild { run_id: c.run_id, wake: Wake::Recover, timeout }));
+        match page.next {
+            Some(cursor) => query = query.before(cursor),
+            None => break,
+        }
+    }
+    // Pages list the newest first.
+    children.reverse();
+    Ok(children)
 }
 
 /// Sends `parent` the end of each of its children that ended without the parent
@@ -119,7 +129,7 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
                 continue;
             }
             let output = (child.status == RunStatus::Completed).then_some(&*child.state);
-            let parent_of = (parent, signal.to_owned());
+            let parent_of = Parent { run_id: parent, signal: signal.to_owned() };
             if let Some(out) =
                 child_ended(&parent_of, child.run_id, &child.workflow, child.status, output, child.error.clone())
             {
@@ -131,21 +141,6 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
             None => return Ok(()),
         }
     }
-}
-
-/// The signal that tells a child's parent how it ended.
-pub(super) fn child_ended(
-    parent: &Parent,
-    child: RunId,
-    workflow: &str,
-    status: RunStatus,
-    output: Option<&RawValue>,
-    error: Option<String>,
-) -> Option<crate::store::OutSignal> {
-    let output = output.and_then(|raw| serde_json::from_str(raw.get()).ok());
-    let ended = crate::ChildEnded { child, workflow: workflow.to_owned(), status, output, error };
-    let payload = serde_json::value::to_raw_value(&ended).ok()?;
-    Some(crate::store::OutSignal::new(parent.0, parent.1.clone(), payload))
 }
 
 /// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the
@@ -167,8 +162,8 @@ async fn prepare<W: Workflow>(
 ) -> Result<Prepared<W::State>, RunError> {
     let def = wf.definition();
     let name = def.name();
-    let store = &runtime.inner.store;
-    let new_lease = || lease.map(|l| Lease { owner: l.owner.to_string(), until: runtime.now() + l.duration });
+    let store = runtime.inner.store();
+    let new_lease = || lease.map(|l| l.from(runtime.now()));
     let claim = |expect: &[RunStatus]| {
         let claim = Claim::new(expect.to_vec());
         match new_lease() {
@@ -193,6 +188,7 @@ async fn prepare<W: Workflow>(
                 documents: Vec::new(),
                 own_signal: None,
                 parent: None,
+                children: Vec::new(),
             }
         }
         Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) | Mode::Recover(id) => {
@@ -204,6 +200,7 @@ async fn prepare<W: Workflow>(
             // Check before claiming, so a run this build cannot drive is left as it was.
             check_run(wf, &store.load_run(id).await?)?;
             let retry = matches!(mode, Mode::Retry(_));
+            let resume = matches!(mode, Mode::Resume(_) | Mode::Recover(_));
             let mut request = claim(expect);
             if matches!(mode, Mode::Recover(_)) {
                 request = request.only_expired(runtime.now());
@@ -216,19 +213,46 @@ async fn prepare<W: Workflow>(
             }
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            // A drive that died left the children it started queued, or running
+            // without a driver: this one drives them, as the dead one would have.
+            let children = if resume { left_children(store.as_ref(), id).await? } else { Vec::new() };
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children,
+            }
         }
         Mode::Claimed(record) => {
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+            }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
             let (place, state) = check_run(wf, &record)?;
             let documents = store.documents(record.run_id).await?;
-            Ready { run: parts(&record), place, state, documents, own_signal: None, parent: parent_of(&record) }
+            Ready {
+                run: parts(&record),
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+            }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
@@ -278,7 +302,15 @@ async fn prepare<W: Workflow>(
                     let (place, state) = check_run(wf, &record)?;
                     let documents = store.documents(id).await?;
                     let parent = parent_of(&record);
-                    Ready { run: parts(&record), place, state, documents, own_signal: Some(receipt.id), parent }
+                    Ready {
+                        run: parts(&record),
+                        place,
+                        state,
+                        documents,
+                        own_signal: Some(receipt.id),
+                        parent,
+                        children: Vec::new(),
+                    }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
@@ -300,12 +332,20 @@ async fn prepare<W: Workflow>(
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
     let name = wf.definition().name();
-    let lease = runtime.inner.lease.map(|duration| LeaseCfg { owner: runtime.inner.owner.clone(), duration });
+    let lease = runtime.inner.drive_lease();
     let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
-    let Ready { run: (run_id, step, epoch, place_since), place, mut state, documents, own_signal, parent } = ready;
+    let Ready {
+        run: ClaimedRun { run_id, step, epoch, place_since },
+        place,
+        mut state,
+        documents,
+        own_signal,
+        parent,
+        children,
+    } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
@@ -321,11 +361,16 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             lease: lease.as_ref(),
             own_signal,
             place_since,
-            clock: &runtime.inner.clock,
+            clock: runtime.inner.clock(),
             parent: parent.as_ref(),
-            children: Vec::new(),
+            children,
         };
-        let outcome = run_loop.run(&mut state, &mut cx).await;
+        let mut outcome = run_loop.run(&mut state, &mut cx).await;
+        // Whether this drive's write of the run's failure was refused: then the run
+        // did not end, and nothing else of its end may happen (its children, and
+        // the events, may be another driver's by now).
+        let mut end_refused = false;
+        let mut lost = None;
         match &outcome {
             Ok(RunOutcome::Completed) => {
                 tracing::info!(steps = cx.step, "run completed");
@@ -336,34 +381,48 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
             // A refused signal leaves the run waiting; the loop parked it again.
             Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. }) => {
                 let error = outcome.as_ref().err().map(ToString::to_string).unwrap_or_default();
-                tracing::info!(error = %runtime.inner.secrets.redact(&error), "signal refused");
+                tracing::info!(error = %runtime.inner.redact_text(&error), "signal refused");
             }
             // Another driver owns this run now: the run is theirs, not failed.
             Err(RunError::Store(e)) if e.is_lost_run() => {
                 tracing::warn!(error = %e, "another driver owns this run; this drive stops");
             }
             Err(e) => {
-                let error = runtime.inner.secrets.redact(&e.to_string()).into_owned();
+                let error = runtime.inner.redact_text(&e.to_string()).into_owned();
                 tracing::warn!(%error, "run failed");
                 let status =
                     if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
                 let fence = crate::store::Fence { epoch, step: cx.step };
                 let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-                if let Err(store_err) = cx.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
-                    tracing::error!(error = %store_err, "could not record the run's failure");
+                match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
+                    Ok(()) => {
+                        cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
+                        // Its children go with it.
+                        super::cancel_children(runtime, run_id, "the parent run ended").await;
+                    }
+                    // Another driver owns the run now: that is this drive's outcome.
+                    Err(store_err) if store_err.is_lost_run() => {
+                        tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
+                        (end_refused, lost) = (true, Some(store_err));
+                    }
+                    Err(store_err) => {
+                        tracing::error!(error = %store_err, "could not record the run's failure");
+                        end_refused = true;
+                    }
                 }
-                cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.secrets.redact(&e.to_string()).into_owned()) });
-                // Its children go with it.
-                super::cancel_children(runtime, run_id, "the parent run ended").await;
             }
+        }
+        if let Some(lost) = lost {
+            outcome = Err(RunError::Store(lost));
         }
         // A child that ended in a drive of its own wakes its parent, if this runtime
         // has the parent's workflow; a parent that drives its children itself reads
         // their ends from its inbox.
-        let ended = matches!(&outcome, Ok(RunOutcome::Completed))
-            || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run()));
-        if cascade && ended && let Some((parent_id, _)) = &parent {
-            Box::pin(super::wake_parent(runtime, *parent_id)).await;
+        let ended = !end_refused
+            && (matches!(&outcome, Ok(RunOutcome::Completed))
+                || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run())));
+        if cascade && ended && let Some(parent) = &parent {
+            Box::pin(super::wake_parent(runtime, parent.run_id)).await;
         }
         let outcome = outcome?;
         Ok(RunReport { run_id, outcome, state, steps: cx.step })

@@ -17,7 +17,12 @@ use crate::workflow::{IntoSignal, Workflow};
 mod driver;
 pub(crate) mod registry;
 mod run_loop;
+mod shared;
+mod state;
 mod worker;
+
+pub(crate) use shared::Clock;
+use shared::Shared;
 
 pub use worker::Worker;
 
@@ -53,25 +58,9 @@ pub const DEFAULT_CHILD_CONCURRENCY: usize = 8;
 #[derive(Clone)]
 pub struct Runtime {
     /// One allocation: a clone (each run context holds one) is one reference count.
-    pub(crate) inner: Arc<Shared>,
+    /// Private to the runtime's modules, which reach it through its methods.
+    inner: Arc<Shared>,
 }
-
-/// What a runtime's clones share.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) max_steps: u64,
-    pub(crate) owner: Arc<str>,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) clock: Clock,
-    pub(crate) events: crate::events::EventHub,
-    pub(crate) registry: registry::Registry,
-    pub(crate) child_concurrency: usize,
-    pub(crate) secrets: crate::secrets::Secrets,
-}
-
-/// What a runtime reads the time from for timers and leases.
-pub(crate) type Clock = Arc<dyn Fn() -> crate::Timestamp + Send + Sync>;
 
 impl Default for Runtime {
     fn default() -> Self {
@@ -82,10 +71,10 @@ impl Default for Runtime {
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("max_steps", &self.inner.max_steps)
-            .field("owner", &self.inner.owner)
-            .field("lease", &self.inner.lease)
-            .field("workflows", &self.inner.registry)
+            .field("max_steps", &self.inner.max_steps())
+            .field("owner", &self.inner.owner())
+            .field("lease", &self.inner.lease_duration())
+            .field("workflows", self.inner.registry())
             .finish_non_exhaustive()
     }
 }
@@ -139,27 +128,14 @@ impl Runtime {
 
     /// A runtime with a shared store.
     pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
-        let lease = store.lease_duration();
-        let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
-        let shared = Shared {
-            store,
-            max_steps: DEFAULT_MAX_STEPS,
-            owner: owner.into(),
-            lease,
-            clock: Arc::new(crate::Timestamp::now),
-            events: crate::events::EventHub::new(),
-            registry: registry::Registry::default(),
-            child_concurrency: DEFAULT_CHILD_CONCURRENCY,
-            secrets: crate::secrets::Secrets::new(),
-        };
-        Self { inner: Arc::new(shared) }
+        Self { inner: Arc::new(Shared::new(store)) }
     }
 
     /// Sets the default step limit of a drive (1,000 unless set): how many
     /// transitions one start, resume, signal or retry may take.
     #[must_use]
     pub fn max_steps(mut self, max_steps: u64) -> Self {
-        Arc::make_mut(&mut self.inner).max_steps = max_steps;
+        Arc::make_mut(&mut self.inner).set_max_steps(max_steps);
         self
     }
 
@@ -168,7 +144,7 @@ impl Runtime {
     /// it with every commit and, while a transition runs, every third of it.
     #[must_use]
     pub fn lease(mut self, lease: Option<Duration>) -> Self {
-        Arc::make_mut(&mut self.inner).lease = lease;
+        Arc::make_mut(&mut self.inner).set_lease(lease);
         self
     }
 
@@ -176,21 +152,21 @@ impl Runtime {
     /// unless set).
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        Arc::make_mut(&mut self.inner).owner = owner.into().into();
+        Arc::make_mut(&mut self.inner).set_owner(owner.into().into());
         self
     }
 
-    /// Sets the clock timer transitions are checked against (the system clock unless
-    /// set): for tests that let hours pass at once.
+    /// Sets the clock of timer transitions, leases and the timestamps of steps (the
+    /// system clock unless set): for tests that let hours pass at once.
     #[must_use]
     pub fn clock(mut self, clock: impl Fn() -> crate::Timestamp + Send + Sync + 'static) -> Self {
-        Arc::make_mut(&mut self.inner).clock = Arc::new(clock);
+        Arc::make_mut(&mut self.inner).set_clock(Clock::new(clock));
         self
     }
 
     /// The current time by this runtime's clock.
     pub fn now(&self) -> crate::Timestamp {
-        (self.inner.clock)()
+        self.inner.now()
     }
 
     /// Registers `workflow` by its name: this runtime then drives its runs where it
@@ -203,7 +179,7 @@ impl Runtime {
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        Arc::make_mut(&mut self.inner).registry.insert(Arc::new(workflow), Some(serde_json::from_value));
+        Arc::make_mut(&mut self.inner).register(Arc::new(workflow), Some(serde_json::from_value));
         self
     }
 
@@ -213,46 +189,46 @@ impl Runtime {
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        Arc::make_mut(&mut self.inner).registry.insert(workflow, Some(serde_json::from_value));
+        Arc::make_mut(&mut self.inner).register(workflow, Some(serde_json::from_value));
         self
     }
 
     /// Registers a workflow whose input does not read from JSON: it cannot be
     /// started by name.
     pub(crate) fn register_opaque<W: Workflow>(&mut self, workflow: Arc<W>) {
-        if self.inner.registry.get(workflow.definition().name()).is_some() {
+        if self.inner.workflow(workflow.definition().name()).is_some() {
             // Registered with its JSON input already: keep that.
             return;
         }
-        Arc::make_mut(&mut self.inner).registry.insert(workflow, None);
+        Arc::make_mut(&mut self.inner).register(workflow, None);
     }
 
     /// The names of the registered workflows, sorted.
     pub fn workflows(&self) -> Vec<&'static str> {
-        self.inner.registry.names()
+        self.inner.registry().names()
     }
 
     /// The transition table of the registered workflow `workflow`: its places,
     /// transitions, wait transitions with their payload schemas, and diagram.
     pub fn definition_of(&self, workflow: &str) -> Option<&'static crate::Definition> {
-        self.inner.registry.get(workflow).map(|w| w.definition())
+        self.inner.workflow(workflow).map(|w| w.definition())
     }
 
     /// The JSON Schema of a registered workflow's input ([`Workflow::input_schema`]),
     /// if it is registered and has one.
     pub fn input_schema_of(&self, workflow: &str) -> Option<Value> {
-        self.inner.registry.get(workflow).and_then(|w| w.input_schema())
+        self.inner.workflow(workflow).and_then(|w| w.input_schema())
     }
 
     /// Whether a workflow of this name is registered.
     pub fn is_registered(&self, workflow: &str) -> bool {
-        self.inner.registry.get(workflow).is_some()
+        self.inner.workflow(workflow).is_some()
     }
 
     /// Sets how many child runs one drive drives at once (8 unless set; at least 1).
     #[must_use]
     pub fn child_concurrency(mut self, concurrency: usize) -> Self {
-        Arc::make_mut(&mut self.inner).child_concurrency = concurrency.max(1);
+        Arc::make_mut(&mut self.inner).set_child_concurrency(concurrency);
         self
     }
 
@@ -270,7 +246,7 @@ impl Runtime {
     /// another driver holds is left to it ([`RunError::Store`] with
     /// [`StoreError::Leased`] or [`RunError::InvalidStatus`]).
     pub async fn drive_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store.load_run(run_id).await?;
+        let record = self.inner.store().load_run(run_id).await?;
         let wf = self.registered(&record.workflow)?;
         wf.wake(self, run_id, registry::Wake::Recover, true).await
     }
@@ -297,7 +273,7 @@ impl Runtime {
     /// next wait, without waking its parent: for the parent's own step that waits
     /// for it. A run another driver holds is left to it ([`RunError::InvalidStatus`]).
     pub async fn drive_child(&self, child: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store.load_run(child).await?;
+        let record = self.inner.store().load_run(child).await?;
         self.registered(&record.workflow)?.wake(self, child, registry::Wake::IfIdle, false).await
     }
 
@@ -305,21 +281,21 @@ impl Runtime {
     /// workflow and drives it on, as [`Runtime::signal`] does without the
     /// workflow's type: for command lines and HTTP callers.
     pub async fn signal_by_name(&self, run_id: RunId, name: &str, payload: Value) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store.load_run(run_id).await?;
+        let record = self.inner.store().load_run(run_id).await?;
         self.registered(&record.workflow)?.signal_json(self, run_id, name.to_owned(), payload).await
     }
 
     /// Retries a failed or cancelled run of a registered workflow, as
     /// [`Runtime::retry`] does without the workflow's type.
     pub async fn retry_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store.load_run(run_id).await?;
+        let record = self.inner.store().load_run(run_id).await?;
         self.registered(&record.workflow)?.retry(self, run_id).await
     }
 
     pub(crate) fn registered(&self, workflow: &str) -> Result<&Arc<dyn registry::Drivable>, RunError> {
-        self.inner.registry.get(workflow).ok_or_else(|| RunError::UnknownWorkflow {
+        self.inner.workflow(workflow).ok_or_else(|| RunError::UnknownWorkflow {
             workflow: workflow.to_owned(),
-            registered: self.inner.registry.names(),
+            registered: self.inner.registry().names(),
         })
     }
 
@@ -333,24 +309,31 @@ impl Runtime {
     /// and as serde_json escapes it; JSON written by other means with other escapes
     /// (`\u0073k-...`) is not searched.
     pub fn secrets(&self) -> &crate::secrets::Secrets {
-        &self.inner.secrets
+        self.inner.secrets()
     }
 
     /// A state or document's JSON with the runtime's secrets redacted.
     pub(crate) fn redact(&self, value: Box<serde_json::value::RawValue>) -> Box<serde_json::value::RawValue> {
-        if self.inner.secrets.is_empty() { value } else { crate::secrets::redact_raw(&self.inner.secrets, value) }
+        let secrets = self.inner.secrets();
+        if secrets.is_empty() { value } else { crate::secrets::redact_raw(secrets, value) }
     }
 
     /// Subscribes to the events of every run this runtime (or a clone of it)
     /// drives from now on: transitions, model text as it streams, tool calls,
     /// usage, waits and how each drive ended. See [`events`](crate::events).
     pub fn subscribe(&self) -> crate::RunEvents {
-        self.inner.events.subscribe()
+        self.inner.events().subscribe()
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+        self.inner.store()
+    }
+
+    /// The run events' subscribers, for the contexts of the runs this runtime drives.
+    #[inline]
+    pub(crate) fn events(&self) -> &crate::events::EventHub {
+        self.inner.events()
     }
 
     /// Starts a run of `workflow` with `input`; await the returned builder to drive it
@@ -362,7 +345,9 @@ impl Runtime {
     /// Continues a run from its last checkpoint: one whose process died while it
     /// ran, or a queued one. It takes the run over from any other driver (whose
     /// writes are then refused). A waiting run stays waiting, unless a signal is in
-    /// its inbox.
+    /// its inbox or a timer is due. The run's children that the dead drive left
+    /// queued, or running once their lease ran out, are driven as the drive that
+    /// started them would have (when the run next waits or ends).
     pub fn resume<'a, W: Workflow>(&'a self, workflow: &'a W, run_id: RunId) -> Drive<'a, W> {
         Drive::new(self, workflow, Mode::Resume(run_id))
     }
@@ -414,8 +399,11 @@ impl Runtime {
         let def = workflow.definition();
         let run_id = RunId::new();
         let state = workflow.init(input);
-        let value = self.redact(driver::checkpoint_state(&state, def.name(), run_id, None)?);
-        self.inner.store.create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()).await?;
+        let value = self.redact(state::checkpoint_state(&state, def.name(), run_id, None)?);
+        self.inner
+            .store()
+            .create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued())
+            .await?;
         Ok(run_id)
     }
 
@@ -424,7 +412,7 @@ impl Runtime {
     /// the run as it then is.
     pub async fn wait_for(&self, run_id: RunId, poll: Duration) -> Result<crate::RunRecord, StoreError> {
         loop {
-            let record = self.inner.store.load_run(run_id).await?;
+            let record = self.inner.store().load_run(run_id).await?;
             if !matches!(record.status, RunStatus::Queued | RunStatus::Running) {
                 return Ok(record);
             }
@@ -441,7 +429,7 @@ impl Runtime {
     /// cancelled at once, and a run another driver holds is taken over (that driver's
     /// next write is refused). The run keeps its last checkpoint.
     pub async fn cancel(&self, run_id: RunId, reason: impl Into<String>) -> Result<(), StoreError> {
-        let parent = self.cancel_one(run_id, reason.into()).await?;
+        let parent = self.cancel_one(run_id, reason.into(), false).await?;
         // Its children go with it, and a parent learns that its child ended.
         cancel_children(self, run_id, "the parent run was cancelled").await;
         if let Some(parent) = parent {
@@ -450,31 +438,48 @@ impl Runtime {
         Ok(())
     }
 
-    /// Cancels one run, telling its parent; returns the parent.
-    async fn cancel_one(&self, run_id: RunId, reason: String) -> Result<Option<RunId>, StoreError> {
-        let reason = self.inner.secrets.redact(&reason).into_owned();
+    /// Cancels child run `child` that its parent's drive drove past its `timeout`
+    /// (the drive of it was dropped), and its children; the parent's inbox gets its
+    /// end, marked as timed out, and the parent's drive reads it next.
+    async fn time_out_child(&self, child: RunId, timeout: Duration) {
+        let reason = format!("the child run timed out after {timeout:?}: it did not end or wait in that time");
+        match self.cancel_one(child, reason, true).await {
+            Ok(_) => cancel_children(self, child, "the parent run was cancelled").await,
+            // It ended just then: its end is in the parent's inbox.
+            Err(StoreError::Finished { .. }) => {}
+            Err(e) => tracing::warn!(child = %child, error = %e, "could not cancel a child run that timed out"),
+        }
+    }
+
+    /// Cancels one run, telling its parent (that it timed out, if it did); returns
+    /// the parent.
+    async fn cancel_one(&self, run_id: RunId, reason: String, timed_out: bool) -> Result<Option<RunId>, StoreError> {
+        let reason = self.inner.redact_text(&reason).into_owned();
         let claimed = self
             .inner
-            .store
+            .store()
             .claim(run_id, &Claim::new([RunStatus::Queued, RunStatus::Running, RunStatus::Waiting]))
             .await?;
-        let parent = driver::parent_of(&claimed);
+        let parent = crate::children::parent_of(&claimed);
         let notify = parent.as_ref().and_then(|p| {
-            driver::child_ended(p, run_id, &claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()))
+            let mut ended =
+                crate::ChildEnded::new(run_id, &*claimed.workflow, RunStatus::Cancelled, None, Some(reason.clone()));
+            ended.timed_out = timed_out;
+            crate::children::signal_parent(p, &ended)
         });
         self.inner
-            .store
+            .store()
             .set_status(run_id, claimed.fence(), RunStatus::Cancelled, Some(reason.clone()), notify)
             .await?;
-        if self.inner.events.enabled() {
-            self.inner.events.send(crate::RunEvent {
+        if self.inner.events().enabled() {
+            self.inner.events().send(crate::RunEvent {
                 run_id,
                 workflow: claimed.workflow,
                 at: self.now(),
                 kind: crate::EventKind::Finished { status: RunStatus::Cancelled, error: Some(reason) },
             });
         }
-        Ok(parent.map(|(p, _)| p))
+        Ok(parent.map(|p| p.run_id))
     }
 }
 
@@ -514,7 +519,7 @@ impl<'a, W: Workflow> Drive<'a, W> {
             workflow,
             mode,
             run_id: None,
-            max_steps: runtime.inner.max_steps,
+            max_steps: runtime.inner.max_steps(),
             cancellation: None,
             cascade: true,
         }
@@ -553,17 +558,17 @@ impl<'a, W: Workflow> IntoFuture for Drive<'a, W> {
 /// Wakes a parent whose child ended, if this runtime has its workflow and nobody
 /// else drives it; a failure is logged, not returned: the child's drive is done.
 async fn wake_parent(runtime: &Runtime, parent: RunId) {
-    let record = match runtime.inner.store.load_run(parent).await {
+    let record = match runtime.inner.store().load_run(parent).await {
         Ok(record) => record,
         Err(e) => return tracing::warn!(parent = %parent, error = %e, "could not load the parent run"),
     };
-    let Some(wf) = runtime.inner.registry.get(&record.workflow) else {
+    let Some(wf) = runtime.inner.workflow(&record.workflow) else {
         return tracing::debug!(parent = %parent, "the parent's workflow is not registered here; a worker wakes it");
     };
     match wf.wake(runtime, parent, registry::Wake::IfIdle, true).await {
         Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
         Err(e) => {
-            tracing::info!(parent = %parent, error = %runtime.inner.secrets.redact(&e.to_string()), "the woken parent's drive ended with an error")
+            tracing::info!(parent = %parent, error = %runtime.inner.redact_text(&e.to_string()), "the woken parent's drive ended with an error")
         }
     }
 }
@@ -580,7 +585,7 @@ async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
             .status(RunStatus::Waiting)
             .limit(500);
         loop {
-            let page = match runtime.inner.store.list_runs(&query).await {
+            let page = match runtime.inner.store().list_runs(&query).await {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(run_id = %parent, error = %e, "could not list the run's children");
@@ -588,7 +593,7 @@ async fn cancel_children(runtime: &Runtime, run_id: RunId, reason: &str) {
                 }
             };
             for child in page.runs.iter().filter(|c| !c.status.is_finished()) {
-                match runtime.cancel_one(child.run_id, reason.to_owned()).await {
+                match runtime.cancel_one(child.run_id, reason.to_owned(), false).await {
                     Ok(_) | Err(StoreError::Finished { .. }) => stack.push(child.run_id),
                     Err(e) => tracing::warn!(child = %child.run_id, error = %e, "could not cancel a child run"),
                 }

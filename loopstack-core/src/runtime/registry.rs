@@ -170,7 +170,7 @@ impl<W: Workflow> Drivable for Registered<W> {
             }
             let input = self.input(child, input)?;
             let state =
-                runtime.redact(super::driver::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
+                runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
             let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
             runtime.store().create_run(new).await?;
             Ok(())

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -12,18 +11,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::RunOutcome;
-use super::driver::{checkpoint_state, state_error};
+use super::state::{checkpoint_state, state_error};
+use crate::children::{Parent, StartedChild, child_ended};
 use crate::context::RunContext;
 use crate::error::{RunError, StoreError};
 use crate::events::EventKind;
 use crate::store::{Checkpoint, Fence, Park, RunId, RunStatus, SignalRecord, StepRecord, Store, Timestamp};
 use crate::workflow::{END, Route, TransitionError, Workflow};
-
-/// The lease a drive holds and renews.
-pub(super) struct LeaseCfg {
-    pub(super) owner: Arc<str>,
-    pub(super) duration: Duration,
-}
 
 /// Routes at `place`, turning a panicking guard into an error instead of an unwind.
 pub(super) fn route<W: Workflow>(wf: &W, place: &str, state: &W::State, run_id: RunId) -> Result<Route, RunError> {
@@ -114,7 +108,7 @@ async fn with_heartbeat<F: Future>(
             () = &mut cancelled => return Err(Interrupted::Cancelled),
             r = &mut fut => return Ok(r),
             () = tokio::time::sleep(lease / 3) => {
-                match store.heartbeat(run_id, epoch, clock() + lease).await {
+                match store.heartbeat(run_id, epoch, clock.now() + lease).await {
                     Ok(()) => {}
                     Err(e @ StoreError::Fenced { .. }) => return Err(Interrupted::Lost(e)),
                     // A missed renewal is not fatal: the next one, or the commit, renews it.
@@ -130,7 +124,7 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) epoch: u64,
     pub(super) max_steps: u64,
     pub(super) watch_cancellation: bool,
-    pub(super) lease: Option<&'a LeaseCfg>,
+    pub(super) lease: Option<&'a super::shared::LeaseCfg>,
     /// The inbox id of the signal this drive was started for: tried first, and its
     /// refusal is this drive's error.
     pub(super) own_signal: Option<u64>,
@@ -138,9 +132,10 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) place_since: Timestamp,
     pub(super) clock: &'a super::Clock,
     /// The parent to tell, in the commit that ends the run.
-    pub(super) parent: Option<&'a super::driver::Parent>,
-    /// Children this drive started and has not driven yet.
-    pub(super) children: Vec<RunId>,
+    pub(super) parent: Option<&'a Parent>,
+    /// Children this drive started and has not driven yet (for a resumed run, also
+    /// those its dead drive left queued or running).
+    pub(super) children: Vec<StartedChild>,
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
@@ -172,14 +167,14 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
                 Route::Wait { signals } => {
                     let timers = timers(wf, from, state, run_id)?;
-                    let now = (self.clock)();
+                    let now = self.clock.now();
                     let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
                     let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-                    let inbox = cx.runtime.inner.store.inbox(run_id).await?;
+                    let inbox = cx.runtime.inner.store().inbox(run_id).await?;
                     // Boxed: waits are rare, and its future would otherwise sit in every
                     // run's future, waiting or not.
                     let picked = Box::pin(self.pick_signal(
-                        cx.runtime.inner.store.as_ref(),
+                        cx.runtime.inner.store().as_ref(),
                         run_id,
                         from,
                         &signals,
@@ -206,7 +201,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                         }
                         (None, None) => {
                             let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                            match cx.runtime.inner.store.park(run_id, &park).await {
+                            match cx.runtime.inner.store().park(run_id, &park).await {
                                 Ok(()) => {
                                     cx.emit(|| EventKind::Waiting {
                                         place: from.into(),
@@ -242,7 +237,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation.clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
+            let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -285,7 +280,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // from its checkpoint's state (the transition may have changed it before
                 // it failed, and a later signal of this drive must not commit that).
                 // Read back from the store: this path is rare, the common one keeps no copy.
-                let record = cx.runtime.inner.store.load_run(run_id).await?;
+                let record = cx.runtime.inner.store().load_run(run_id).await?;
                 *state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
                 let error = match err {
                     TransitionError::InvalidPayload(reason) => {
@@ -295,8 +290,8 @@ impl<W: Workflow> RunLoop<'_, W> {
                         RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
                     }
                 };
-                let reason = cx.runtime.inner.secrets.redact(&error.to_string()).into_owned();
-                cx.runtime.inner.store.reject_signal(run_id, self.epoch, id, &reason).await?;
+                let reason = cx.runtime.inner.redact_text(&error.to_string()).into_owned();
+                cx.runtime.inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(error);
                 }
@@ -312,20 +307,25 @@ impl<W: Workflow> RunLoop<'_, W> {
             };
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
             let notify = match self.parent {
-                Some(parent) if t.to == END => {
-                    super::driver::child_ended(parent, run_id, name, status, Some(&value), None)
-                }
+                Some(parent) if t.to == END => child_ended(parent, run_id, name, status, Some(&value), None),
                 _ => None,
             };
-            let record = StepRecord::new(step, t.name, from, t.to);
-            let at = record.at;
+            // The runtime's clock, which the timers of the place it reaches count by.
+            let at = self.clock.now();
+            let record = StepRecord::at(step, t.name, from, t.to, at);
             let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
             checkpoint.notify = notify;
             checkpoint.documents = std::mem::take(&mut cx.pending);
             checkpoint.signal = signal;
-            checkpoint.lease_until = self.lease.map(|l| (self.clock)() + l.duration);
-            cx.runtime.inner.store.commit(checkpoint).await?;
-            self.children.extend(cx.take_children());
+            checkpoint.lease_until = self.lease.map(|l| at + l.duration);
+            cx.runtime.inner.store().commit(checkpoint).await?;
+            for child in cx.take_children() {
+                // A transition that runs again after a crash finds the children it
+                // started before, which a resumed drive already has.
+                if !self.children.iter().any(|known| known.run_id == child.run_id) {
+                    self.children.push(child);
+                }
+            }
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
                 transition: t.name.into(),
@@ -343,10 +343,10 @@ impl<W: Workflow> RunLoop<'_, W> {
 
     /// Drives the children this drive started, renewing the parent's lease and
     /// watching its cancellation meanwhile, as a transition does.
-    async fn drive_children(&self, cx: &mut RunContext, children: Vec<RunId>) -> Result<(), RunError> {
+    async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
         let token = self.watch_cancellation.then(|| cx.cancellation.clone());
-        let store = self.lease.map(|l| (cx.runtime.inner.store.clone(), l.duration));
+        let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),
             run_id,
@@ -401,20 +401,24 @@ impl<W: Workflow> RunLoop<'_, W> {
 /// Drives the children a drive started, whose workflows the runtime has, up to its
 /// child concurrency at once, each to its end or first wait. A child another driver
 /// took is left to it; a failed child recorded its failure and told its parent.
-async fn drive_children(runtime: &super::Runtime, children: Vec<RunId>) {
+async fn drive_children(runtime: &super::Runtime, children: Vec<StartedChild>) {
     use futures::StreamExt as _;
-    let drives = children.into_iter().map(|child| async move {
+    let drives = children.into_iter().map(|StartedChild { run_id: child, wake, timeout }| async move {
         let record = match runtime.store().load_run(child).await {
             Ok(record) => record,
             Err(e) => return tracing::warn!(child = %child, error = %e, "could not load a child run"),
         };
-        let Some(wf) = runtime.inner.registry.get(&record.workflow) else {
+        let Some(wf) = runtime.inner.workflow(&record.workflow) else {
             return tracing::debug!(child = %child, workflow = %record.workflow, "not registered here; a worker drives it");
         };
-        match wf.wake(runtime, child, super::registry::Wake::IfIdle, false).await {
-            Ok(_) | Err(RunError::InvalidStatus { .. }) => {}
-            Err(e) => tracing::info!(child = %child, error = %runtime.inner.secrets.redact(&e.to_string()), "a child run ended with an error"),
+        let Ok(driven) = tokio::time::timeout(timeout, wf.wake(runtime, child, wake, false)).await else {
+            return runtime.time_out_child(child, timeout).await;
+        };
+        match driven {
+            // Another driver holds it, or it ended: it is not this drive's to drive.
+            Ok(_) | Err(RunError::InvalidStatus { .. } | RunError::Store(StoreError::Leased { .. })) => {}
+            Err(e) => tracing::info!(child = %child, error = %runtime.inner.redact_text(&e.to_string()), "a child run ended with an error"),
         }
     });
-    futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency).collect::<Vec<()>>().await;
+    futures::stream::iter(drives).buffer_unordered(runtime.inner.child_concurrency()).collect::<Vec<()>>().await;
 }

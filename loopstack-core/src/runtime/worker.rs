@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 
 use super::Runtime;
 use crate::error::{RunError, StoreError};
-use crate::store::{Lease, RunRecord};
+use crate::store::RunRecord;
 use crate::workflow::Workflow;
 
 /// Drives the runs of its registered workflows that can move: queued runs (from
@@ -82,16 +82,12 @@ impl Worker {
         self
     }
 
-    fn lease(&self) -> Lease {
-        let duration = self.runtime.inner.lease.unwrap_or(Duration::from_secs(30));
-        Lease { owner: self.runtime.inner.owner.to_string(), until: self.runtime.now() + duration }
-    }
-
     /// Claims what can move now, up to `limit` runs.
     async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let names: Vec<&str> = self.runtime.workflows();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        self.runtime.inner.store.claim_runnable(&names, &self.lease(), self.runtime.now(), limit).await
+        let lease = self.runtime.inner.worker_lease();
+        self.runtime.inner.store().claim_runnable(&names, &lease, self.runtime.now(), limit).await
     }
 
     /// Claims and drives, to their next wait or end, the runs that can move now;
@@ -105,9 +101,9 @@ impl Worker {
     }
 
     async fn drive(&self, record: RunRecord) {
-        let Some(workflow) = self.runtime.inner.registry.get(&record.workflow).cloned() else { return };
+        let Some(workflow) = self.runtime.inner.workflow(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
-        let (parent, name) = (super::driver::parent_of(&record), record.workflow.clone());
+        let (parent, name) = (crate::children::parent_of(&record), record.workflow.clone());
         match workflow.drive_claimed(&self.runtime, record).await {
             Ok(_) => {}
             // A run this build cannot drive (its place is gone, its state no longer
@@ -120,12 +116,12 @@ impl Worker {
                 let status = crate::store::RunStatus::Failed;
                 let notify = parent
                     .as_ref()
-                    .and_then(|p| super::driver::child_ended(p, run_id, &name, status, None, Some(error.clone())));
-                match self.runtime.inner.store.set_status(run_id, fence, status, Some(error), notify).await {
+                    .and_then(|p| crate::children::child_ended(p, run_id, &name, status, None, Some(error.clone())));
+                match self.runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
                     Ok(()) => {
                         super::cancel_children(&self.runtime, run_id, "the parent run failed").await;
-                        if let Some((parent, _)) = parent {
-                            Box::pin(super::wake_parent(&self.runtime, parent)).await;
+                        if let Some(parent) = parent {
+                            Box::pin(super::wake_parent(&self.runtime, parent.run_id)).await;
                         }
                     }
                     Err(store_err) => {
@@ -143,7 +139,7 @@ impl Worker {
     /// Drives runs until `shutdown` is cancelled, then waits for the drives in
     /// flight. A store error while looking for work is logged and retried.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
-        let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.inner.owner);
+        let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.inner.owner());
         Arc::new(self).serve(shutdown).instrument(span).await
     }
 

@@ -174,14 +174,26 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
-    /// A record of one step, committed now.
+    /// A record of one step, committed now by the system clock.
     pub fn new(
         step: u64,
         transition: impl Into<Cow<'static, str>>,
         from: impl Into<Cow<'static, str>>,
         to: impl Into<Cow<'static, str>>,
     ) -> Self {
-        Self { step, transition: transition.into(), from: from.into(), to: to.into(), at: Timestamp::now() }
+        Self::at(step, transition, from, to, Timestamp::now())
+    }
+
+    /// A record of one step, committed at `at`: the runtime commits its steps at
+    /// the time of its own clock ([`Runtime::clock`](crate::Runtime::clock)).
+    pub fn at(
+        step: u64,
+        transition: impl Into<Cow<'static, str>>,
+        from: impl Into<Cow<'static, str>>,
+        to: impl Into<Cow<'static, str>>,
+        at: Timestamp,
+    ) -> Self {
+        Self { step, transition: transition.into(), from: from.into(), to: to.into(), at }
     }
 }
 

@@ -8,7 +8,10 @@ use loopstack_macros::workflow;
 use serde_json::Value;
 
 use super::answer::{RESPOND_TOOL, feedback};
-use super::{Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, Repeats, ToolDecisions, UserMessage};
+use super::{
+    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, Repeats, ToolDecisions, ToolsCompleted,
+    UserMessage,
+};
 use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
 use crate::message::{Message, StopReason, ToolUse};
@@ -221,7 +224,8 @@ impl Agent {
         let result = self.delegate.call_with(cx, &message, &self.options.tools, &options).await?;
         let run = result.results.len().saturating_sub(denied.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
-        state.tools_completed = Some((result.all_completed, result.error_count));
+        state.tools_completed =
+            Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
         if !result.all_completed {
             state.pending_tools = result
                 .results
@@ -262,7 +266,8 @@ impl Agent {
         if state.pending_tools.is_empty() {
             let results = std::mem::take(&mut state.tool_results);
             self.delegate.save_results(cx, &results, self.conversation_name())?;
-            state.tools_completed = Some((true, results.iter().filter(|r| r.is_error).count()));
+            let errors = results.iter().filter(|r| r.is_error).count();
+            state.tools_completed = Some(ToolsCompleted { all_completed: true, errors });
         }
         Ok(())
     }
@@ -367,7 +372,7 @@ impl Agent {
 
     /// Whether every call of the last batch has its result.
     pub fn all_tools_complete(&self, state: &AgentState) -> bool {
-        state.tools_completed.is_some_and(|(done, _)| done)
+        state.tools_completed.is_some_and(|t| t.all_completed)
     }
 
     /// Whether the last turn stopped at the output token limit.

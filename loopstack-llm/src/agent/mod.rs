@@ -28,7 +28,7 @@ pub use approval::{PendingCall, ToolDecision, ToolDecisions};
 pub use error::AskError;
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices};
 pub use machine::{AgentPlace, AgentSignal};
-pub use state::{AgentState, Repeats};
+pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until

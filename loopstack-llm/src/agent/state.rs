@@ -20,6 +20,30 @@ pub struct Repeats {
     pub times: u32,
 }
 
+/// How the last batch of tool calls went ([`AgentState::tools_completed`]). Stored
+/// as the pair `[all_completed, errors]`, as checkpoints written before it had
+/// names keep it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(bool, usize)", into = "(bool, usize)")]
+pub struct ToolsCompleted {
+    /// Whether every call of the batch has its result (none waits for a child run).
+    pub all_completed: bool,
+    /// How many of the results are errors.
+    pub errors: usize,
+}
+
+impl From<(bool, usize)> for ToolsCompleted {
+    fn from((all_completed, errors): (bool, usize)) -> Self {
+        Self { all_completed, errors }
+    }
+}
+
+impl From<ToolsCompleted> for (bool, usize) {
+    fn from(t: ToolsCompleted) -> Self {
+        (t.all_completed, t.errors)
+    }
+}
+
 /// The state of an agent run: small, because it is serialized at every step. The
 /// messages themselves live in the run's documents.
 ///
@@ -66,7 +90,7 @@ pub struct AgentState {
     /// Whether the last batch of tool calls completed, and its error count; cleared
     /// by the next model turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools_completed: Option<(bool, usize)>,
+    pub tools_completed: Option<ToolsCompleted>,
     /// The calls the last turn asked for, and how many turns in a row asked for them.
     #[serde(default, skip_serializing_if = "is_default")]
     pub repeats: Repeats,
