@@ -257,9 +257,12 @@ macro_rules! sql_static {
 
 pub(crate) use sql_static;
 
-/// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`.
+/// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`;
+/// `$lock` ends the worker's pick of runs, and `$workflow_in` says that `r.workflow`
+/// is one of the names in the JSON array `$4` (an exact match, in the dialect's
+/// words).
 macro_rules! sql_store {
-    ($store:ident, $db:ty, $lock:literal) => {
+    ($store:ident, $db:ty, $lock:literal, $workflow_in:literal) => {
         use std::sync::{Arc, LazyLock};
 
         use loopstack_core::serde_json;
@@ -281,11 +284,12 @@ macro_rules! sql_store {
         // run whose uuid is `$1`.
         // The worker's claim: one statement that picks runs that can move and takes
         // them; in PostgreSQL the picked rows are locked, skipping rows another
-        // worker is taking (`$lock`).
+        // worker is taking (`$lock`). The names are compared exactly (`$workflow_in`),
+        // never as a pattern: `_` and `%` in a name are plain characters.
         crate::sql::sql_static!(CLAIM_RUNNABLE = "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
             WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
-            AND $4 LIKE ('%,' || r.workflow || ',%') AND (r.status = 'queued' \
+            AND ", $workflow_in, " AND (r.status = 'queued' \
             OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
             OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
             OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending')))) \
@@ -840,11 +844,7 @@ macro_rules! sql_store {
                 now: Timestamp,
                 limit: u32,
             ) -> Result<Vec<RunRecord>, StoreError> {
-                let mut names = String::from(",");
-                for w in workflows {
-                    names.push_str(w);
-                    names.push(',');
-                }
+                let names = serde_json::to_string(workflows).map_err(corrupt)?;
                 let rows = sqlx::query(&CLAIM_RUNNABLE)
                     .bind(&lease.owner)
                     .bind(lease.until.as_millis())

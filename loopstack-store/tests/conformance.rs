@@ -131,6 +131,7 @@ async fn suite(store: Arc<dyn Store>) {
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
+    workers_claim_only_workflows_named_exactly(&store).await;
     a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
     a_child_records_its_parent_and_the_signal_it_sends(&store).await;
     a_finished_child_tells_its_waiting_parent_in_the_same_commit(&store).await;
@@ -381,6 +382,34 @@ async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
     assert!(store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap().is_empty(), "claimed once");
     assert!(store.claim_runnable(&["other"], &mine, now + secs(7200), 100).await.unwrap().is_empty());
     assert_eq!(store.load_run(live.run_id).await.unwrap().lease_owner.as_deref(), Some("gone"));
+}
+
+/// Workflow names are matched exactly: `_` and `%` (`LIKE` wildcards) and `,` in a
+/// stored name never make a worker claim a run of a workflow it does not have.
+async fn workers_claim_only_workflows_named_exactly(store: &Arc<dyn Store>) {
+    let names = ["wild_card", "wild%", "comma,name", "back\\slash"];
+    let mut runs = Vec::new();
+    for name in names {
+        let run = NewRun::new(RunId::new(), name, "h", json_raw(json!({}))).queued();
+        runs.push(store.create_run(run).await.unwrap().run_id);
+    }
+    let now = Timestamp::now();
+    let lease = Lease { owner: "w".into(), until: now + std::time::Duration::from_secs(30) };
+    let others = ["wildXcard", "wildcat", "comma", "name", "back\\\\slash", "backXslash"];
+    let claimed = store.claim_runnable(&others, &lease, now, 100).await.unwrap();
+    assert!(
+        claimed.is_empty(),
+        "runs of other workflows: {:?}",
+        claimed.iter().map(|r| &r.workflow).collect::<Vec<_>>()
+    );
+    for (name, run_id) in names.iter().zip(&runs) {
+        assert_eq!(store.load_run(*run_id).await.unwrap().status, RunStatus::Queued, "{name}");
+    }
+    let mut claimed: Vec<RunId> =
+        store.claim_runnable(&names, &lease, now, 100).await.unwrap().iter().map(|r| r.run_id).collect();
+    claimed.sort();
+    runs.sort();
+    assert_eq!(claimed, runs);
 }
 
 /// A workflow that waits for approval for an hour, then expires.
