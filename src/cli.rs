@@ -431,7 +431,7 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
         _ => Vec::new(),
     };
     if json {
-        let mut value = crate::views::run(&record);
+        let mut value = crate::views::run(&record.summary());
         value["waiting_for"] = json!(waiting_for);
         if let RunOutcome::Queued { signal } = outcome {
             value["queued_signal"] = json!(signal);
@@ -461,7 +461,7 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     let documents = store.documents(run_id).await?;
     let state = crate::views::raw(&record.state);
     if json {
-        let mut value = crate::views::run(&record);
+        let mut value = crate::views::run(&record.summary());
         value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();

@@ -252,7 +252,7 @@ async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>
     };
     match app.runtime.store().load_run(run_id).await {
         Ok(record) => {
-            let mut value = crate::views::run(&record);
+            let mut value = crate::views::run(&record.summary());
             if let RunOutcome::Waiting { signals, .. } = &outcome {
                 value["waiting_for"] = json!(signals);
             }
@@ -416,7 +416,7 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
             (Ok(r), Ok(h), Ok(d), Ok(s)) => (r, h, d, s),
             (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return store_error(&e),
         };
-    let mut value = crate::views::run(&record);
+    let mut value = crate::views::run(&record.summary());
     if record.status == RunStatus::Waiting {
         // The signals its place waits for, by this build's table.
         let waiting_for: Vec<&str> = app.runtime.definition_of(&record.workflow).map_or_else(Vec::new, |def| {

@@ -76,7 +76,7 @@ pub use runtime::{
 };
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
-    RunRecord, RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+    RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

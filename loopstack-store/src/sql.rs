@@ -269,7 +269,7 @@ macro_rules! sql_store {
         use loopstack_core::serde_json::value::RawValue;
         use loopstack_core::store::{OutSignal, check_claim, check_fence};
         use loopstack_core::{
-            CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
+            CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
             SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, StoreError, Timestamp,
         };
         use sqlx::Row as _;
@@ -396,7 +396,8 @@ macro_rules! sql_store {
             Ok(())
         }
 
-        fn run_from_row(row: &DbRow) -> Result<RunRecord, StoreError> {
+        /// A run's row, without its state.
+        fn summary_from_row(row: &DbRow) -> Result<RunSummary, StoreError> {
             let get_err = |e: sqlx::Error| corrupt(e);
             let status: String = row.try_get("status").map_err(get_err)?;
             let waiting: String = row.try_get("waiting_for").map_err(get_err)?;
@@ -405,14 +406,12 @@ macro_rules! sql_store {
             let parent: Option<uuid::Uuid> = row.try_get("parent").map_err(get_err)?;
             let lease_until: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
             let wake_at: Option<i64> = row.try_get("wake_at").map_err(get_err)?;
-            let mut record = RunRecord {
+            let mut record = RunSummary {
                 run_id: RunId(row.try_get("run_id").map_err(get_err)?),
                 workflow: std::borrow::Cow::Owned(row.try_get("workflow").map_err(get_err)?),
                 status: status.parse()?,
                 place: std::borrow::Cow::Owned(row.try_get("place").map_err(get_err)?),
                 step: to_u64(row.try_get("step").map_err(get_err)?)?,
-                // Filled in from the checkpoints by the caller.
-                state: raw("null".to_owned())?,
                 error: row.try_get("error").map_err(get_err)?,
                 definition_hash: std::borrow::Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
                 parent: parent.map(RunId),
@@ -487,17 +486,16 @@ macro_rules! sql_store {
         impl $store {
             async fn load(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
                 let row = sqlx::query(&SELECT_RUN).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
-                let record = row.map(|r| run_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))?;
+                let record = row.map(|r| summary_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))?;
                 self.with_state(record).await
             }
 
-            /// A run record with its state: that of its latest checkpoint.
-            async fn with_state(&self, mut record: RunRecord) -> Result<RunRecord, StoreError> {
-                match self.chain(record.run_id, record.step).await? {
-                    Some((_, state)) => record.state = raw(state)?,
-                    None => return Err(corrupt(format!("run {} has no checkpoint {}", record.run_id, record.step))),
+            /// A run's row with its state: that of its latest checkpoint.
+            async fn with_state(&self, run: RunSummary) -> Result<RunRecord, StoreError> {
+                match self.chain(run.run_id, run.step).await? {
+                    Some((_, state)) => Ok(run.with_state(raw(state)?)),
+                    None => Err(corrupt(format!("run {} has no checkpoint {}", run.run_id, run.step))),
                 }
-                Ok(record)
             }
 
             /// The step record and state of checkpoint `step`: its chain's full state
@@ -653,7 +651,7 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 match row {
-                    Some(row) => self.with_state(run_from_row(&row)?).await,
+                    Some(row) => self.with_state(summary_from_row(&row)?).await,
                     None => {
                         let current = self.load(run_id).await?;
                         check_claim(&current, claim)?;
@@ -856,7 +854,7 @@ macro_rules! sql_store {
                     .map_err(backend)?;
                 let mut runs = Vec::with_capacity(rows.len());
                 for row in &rows {
-                    runs.push(self.with_state(run_from_row(row)?).await?);
+                    runs.push(self.with_state(summary_from_row(row)?).await?);
                 }
                 Ok(runs)
             }
@@ -996,10 +994,9 @@ macro_rules! sql_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;
-                let mut runs = Vec::with_capacity(rows.len());
-                for row in rows.iter().take(size as usize) {
-                    runs.push(self.with_state(run_from_row(row)?).await?);
-                }
+                // The rows alone: a listing never reads a state.
+                let mut runs =
+                    rows.iter().take(size as usize).map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
                 let next = if rows.len() > size as usize {
                     runs.truncate(size as usize);
                     runs.last().map(|r| r.run_id)

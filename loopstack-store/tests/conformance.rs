@@ -118,7 +118,12 @@ fn texts(docs: &[Arc<Document>]) -> Vec<String> {
     docs.iter().map(|d| d.read::<Note>().unwrap().text).collect()
 }
 
-async fn suite(store: Arc<dyn Store>) {
+/// Makes a run's stored state unreadable, as a database written by other means (a
+/// bad migration, a hand edit, a newer build) can hold it; `None` for a store that
+/// cannot hold such a run (`MemoryStore`).
+type Spoil = Option<Arc<dyn Fn(RunId) -> BoxFuture<'static, ()> + Send + Sync>>;
+
+async fn suite(store: Arc<dyn Store>, spoil: Spoil) {
     // First, while no other run of the suite waits: the filters must find exactly its runs.
     queries_filter_and_page(&store).await;
     a_run_commits_every_step_with_its_documents_and_checkpoints(&store).await;
@@ -138,6 +143,41 @@ async fn suite(store: Arc<dyn Store>) {
     a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(&store).await;
     a_notification_for_a_finished_or_missing_run_is_dropped(&store).await;
     racing_commits_of_one_child_notify_its_parent_once(&store).await;
+    if let Some(spoil) = &spoil {
+        a_listing_reads_no_state(&store, &**spoil).await;
+    }
+}
+
+async fn a_listing_reads_no_state(
+    store: &Arc<dyn Store>,
+    spoil: &(dyn Fn(RunId) -> BoxFuture<'static, ()> + Send + Sync),
+) {
+    let parent = store.create_run(NewRun::new(RunId::new(), "listed_parent", "h", json_raw(json!({})))).await.unwrap();
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let child = NewRun::new(RunId::new(), "listed", "h", json_raw(json!({ "i": i })));
+        children.push(store.create_run(child.child_of(parent.run_id, "child_done").queued()).await.unwrap().run_id);
+    }
+    spoil(children[1]).await;
+    let err = store.load_run(children[1]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "the run's state is unreadable: {err:?}");
+    // Every listing still answers, the unreadable run in it: by parent, by
+    // workflow, a page at a time.
+    children.reverse();
+    let page = store.list_runs(&RunQuery::new().parent(parent.run_id)).await.unwrap();
+    assert_eq!(page.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), children);
+    assert!(page.runs.iter().all(|r| r.status == RunStatus::Queued && r.parent == Some(parent.run_id)));
+    let mut query = RunQuery::new().workflow("listed").limit(1);
+    let mut paged = Vec::new();
+    loop {
+        let page = store.list_runs(&query).await.unwrap();
+        paged.extend(page.runs.iter().map(|r| r.run_id));
+        match page.next {
+            Some(next) => query = query.before(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, children);
 }
 
 fn json_raw(value: Value) -> Box<serde_json::value::RawValue> {
@@ -168,17 +208,17 @@ async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Stor
     let state = json_raw(json!({}));
     let new = || NewRun::new(RunId::new(), "child_record", "h", state.clone());
     let child = store.create_run(new().child_of(parent.run_id, "child_done")).await.unwrap();
-    let is_child = |r: &RunRecord| {
+    let is_child = |r: &RunSummary| {
         assert_eq!((r.parent, r.parent_signal.as_deref()), (Some(parent.run_id), Some("child_done")), "{r:?}");
     };
-    is_child(&child);
-    is_child(&store.load_run(child.run_id).await.unwrap());
-    is_child(&store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap());
+    is_child(&child.summary());
+    is_child(&store.load_run(child.run_id).await.unwrap().summary());
+    is_child(&store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap().summary());
     let queued = store.create_run(new().child_of(parent.run_id, "child_done").queued()).await.unwrap();
     let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
     let claimed = store.claim_runnable(&["child_record"], &lease, Timestamp::now(), 10).await.unwrap();
     assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id]);
-    is_child(&claimed[0]);
+    is_child(&claimed[0].summary());
     let children = store.list_runs(&RunQuery::new().parent(parent.run_id)).await.unwrap();
     assert_eq!(children.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id, child.run_id]);
     children.runs.iter().for_each(is_child);
@@ -767,13 +807,14 @@ async fn queries_filter_and_page(store: &Arc<dyn Store>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_keeps_the_contract() {
-    suite(Arc::new(MemoryStore::new())).await;
+    suite(Arc::new(MemoryStore::new()), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_keeps_the_contract() {
     let dir = tempdir("conformance");
-    suite(Arc::new(SqliteStore::open(dir.join("runs.db")).await.unwrap())).await;
+    let store = SqliteStore::open(dir.join("runs.db")).await.unwrap();
+    suite(Arc::new(store.clone()), spoil_sqlite(&store)).await;
     // Reopening the file finds everything (and migrates nothing twice).
     let again = SqliteStore::open(dir.join("runs.db")).await.unwrap();
     assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
@@ -798,7 +839,8 @@ async fn stores_opening_one_new_sqlite_file_at_once_both_open_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_store_keeps_the_contract() {
-    suite(Arc::new(SqliteStore::memory().await.unwrap())).await;
+    let store = SqliteStore::memory().await.unwrap();
+    suite(Arc::new(store.clone()), spoil_sqlite(&store)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -807,11 +849,32 @@ async fn postgres_store_keeps_the_contract() {
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
         panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
     });
-    suite(Arc::new(store.clone())).await;
+    let pool = store.pool().clone();
+    let spoil: Spoil = Some(Arc::new(move |run_id: RunId| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(SPOIL).bind(run_id.0).execute(&pool).await.unwrap();
+        })
+    }));
+    suite(Arc::new(store.clone()), spoil).await;
     // A second store on the same schema sees the same runs.
     let again = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
     drop_schema(&store, &schema).await;
+}
+
+/// Writes a state that is not JSON over a run's checkpoints.
+const SPOIL: &str = "UPDATE checkpoints SET state = '{\"unreadable' WHERE state IS NOT NULL \
+    AND run = (SELECT id FROM runs WHERE run_id = $1)";
+
+fn spoil_sqlite(store: &SqliteStore) -> Spoil {
+    let pool = store.pool().clone();
+    Some(Arc::new(move |run_id: RunId| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(SPOIL).bind(run_id.0).execute(&pool).await.unwrap();
+        })
+    }))
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
