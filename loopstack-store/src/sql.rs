@@ -526,6 +526,44 @@ macro_rules! sql_store {
                 }
             }
 
+            /// A run this store just claimed, with its state.
+            async fn read_claimed(&self, row: &DbRow) -> Result<RunRecord, StoreError> {
+                self.with_state(summary_from_row(row)?).await
+            }
+
+            /// Fails a run this store just claimed (`row`, as the claim returned it)
+            /// but cannot read (`why`: its row or its state is not what a store
+            /// writes): failed with the reason, its lease dropped and its pending
+            /// signals rejected, and its parent told as a failed child tells it. So it
+            /// neither stops the claim of the runs after it nor stays running under a
+            /// lease nobody renews; `retry` takes it up once it reads again.
+            async fn fail_unreadable(&self, row: &DbRow, why: &StoreError) {
+                let run_id = match row.try_get::<uuid::Uuid, _>("run_id") {
+                    Ok(id) => RunId(id),
+                    Err(e) => return tracing::warn!(error = %e, %why, "a claimed run has no readable id"),
+                };
+                let fence = match (row.try_get::<i64, _>("epoch"), row.try_get::<i64, _>("step")) {
+                    (Ok(epoch), Ok(step)) => Fence { epoch: epoch as u64, step: step as u64 },
+                    _ => return tracing::warn!(run_id = %run_id, %why, "a claimed run has no readable fence"),
+                };
+                let error = format!("the run cannot be read: {why}");
+                tracing::warn!(run_id = %run_id, %error, "failing a run that cannot be read");
+                let parent = row.try_get::<Option<uuid::Uuid>, _>("parent").ok().flatten().map(RunId);
+                let signal = row.try_get::<Option<String>, _>("parent_signal").ok().flatten();
+                let workflow = row.try_get::<String, _>("workflow").unwrap_or_default();
+                let notify = match (parent, signal) {
+                    (Some(parent), Some(signal)) => {
+                        let ended =
+                            loopstack_core::ChildEnded::new(run_id, workflow, RunStatus::Failed, None, Some(error.clone()));
+                        serde_json::value::to_raw_value(&ended).ok().map(|payload| OutSignal::new(parent, signal, payload))
+                    }
+                    _ => None,
+                };
+                if let Err(e) = self.set_status(run_id, fence, RunStatus::Failed, Some(error), notify).await {
+                    tracing::warn!(run_id = %run_id, error = %e, "could not fail a run that cannot be read");
+                }
+            }
+
             /// Why a fenced write matched no row.
             async fn fence_error(&self, run_id: RunId, fence: Fence) -> StoreError {
                 match self.load(run_id).await {
@@ -651,7 +689,16 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 match row {
-                    Some(row) => self.with_state(summary_from_row(&row)?).await,
+                    Some(row) => match self.read_claimed(&row).await {
+                        Ok(run) => Ok(run),
+                        // Claimed but unreadable: failed, not left running with nobody
+                        // driving it.
+                        Err(e @ StoreError::Corrupt(_)) => {
+                            self.fail_unreadable(&row, &e).await;
+                            Err(e)
+                        }
+                        Err(e) => Err(e),
+                    },
                     None => {
                         let current = self.load(run_id).await?;
                         check_claim(&current, claim)?;
@@ -853,10 +900,24 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 let mut runs = Vec::with_capacity(rows.len());
+                let mut failed = None;
                 for row in &rows {
-                    runs.push(self.with_state(summary_from_row(row)?).await?);
+                    // A run that cannot be read fails alone; the others are driven.
+                    match self.read_claimed(row).await {
+                        Ok(run) => runs.push(run),
+                        Err(e @ StoreError::Corrupt(_)) => self.fail_unreadable(row, &e).await,
+                        // The database failed the read: the run comes back when the
+                        // lease runs out, and the rest are driven meanwhile.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not read a claimed run");
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
-                Ok(runs)
+                match failed {
+                    Some(e) if runs.is_empty() => Err(e),
+                    _ => Ok(runs),
+                }
             }
 
             async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {

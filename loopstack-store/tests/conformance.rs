@@ -145,7 +145,14 @@ async fn suite(store: Arc<dyn Store>, spoil: Spoil) {
     racing_commits_of_one_child_notify_its_parent_once(&store).await;
     if let Some(spoil) = &spoil {
         a_listing_reads_no_state(&store, &**spoil).await;
+        an_unreadable_run_fails_alone_when_it_is_claimed(&store, &**spoil).await;
     }
+}
+
+/// The runs of `workflow`, newest first, as a listing shows them.
+async fn listed(store: &Arc<dyn Store>, workflow: &str) -> Vec<(RunId, RunStatus, Option<String>)> {
+    let page = store.list_runs(&RunQuery::new().workflow(workflow)).await.unwrap();
+    page.runs.iter().map(|r| (r.run_id, r.status, r.error.clone())).collect()
 }
 
 async fn a_listing_reads_no_state(
@@ -1003,4 +1010,47 @@ async fn a_postgres_database_of_the_first_schema_is_migrated() {
     an_old_run_reads_back_after_the_upgrade(&store, old, parent).await;
     drop_schema(&store, &schema).await;
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+async fn an_unreadable_run_fails_alone_when_it_is_claimed(
+    store: &Arc<dyn Store>,
+    spoil: &(dyn Fn(RunId) -> BoxFuture<'static, ()> + Send + Sync),
+) {
+    let parent = waiting_parent(store, "spoiled_parent").await;
+    // The unreadable run is the oldest, so the claim meets it first.
+    let new = |input: Value| NewRun::new(RunId::new(), "spoiled", "h", json_raw(input)).queued();
+    let bad = store.create_run(new(json!({"bad": true})).child_of(parent.run_id, "child_done")).await.unwrap().run_id;
+    let good = [
+        store.create_run(new(json!({"good": 1}))).await.unwrap().run_id,
+        store.create_run(new(json!({"good": 2}))).await.unwrap().run_id,
+    ];
+    spoil(bad).await;
+    let now = Timestamp::now();
+    let lease = Lease { owner: "w".into(), until: now + std::time::Duration::from_secs(30) };
+    let claimed = store.claim_runnable(&["spoiled"], &lease, now, 10).await.unwrap();
+    let mut ids: Vec<RunId> = claimed.iter().map(|r| r.run_id).collect();
+    ids.sort();
+    assert_eq!(ids, good, "the readable runs are claimed, with their states");
+    assert!(claimed.iter().all(|r| r.state.get().contains("good")));
+    // The unreadable one failed, with the reason, and holds no lease.
+    let runs = listed(store, "spoiled").await;
+    let (_, status, error) = runs.iter().find(|r| r.0 == bad).unwrap();
+    assert_eq!(*status, RunStatus::Failed);
+    assert!(error.as_deref().is_some_and(|e| e.contains("cannot be read")), "{error:?}");
+    assert!(store.claim_runnable(&["spoiled"], &lease, now, 10).await.unwrap().is_empty(), "nothing is left");
+    // Its parent hears that it failed, as of any failed child.
+    let signals = store.signals(parent.run_id).await.unwrap();
+    assert_eq!(signals.len(), 1, "{signals:?}");
+    let ended: ChildEnded = serde_json::from_str(signals[0].payload.get()).unwrap();
+    assert_eq!((ended.child, ended.status, &*signals[0].name), (bad, RunStatus::Failed, "child_done"));
+
+    // A claim of one such run (a resume, a cancel) fails it too, rather than
+    // leaving it running with nobody driving it.
+    let bad = store.create_run(new(json!({"bad": 2}))).await.unwrap().run_id;
+    spoil(bad).await;
+    let err = store.claim(bad, &Claim::new([RunStatus::Queued])).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    let runs = listed(store, "spoiled").await;
+    assert_eq!(runs[0].0, bad);
+    assert_eq!(runs[0].1, RunStatus::Failed);
 }

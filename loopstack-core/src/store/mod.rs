@@ -814,6 +814,12 @@ pub trait Store: Send + Sync + 'static {
     /// died), and waiting runs with a pending signal or a timer due by `now`. Each is
     /// claimed as [`Store::claim`] would, with `lease`; two workers never get the
     /// same run. Oldest-changed first.
+    ///
+    /// A claimed run the store cannot read back (its stored row or state is not
+    /// what it writes) is not returned and stops nothing: it is failed with the
+    /// reason, its parent told as a failed child tells it, and the others are
+    /// returned. [`Store::claim`] fails such a run the same way and returns the
+    /// error.
     async fn claim_runnable(
         &self,
         workflows: &[&str],
