@@ -54,6 +54,11 @@ use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, 
 pub struct ServeOptions {
     /// The bearer token every request must carry; none when `None`.
     pub token: Option<String>,
+    /// Whether browsers reach the API over https (a TLS-terminating proxy in front,
+    /// or a TLS server of your own that mounts [`router`]): then a request that
+    /// names an `Origin` must name `https://<host>`; by default (`false`),
+    /// `http://<host>`, as [`serve`] speaks plain http.
+    pub https: bool,
 }
 
 impl ServeOptions {
@@ -68,17 +73,27 @@ impl ServeOptions {
         self.token = Some(token.into());
         self
     }
+
+    /// Says that browsers reach the API over https ([`ServeOptions::https`]).
+    #[must_use]
+    pub fn https(mut self, https: bool) -> Self {
+        self.https = https;
+        self
+    }
 }
 
 #[derive(Clone)]
 struct App {
     runtime: Runtime,
     token: Option<Arc<str>>,
+    /// The scheme of the origin the API accepts: `http` or `https`.
+    scheme: &'static str,
 }
 
 /// The API over `runtime`'s store and registered workflows, as an axum router.
 pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
-    let app = App { runtime, token: options.token.map(Into::into) };
+    let scheme = if options.https { "https" } else { "http" };
+    let app = App { runtime, token: options.token.map(Into::into), scheme };
     Router::new()
         .route("/api/openapi.json", get(openapi))
         .route("/api/workflows", get(workflows))
@@ -121,10 +136,14 @@ async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request,
         return error(StatusCode::FORBIDDEN, "without a token, the API answers only to localhost, 127.0.0.1 or [::1]");
     }
     // A page of another origin may not drive runs: browsers send a cross-origin
-    // JSON request only after asking, and a form post is refused here.
+    // JSON request only after asking, and a form post is refused here. An origin
+    // is its scheme and its host: `https://` is another origin than this `http://`.
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        if origin.split_once("://").map(|(_, rest)| rest) != Some(host) {
+        let same_origin = origin
+            .split_once("://")
+            .is_some_and(|(scheme, rest)| scheme.eq_ignore_ascii_case(app.scheme) && rest == host);
+        if !same_origin {
             return error(StatusCode::FORBIDDEN, "requests from another origin are refused");
         }
     }
