@@ -28,8 +28,9 @@
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
 //!
 //! Bad requests get a 4xx with `{"error": reason}` and change nothing: a body
-//! that is not JSON or does not fit (a signal's payload is read as its transition's
-//! payload type, the type its JSON Schema was made from), an unknown workflow, run
+//! that is not JSON or does not fit (a signal's payload must fit the JSON Schema
+//! its transition publishes, which Studio's form is made from, and is read as the
+//! transition's payload type: a 422), an unknown workflow, run
 //! or signal (404 / 409). Secrets registered with the runtime never appear in a
 //! response. With a token ([`ServeOptions::token`]; required by the command line
 //! for an address beyond loopback), every request needs `Authorization: Bearer

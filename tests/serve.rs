@@ -14,7 +14,10 @@ struct Review {
     approved_by: Option<String>,
 }
 
+/// Its schema forbids other fields (`additionalProperties: false`), which serde
+/// alone would ignore.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 struct Approval {
     reviewer: String,
 }
@@ -248,6 +251,16 @@ async fn cross_site_requests_and_other_host_names_are_refused_and_a_bad_payload_
     let (status, _) =
         call(&address, "POST", &format!("/api/runs/{id}/signals/approve"), Some(r#"{"reviewer": 7}"#)).await;
     assert_eq!(status, 422);
+    // A field the published schema forbids, as Studio's form would never send it.
+    let (status, refused) = call(
+        &address,
+        "POST",
+        &format!("/api/runs/{id}/signals/approve"),
+        Some(r#"{"reviewer": "ada", "admin": true}"#),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("JSON Schema") && e.contains("admin")), "{refused}");
     let after = runtime.store().load_run(id).await.unwrap();
     assert_eq!((after.epoch, after.signal_seq, after.step), (before.epoch, before.signal_seq, before.step));
     assert!(runtime.store().signals(id).await.unwrap().is_empty(), "nothing was stored");

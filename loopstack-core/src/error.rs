@@ -184,7 +184,10 @@ pub enum RunError {
         /// The wait transitions that are enabled.
         expected: Vec<&'static str>,
     },
-    /// A signal's payload did not deserialize; the run is still waiting.
+    /// A signal's payload did not deserialize, or (sent by name:
+    /// [`Runtime::signal_by_name`](crate::Runtime::signal_by_name), the HTTP API) does
+    /// not fit the JSON Schema its wait transition publishes; nothing was stored and
+    /// the run is still waiting.
     #[error(
         "workflow `{workflow}` (run {run_id}): payload of signal `{signal}` is invalid: {reason}; the run is still waiting"
     )]

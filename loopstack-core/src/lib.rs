@@ -52,6 +52,7 @@ mod error;
 pub mod events;
 mod registry;
 mod runtime;
+mod schema;
 pub mod secrets;
 pub mod store;
 mod tool;
