@@ -39,7 +39,10 @@ impl PayloadSchemas {
                 let mut compiler = boon::Compiler::new();
                 compiler.use_loader(Box::new(NoLoader));
                 let url = format!("loopstack:///{}/{}.json", def.name(), t.name);
-                let compiled = compiler.add_resource(&url, schema).and_then(|()| compiler.compile(&url, &mut schemas));
+                let compiled = match compiler.add_resource(&url, schema) {
+                    Ok(()) => compiler.compile(&url, &mut schemas),
+                    Err(e) => Err(e),
+                };
                 match compiled {
                     Ok(index) => {
                         by_signal.insert(t.name, index);
