@@ -55,6 +55,8 @@ mod runtime;
 mod schema;
 pub mod secrets;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tool;
 mod workflow;
 
