@@ -45,6 +45,8 @@
 //! # Ok::<(), RunError>(()) }).unwrap();
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod children;
 mod context;
 mod document;
@@ -56,6 +58,7 @@ mod schema;
 pub mod secrets;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod tool;
 mod workflow;

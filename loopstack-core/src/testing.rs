@@ -1,6 +1,6 @@
 //! The store conformance suite (feature `testing`): the contract of the [`Store`]
 //! trait (see [`crate::store`]) as checks a store of your own runs in one of its
-//! tests. `loopstack-store` runs it over [`MemoryStore`](crate::MemoryStore), SQLite
+//! tests. `loopstack-store` runs it over [`MemoryStore`], SQLite
 //! and PostgreSQL.
 //!
 //! It creates runs of workflows with names of its own on the store (so give it an
