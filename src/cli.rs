@@ -199,7 +199,7 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
     let runtime = match open(&cli.db).await {
         Ok(store) => register(Runtime::with_shared_store(store)),
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", one_line(&e.to_string()));
             return ExitCode::FAILURE;
         }
     };
@@ -209,10 +209,29 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {}", runtime.secrets().redact(&e.to_string()));
+            eprintln!("error: {}", one_line(&runtime.secrets().redact(&e.to_string())));
             ExitCode::FAILURE
         }
     }
+}
+
+/// A message as one line: line breaks and other control characters (a tab aside)
+/// written as escapes (`\n`, `\u{2028}`), so `error: ...` stays one line whatever
+/// the message holds (a name, a model's reply, a panic).
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let breaks = |c: char| (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.contains(breaks) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if breaks(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Opens the store `--db` names.
@@ -431,7 +450,7 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
         _ => Vec::new(),
     };
     if json {
-        let mut value = crate::views::run(&record);
+        let mut value = crate::views::run(&record.summary());
         value["waiting_for"] = json!(waiting_for);
         if let RunOutcome::Queued { signal } = outcome {
             value["queued_signal"] = json!(signal);
@@ -461,7 +480,7 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     let documents = store.documents(run_id).await?;
     let state = crate::views::raw(&record.state);
     if json {
-        let mut value = crate::views::run(&record);
+        let mut value = crate::views::run(&record.summary());
         value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
@@ -477,7 +496,7 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         record.step
     );
     if let Some(error) = &record.error {
-        let _ = writeln!(out, "error: {error}");
+        let _ = writeln!(out, "error: {}", one_line(error));
     }
     if let Some(parent) = record.parent {
         let _ = writeln!(out, "parent: {parent}");

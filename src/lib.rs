@@ -27,9 +27,11 @@
 //! - Tools: [`Tool`], [`ToolRegistry`], [`ToolContext`], [`ToolOutput`], [`ToolError`].
 //! - Workflows: [`Workflow`], [`Definition`], [`WorkflowExt`] (routing without running,
 //!   Mermaid diagrams), [`RunContext`] (documents), [`Runtime`], [`RunError`].
-//! - Storage: [`Store`], with [`MemoryStore`] for tests, `SqliteStore` (feature
-//!   `sqlite`, default) and `PostgresStore` (feature `postgres`); a transition's
-//!   documents and state are committed together, and runs resume after a crash.
+//! - Storage: [`store`]: the [`Store`] trait, with [`MemoryStore`] for tests,
+//!   `SqliteStore` (feature `sqlite`, default) and `PostgresStore` (feature
+//!   `postgres`), and the conformance suite a store of your own can run (feature
+//!   `testing`); a transition's documents and state are committed together, and runs
+//!   resume after a crash.
 //! - Models and the agent loop: [`llm`] (messages, the Anthropic and OpenAI providers,
 //!   [`llm::ScriptedModel`], `LlmGenerateText`, `LlmDelegateToolCalls`, [`llm::Agent`]).
 //!
@@ -321,27 +323,77 @@
 //! assert!(!answer.wants_tools());
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use loopstack_core::*;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use loopstack_macros::{tool, workflow};
 
-/// Runs in one SQLite file: the durable default (feature `sqlite`).
+/// Runs in one SQLite file: the durable default (feature `sqlite`); also
+/// [`store::SqliteStore`].
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use loopstack_store::SqliteStore;
 
-/// Runs in PostgreSQL, shared by many workers (feature `postgres`).
+/// Runs in PostgreSQL, shared by many workers (feature `postgres`); also
+/// [`store::PostgresStore`].
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use loopstack_store::PostgresStore;
+
+/// Where runs are kept: the [`Store`] trait and the records it keeps, the stores
+/// ([`MemoryStore`]; `SqliteStore`, feature `sqlite`, default; `PostgresStore`,
+/// feature `postgres`) and, with feature `testing`, the conformance suite a store
+/// of your own runs in its tests (`store::testing`).
+///
+/// ```
+/// use loopstack::store::{RunQuery, SqliteStore, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), loopstack::StoreError> {
+/// let store = SqliteStore::memory().await?;
+/// assert!(store.list_runs(&RunQuery::new()).await?.runs.is_empty());
+/// let _runtime = loopstack::Runtime::with_store(store);
+/// # Ok(()) }
+/// ```
+pub mod store {
+    #[doc(inline)]
+    pub use loopstack_core::store::*;
+
+    /// Runs in one SQLite file: the durable default (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    #[doc(inline)]
+    pub use loopstack_store::SqliteStore;
+
+    /// Runs in PostgreSQL, shared by many workers (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    #[doc(inline)]
+    pub use loopstack_store::PostgresStore;
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+    pub use loopstack_store::DEFAULT_LEASE;
+
+    /// The store conformance suite (feature `testing`): `loopstack_core::testing`.
+    #[cfg(feature = "testing")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub use loopstack_core::testing;
+}
 
 /// The LLM layer: messages, providers, the scripted model, tool delegation and the
 /// agent loop.
 pub use loopstack_llm as llm;
 
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 
 #[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
 
 #[cfg(feature = "serve")]

@@ -28,8 +28,9 @@
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
 //!
 //! Bad requests get a 4xx with `{"error": reason}` and change nothing: a body
-//! that is not JSON or does not fit (a signal's payload is read as its transition's
-//! payload type, the type its JSON Schema was made from), an unknown workflow, run
+//! that is not JSON or does not fit (a signal's payload must fit the JSON Schema
+//! its transition publishes, which Studio's form is made from, and is read as the
+//! transition's payload type: a 422), an unknown workflow, run
 //! or signal (404 / 409). Secrets registered with the runtime never appear in a
 //! response. With a token ([`ServeOptions::token`]; required by the command line
 //! for an address beyond loopback), every request needs `Authorization: Bearer
@@ -54,6 +55,11 @@ use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, 
 pub struct ServeOptions {
     /// The bearer token every request must carry; none when `None`.
     pub token: Option<String>,
+    /// Whether browsers reach the API over https (a TLS-terminating proxy in front,
+    /// or a TLS server of your own that mounts [`router`]): then a request that
+    /// names an `Origin` must name `https://<host>`; by default (`false`),
+    /// `http://<host>`, as [`serve`] speaks plain http.
+    pub https: bool,
 }
 
 impl ServeOptions {
@@ -68,17 +74,27 @@ impl ServeOptions {
         self.token = Some(token.into());
         self
     }
+
+    /// Says that browsers reach the API over https ([`ServeOptions::https`]).
+    #[must_use]
+    pub fn https(mut self, https: bool) -> Self {
+        self.https = https;
+        self
+    }
 }
 
 #[derive(Clone)]
 struct App {
     runtime: Runtime,
     token: Option<Arc<str>>,
+    /// The scheme of the origin the API accepts: `http` or `https`.
+    scheme: &'static str,
 }
 
 /// The API over `runtime`'s store and registered workflows, as an axum router.
 pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
-    let app = App { runtime, token: options.token.map(Into::into) };
+    let scheme = if options.https { "https" } else { "http" };
+    let app = App { runtime, token: options.token.map(Into::into), scheme };
     Router::new()
         .route("/api/openapi.json", get(openapi))
         .route("/api/workflows", get(workflows))
@@ -121,10 +137,14 @@ async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request,
         return error(StatusCode::FORBIDDEN, "without a token, the API answers only to localhost, 127.0.0.1 or [::1]");
     }
     // A page of another origin may not drive runs: browsers send a cross-origin
-    // JSON request only after asking, and a form post is refused here.
+    // JSON request only after asking, and a form post is refused here. An origin
+    // is its scheme and its host: `https://` is another origin than this `http://`.
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        if origin.split_once("://").map(|(_, rest)| rest) != Some(host) {
+        let same_origin = origin
+            .split_once("://")
+            .is_some_and(|(scheme, rest)| scheme.eq_ignore_ascii_case(app.scheme) && rest == host);
+        if !same_origin {
             return error(StatusCode::FORBIDDEN, "requests from another origin are refused");
         }
     }
@@ -252,7 +272,7 @@ async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>
     };
     match app.runtime.store().load_run(run_id).await {
         Ok(record) => {
-            let mut value = crate::views::run(&record);
+            let mut value = crate::views::run(&record.summary());
             if let RunOutcome::Waiting { signals, .. } = &outcome {
                 value["waiting_for"] = json!(signals);
             }
@@ -416,7 +436,7 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
             (Ok(r), Ok(h), Ok(d), Ok(s)) => (r, h, d, s),
             (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return store_error(&e),
         };
-    let mut value = crate::views::run(&record);
+    let mut value = crate::views::run(&record.summary());
     if record.status == RunStatus::Waiting {
         // The signals its place waits for, by this build's table.
         let waiting_for: Vec<&str> = app.runtime.definition_of(&record.workflow).map_or_else(Vec::new, |def| {

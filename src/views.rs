@@ -2,10 +2,10 @@
 //! documents as JSON: one shape for both.
 
 use loopstack_core::serde_json::{self, Value, json};
-use loopstack_core::{Document, RunRecord, StepRecord};
+use loopstack_core::{Document, RunSummary, StepRecord};
 
 /// A run's row: id, workflow, status, place, step, parent, times, error.
-pub(crate) fn run(run: &RunRecord) -> Value {
+pub(crate) fn run(run: &RunSummary) -> Value {
     json!({
         "run_id": run.run_id,
         "workflow": run.workflow,

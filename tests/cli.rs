@@ -47,6 +47,12 @@ fn a_shell_starts_a_run_sees_it_wait_answers_it_and_reads_it_back() {
     assert!(String::from_utf8(refused.stderr).unwrap().contains("the reviewer has no name"));
     let unknown = run(&db, &["signal", &run_id, "publish", "{}"]);
     assert_eq!(unknown.status.code(), Some(1));
+    // A message that holds line breaks (here a workflow's name) is still one line.
+    let broken = run(&db, &["run", "no\nsuch\r\nworkflow\u{2028}here"]);
+    assert_eq!(broken.status.code(), Some(1));
+    let stderr = String::from_utf8(broken.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    assert!(stderr.starts_with("error: ") && stderr.contains(r"no\nsuch\r\nworkflow\u{2028}here"), "{stderr:?}");
 
     let done = json(&run(&db, &["signal", &run_id, "approve", r#"{"reviewer": "ada"}"#, "--json"]));
     assert_eq!(done["status"].as_str(), Some("completed"));

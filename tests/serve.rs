@@ -14,7 +14,10 @@ struct Review {
     approved_by: Option<String>,
 }
 
+/// Its schema forbids other fields (`additionalProperties: false`), which serde
+/// alone would ignore.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 struct Approval {
     reviewer: String,
 }
@@ -224,6 +227,15 @@ async fn cross_site_requests_and_other_host_names_are_refused_and_a_bad_payload_
         body.len()
     );
     assert_eq!(raw(&address, foreign).await, 403);
+    // The same host over another scheme is another origin: this server speaks http.
+    let post_from = |origin: &str| {
+        format!(
+            "POST /api/runs HTTP/1.1\r\nHost: {address}\r\nOrigin: {origin}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    assert_eq!(raw(&address, post_from(&format!("https://{address}"))).await, 403);
+    assert_eq!(raw(&address, post_from(&format!("ws://{address}"))).await, 403);
     let rebound = "GET /api/runs HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".to_owned();
     assert_eq!(raw(&address, rebound).await, 403);
     assert!(
@@ -231,15 +243,37 @@ async fn cross_site_requests_and_other_host_names_are_refused_and_a_bad_payload_
         "no run was started"
     );
 
+    // Its own origin is served.
+    assert_eq!(raw(&address, post_from(&format!("http://{address}"))).await, 200);
     let (_, run) = call(&address, "POST", "/api/runs", Some(body)).await;
     let id: RunId = run["run_id"].as_str().unwrap().parse().unwrap();
     let before = runtime.store().load_run(id).await.unwrap();
     let (status, _) =
         call(&address, "POST", &format!("/api/runs/{id}/signals/approve"), Some(r#"{"reviewer": 7}"#)).await;
     assert_eq!(status, 422);
+    // A field the published schema forbids, as Studio's form would never send it.
+    let (status, refused) = call(
+        &address,
+        "POST",
+        &format!("/api/runs/{id}/signals/approve"),
+        Some(r#"{"reviewer": "ada", "admin": true}"#),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("JSON Schema") && e.contains("admin")), "{refused}");
     let after = runtime.store().load_run(id).await.unwrap();
     assert_eq!((after.epoch, after.signal_seq, after.step), (before.epoch, before.signal_seq, before.step));
     assert!(runtime.store().signals(id).await.unwrap().is_empty(), "nothing was stored");
+}
+
+#[tokio::test]
+async fn behind_https_only_the_https_origin_is_served() {
+    let (address, _runtime) = start(ServeOptions::new().https(true)).await;
+    let get_from = |origin: &str| {
+        format!("GET /api/runs HTTP/1.1\r\nHost: {address}\r\nOrigin: {origin}\r\nConnection: close\r\n\r\n")
+    };
+    assert_eq!(raw(&address, get_from(&format!("https://{address}"))).await, 200);
+    assert_eq!(raw(&address, get_from(&format!("http://{address}"))).await, 403);
 }
 
 /// One HTTP/1.1 GET, the connection closed after it: the whole response, headers

@@ -295,6 +295,9 @@ impl RunContext {
         if crate::document::nests_deeper_than(content.get().as_bytes(), 0, READ_DEPTH) {
             return Err(unreadable(&doc_type, Unreadable::TooDeep));
         }
+        if let Some(key) = crate::document::duplicate_key(content.get()) {
+            return Err(unreadable(&doc_type, Unreadable::DuplicateKey(key)));
+        }
         check_metadata(&doc_type, &options)?;
         Ok(self.insert(doc_type, content, options))
     }

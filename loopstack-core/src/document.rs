@@ -137,12 +137,15 @@ impl SaveOptions {
 pub(crate) const READ_DEPTH: usize = 127;
 
 /// Why a value cannot be stored so that it reads back as it was.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Unreadable {
     /// A float that is NaN or infinite: serde_json writes it as `null`.
     NonFinite(f64),
     /// Arrays and objects nested deeper than [`READ_DEPTH`].
     TooDeep,
+    /// An object that holds this key twice (a field and a flattened map holding the
+    /// same key, say): serde_json writes both, and a struct refuses it when read.
+    DuplicateKey(String),
 }
 
 impl std::fmt::Display for Unreadable {
@@ -155,6 +158,11 @@ impl std::fmt::Display for Unreadable {
             Self::TooDeep => write!(
                 f,
                 "it nests arrays and objects more than {READ_DEPTH} levels deep, deeper than serde_json reads back"
+            ),
+            Self::DuplicateKey(key) => write!(
+                f,
+                "it writes the key `{key}` twice in one object (a field and a flattened map holding the same key, \
+                 say), which does not read back"
             ),
         }
     }
@@ -178,12 +186,13 @@ impl From<CheckedError> for serde_json::Error {
 }
 
 /// `serde_json::value::to_raw_value`, refusing what would not read back: a float
-/// that is not finite, nesting deeper than [`READ_DEPTH`]. One pass, the same text
-/// as `to_raw_value` writes for everything it accepts.
+/// that is not finite, nesting deeper than [`READ_DEPTH`], an object that holds a
+/// key twice. One pass, the same text as `to_raw_value` writes for everything it
+/// accepts.
 pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
     let refused = std::cell::Cell::new(None);
     serde_json::value::to_raw_value(&checked::Checked { value, depth: 0, raw: false, refused: &refused }).map_err(|e| {
-        match refused.get() {
+        match refused.take() {
             Some(why) => CheckedError::Unreadable(why, e),
             None => CheckedError::Serialize(e),
         }
@@ -223,6 +232,68 @@ pub(crate) fn nests_deeper_than(text: &[u8], depth: usize, limit: usize) -> bool
     false
 }
 
+/// The first key that some object of the JSON text holds twice, if any (text that
+/// does not parse has none: its other checks refuse it).
+pub(crate) fn duplicate_key(text: &str) -> Option<String> {
+    use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
+
+    struct Walk<'a>(&'a std::cell::RefCell<Option<String>>);
+    impl<'de> de::DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut keys = checked::Keys::default();
+            while let Some(key) = map.next_key::<String>()? {
+                if !keys.insert(std::borrow::Cow::Owned(key.clone())) {
+                    *self.0.borrow_mut() = Some(key);
+                    return Err(de::Error::custom("a key twice"));
+                }
+                map.next_value_seed(Walk(self.0))?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Walk(self.0))?.is_some() {}
+            Ok(())
+        }
+    }
+    // Only objects can hold a key twice.
+    if !text.contains('{') {
+        return None;
+    }
+    let found = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    // Its own error, or the text's: either way what it found, if anything, is kept.
+    let _ = de.deserialize_any(Walk(&found));
+    found.into_inner()
+}
+
 /// Whether a JSON value nests deeper than `limit`, counting from `depth`; never
 /// descends more than `limit` levels.
 pub(crate) fn value_deeper_than(value: &Value, depth: usize, limit: usize) -> bool {
@@ -236,7 +307,9 @@ pub(crate) fn value_deeper_than(value: &Value, depth: usize, limit: usize) -> bo
 /// A serializer that forwards to serde_json's and refuses non-finite floats and
 /// nesting deeper than [`READ_DEPTH`] on the way.
 mod checked {
+    use std::borrow::Cow;
     use std::cell::Cell;
+    use std::collections::HashSet;
     use std::fmt::Display;
 
     use serde::ser::{self, Serialize, Serializer};
@@ -268,12 +341,51 @@ mod checked {
         refused: &'a Cell<Option<Unreadable>>,
     }
 
+    /// The keys an object wrote so far, to refuse one written twice: a list while
+    /// short, a set beyond.
+    #[derive(Default)]
+    pub(crate) struct Keys {
+        list: Vec<Cow<'static, str>>,
+        set: HashSet<Cow<'static, str>>,
+    }
+
+    impl Keys {
+        const LIST: usize = 16;
+
+        /// Records `key`; `false` if it was written already.
+        pub(crate) fn insert(&mut self, key: Cow<'static, str>) -> bool {
+            if self.set.is_empty() {
+                if self.list.contains(&key) {
+                    return false;
+                }
+                if self.list.len() < Self::LIST {
+                    self.list.push(key);
+                    return true;
+                }
+                self.set.extend(self.list.drain(..));
+            }
+            self.set.insert(key)
+        }
+    }
+
+    /// A map key's text as serde_json writes it, when it is one serde_json accepts.
+    fn key_text<K: Serialize + ?Sized>(key: &K) -> Option<Cow<'static, str>> {
+        match serde_json::to_value(key).ok()? {
+            serde_json::Value::String(s) => Some(Cow::Owned(s)),
+            serde_json::Value::Number(n) => Some(Cow::Owned(n.to_string())),
+            serde_json::Value::Bool(b) => Some(Cow::Borrowed(if b { "true" } else { "false" })),
+            _ => None,
+        }
+    }
+
     /// A compound (array, object, variant) whose members are checked at `depth`.
     pub(super) struct Compound<'a, C> {
         inner: C,
         depth: usize,
         raw: bool,
         refused: &'a Cell<Option<Unreadable>>,
+        /// For objects: the keys written so far.
+        keys: Option<Keys>,
     }
 
     impl<'a, C> Compound<'a, C> {
@@ -283,12 +395,26 @@ mod checked {
         {
             Checked { value, depth: self.depth, raw: self.raw, refused: self.refused }
         }
+
+        /// Records an object's key, refusing one it wrote already.
+        fn key<E: ser::Error>(&mut self, key: Option<Cow<'static, str>>) -> Result<(), E> {
+            if let (Some(keys), Some(key)) = (&mut self.keys, key)
+                && !keys.insert(key.clone())
+            {
+                let why = Unreadable::DuplicateKey(key.into_owned());
+                let err = E::custom(&why);
+                self.refused.set(Some(why));
+                return Err(err);
+            }
+            Ok(())
+        }
     }
 
     impl<'a, S: Serializer> Ser<'a, S> {
         fn refuse<E: ser::Error>(&self, why: Unreadable) -> E {
+            let err = E::custom(&why);
             self.refused.set(Some(why));
-            E::custom(why)
+            err
         }
 
         /// The depth `levels` more levels in, unless that is too deep.
@@ -350,6 +476,11 @@ mod checked {
             if self.raw && super::nests_deeper_than(v.as_bytes(), self.depth, READ_DEPTH) {
                 return Err(self.refuse(Unreadable::TooDeep));
             }
+            if self.raw
+                && let Some(key) = super::duplicate_key(v)
+            {
+                return Err(self.refuse(Unreadable::DuplicateKey(key)));
+            }
             self.inner.serialize_str(v)
         }
 
@@ -400,13 +531,13 @@ mod checked {
         fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_seq(len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_tuple(len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn serialize_tuple_struct(
@@ -416,7 +547,7 @@ mod checked {
         ) -> Result<Self::SerializeTupleStruct, S::Error> {
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_tuple_struct(name, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn serialize_tuple_variant(
@@ -429,13 +560,13 @@ mod checked {
             // `{"variant": [..]}`: two levels.
             let depth = self.enter(2)?;
             let inner = self.inner.serialize_tuple_variant(name, index, variant, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_map(len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: Some(Keys::default()) })
         }
 
         fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, S::Error> {
@@ -443,11 +574,11 @@ mod checked {
                 // Not an object: serde_json writes the raw text in its place.
                 let (depth, refused) = (self.depth, self.refused);
                 let inner = self.inner.serialize_struct(name, len)?;
-                return Ok(Compound { inner, depth, raw: true, refused });
+                return Ok(Compound { inner, depth, raw: true, refused, keys: None });
             }
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_struct(name, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: Some(Keys::default()) })
         }
 
         fn serialize_struct_variant(
@@ -460,7 +591,7 @@ mod checked {
             // `{"variant": {..}}`: two levels.
             let depth = self.enter(2)?;
             let inner = self.inner.serialize_struct_variant(name, index, variant, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: Some(Keys::default()) })
         }
 
         fn collect_str<T: Display + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
@@ -502,6 +633,7 @@ mod checked {
         // Keys go to serde_json as they are: it accepts only strings, numbers (a
         // non-finite float is an error there) and the like, never a nested value.
         fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), C::Error> {
+            self.key(key_text(key))?;
             self.inner.serialize_key(key)
         }
         fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), C::Error> {
@@ -513,6 +645,7 @@ mod checked {
             key: &K,
             value: &V,
         ) -> Result<(), C::Error> {
+            self.key(key_text(key))?;
             let checked = self.member(value);
             self.inner.serialize_entry(key, &checked)
         }
@@ -532,6 +665,7 @@ mod checked {
                     key: &'static str,
                     value: &T,
                 ) -> Result<(), C::Error> {
+                    self.key(Some(Cow::Borrowed(key)))?;
                     let checked = self.member(value);
                     self.inner.serialize_field(key, &checked)
                 }

@@ -184,7 +184,10 @@ pub enum RunError {
         /// The wait transitions that are enabled.
         expected: Vec<&'static str>,
     },
-    /// A signal's payload did not deserialize; the run is still waiting.
+    /// A signal's payload did not deserialize, or (sent by name:
+    /// [`Runtime::signal_by_name`](crate::Runtime::signal_by_name), the HTTP API) does
+    /// not fit the JSON Schema its wait transition publishes; nothing was stored and
+    /// the run is still waiting.
     #[error(
         "workflow `{workflow}` (run {run_id}): payload of signal `{signal}` is invalid: {reason}; the run is still waiting"
     )]
@@ -251,8 +254,10 @@ pub enum RunError {
     },
     /// The state cannot be checkpointed so that it reads back as it was: it holds a
     /// float that is NaN or infinite (JSON has no such number; serde_json writes it as
-    /// `null`), or arrays and objects nested more than 127 levels deep (serde_json
-    /// reads no deeper). Nothing that cannot be loaded is committed: after a
+    /// `null`), arrays and objects nested more than 127 levels deep (serde_json
+    /// reads no deeper), or an object that holds one key twice (a field and a
+    /// flattened map holding the same key: serde_json writes both, a struct refuses
+    /// them when read). Nothing that cannot be loaded is committed: after a
     /// transition, the run keeps its last checkpoint, the transition's documents are
     /// discarded and the run is failed; the initial state of a new run is refused
     /// before the run is created.

@@ -45,6 +45,8 @@
 //! # Ok::<(), RunError>(()) }).unwrap();
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod children;
 mod context;
 mod document;
@@ -54,8 +56,12 @@ pub mod events;
 pub mod fnv;
 mod registry;
 mod runtime;
+mod schema;
 pub mod secrets;
 pub mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod tool;
 mod workflow;
 
@@ -78,7 +84,7 @@ pub use runtime::{
 };
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
-    RunRecord, RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+    RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

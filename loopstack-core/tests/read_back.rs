@@ -21,6 +21,9 @@ struct State {
     x: f64,
     deep: Value,
     log: Vec<String>,
+    /// Members written beside the fields: one named like a field writes that key twice.
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, Value>,
 }
 
 /// What `begin` does to the state, or saves.
@@ -31,6 +34,8 @@ enum Poison {
     Deep(usize),
     /// A document nested this many levels.
     Document(usize),
+    /// A flattened member named like the field `x`: `{"x":0.0,..,"x":2}`.
+    DuplicateKey,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -88,6 +93,9 @@ impl Workflow for Poisoned {
                     Poison::Deep(depth) => s.deep = nested(*depth),
                     Poison::Document(depth) => {
                         cx.save(&Blob(nested(*depth))).map_err(TransitionError::failed)?;
+                    }
+                    Poison::DuplicateKey => {
+                        s.extra.insert("x".into(), json!(2));
                     }
                 }
             }
@@ -235,4 +243,48 @@ async fn a_signal_payload_nested_too_deep_is_refused_before_it_is_stored() {
     // The run still takes a good one.
     let report = rt.signal(&wf, run_id, ("approve", json!({"deep": nested(100)}))).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
+}
+
+#[tokio::test]
+async fn a_state_that_writes_one_key_twice_is_refused_and_the_run_keeps_its_checkpoint() {
+    let rt = Runtime::new();
+    let err = rt.start(&Poisoned(Poison::DuplicateKey), State::default()).await.unwrap_err();
+    assert!(
+        matches!(&err, RunError::UnstorableState { after: Some("park"), reason, .. } if reason.contains("`x` twice")),
+        "{err:?}"
+    );
+    let run_id = err.run_id().unwrap();
+    assert_kept_its_checkpoint(&rt, run_id).await;
+    // The run is failed at its last good checkpoint, and a build without the bug
+    // retries it from there and takes its signal.
+    let fixed = rt.retry(&Poisoned(Poison::Float(1.5)), run_id).await.unwrap();
+    assert_eq!(fixed.outcome, RunOutcome::Waiting { place: "waiting", signals: vec!["approve"] });
+    let done = rt.signal(&Poisoned(Poison::Float(1.5)), run_id, ("approve", json!({}))).await.unwrap();
+    assert_eq!(done.outcome, RunOutcome::Completed);
+}
+
+#[test]
+fn documents_and_payloads_that_write_one_key_twice_are_refused() {
+    #[derive(Serialize, Deserialize)]
+    struct Doubled {
+        a: u32,
+        #[serde(flatten)]
+        rest: std::collections::BTreeMap<String, u32>,
+    }
+    impl DocumentType for Doubled {
+        const TYPE: &'static str = "doubled";
+    }
+    let mut cx = RunContext::detached("unit");
+    let err = cx.save(&Doubled { a: 0, rest: [("a".to_owned(), 2)].into() }).unwrap_err();
+    assert!(err.to_string().contains("`doubled` document cannot be saved"), "{err}");
+    // Nested objects too, and raw JSON text that holds a key twice.
+    let nested = std::collections::BTreeMap::from([("inner", Doubled { a: 0, rest: [("a".to_owned(), 2)].into() })]);
+    assert!(cx.save(&Blob(serde_json::to_value(&nested).unwrap())).is_ok(), "a Value keeps one of them");
+    let raw = RawValue::from_string(r#"{"k":{"a":1,"a":2}}"#.to_owned()).unwrap();
+    assert!(cx.save_raw("raw", raw, SaveOptions::new()).is_err());
+    // The same key in different objects is fine.
+    cx.save(&Doubled { a: 0, rest: [("b".to_owned(), 2)].into() }).unwrap();
+    let raw = RawValue::from_string(r#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#.to_owned()).unwrap();
+    cx.save_raw("raw", raw, SaveOptions::new()).unwrap();
+    assert_eq!(cx.documents().len(), 3);
 }

@@ -149,7 +149,8 @@ async fn a_call_runs_a_child_whose_published_result_is_what_the_model_reads() {
     // One child, recording its parent; its input is the mapping in the envelope.
     let children = runtime.store().list_runs(&loopstack_core::RunQuery::new().parent(reply.run_id)).await.unwrap().runs;
     assert_eq!(children.len(), 1);
-    let child: Refund = serde_json::from_str(children[0].state.get()).unwrap();
+    let state = runtime.store().load_run(children[0].run_id).await.unwrap().state;
+    let child: Refund = serde_json::from_str(state.get()).unwrap();
     assert_eq!((child.order.as_str(), child.amount, child.customer.clone()), ("A-1", 40, Value::Null));
     assert_eq!((child.tool_call_id.as_str(), child.tool_call_index), ("c1", 0));
     // The model saw only the name, the description and the schema.

@@ -30,6 +30,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 
@@ -39,8 +41,10 @@ mod postgres;
 mod sqlite;
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
 
 /// The lease a runtime takes on a run of a SQL store while it drives it, unless the

@@ -77,7 +77,12 @@ impl PostgresStore {
     }
 }
 
-crate::sql::sql_store!(PostgresStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED");
+crate::sql::sql_store!(
+    PostgresStore,
+    sqlx::Postgres,
+    " FOR UPDATE SKIP LOCKED",
+    "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))"
+);
 
 /// A whole commit in one statement: the fenced run row update, the checkpoint, the
 /// documents (as arrays) and, when the run ends, the rejection of pending signals.

@@ -257,16 +257,19 @@ macro_rules! sql_static {
 
 pub(crate) use sql_static;
 
-/// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`.
+/// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`;
+/// `$lock` ends the worker's pick of runs, and `$workflow_in` says that `r.workflow`
+/// is one of the names in the JSON array `$4` (an exact match, in the dialect's
+/// words).
 macro_rules! sql_store {
-    ($store:ident, $db:ty, $lock:literal) => {
+    ($store:ident, $db:ty, $lock:literal, $workflow_in:literal) => {
         use std::sync::{Arc, LazyLock};
 
         use loopstack_core::serde_json;
         use loopstack_core::serde_json::value::RawValue;
         use loopstack_core::store::{OutSignal, check_claim, check_fence};
         use loopstack_core::{
-            CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus,
+            CheckpointRecord, Claim, Document, Fence, Inbox, Lease, NewRun, Park, RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
             SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, StoreError, Timestamp,
         };
         use sqlx::Row as _;
@@ -281,11 +284,12 @@ macro_rules! sql_store {
         // run whose uuid is `$1`.
         // The worker's claim: one statement that picks runs that can move and takes
         // them; in PostgreSQL the picked rows are locked, skipping rows another
-        // worker is taking (`$lock`).
+        // worker is taking (`$lock`). The names are compared exactly (`$workflow_in`),
+        // never as a pattern: `_` and `%` in a name are plain characters.
         crate::sql::sql_static!(CLAIM_RUNNABLE = "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
             WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
-            AND $4 LIKE ('%,' || r.workflow || ',%') AND (r.status = 'queued' \
+            AND ", $workflow_in, " AND (r.status = 'queued' \
             OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
             OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
             OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending')))) \
@@ -392,7 +396,8 @@ macro_rules! sql_store {
             Ok(())
         }
 
-        fn run_from_row(row: &DbRow) -> Result<RunRecord, StoreError> {
+        /// A run's row, without its state.
+        fn summary_from_row(row: &DbRow) -> Result<RunSummary, StoreError> {
             let get_err = |e: sqlx::Error| corrupt(e);
             let status: String = row.try_get("status").map_err(get_err)?;
             let waiting: String = row.try_get("waiting_for").map_err(get_err)?;
@@ -401,14 +406,12 @@ macro_rules! sql_store {
             let parent: Option<uuid::Uuid> = row.try_get("parent").map_err(get_err)?;
             let lease_until: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
             let wake_at: Option<i64> = row.try_get("wake_at").map_err(get_err)?;
-            let mut record = RunRecord {
+            let mut record = RunSummary {
                 run_id: RunId(row.try_get("run_id").map_err(get_err)?),
                 workflow: std::borrow::Cow::Owned(row.try_get("workflow").map_err(get_err)?),
                 status: status.parse()?,
                 place: std::borrow::Cow::Owned(row.try_get("place").map_err(get_err)?),
                 step: to_u64(row.try_get("step").map_err(get_err)?)?,
-                // Filled in from the checkpoints by the caller.
-                state: raw("null".to_owned())?,
                 error: row.try_get("error").map_err(get_err)?,
                 definition_hash: std::borrow::Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
                 parent: parent.map(RunId),
@@ -483,17 +486,16 @@ macro_rules! sql_store {
         impl $store {
             async fn load(&self, run_id: RunId) -> Result<RunRecord, StoreError> {
                 let row = sqlx::query(&SELECT_RUN).bind(run_id.0).fetch_optional(&self.pool).await.map_err(backend)?;
-                let record = row.map(|r| run_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))?;
+                let record = row.map(|r| summary_from_row(&r)).transpose()?.ok_or(StoreError::RunNotFound(run_id))?;
                 self.with_state(record).await
             }
 
-            /// A run record with its state: that of its latest checkpoint.
-            async fn with_state(&self, mut record: RunRecord) -> Result<RunRecord, StoreError> {
-                match self.chain(record.run_id, record.step).await? {
-                    Some((_, state)) => record.state = raw(state)?,
-                    None => return Err(corrupt(format!("run {} has no checkpoint {}", record.run_id, record.step))),
+            /// A run's row with its state: that of its latest checkpoint.
+            async fn with_state(&self, run: RunSummary) -> Result<RunRecord, StoreError> {
+                match self.chain(run.run_id, run.step).await? {
+                    Some((_, state)) => Ok(run.with_state(raw(state)?)),
+                    None => Err(corrupt(format!("run {} has no checkpoint {}", run.run_id, run.step))),
                 }
-                Ok(record)
             }
 
             /// The step record and state of checkpoint `step`: its chain's full state
@@ -521,6 +523,44 @@ macro_rules! sql_store {
                         Ok(Some((step_from_row(row)?, state)))
                     }
                     _ => Ok(None),
+                }
+            }
+
+            /// A run this store just claimed, with its state.
+            async fn read_claimed(&self, row: &DbRow) -> Result<RunRecord, StoreError> {
+                self.with_state(summary_from_row(row)?).await
+            }
+
+            /// Fails a run this store just claimed (`row`, as the claim returned it)
+            /// but cannot read (`why`: its row or its state is not what a store
+            /// writes): failed with the reason, its lease dropped and its pending
+            /// signals rejected, and its parent told as a failed child tells it. So it
+            /// neither stops the claim of the runs after it nor stays running under a
+            /// lease nobody renews; `retry` takes it up once it reads again.
+            async fn fail_unreadable(&self, row: &DbRow, why: &StoreError) {
+                let run_id = match row.try_get::<uuid::Uuid, _>("run_id") {
+                    Ok(id) => RunId(id),
+                    Err(e) => return tracing::warn!(error = %e, %why, "a claimed run has no readable id"),
+                };
+                let fence = match (row.try_get::<i64, _>("epoch"), row.try_get::<i64, _>("step")) {
+                    (Ok(epoch), Ok(step)) => Fence { epoch: epoch as u64, step: step as u64 },
+                    _ => return tracing::warn!(run_id = %run_id, %why, "a claimed run has no readable fence"),
+                };
+                let error = format!("the run cannot be read: {why}");
+                tracing::warn!(run_id = %run_id, %error, "failing a run that cannot be read");
+                let parent = row.try_get::<Option<uuid::Uuid>, _>("parent").ok().flatten().map(RunId);
+                let signal = row.try_get::<Option<String>, _>("parent_signal").ok().flatten();
+                let workflow = row.try_get::<String, _>("workflow").unwrap_or_default();
+                let notify = match (parent, signal) {
+                    (Some(parent), Some(signal)) => {
+                        let ended =
+                            loopstack_core::ChildEnded::new(run_id, workflow, RunStatus::Failed, None, Some(error.clone()));
+                        serde_json::value::to_raw_value(&ended).ok().map(|payload| OutSignal::new(parent, signal, payload))
+                    }
+                    _ => None,
+                };
+                if let Err(e) = self.set_status(run_id, fence, RunStatus::Failed, Some(error), notify).await {
+                    tracing::warn!(run_id = %run_id, error = %e, "could not fail a run that cannot be read");
                 }
             }
 
@@ -649,7 +689,16 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 match row {
-                    Some(row) => self.with_state(run_from_row(&row)?).await,
+                    Some(row) => match self.read_claimed(&row).await {
+                        Ok(run) => Ok(run),
+                        // Claimed but unreadable: failed, not left running with nobody
+                        // driving it.
+                        Err(e @ StoreError::Corrupt(_)) => {
+                            self.fail_unreadable(&row, &e).await;
+                            Err(e)
+                        }
+                        Err(e) => Err(e),
+                    },
                     None => {
                         let current = self.load(run_id).await?;
                         check_claim(&current, claim)?;
@@ -840,11 +889,7 @@ macro_rules! sql_store {
                 now: Timestamp,
                 limit: u32,
             ) -> Result<Vec<RunRecord>, StoreError> {
-                let mut names = String::from(",");
-                for w in workflows {
-                    names.push_str(w);
-                    names.push(',');
-                }
+                let names = serde_json::to_string(workflows).map_err(corrupt)?;
                 let rows = sqlx::query(&CLAIM_RUNNABLE)
                     .bind(&lease.owner)
                     .bind(lease.until.as_millis())
@@ -855,10 +900,24 @@ macro_rules! sql_store {
                     .await
                     .map_err(backend)?;
                 let mut runs = Vec::with_capacity(rows.len());
+                let mut failed = None;
                 for row in &rows {
-                    runs.push(self.with_state(run_from_row(row)?).await?);
+                    // A run that cannot be read fails alone; the others are driven.
+                    match self.read_claimed(row).await {
+                        Ok(run) => runs.push(run),
+                        Err(e @ StoreError::Corrupt(_)) => self.fail_unreadable(row, &e).await,
+                        // The database failed the read: the run comes back when the
+                        // lease runs out, and the rest are driven meanwhile.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not read a claimed run");
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
-                Ok(runs)
+                match failed {
+                    Some(e) if runs.is_empty() => Err(e),
+                    _ => Ok(runs),
+                }
             }
 
             async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
@@ -996,10 +1055,9 @@ macro_rules! sql_store {
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;
-                let mut runs = Vec::with_capacity(rows.len());
-                for row in rows.iter().take(size as usize) {
-                    runs.push(self.with_state(run_from_row(row)?).await?);
-                }
+                // The rows alone: a listing never reads a state.
+                let mut runs =
+                    rows.iter().take(size as usize).map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
                 let next = if rows.len() > size as usize {
                     runs.truncate(size as usize);
                     runs.last().map(|r| r.run_id)

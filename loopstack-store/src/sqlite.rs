@@ -105,7 +105,7 @@ impl SqliteStore {
     }
 }
 
-crate::sql::sql_store!(SqliteStore, sqlx::Sqlite, "");
+crate::sql::sql_store!(SqliteStore, sqlx::Sqlite, "", "r.workflow IN (SELECT value FROM json_each($4))");
 
 impl SqliteStore {
     /// SQLite cannot modify rows in a `WITH` clause: commits take a transaction.

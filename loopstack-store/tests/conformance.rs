@@ -1,159 +1,21 @@
-//! One suite of store behaviour, run against every store: `MemoryStore`, SQLite (a
-//! file) and PostgreSQL (its own schema per test run; `LOOPSTACK_DATABASE_URL`, by
-//! default the local server). The PostgreSQL test fails, never skips, when the
-//! server is unreachable: `.ci/run` starts it.
+//! The store conformance suite (`loopstack_core::testing`, feature `testing`) run
+//! against every store: `MemoryStore`, SQLite (a file, and in memory) and
+//! PostgreSQL (its own schema per test run; `LOOPSTACK_DATABASE_URL`, by default the
+//! local server), and what only the SQL stores have: their migrations. The
+//! PostgreSQL tests fail, never skip, when the server is unreachable: `.ci/run`
+//! starts it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::store::OutSignal;
+use loopstack_core::testing::StoreSuite;
 use loopstack_core::*;
 use loopstack_store::{PostgresStore, SqliteStore};
 
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct State {
-    wait: bool,
-    log: Vec<String>,
-    approved_by: Option<String>,
-    /// Floats and odd text that must survive a checkpoint exactly.
-    reading: f64,
-    label: String,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Note {
-    text: String,
-}
-
-impl DocumentType for Note {
-    const TYPE: &'static str = "note";
-}
-
-/// `begin` saves a note and a keyed counter; `work` updates the counter; at
-/// `review` the run waits for `approve` unless `wait` is false; `approve` fails for
-/// "mallory".
-#[derive(Default)]
-struct Review {
-    /// `work` hangs once while this is set (a crash in the middle of a transition).
-    hang: AtomicBool,
-    started: tokio::sync::Notify,
-}
-
-static DEF: Definition = Definition::new(
-    "review",
-    &[START, "drafted", "review", END],
-    &[
-        TransitionDef::new("begin", &[START], "drafted"),
-        TransitionDef::new("work", &["drafted"], "review"),
-        TransitionDef::new("auto", &["review"], END).guard("no_wait"),
-        TransitionDef::new("approve", &["review"], END).wait(|| json!({"type": "object"})),
-    ],
-);
-
-impl Workflow for Review {
-    type State = State;
-    type Input = State;
-    fn definition(&self) -> &'static Definition {
-        &DEF
-    }
-    fn init(&self, s: State) -> State {
-        s
-    }
-    fn guard(&self, t: usize, s: &State) -> bool {
-        t != 2 || !s.wait
-    }
-    fn transition<'a>(
-        &'a self,
-        t: usize,
-        s: &'a mut State,
-        cx: &'a mut RunContext,
-        payload: Option<Value>,
-    ) -> BoxFuture<'a, Result<(), TransitionError>> {
-        Box::pin(async move {
-            let name = DEF.transitions()[t].name;
-            s.log.push(name.to_owned());
-            cx.save(&Note { text: format!("{name} ran") }).map_err(TransitionError::failed)?;
-            match name {
-                "begin" => {
-                    cx.save_with(&Note { text: "count 1".into() }, SaveOptions::new().key("count").tag("counter"))
-                        .map_err(TransitionError::failed)?;
-                }
-                "work" => {
-                    if self.hang.swap(false, Ordering::SeqCst) {
-                        self.started.notify_one();
-                        std::future::pending::<()>().await;
-                    }
-                    cx.save_with(&Note { text: "count 2".into() }, SaveOptions::new().key("count").tag("counter"))
-                        .map_err(TransitionError::failed)?;
-                }
-                "approve" => {
-                    let who = payload.as_ref().and_then(|p| p["approved_by"].as_str()).map(str::to_owned);
-                    let Some(who) = who else {
-                        return Err(TransitionError::InvalidPayload("`approved_by` must be a string".into()));
-                    };
-                    if who == "mallory" {
-                        return Err(TransitionError::failed("mallory may not approve"));
-                    }
-                    s.approved_by = Some(who);
-                }
-                _ => {}
-            }
-            Ok(())
-        })
-    }
-}
-
-fn input(wait: bool) -> State {
-    State {
-        wait,
-        reading: 2.017_351_698_988_807e285,
-        label: "naïve \u{1F600} \"quoted\" \\ \u{7f}".into(),
-        ..State::default()
-    }
-}
-
-fn texts(docs: &[Arc<Document>]) -> Vec<String> {
-    docs.iter().map(|d| d.read::<Note>().unwrap().text).collect()
-}
-
-async fn suite(store: Arc<dyn Store>) {
-    // First, while no other run of the suite waits: the filters must find exactly its runs.
-    queries_filter_and_page(&store).await;
-    a_run_commits_every_step_with_its_documents_and_checkpoints(&store).await;
-    signals_are_kept_delivered_once_and_refusals_keep_the_run_waiting(&store).await;
-    a_signal_before_the_run_parks_waits_in_the_inbox(&store).await;
-    fenced_and_finished_writes_are_refused(&store).await;
-    claims_respect_status_and_live_leases(&store).await;
-    a_crashed_transition_runs_again_on_resume(&store).await;
-    retry_and_fork(&store).await;
-    an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
-    signals_still_pending_when_a_run_ends_are_rejected(&store).await;
-    workers_claim_what_can_move(&store).await;
-    a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
-    a_child_records_its_parent_and_the_signal_it_sends(&store).await;
-    a_finished_child_tells_its_waiting_parent_in_the_same_commit(&store).await;
-    a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(&store).await;
-    a_notification_for_a_finished_or_missing_run_is_dropped(&store).await;
-    racing_commits_of_one_child_notify_its_parent_once(&store).await;
-}
-
 fn json_raw(value: Value) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(&value).unwrap()
-}
-
-/// What a finishing child sends its parent in these tests.
-fn child_done(parent: RunId, child: RunId, status: RunStatus) -> OutSignal {
-    OutSignal::new(parent, "child_done", json_raw(json!({"child": child, "status": status})))
-}
-
-/// A run of `workflow` parked waiting for `child_done` (epoch 1, step 0, inbox 0).
-async fn waiting_parent(store: &Arc<dyn Store>, workflow: &'static str) -> RunRecord {
-    let parent = store.create_run(NewRun::new(RunId::new(), workflow, "h", json_raw(json!({})))).await.unwrap();
-    let park = Park { fence: parent.fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
-    store.park(parent.run_id, &park).await.unwrap();
-    store.load_run(parent.run_id).await.unwrap()
 }
 
 /// The last step of a child: `start` to `end`, completed.
@@ -162,589 +24,21 @@ fn finishing(child: RunId, fence: Fence) -> Checkpoint {
     Checkpoint::new(child, fence, step, RunStatus::Completed, json_raw(json!({"done": true})))
 }
 
-async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Store>) {
-    let parent = waiting_parent(store, "parenting").await;
-    let state = json_raw(json!({}));
-    let new = || NewRun::new(RunId::new(), "child_record", "h", state.clone());
-    let child = store.create_run(new().child_of(parent.run_id, "child_done")).await.unwrap();
-    let is_child = |r: &RunRecord| {
-        assert_eq!((r.parent, r.parent_signal.as_deref()), (Some(parent.run_id), Some("child_done")), "{r:?}");
-    };
-    is_child(&child);
-    is_child(&store.load_run(child.run_id).await.unwrap());
-    is_child(&store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap());
-    let queued = store.create_run(new().child_of(parent.run_id, "child_done").queued()).await.unwrap();
-    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["child_record"], &lease, Timestamp::now(), 10).await.unwrap();
-    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id]);
-    is_child(&claimed[0]);
-    let children = store.list_runs(&RunQuery::new().parent(parent.run_id)).await.unwrap();
-    assert_eq!(children.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id, child.run_id]);
-    children.runs.iter().for_each(is_child);
-    // `parent` alone leaves the signal unset; a plain run has neither.
-    let only_parent = store.create_run(new().parent(parent.run_id)).await.unwrap();
-    assert_eq!(store.load_run(only_parent.run_id).await.unwrap().parent_signal, None);
-    let plain = store.load_run(store.create_run(new()).await.unwrap().run_id).await.unwrap();
-    assert_eq!((plain.parent, plain.parent_signal), (None, None));
-    // A fork is nobody's child.
-    let fork = store.fork(child.run_id, 0, RunId::new()).await.unwrap();
-    assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
-    let fork = store.load_run(fork.run_id).await.unwrap();
-    assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
-}
-
-async fn a_finished_child_tells_its_waiting_parent_in_the_same_commit(store: &Arc<dyn Store>) {
-    let parent = waiting_parent(store, "parent_commit").await;
-    let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
-    let child = store.create_run(new).await.unwrap();
-    let notify = child_done(parent.run_id, child.run_id, RunStatus::Completed);
-    let inbox_is_empty = || async {
-        assert!(store.signals(parent.run_id).await.unwrap().is_empty());
-        assert_eq!(store.load_run(parent.run_id).await.unwrap().signal_seq, 0);
-    };
-
-    // Refused commits write nothing, and notify nobody: a driver taken over (fenced),
-    // one at the wrong step (conflict).
-    let taken = store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
-    let err = store.commit(finishing(child.run_id, child.fence()).notify(notify.clone())).await.unwrap_err();
-    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
-    let stale = Fence { epoch: taken.epoch, step: 4 };
-    let err = store.commit(finishing(child.run_id, stale).notify(notify.clone())).await.unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
-    inbox_is_empty().await;
-    assert!(store.history(child.run_id).await.unwrap().is_empty());
-    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    assert!(store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap().is_empty());
-
-    // The commit that ends the child puts exactly one signal in the parent's inbox.
-    store.commit(finishing(child.run_id, taken.fence()).notify(notify.clone())).await.unwrap();
-    let done = store.load_run(child.run_id).await.unwrap();
-    assert_eq!((done.status, done.step, &*done.place), (RunStatus::Completed, 1, END));
-    let signals = store.signals(parent.run_id).await.unwrap();
-    assert_eq!(signals.len(), 1, "{signals:?}");
-    assert_eq!((signals[0].id, &*signals[0].name, &signals[0].status), (1, "child_done", &SignalStatus::Pending));
-    assert_eq!(signals[0].payload.get(), notify.payload.get());
-    let inbox = store.inbox(parent.run_id).await.unwrap();
-    assert_eq!((inbox.seq, inbox.pending.len()), (1, 1));
-    // A finished child takes no more commits, and notifies no more.
-    let err = store.commit(finishing(child.run_id, taken.fence()).notify(notify.clone())).await.unwrap_err();
-    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
-    let err = store
-        .set_status(child.run_id, taken.fence(), RunStatus::Failed, Some("late".into()), Some(notify.clone()))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
-    assert_eq!(store.signals(parent.run_id).await.unwrap().len(), 1);
-
-    // The parent cannot park over the news: it is claimable, and a driver that read
-    // the old inbox cannot park either.
-    let park = Park { fence: parent.fence(), inbox_seq: parent.signal_seq, signals: &["child_done"], wake_at: None };
-    let err = store.park(parent.run_id, &park).await.unwrap_err();
-    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
-    let claimed = store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap();
-    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
-    assert_eq!(claimed[0].signal_seq, 1);
-    let park = Park { fence: claimed[0].fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
-    let err = store.park(parent.run_id, &park).await.unwrap_err();
-    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
-    // Delivering it is an ordinary wait transition of the parent.
-    let step = StepRecord::new(1, "child_done", START, END);
-    let mut cp = Checkpoint::new(parent.run_id, claimed[0].fence(), step, RunStatus::Completed, json_raw(json!({})));
-    cp.signal = Some(1);
-    store.commit(cp).await.unwrap();
-    assert_eq!(store.signals(parent.run_id).await.unwrap()[0].status, SignalStatus::Delivered { step: 1 });
-}
-
-async fn a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(store: &Arc<dyn Store>) {
-    let parent = waiting_parent(store, "parent_status").await;
-    for (i, status) in [RunStatus::Failed, RunStatus::Cancelled].into_iter().enumerate() {
-        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
-        let child = store.create_run(new).await.unwrap();
-        let notify = child_done(parent.run_id, child.run_id, status);
-        // Refused (a driver taken over): no status change, no signal.
-        let taken = store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
-        let err = store
-            .set_status(child.run_id, child.fence(), status, Some("x".into()), Some(notify.clone()))
-            .await
-            .unwrap_err();
-        assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
-        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Running);
-        assert_eq!(store.signals(parent.run_id).await.unwrap().len(), i);
-
-        store.set_status(child.run_id, taken.fence(), status, Some("boom".into()), Some(notify.clone())).await.unwrap();
-        let record = store.load_run(child.run_id).await.unwrap();
-        assert_eq!((record.status, record.error.as_deref()), (status, Some("boom")));
-        let signals = store.signals(parent.run_id).await.unwrap();
-        assert_eq!(signals.len(), i + 1, "{signals:?}");
-        let last = signals.last().unwrap();
-        assert_eq!((last.id, &*last.name, last.payload.get()), (i as u64 + 1, "child_done", notify.payload.get()));
-        assert_eq!(store.load_run(parent.run_id).await.unwrap().signal_seq, i as u64 + 1);
-    }
-    // A status change that hands the run on may notify too.
-    let other = store.create_run(NewRun::new(RunId::new(), "child", "h", json_raw(json!({})))).await.unwrap();
-    let notify = OutSignal::new(parent.run_id, "child_done", json_raw(json!("queued")));
-    store.set_status(other.run_id, other.fence(), RunStatus::Queued, None, Some(notify)).await.unwrap();
-    assert_eq!(store.signals(parent.run_id).await.unwrap().len(), 3);
-    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["parent_status"], &lease, Timestamp::now(), 10).await.unwrap();
-    assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
-}
-
-async fn a_notification_for_a_finished_or_missing_run_is_dropped(store: &Arc<dyn Store>) {
-    let finished = waiting_parent(store, "parent_gone").await;
-    let claimed = store.claim(finished.run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
-    store.set_status(finished.run_id, claimed.fence(), RunStatus::Cancelled, Some("gone".into()), None).await.unwrap();
-    let missing = RunId::new();
-    for target in [finished.run_id, missing] {
-        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(target, "child_done");
-        let child = store.create_run(new).await.unwrap();
-        let notify = child_done(target, child.run_id, RunStatus::Completed);
-        store.commit(finishing(child.run_id, child.fence()).notify(notify)).await.unwrap();
-        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Completed, "the commit holds");
-        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(target, "child_done");
-        let child = store.create_run(new).await.unwrap();
-        let notify = child_done(target, child.run_id, RunStatus::Failed);
-        store.set_status(child.run_id, child.fence(), RunStatus::Failed, Some("x".into()), Some(notify)).await.unwrap();
-        assert_eq!(store.load_run(child.run_id).await.unwrap().status, RunStatus::Failed, "the change holds");
-    }
-    let record = store.load_run(finished.run_id).await.unwrap();
-    assert_eq!((record.status, record.signal_seq), (RunStatus::Cancelled, 0));
-    assert!(store.signals(finished.run_id).await.unwrap().is_empty());
-    let err = store.load_run(missing).await.unwrap_err();
-    assert!(matches!(err, StoreError::RunNotFound(_)), "no run is made for a missing target: {err:?}");
-}
-
-async fn racing_commits_of_one_child_notify_its_parent_once(store: &Arc<dyn Store>) {
-    let parent = waiting_parent(store, "parent_race").await;
-    for _ in 0..8 {
-        let new = NewRun::new(RunId::new(), "child", "h", json_raw(json!({}))).child_of(parent.run_id, "child_done");
-        let child = store.create_run(new).await.unwrap();
-        let before = store.signals(parent.run_id).await.unwrap().len();
-        // Two writers of the same epoch and step: one commit wins, with its signal.
-        let commit = |n: u32| {
-            let store = store.clone();
-            let notify = OutSignal::new(parent.run_id, "child_done", json_raw(json!({"writer": n})));
-            let cp = finishing(child.run_id, child.fence()).notify(notify);
-            tokio::spawn(async move { store.commit(cp).await })
-        };
-        let (a, b) = (commit(1), commit(2));
-        let results = [a.await.unwrap(), b.await.unwrap()];
-        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
-        let err = results.iter().find_map(|r| r.as_ref().err()).unwrap();
-        assert!(matches!(err, StoreError::Finished { .. } | StoreError::Conflict { .. }), "{err:?}");
-        let signals = store.signals(parent.run_id).await.unwrap();
-        assert_eq!(signals.len(), before + 1, "exactly one notification: {signals:?}");
-        assert_eq!(store.history(child.run_id).await.unwrap().len(), 1);
-    }
-}
-
-async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
-    let now = Timestamp::now();
-    let secs = std::time::Duration::from_secs;
-    let state = serde_json::value::to_raw_value(&json!({})).unwrap();
-    let new = |lease: Option<Lease>| {
-        let run = NewRun::new(RunId::new(), "claimable", "h", state.clone());
-        match lease {
-            Some(l) => run.lease(l),
-            None => run,
-        }
-    };
-    let lease = |until| Lease { owner: "gone".into(), until };
-    let queued = store.create_run(new(None).queued()).await.unwrap();
-    assert_eq!((queued.status, queued.epoch), (RunStatus::Queued, 0));
-    let dead = store.create_run(new(Some(lease(Timestamp::from_millis(now.as_millis() - 1000))))).await.unwrap();
-    let live = store.create_run(new(Some(lease(now + secs(60))))).await.unwrap();
-    let mut parked = Vec::new();
-    for wake_at in [None, None, Some(Timestamp::from_millis(now.as_millis() - 1)), Some(now + secs(3600))] {
-        let run = store.create_run(new(None)).await.unwrap();
-        let park = Park { fence: run.fence(), inbox_seq: 0, signals: &["approve"], wake_at };
-        store.park(run.run_id, &park).await.unwrap();
-        parked.push(run.run_id);
-    }
-    let payload = serde_json::value::to_raw_value(&json!({"approved_by": "ada"})).unwrap();
-    store.send_signal(parked[1], "approve", payload).await.unwrap();
-    let (signalled, due) = (parked[1], parked[2]);
-
-    let mine = Lease { owner: "worker-b".into(), until: now + secs(30) };
-    let first = store.claim_runnable(&["claimable"], &mine, now, 2).await.unwrap();
-    let rest = store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap();
-    assert_eq!(first.len(), 2, "the limit holds");
-    let mut claimed: Vec<RunId> = first.iter().chain(&rest).map(|r| r.run_id).collect();
-    claimed.sort();
-    let mut expected = vec![queued.run_id, dead.run_id, signalled, due];
-    expected.sort();
-    assert_eq!(claimed, expected, "queued, lease expired, signalled and due; not live, idle or later");
-    for r in first.iter().chain(&rest) {
-        assert_eq!((r.status, r.lease_owner.as_deref(), r.wake_at), (RunStatus::Running, Some("worker-b"), None));
-    }
-    assert_eq!(first.iter().chain(&rest).find(|r| r.run_id == queued.run_id).unwrap().epoch, 1);
-    assert!(store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap().is_empty(), "claimed once");
-    assert!(store.claim_runnable(&["other"], &mine, now + secs(7200), 100).await.unwrap().is_empty());
-    assert_eq!(store.load_run(live.run_id).await.unwrap().lease_owner.as_deref(), Some("gone"));
-}
-
-/// A workflow that waits for approval for an hour, then expires.
-struct Timed;
-
-static TIMED: Definition = Definition::new(
-    "timed",
-    &[START, "waiting", "expired", END],
-    &[
-        TransitionDef::new("begin", &[START], "waiting"),
-        TransitionDef::new("approve", &["waiting"], END).wait(|| json!({"type": "object"})),
-        TransitionDef::new("expire", &["waiting"], "expired").after(std::time::Duration::from_secs(3600)),
-        TransitionDef::new("close", &["expired"], END),
-    ],
-);
-
-impl Workflow for Timed {
-    type State = Vec<String>;
-    type Input = ();
-    fn definition(&self) -> &'static Definition {
-        &TIMED
-    }
-    fn init(&self, (): ()) -> Vec<String> {
-        Vec::new()
-    }
-    fn guard(&self, _: usize, _: &Vec<String>) -> bool {
-        true
-    }
-    fn transition<'a>(
-        &'a self,
-        t: usize,
-        log: &'a mut Vec<String>,
-        _: &'a mut RunContext,
-        _: Option<Value>,
-    ) -> BoxFuture<'a, Result<(), TransitionError>> {
-        Box::pin(async move {
-            log.push(TIMED.transitions()[t].name.to_owned());
-            Ok(())
-        })
-    }
-}
-
-async fn a_worker_drives_submitted_runs_and_fires_due_timers_once(store: &Arc<dyn Store>) {
-    use std::sync::atomic::AtomicI64;
-    // A clock that can jump ahead: no test waits for an hour, or sleeps at all.
-    let ahead = Arc::new(AtomicI64::new(0));
-    let clock = || {
-        let ahead = ahead.clone();
-        move || Timestamp::from_millis(Timestamp::now().as_millis() + ahead.load(Ordering::SeqCst))
-    };
-    let rt = Runtime::with_shared_store(store.clone()).clock(clock());
-    let worker = Worker::new(rt.clone()).register(Review::default()).register(Timed);
-
-    // Submitted runs come back at once, queued, and the worker drives them.
-    let submitted = [rt.submit(&Review::default(), input(false)).await.unwrap(), rt.submit(&Timed, ()).await.unwrap()];
-    for id in submitted {
-        assert_eq!(store.load_run(id).await.unwrap().status, RunStatus::Queued);
-    }
-    assert!(worker.run_once().await.unwrap() >= 2);
-    assert_eq!(store.load_run(submitted[0]).await.unwrap().status, RunStatus::Completed);
-    let timed = store.load_run(submitted[1]).await.unwrap();
-    assert_eq!((timed.status, &*timed.place), (RunStatus::Waiting, "waiting"));
-    assert_eq!(timed.wake_at, Some(timed.place_since + std::time::Duration::from_secs(3600)));
-    let outcome = rt.wait_for(submitted[1], std::time::Duration::from_millis(10)).await.unwrap();
-    assert_eq!(outcome.status, RunStatus::Waiting);
-
-    // Not due yet: nothing moves. Two hours later the timer fires, once.
-    let before = store.history(submitted[1]).await.unwrap().len();
-    worker.run_once().await.unwrap();
-    assert_eq!(store.history(submitted[1]).await.unwrap().len(), before);
-    // Two hours later, and a restart: a new runtime and worker over the same store
-    // find the due timer and fire it, once.
-    drop(worker);
-    ahead.store(2 * 3600 * 1000, Ordering::SeqCst);
-    let restarted = Runtime::with_shared_store(store.clone()).clock(clock());
-    let worker = Worker::new(restarted).register(Review::default()).register(Timed);
-    worker.run_once().await.unwrap();
-    worker.run_once().await.unwrap();
-    let record = store.load_run(submitted[1]).await.unwrap();
-    assert_eq!(record.status, RunStatus::Completed);
-    let steps: Vec<String> =
-        store.history(submitted[1]).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
-    assert_eq!(steps, ["begin", "expire", "close"], "the timer fired exactly once");
-}
-
-async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store>) {
-    let run_id = RunId::new();
-    let first = serde_json::value::to_raw_value(&json!({"n": 1})).unwrap();
-    let second = serde_json::value::to_raw_value(&json!({"n": 2})).unwrap();
-    let run = store.create_run(NewRun::new(run_id, "review", DEF.hash(), first.clone())).await.unwrap();
-    let mut fence = run.fence();
-    // Steps 1 and 2 keep the initial state, step 3 changes it, step 4 keeps that.
-    for (step, state) in [(1, &first), (2, &first), (3, &second), (4, &second)] {
-        let record = StepRecord::new(step, "work", "drafted", "drafted");
-        store.commit(Checkpoint::new(run_id, fence, record, RunStatus::Running, state.clone())).await.unwrap();
-        fence.step = step;
-    }
-    for (step, want) in [(0, &first), (1, &first), (2, &first), (3, &second), (4, &second)] {
-        let cp = store.checkpoint(run_id, step).await.unwrap();
-        assert_eq!((cp.step.step, cp.state.get()), (step, want.get()), "step {step}");
-    }
-    let fork = store.fork(run_id, 2, RunId::new()).await.unwrap();
-    assert_eq!((fork.step, fork.state.get()), (2, first.get()));
-    assert_eq!(store.load_run(run_id).await.unwrap().state.get(), second.get());
-
-    // A long run of small changes to a larger state: every checkpoint reads back
-    // exactly, however stores keep them (SQL stores keep patches, in bounded chains).
-    let pad = "x".repeat(200);
-    let mut states = Vec::new();
-    for step in 5..=60_u64 {
-        let state = serde_json::value::to_raw_value(&json!({"n": step, "pad": pad, "odd": step % 2 == 1})).unwrap();
-        let record = StepRecord::new(step, "work", "drafted", "drafted");
-        store.commit(Checkpoint::new(run_id, fence, record, RunStatus::Running, state.clone())).await.unwrap();
-        fence.step = step;
-        states.push((step, state));
-    }
-    for (step, state) in &states {
-        assert_eq!(store.checkpoint(run_id, *step).await.unwrap().state.get(), state.get(), "step {step}");
-    }
-    let fork = store.fork(run_id, 33, RunId::new()).await.unwrap();
-    assert_eq!(fork.state.get(), states[28].1.get());
-    assert_eq!(store.checkpoint(fork.run_id, 33).await.unwrap().state.get(), states[28].1.get());
-}
-
-async fn a_run_commits_every_step_with_its_documents_and_checkpoints(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let report = rt.start(&Review::default(), input(false)).await.unwrap();
-    assert_eq!(report.outcome, RunOutcome::Completed);
-    let run_id = report.run_id;
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, &*record.place, record.step, record.epoch), (RunStatus::Completed, "end", 3, 1));
-    assert_eq!(record.definition_hash, DEF.hash());
-    let state: State = serde_json::from_str(record.state.get()).unwrap();
-    assert_eq!(state, report.state);
-    assert_eq!(state.reading.to_bits(), 2.017_351_698_988_807e285_f64.to_bits(), "floats round-trip exactly");
-    assert_eq!(state.label, input(false).label);
-
-    let history = store.history(run_id).await.unwrap();
-    let taken: Vec<_> = history.iter().map(|h| (h.step, &*h.transition, &*h.from, &*h.to)).collect();
-    assert_eq!(
-        taken,
-        [(1, "begin", "start", "drafted"), (2, "work", "drafted", "review"), (3, "auto", "review", "end")]
-    );
-    assert!(history.windows(2).all(|w| w[0].at <= w[1].at));
-    let zero = store.checkpoint(run_id, 0).await.unwrap();
-    assert_eq!(serde_json::from_str::<State>(zero.state.get()).unwrap(), input(false));
-    let two: State = serde_json::from_str(store.checkpoint(run_id, 2).await.unwrap().state.get()).unwrap();
-    assert_eq!(two.log, ["begin", "work"]);
-
-    let docs = store.documents(run_id).await.unwrap();
-    assert_eq!(texts(&docs), ["begin ran", "count 2", "work ran", "auto ran"]);
-    assert_eq!(docs[1].version, 2);
-    assert_eq!(docs[1].tags, ["counter"]);
-    assert_eq!(texts(&store.documents_at(run_id, 1).await.unwrap()), ["begin ran", "count 1"]);
-    let history = store.document_history(run_id, "note", "count").await.unwrap();
-    assert_eq!(history.iter().map(|d| (d.version, d.step)).collect::<Vec<_>>(), [(1, 1), (2, 2)]);
-    assert_eq!(store.document_versions(run_id).await.unwrap().len(), 5);
-}
-
-async fn signals_are_kept_delivered_once_and_refusals_keep_the_run_waiting(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review::default();
-    let report = rt.start(&wf, input(true)).await.unwrap();
-    assert_eq!(report.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
-    let run_id = report.run_id;
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.waiting_for.as_slice()), (RunStatus::Waiting, ["approve".to_owned()].as_slice()));
-    assert_eq!(record.lease_until, None, "a waiting run holds no lease");
-
-    // Unknown: refused, nothing stored.
-    let err = rt.signal(&wf, run_id, ("reject", json!({}))).await.unwrap_err();
-    assert!(matches!(err, RunError::UnknownSignal { .. }), "{err:?}");
-    assert!(store.signals(run_id).await.unwrap().is_empty());
-    // A bad payload and a refusing transition: recorded as rejected, the run waits.
-    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": 7}))).await.unwrap_err();
-    assert!(matches!(err, RunError::InvalidSignalPayload { .. }), "{err:?}");
-    let err = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "mallory"}))).await.unwrap_err();
-    assert!(matches!(err, RunError::SignalRefused { .. }), "{err:?}");
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.step), (RunStatus::Waiting, 2));
-    assert_eq!(store.documents(run_id).await.unwrap().len(), 3, "refused transitions saved nothing");
-
-    let done = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
-    assert_eq!(done.outcome, RunOutcome::Completed);
-    assert_eq!(done.state.approved_by.as_deref(), Some("ada"));
-    let signals = store.signals(run_id).await.unwrap();
-    let statuses: Vec<_> = signals.iter().map(|s| (s.id, s.status.clone())).collect();
-    assert!(matches!(&statuses[0].1, SignalStatus::Rejected { reason } if reason.contains("invalid")), "{statuses:?}");
-    assert!(matches!(&statuses[1].1, SignalStatus::Rejected { reason } if reason.contains("mallory")), "{statuses:?}");
-    assert_eq!(statuses[2], (3, SignalStatus::Delivered { step: 3 }));
-    assert_eq!(signals[2].payload.get(), r#"{"approved_by":"ada"}"#);
-    // A finished run takes no more signals.
-    let err = store.send_signal(run_id, "approve", serde_json::value::to_raw_value(&json!({})).unwrap()).await;
-    assert!(matches!(err, Err(StoreError::Finished { status: RunStatus::Completed, .. })), "{err:?}");
-}
-
-async fn a_signal_before_the_run_parks_waits_in_the_inbox(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review::default();
-    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
-    // Another driver takes the run (as a resume would) and so holds it `running`.
-    let claimed = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
-    let queued = rt.signal(&wf, run_id, ("approve", json!({"approved_by": "ada"}))).await.unwrap();
-    assert_eq!(queued.outcome, RunOutcome::Queued { signal: 1 });
-    // That driver cannot park over the signal it has not read.
-    let park = Park { fence: claimed.fence(), inbox_seq: claimed.signal_seq, signals: &["approve"], wake_at: None };
-    let err = store.park(run_id, &park).await.unwrap_err();
-    assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
-    let inbox = store.inbox(run_id).await.unwrap();
-    assert_eq!((inbox.seq, inbox.pending.len()), (1, 1));
-    // Resuming delivers it, once.
-    let report = rt.resume(&wf, run_id).await.unwrap();
-    assert_eq!(report.outcome, RunOutcome::Completed);
-    assert_eq!(report.state.approved_by.as_deref(), Some("ada"));
-    assert_eq!(store.signals(run_id).await.unwrap()[0].status, SignalStatus::Delivered { step: 3 });
-    assert!(store.inbox(run_id).await.unwrap().pending.is_empty());
-}
-
-async fn fenced_and_finished_writes_are_refused(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review::default();
-    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
-    let first = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
-    let second = store.claim(run_id, &Claim::new([RunStatus::Running])).await.unwrap();
-    assert_eq!(second.epoch, first.epoch + 1);
-    let state = serde_json::value::to_raw_value(&input(true)).unwrap();
-    let cp = |fence: Fence| {
-        Checkpoint::new(
-            run_id,
-            fence,
-            StepRecord::new(fence.step + 1, "approve", "review", END),
-            RunStatus::Completed,
-            state.clone(),
-        )
-    };
-    // The first driver was taken over: its commit is refused and writes nothing.
-    let err = store.commit(cp(first.fence())).await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Fenced { epoch, current, .. } if epoch == first.epoch && current == second.epoch)
-    );
-    let err = store.commit(cp(Fence { epoch: second.epoch, step: 1 })).await.unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { expected: 1, found: 2, .. }), "{err:?}");
-    assert_eq!(store.history(run_id).await.unwrap().len(), 2);
-    // The live driver fails the run; nothing revives it.
-    store.set_status(run_id, second.fence(), RunStatus::Failed, Some("boom".into()), None).await.unwrap();
-    let err = store.commit(cp(second.fence())).await.unwrap_err();
-    assert!(matches!(err, StoreError::Finished { status: RunStatus::Failed, .. }), "{err:?}");
-    let err = store.set_status(run_id, second.fence(), RunStatus::Running, None, None).await.unwrap_err();
-    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
-    let park = Park { fence: second.fence(), inbox_seq: 0, signals: &["approve"], wake_at: None };
-    let err = store.park(run_id, &park).await.unwrap_err();
-    assert!(matches!(err, StoreError::Finished { .. }), "{err:?}");
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.step, record.error.as_deref()), (RunStatus::Failed, 2, Some("boom")));
-}
-
-async fn claims_respect_status_and_live_leases(store: &Arc<dyn Store>) {
-    let run_id = RunId::new();
-    let state = serde_json::value::to_raw_value(&input(false)).unwrap();
-    let now = Timestamp::now();
-    let lease = Lease { owner: "worker-a".into(), until: now + std::time::Duration::from_secs(60) };
-    let created = store.create_run(NewRun::new(run_id, "review", DEF.hash(), state).lease(lease)).await.unwrap();
-    assert_eq!(
-        (created.status, created.epoch, created.lease_owner.as_deref()),
-        (RunStatus::Running, 1, Some("worker-a"))
-    );
-    let err = store.create_run(NewRun::new(run_id, "review", DEF.hash(), created.state.clone())).await.unwrap_err();
-    assert!(matches!(err, StoreError::RunExists(id) if id == run_id));
-    // A worker may not take a run whose lease is live...
-    let worker = Claim::new([RunStatus::Running]).only_expired(now);
-    let err = store.claim(run_id, &worker).await.unwrap_err();
-    assert!(matches!(&err, StoreError::Leased { owner, .. } if owner == "worker-a"), "{err:?}");
-    // ...but may once it ran out.
-    let later = Claim::new([RunStatus::Running]).only_expired(now + std::time::Duration::from_secs(61));
-    let taken = store.claim(run_id, &later).await.unwrap();
-    assert_eq!(taken.epoch, 2);
-    store.heartbeat(run_id, 2, now + std::time::Duration::from_secs(5)).await.unwrap();
-    let err = store.heartbeat(run_id, 1, now).await.unwrap_err();
-    assert!(matches!(err, StoreError::Fenced { epoch: 1, current: 2, .. }), "{err:?}");
-    let err = store.claim(run_id, &Claim::new([RunStatus::Failed])).await.unwrap_err();
-    assert!(matches!(err, StoreError::InvalidStatus { status: RunStatus::Running, .. }), "{err:?}");
-    let err = store.load_run(RunId::new()).await.unwrap_err();
-    assert!(matches!(err, StoreError::RunNotFound(_)));
-}
-
-async fn a_crashed_transition_runs_again_on_resume(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review { hang: AtomicBool::new(true), ..Review::default() };
-    let run_id = RunId::new();
-    {
-        let run = rt.start(&wf, input(false)).run_id(run_id).into_future();
-        tokio::select! {
-            _ = run => panic!("the run cannot finish while `work` hangs"),
-            () = wf.started.notified() => {}
-        }
-    }
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "drafted", 1));
-    let report = Runtime::with_shared_store(store.clone()).resume(&wf, run_id).await.unwrap();
-    assert_eq!(report.outcome, RunOutcome::Completed);
-    assert_eq!(report.state.log, ["begin", "work", "auto"], "the interrupted transition ran again from its checkpoint");
-    assert_eq!(texts(&store.documents(run_id).await.unwrap()), ["begin ran", "count 2", "work ran", "auto ran"]);
-}
-
-async fn retry_and_fork(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review::default();
-    let run_id = rt.start(&wf, input(true)).await.unwrap().run_id;
-    rt.cancel(run_id, "changed my mind").await.unwrap();
-    assert_eq!(store.load_run(run_id).await.unwrap().status, RunStatus::Cancelled);
-    let retried = rt.retry(&wf, run_id).await.unwrap();
-    assert_eq!(retried.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
-    let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.error.as_deref()), (RunStatus::Waiting, None));
-
-    let fork = rt.fork(&wf, run_id, 1).await.unwrap();
-    assert_ne!(fork.run_id, run_id);
-    assert_eq!(fork.outcome, RunOutcome::Waiting { place: "review", signals: vec!["approve"] });
-    assert_eq!(fork.state.log, ["begin", "work"]);
-    let record = store.load_run(fork.run_id).await.unwrap();
-    assert_eq!(record.forked_from, Some((run_id, 1)));
-    assert_eq!(texts(&store.documents(fork.run_id).await.unwrap()), ["begin ran", "count 2", "work ran"]);
-    assert_eq!(store.history(fork.run_id).await.unwrap().len(), 2);
-    let err = store.fork(run_id, 7, RunId::new()).await.unwrap_err();
-    assert!(matches!(err, StoreError::CheckpointNotFound { step: 7, .. }), "{err:?}");
-}
-
-async fn queries_filter_and_page(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let wf = Review::default();
-    let t0 = Timestamp::now();
-    let mut waiting = Vec::new();
-    for i in 0..5 {
-        let report = rt.start(&wf, input(i % 2 == 0)).await.unwrap();
-        if i % 2 == 0 {
-            waiting.push(report.run_id);
-        }
-    }
-    let query = RunQuery::new().workflow("review").status(RunStatus::Waiting).place("review");
-    let all = store.list_runs(&query.clone().created_between(Some(t0), None).limit(100)).await.unwrap();
-    let ids: Vec<RunId> = all.runs.iter().map(|r| r.run_id).collect();
-    waiting.reverse();
-    assert_eq!(ids, waiting, "newest first");
-    assert!(all.runs.iter().all(|r| r.waiting_for == ["approve"]));
-    // Two a page.
-    let first = store.list_runs(&query.clone().created_between(Some(t0), None).limit(2)).await.unwrap();
-    assert_eq!(first.runs.len(), 2);
-    let next = first.next.expect("a second page");
-    let second = store.list_runs(&query.clone().created_between(Some(t0), None).limit(2).before(next)).await.unwrap();
-    assert_eq!(second.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), &waiting[2..]);
-    assert_eq!(second.next, None);
-    let none = store.list_runs(&RunQuery::new().workflow("no_such_workflow")).await.unwrap();
-    assert!(none.runs.is_empty() && none.next.is_none());
+/// What a finishing child sends its parent.
+fn child_done(parent: RunId, child: RunId, status: RunStatus) -> OutSignal {
+    OutSignal::new(parent, "child_done", json_raw(json!({"child": child, "status": status})))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_keeps_the_contract() {
-    suite(Arc::new(MemoryStore::new())).await;
+    StoreSuite::new(Arc::new(MemoryStore::new())).run().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_keeps_the_contract() {
     let dir = tempdir("conformance");
-    suite(Arc::new(SqliteStore::open(dir.join("runs.db")).await.unwrap())).await;
+    let store = SqliteStore::open(dir.join("runs.db")).await.unwrap();
+    StoreSuite::new(Arc::new(store.clone())).spoil_with(spoil_sqlite(&store)).run().await;
     // Reopening the file finds everything (and migrates nothing twice).
     let again = SqliteStore::open(dir.join("runs.db")).await.unwrap();
     assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
@@ -769,7 +63,8 @@ async fn stores_opening_one_new_sqlite_file_at_once_both_open_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_store_keeps_the_contract() {
-    suite(Arc::new(SqliteStore::memory().await.unwrap())).await;
+    let store = SqliteStore::memory().await.unwrap();
+    StoreSuite::new(Arc::new(store.clone())).spoil_with(spoil_sqlite(&store)).run().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -778,11 +73,32 @@ async fn postgres_store_keeps_the_contract() {
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
         panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
     });
-    suite(Arc::new(store.clone())).await;
+    let pool = store.pool().clone();
+    let spoil = move |run_id: RunId| -> BoxFuture<'static, ()> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(SPOIL).bind(run_id.0).execute(&pool).await.unwrap();
+        })
+    };
+    StoreSuite::new(Arc::new(store.clone())).spoil_with(spoil).run().await;
     // A second store on the same schema sees the same runs.
     let again = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
     drop_schema(&store, &schema).await;
+}
+
+/// Writes a state that is not JSON over a run's checkpoints.
+const SPOIL: &str = "UPDATE checkpoints SET state = '{\"unreadable' WHERE state IS NOT NULL \
+    AND run = (SELECT id FROM runs WHERE run_id = $1)";
+
+fn spoil_sqlite(store: &SqliteStore) -> impl Fn(RunId) -> BoxFuture<'static, ()> + Send + Sync + 'static {
+    let pool = store.pool().clone();
+    move |run_id: RunId| -> BoxFuture<'static, ()> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query(SPOIL).bind(run_id.0).execute(&pool).await.unwrap();
+        })
+    }
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {
@@ -799,44 +115,6 @@ fn pg_schema(name: &str) -> (String, String) {
 
 async fn drop_schema(store: &PostgresStore, schema: &str) {
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
-}
-
-async fn signals_still_pending_when_a_run_ends_are_rejected(store: &Arc<dyn Store>) {
-    let rt = Runtime::with_shared_store(store.clone());
-    let run_id = rt.start(&Review::default(), input(true)).await.unwrap().run_id;
-    let claimed = store.claim(run_id, &Claim::new([RunStatus::Waiting])).await.unwrap();
-    let payload = serde_json::value::to_raw_value(&json!({"approved_by": "ada"})).unwrap();
-    store.send_signal(run_id, "approve", payload).await.unwrap();
-    // The driver ends the run another way, with a document, before it reads its inbox.
-    let state = serde_json::value::to_raw_value(&input(true)).unwrap();
-    let mut cp = Checkpoint::new(
-        run_id,
-        claimed.fence(),
-        StepRecord::new(3, "auto", "review", END),
-        RunStatus::Completed,
-        state,
-    );
-    let note = Document {
-        seq: 3,
-        doc_type: "note".into(),
-        key: None,
-        version: 1,
-        tags: vec!["closing".into()],
-        metadata: serde_json::Map::new(),
-        content: serde_json::value::to_raw_value(&Note { text: "closed".into() }).unwrap(),
-        step: 3,
-    };
-    cp.documents = vec![Arc::new(note)];
-    store.commit(cp).await.unwrap();
-    let signals = store.signals(run_id).await.unwrap();
-    assert!(
-        matches!(&signals[0].status, SignalStatus::Rejected { reason } if reason == loopstack_core::store::SIGNAL_OUTLIVED_RUN),
-        "{signals:?}"
-    );
-    let docs = store.documents(run_id).await.unwrap();
-    assert_eq!(docs.len(), 4);
-    assert_eq!(docs[3].tags, ["closing"]);
-    assert_eq!(store.load_run(run_id).await.unwrap().status, RunStatus::Completed);
 }
 
 /// A run as a store of the first schema (migration 0001 only) wrote it.

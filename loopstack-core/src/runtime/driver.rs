@@ -128,11 +128,20 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
             if !child.status.is_finished() || received.contains(&child.run_id) {
                 continue;
             }
-            let output = (child.status == RunStatus::Completed).then_some(&*child.state);
+            // A listing holds no states: a completed child's output is read here.
+            let output = match child.status {
+                RunStatus::Completed => Some(store.checkpoint(child.run_id, child.step).await?.state),
+                _ => None,
+            };
             let parent_of = Parent { run_id: parent, signal: signal.to_owned() };
-            if let Some(out) =
-                child_ended(&parent_of, child.run_id, &child.workflow, child.status, output, child.error.clone())
-            {
+            if let Some(out) = child_ended(
+                &parent_of,
+                child.run_id,
+                &child.workflow,
+                child.status,
+                output.as_deref(),
+                child.error.clone(),
+            ) {
                 store.send_signal(parent, &out.name, out.payload).await?;
             }
         }

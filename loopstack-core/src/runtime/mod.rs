@@ -279,7 +279,9 @@ impl Runtime {
 
     /// Sends a signal by name, with a JSON payload, to a run of a registered
     /// workflow and drives it on, as [`Runtime::signal`] does without the
-    /// workflow's type: for command lines and HTTP callers.
+    /// workflow's type: for command lines and HTTP callers. The payload must fit the
+    /// JSON Schema the wait transition publishes (compiled once per workflow), or it
+    /// is refused with [`RunError::InvalidSignalPayload`] before anything is stored.
     pub async fn signal_by_name(&self, run_id: RunId, name: &str, payload: Value) -> Result<RunOutcome, RunError> {
         let record = self.inner.store().load_run(run_id).await?;
         self.registered(&record.workflow)?.signal_json(self, run_id, name.to_owned(), payload).await

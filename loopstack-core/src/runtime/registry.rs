@@ -80,6 +80,8 @@ type FromJson<W> = fn(Value) -> Result<<W as Workflow>::Input, serde_json::Error
 pub(crate) struct Registered<W: Workflow> {
     pub(crate) workflow: Arc<W>,
     pub(crate) from_json: Option<FromJson<W>>,
+    /// Its signals' payload schemas, compiled once.
+    pub(crate) schemas: crate::schema::PayloadSchemas,
 }
 
 impl<W: Workflow> Registered<W> {
@@ -139,7 +141,19 @@ impl<W: Workflow> Drivable for Registered<W> {
         name: String,
         payload: Value,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
-        Box::pin(async move { runtime.signal(&*self.workflow, run_id, (name, payload)).await.map(|r| r.outcome) })
+        Box::pin(async move {
+            // A payload its published schema forbids is refused before anything is read
+            // or stored.
+            let def = self.workflow.definition();
+            if let Some((_, t)) = def.transition(&name)
+                && t.wait
+                && let Err(reason) = self.schemas.check(def, &name, &payload)
+            {
+                let workflow = def.name();
+                return Err(RunError::InvalidSignalPayload { workflow, run_id, signal: t.name, reason });
+            }
+            runtime.signal(&*self.workflow, run_id, (name, payload)).await.map(|r| r.outcome)
+        })
     }
 
     fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
@@ -187,7 +201,8 @@ pub(crate) struct Registry {
 impl Registry {
     pub(crate) fn insert<W: Workflow>(&mut self, workflow: Arc<W>, from_json: Option<FromJson<W>>) {
         let name = workflow.definition().name();
-        Arc::make_mut(&mut self.by_name).insert(name, Arc::new(Registered { workflow, from_json }));
+        Arc::make_mut(&mut self.by_name)
+            .insert(name, Arc::new(Registered { workflow, from_json, schemas: Default::default() }));
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Drivable>> {

@@ -489,7 +489,7 @@ impl Store for MemoryStore {
         runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.run_id));
         let size = query.page_size() as usize;
         let next = (runs.len() > size).then(|| runs[size - 1].run_id);
-        Ok(RunPage { runs: runs.into_iter().take(size).cloned().collect(), next })
+        Ok(RunPage { runs: runs.into_iter().take(size).map(RunRecord::summary).collect(), next })
     }
 
     async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {

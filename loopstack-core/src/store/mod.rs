@@ -262,6 +262,120 @@ impl RunRecord {
     pub fn fence(&self) -> Fence {
         Fence { epoch: self.epoch, step: self.step }
     }
+
+    /// The run as a listing shows it, without its state.
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            run_id: self.run_id,
+            workflow: self.workflow.clone(),
+            status: self.status,
+            place: self.place.clone(),
+            step: self.step,
+            error: self.error.clone(),
+            definition_hash: self.definition_hash.clone(),
+            parent: self.parent,
+            parent_signal: self.parent_signal.clone(),
+            forked_from: self.forked_from,
+            epoch: self.epoch,
+            signal_seq: self.signal_seq,
+            waiting_for: self.waiting_for.clone(),
+            place_since: self.place_since,
+            wake_at: self.wake_at,
+            lease_owner: self.lease_owner.clone(),
+            lease_until: self.lease_until,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// A run as [`Store::list_runs`] lists it: its [`RunRecord`] without the state.
+///
+/// A listing reads the run rows alone, so it answers however large, and whatever,
+/// the listed runs' states are (one that cannot be read fails only the reads of that
+/// run: [`Store::load_run`], [`Store::checkpoint`]). Read the state of a listed run
+/// with [`Store::load_run`] or [`Store::checkpoint`] at its `step`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run's id.
+    pub run_id: RunId,
+    /// The workflow's name.
+    pub workflow: Cow<'static, str>,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// The place of the last checkpoint.
+    pub place: Cow<'static, str>,
+    /// How many transitions the run has taken.
+    pub step: u64,
+    /// The error that failed (or cancelled) the run.
+    pub error: Option<String>,
+    /// The hash of the transition table the run was started (or last driven) with.
+    pub definition_hash: Cow<'static, str>,
+    /// The run that started this one, for child runs.
+    pub parent: Option<RunId>,
+    /// The signal this child run sends its parent when it finishes
+    /// ([`RunRecord::parent_signal`]).
+    pub parent_signal: Option<Cow<'static, str>>,
+    /// The run and step this one was forked from.
+    pub forked_from: Option<(RunId, u64)>,
+    /// The fencing token: raised by every [claim](Store::claim).
+    pub epoch: u64,
+    /// How many signals the run has received in all.
+    pub signal_seq: u64,
+    /// The signals (wait transitions) the run accepts while waiting.
+    pub waiting_for: Vec<String>,
+    /// When the run reached its place.
+    pub place_since: Timestamp,
+    /// While waiting: when its first timer transition is due.
+    pub wake_at: Option<Timestamp>,
+    /// Who holds the run while it is driven, if it holds a lease.
+    pub lease_owner: Option<String>,
+    /// Until when that lease holds.
+    pub lease_until: Option<Timestamp>,
+    /// When the run was created.
+    pub created_at: Timestamp,
+    /// When the run row last changed.
+    pub updated_at: Timestamp,
+}
+
+impl RunSummary {
+    /// The fence of this run as listed: its epoch and step.
+    pub fn fence(&self) -> Fence {
+        Fence { epoch: self.epoch, step: self.step }
+    }
+
+    /// The full record, with the state of the run's latest checkpoint: what a store
+    /// that reads the two apart returns from [`Store::load_run`].
+    pub fn with_state(self, state: Box<RawValue>) -> RunRecord {
+        RunRecord {
+            run_id: self.run_id,
+            workflow: self.workflow,
+            status: self.status,
+            place: self.place,
+            step: self.step,
+            state,
+            error: self.error,
+            definition_hash: self.definition_hash,
+            parent: self.parent,
+            parent_signal: self.parent_signal,
+            forked_from: self.forked_from,
+            epoch: self.epoch,
+            signal_seq: self.signal_seq,
+            waiting_for: self.waiting_for,
+            place_since: self.place_since,
+            wake_at: self.wake_at,
+            lease_owner: self.lease_owner,
+            lease_until: self.lease_until,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+impl From<&RunRecord> for RunSummary {
+    fn from(record: &RunRecord) -> Self {
+        record.summary()
+    }
 }
 
 /// A run to create.
@@ -655,8 +769,8 @@ impl RunQuery {
 /// One page of runs, newest first.
 #[derive(Debug, Clone)]
 pub struct RunPage {
-    /// The runs.
-    pub runs: Vec<RunRecord>,
+    /// The runs, without their states.
+    pub runs: Vec<RunSummary>,
     /// Pass to [`RunQuery::before`] for the next page; `None` on the last.
     pub next: Option<RunId>,
 }
@@ -712,6 +826,12 @@ pub trait Store: Send + Sync + 'static {
     /// died), and waiting runs with a pending signal or a timer due by `now`. Each is
     /// claimed as [`Store::claim`] would, with `lease`; two workers never get the
     /// same run. Oldest-changed first.
+    ///
+    /// A claimed run the store cannot read back (its stored row or state is not
+    /// what it writes) is not returned and stops nothing: it is failed with the
+    /// reason, its parent told as a failed child tells it, and the others are
+    /// returned. [`Store::claim`] fails such a run the same way and returns the
+    /// error.
     async fn claim_runnable(
         &self,
         workflows: &[&str],
@@ -746,7 +866,8 @@ pub trait Store: Send + Sync + 'static {
     /// Loads a run.
     async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError>;
 
-    /// Runs that pass a filter, newest first, one page.
+    /// Runs that pass a filter, newest first, one page: their rows, not their
+    /// states, so a run whose state cannot be read is listed like any other.
     async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError>;
 
     /// The transitions the run took, in order, with their times.
