@@ -38,6 +38,9 @@ impl Clock {
     }
 }
 
+/// How a registered workflow's input is read from JSON, when it can be.
+type FromJson<W> = fn(serde_json::Value) -> Result<<W as Workflow>::Input, serde_json::Error>;
+
 /// How long a worker's lease lasts when its runtime takes none.
 const WORKER_LEASE: Duration = Duration::from_secs(30);
 
@@ -111,11 +114,7 @@ impl Shared {
     }
 
     /// Registers `workflow` by its name, replacing one of the same name.
-    pub(super) fn register<W: Workflow>(
-        &mut self,
-        workflow: Arc<W>,
-        from_json: Option<fn(serde_json::Value) -> Result<W::Input, serde_json::Error>>,
-    ) {
+    pub(super) fn register<W: Workflow>(&mut self, workflow: Arc<W>, from_json: Option<FromJson<W>>) {
         self.registry.insert(workflow, from_json);
     }
 
