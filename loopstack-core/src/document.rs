@@ -578,7 +578,10 @@ mod checked {
             }
             let depth = self.enter(1)?;
             let inner = self.inner.serialize_struct(name, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: Some(Keys::default()) })
+            // A struct's fields are distinct as serde's derive writes them, and a
+            // struct with a flattened field is written as a map (checked there): the
+            // check would cost every checkpoint for nothing.
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn serialize_struct_variant(
@@ -591,7 +594,7 @@ mod checked {
             // `{"variant": {..}}`: two levels.
             let depth = self.enter(2)?;
             let inner = self.inner.serialize_struct_variant(name, index, variant, len)?;
-            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: Some(Keys::default()) })
+            Ok(Compound { inner, depth, raw: false, refused: self.refused, keys: None })
         }
 
         fn collect_str<T: Display + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
