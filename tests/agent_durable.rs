@@ -48,6 +48,54 @@ async fn approval_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     assert_eq!(results, 1);
 }
 
+/// Two named agents in one runtime over one database: each run is stored under its
+/// agent's name, waits, and after a restart resumes under its own agent's prompt,
+/// never the other's. A third agent under a taken name is refused.
+async fn named_agents_share_a_store_and_resume_under_their_own_prompts(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let triage_model = model();
+    let billing_model = model();
+    let agents = |triage: &ScriptedModel, billing: &ScriptedModel| {
+        let tools = || ToolRegistry::new().with(IssueRefund).unwrap();
+        let triage = Agent::new(triage.clone(), "scripted", tools()).system("You are triage.").named("triage").unwrap();
+        let billing =
+            Agent::new(billing.clone(), "scripted", tools()).system("You are billing.").named("billing").unwrap();
+        (triage, billing)
+    };
+    let (triage, billing) = agents(&triage_model, &billing_model);
+    let first = Runtime::with_shared_store(open().await).register(triage.clone()).register(billing.clone());
+    assert_eq!(first.workflows(), ["billing", "triage"]);
+    let t = triage.ask(&first, "Refund A-17").await.unwrap();
+    let b = billing.ask(&first, "Refund A-17").await.unwrap();
+    for (run, name) in [(t.run_id, "triage"), (b.run_id, "billing")] {
+        let record = first.store().load_run(run).await.unwrap();
+        assert_eq!((record.workflow.as_ref(), record.status), (name, RunStatus::Waiting));
+    }
+    let duplicate = Agent::new(model(), "scripted", ToolRegistry::new()).named("billing").unwrap();
+    let err = first.clone().try_register(duplicate).unwrap_err();
+    assert!(matches!(err, loopstack::RegistryError::DuplicateWorkflow { ref name, .. } if name == "billing"), "{err}");
+    drop(first);
+
+    // A new process: fresh models, so what each agent is asked shows whose run it is.
+    let (triage_after, billing_after) = (model(), model());
+    let (triage, billing) = agents(&triage_after, &billing_after);
+    let second = Runtime::with_shared_store(open().await).register(triage.clone()).register(billing.clone());
+    let approve = |reply: &loopstack::llm::AgentReply| {
+        let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
+        ToolDecisions::approve_all(calls)
+    };
+    let done = billing.decide(&second, b.run_id, approve(&b)).await.unwrap();
+    assert_eq!(done.status, AgentStatus::Completed);
+    let done = triage.decide(&second, t.run_id, approve(&t)).await.unwrap();
+    assert_eq!(done.status, AgentStatus::Completed);
+    let systems =
+        |m: &ScriptedModel| m.requests().iter().map(|r| r.settings.system.clone().unwrap()).collect::<Vec<_>>();
+    assert_eq!(systems(&billing_after), ["You are billing."]);
+    assert_eq!(systems(&triage_after), ["You are triage."]);
+    // Driving a run of one agent with the other is refused, not resumed.
+    let err = billing.decide(&second, t.run_id, ToolDecisions::new([])).await.unwrap_err();
+    assert!(err.to_string().contains("triage"), "{err}");
+}
+
 async fn chat_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     let model = || {
         ScriptedModel::from_fn(|req| {
@@ -139,6 +187,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
         store
     };
     approval_survives_a_restart(open).await;
+    named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
     let _ = std::fs::remove_file(&path);
@@ -156,6 +205,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
         store
     };
     approval_survives_a_restart(open).await;
+    named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();

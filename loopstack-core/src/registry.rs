@@ -53,6 +53,22 @@ pub enum RegistryError {
     /// The input schema is not a JSON object.
     #[error("tool `{0}`'s input schema is not a JSON object")]
     InvalidSchema(String),
+    /// A workflow of this name is registered with the runtime already: the second
+    /// would have replaced it, and its runs would have resumed under the wrong
+    /// table, prompt or tools.
+    #[error(
+        "a workflow named `{name}` is registered already, and `{new}` cannot take its name: register each \
+         workflow (and each agent, with `Agent::named`) under a name of its own"
+    )]
+    DuplicateWorkflow {
+        /// The shared name.
+        name: String,
+        /// The Rust type of the workflow that was refused.
+        new: &'static str,
+    },
+    /// A workflow name that does not match `^[a-zA-Z0-9_-]{1,64}$`.
+    #[error("workflow name `{0}` is invalid: use 1 to 64 ASCII letters, digits, `_` or `-`")]
+    InvalidWorkflowName(String),
 }
 
 #[derive(Clone)]

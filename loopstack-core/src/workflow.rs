@@ -291,6 +291,38 @@ impl Definition {
         self.name
     }
 
+    /// This table under another name: the same places and transitions, for
+    /// values of one workflow type that run as workflows of their own, such as
+    /// named agents (`Agent::named`). Its [hash](Definition::hash) covers the
+    /// name, like any table's. Each name of a table is made once and kept for the
+    /// life of the process, so asking again returns the same table.
+    ///
+    /// ```
+    /// use loopstack_core::{Definition, END, START, TransitionDef};
+    ///
+    /// static TABLE: Definition = Definition::new("agent", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+    /// let billing = TABLE.renamed("billing");
+    /// assert_eq!((billing.name(), billing.places()), ("billing", TABLE.places()));
+    /// assert!(std::ptr::eq(billing, TABLE.renamed("billing")));
+    /// assert!(std::ptr::eq(TABLE.renamed("agent"), &TABLE));
+    /// ```
+    pub fn renamed(&'static self, name: &str) -> &'static Self {
+        static RENAMED: std::sync::Mutex<Vec<&'static Definition>> = std::sync::Mutex::new(Vec::new());
+        if name == self.name {
+            return self;
+        }
+        let mut renamed = RENAMED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let same_table =
+            |d: &&&'static Self| std::ptr::eq(d.places, self.places) && std::ptr::eq(d.transitions, self.transitions);
+        if let Some(found) = renamed.iter().filter(same_table).find(|d| d.name == name) {
+            return found;
+        }
+        let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        let table: &'static Self = Box::leak(Box::new(Self::new(name, self.places, self.transitions)));
+        renamed.push(table);
+        table
+    }
+
     /// A stable hash of the table (FNV-1a over its places and transitions with their
     /// places, priorities, guards and wait marks), as 16 hex digits. Stores keep it
     /// with each run, so resuming a run whose place a later build removed names both

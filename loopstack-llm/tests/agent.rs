@@ -172,3 +172,26 @@ fn the_tool_batch_outcome_keeps_its_stored_form() {
     assert_eq!((done.all_completed, done.errors), (true, 2));
     assert_eq!(serde_json::to_value(&state).unwrap()["tools_completed"], json!([true, 2]));
 }
+
+#[test]
+fn agent_names_are_validated_and_a_taken_name_is_refused_not_replaced() {
+    use loopstack_core::RegistryError;
+    let agent = || Agent::new(ScriptedModel::new(), "m", ToolRegistry::new());
+    assert_eq!(agent().name(), "agent");
+    assert_eq!(agent().named("billing").unwrap().name(), "billing");
+    assert_eq!(agent().named("billing").unwrap().named("support").unwrap().name(), "support");
+    for bad in ["", "bad name", "billing/eu", &"x".repeat(65)] {
+        let err = agent().named(bad).unwrap_err();
+        assert_eq!(err, RegistryError::InvalidWorkflowName(bad.to_owned()));
+    }
+    let runtime = Runtime::new().register(agent()).register(agent().named("billing").unwrap());
+    assert_eq!(runtime.workflows(), ["agent", "billing"]);
+    for taken in [agent(), agent().named("billing").unwrap()] {
+        let err = runtime.clone().try_register(taken).unwrap_err();
+        assert!(matches!(err, RegistryError::DuplicateWorkflow { .. }), "{err}");
+    }
+    // `register` says so by panicking with the same words (as `Models::with` does).
+    let panic = std::panic::catch_unwind(|| Runtime::new().register(agent()).register(agent())).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("a workflow named `agent` is registered already"), "{message}");
+}

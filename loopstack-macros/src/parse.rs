@@ -19,6 +19,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(approve);
     syn::custom_keyword!(input);
     syn::custom_keyword!(state);
+    syn::custom_keyword!(definition);
     syn::custom_keyword!(from);
     syn::custom_keyword!(to);
     syn::custom_keyword!(priority);
@@ -101,12 +102,13 @@ impl Parse for ToolArgs {
     }
 }
 
-/// `#[workflow(name = "..", input = Type, state = Type, crate = path)]`
+/// `#[workflow(name = "..", input = Type, state = Type, definition = path, crate = path)]`
 #[derive(Default)]
 pub(crate) struct WorkflowArgs {
     pub(crate) name: Option<LitStr>,
     pub(crate) input: Option<Type>,
     pub(crate) state: Option<Type>,
+    pub(crate) definition: Option<Path>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -124,6 +126,9 @@ impl Parse for WorkflowArgs {
             } else if lh.peek(kw::state) {
                 let key = input.parse::<kw::state>()?.span;
                 set_once(&mut args.state, key, "state", value(input)?)
+            } else if lh.peek(kw::definition) {
+                let key = input.parse::<kw::definition>()?.span;
+                set_once(&mut args.definition, key, "definition", value(input)?)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

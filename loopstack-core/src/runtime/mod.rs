@@ -174,23 +174,77 @@ impl Runtime {
     /// ([`RunContext::start_child`](crate::RunContext::start_child)) and as parents
     /// woken by their children; and it can start one by name
     /// ([`Runtime::submit_by_name`]). A [`Worker`] over this runtime drives them too.
+    ///
+    /// # Panics
+    ///
+    /// When a workflow of the same name is registered already: the second would
+    /// silently replace the first, and runs of the first would resume under the
+    /// second's table, prompt and tools. [`Runtime::try_register`] returns the
+    /// error instead.
     #[must_use]
-    pub fn register<W: Workflow>(mut self, workflow: W) -> Self
+    #[track_caller]
+    pub fn register<W: Workflow>(self, workflow: W) -> Self
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        Arc::make_mut(&mut self.inner).register(Arc::new(workflow), Some(serde_json::from_value));
-        self
+        self.register_shared(Arc::new(workflow))
+    }
+
+    /// Registers `workflow` as [`Runtime::register`] does, refusing a name that
+    /// is taken with [`RegistryError::DuplicateWorkflow`](crate::RegistryError::DuplicateWorkflow).
+    ///
+    /// ```
+    /// use loopstack_core::{RegistryError, Runtime};
+    /// # use loopstack_core::*;
+    /// # use futures::future::BoxFuture;
+    /// # struct Counter;
+    /// # static DEFINITION: Definition = Definition::new("counter", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+    /// # impl Workflow for Counter {
+    /// #     type State = u32;
+    /// #     type Input = u32;
+    /// #     fn definition(&self) -> &'static Definition { &DEFINITION }
+    /// #     fn init(&self, input: u32) -> u32 { input }
+    /// #     fn guard(&self, _: usize, _: &u32) -> bool { true }
+    /// #     fn transition<'a>(&'a self, _: usize, _: &'a mut u32, _: &'a mut RunContext, _: Option<serde_json::Value>)
+    /// #         -> BoxFuture<'a, Result<(), TransitionError>> { Box::pin(async { Ok(()) }) }
+    /// # }
+    /// let runtime = Runtime::new().try_register(Counter)?;
+    /// let err = runtime.try_register(Counter).unwrap_err();
+    /// assert!(matches!(err, RegistryError::DuplicateWorkflow { ref name, .. } if name == "counter"));
+    /// # Ok::<(), RegistryError>(())
+    /// ```
+    pub fn try_register<W: Workflow>(self, workflow: W) -> Result<Self, crate::RegistryError>
+    where
+        W::Input: serde::de::DeserializeOwned,
+    {
+        self.try_register_shared(Arc::new(workflow))
     }
 
     /// Registers a shared workflow; see [`Runtime::register`].
+    ///
+    /// # Panics
+    ///
+    /// When a workflow of the same name is registered already (see [`Runtime::register`]).
     #[must_use]
-    pub fn register_shared<W: Workflow>(mut self, workflow: Arc<W>) -> Self
+    #[track_caller]
+    pub fn register_shared<W: Workflow>(self, workflow: Arc<W>) -> Self
     where
         W::Input: serde::de::DeserializeOwned,
     {
-        Arc::make_mut(&mut self.inner).register(workflow, Some(serde_json::from_value));
-        self
+        match self.try_register_shared(workflow) {
+            Ok(runtime) => runtime,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Registers a shared workflow, refusing a name that is taken; see
+    /// [`Runtime::try_register`].
+    pub fn try_register_shared<W: Workflow>(mut self, workflow: Arc<W>) -> Result<Self, crate::RegistryError>
+    where
+        W::Input: serde::de::DeserializeOwned,
+    {
+        Arc::make_mut(&mut self.inner).register(workflow, Some(serde_json::from_value))?;
+        Ok(self)
     }
 
     /// Registers a workflow whose input does not read from JSON: it cannot be
@@ -200,7 +254,8 @@ impl Runtime {
             // Registered with its JSON input already: keep that.
             return;
         }
-        Arc::make_mut(&mut self.inner).register(workflow, None);
+        // Checked above: the name is free.
+        let _ = Arc::make_mut(&mut self.inner).register(workflow, None);
     }
 
     /// The names of the registered workflows, sorted.

@@ -199,10 +199,22 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn insert<W: Workflow>(&mut self, workflow: Arc<W>, from_json: Option<FromJson<W>>) {
+    /// Registers `workflow` under its name; a name taken already is refused.
+    pub(crate) fn insert<W: Workflow>(
+        &mut self,
+        workflow: Arc<W>,
+        from_json: Option<FromJson<W>>,
+    ) -> Result<(), crate::RegistryError> {
         let name = workflow.definition().name();
+        if self.by_name.contains_key(name) {
+            return Err(crate::RegistryError::DuplicateWorkflow {
+                name: name.to_owned(),
+                new: std::any::type_name::<W>(),
+            });
+        }
         Arc::make_mut(&mut self.by_name)
             .insert(name, Arc::new(Registered { workflow, from_json, schemas: Default::default() }));
+        Ok(())
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Drivable>> {

@@ -113,9 +113,13 @@ impl Shared {
         self.child_concurrency = concurrency.max(1);
     }
 
-    /// Registers `workflow` by its name, replacing one of the same name.
-    pub(super) fn register<W: Workflow>(&mut self, workflow: Arc<W>, from_json: Option<FromJson<W>>) {
-        self.registry.insert(workflow, from_json);
+    /// Registers `workflow` by its name; a name taken already is refused.
+    pub(super) fn register<W: Workflow>(
+        &mut self,
+        workflow: Arc<W>,
+        from_json: Option<FromJson<W>>,
+    ) -> Result<(), crate::RegistryError> {
+        self.registry.insert(workflow, from_json)
     }
 
     // ------------------------------------------------------------ reads

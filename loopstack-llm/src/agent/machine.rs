@@ -16,7 +16,7 @@ use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
 use crate::message::{Message, StopReason, ToolUse};
 
-#[workflow(crate = ::loopstack_core, name = "agent", input = String)]
+#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table)]
 impl Agent {
     /// Saves the user's prompt as the first message.
     #[transition(to = Ready)]
@@ -415,6 +415,14 @@ fn final_status(state: &AgentState, text: &str) -> AgentStatus {
 }
 
 /// The last message of the conversation: the assistant's, right after a turn.
+impl Agent {
+    /// The table this agent runs under: the macro's (`agent`), or the one renamed
+    /// for [`Agent::named`].
+    fn table(&self, default: &'static loopstack_core::Definition) -> &'static loopstack_core::Definition {
+        self.table.unwrap_or(default)
+    }
+}
+
 pub(super) fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Arc<Message>, AgentError> {
     let doc = cx.documents().iter().rev().find(|d| crate::generate::in_conversation(d, conversation));
     match doc {

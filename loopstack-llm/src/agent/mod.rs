@@ -102,6 +102,8 @@ pub struct Agent {
     structured: bool,
     /// Whether a tool needs the run's state (a workflow tool's input mapping).
     tools_need_state: bool,
+    /// The table under the agent's own name, set by [`Agent::named`].
+    table: Option<&'static loopstack_core::Definition>,
 }
 
 /// The payload of the agent's `user_message` signal: the user's next message in a
@@ -163,6 +165,7 @@ impl Agent {
             answer: None,
             structured,
             tools_need_state,
+            table: None,
         }
     }
 
@@ -173,6 +176,45 @@ impl Agent {
     pub fn settings(mut self, settings: crate::ModelSettings) -> Self {
         self.options.settings = settings;
         self
+    }
+
+    /// Names the agent: it becomes a workflow of its own, registered, stored with
+    /// its runs and started under this name, so several agents (a triage agent, a
+    /// billing agent) share one runtime, one worker and one database, and each
+    /// run resumes under its own agent's prompt and tools. An agent without a name
+    /// is the workflow `agent`. The name is validated like a tool's (1 to 64 ASCII
+    /// letters, digits, `_` or `-`).
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, ScriptedModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let triage = Agent::new(ScriptedModel::new().text("Routing you."), "m", ToolRegistry::new()).named("triage")?;
+    /// let billing = Agent::new(ScriptedModel::new().text("Paid."), "m", ToolRegistry::new()).named("billing")?;
+    /// let runtime = Runtime::new().try_register(triage.clone())?.try_register(billing.clone())?;
+    /// assert_eq!(runtime.workflows(), ["billing", "triage"]);
+    /// let reply = billing.ask(&runtime, "Was I charged?").await?;
+    /// assert_eq!(runtime.store().load_run(reply.run_id).await?.workflow.as_ref(), "billing");
+    /// // A second agent under a taken name is refused, not swapped in.
+    /// let again = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new()).named("billing")?;
+    /// assert!(runtime.try_register(again).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn named(mut self, name: impl Into<String>) -> Result<Self, loopstack_core::RegistryError> {
+        let name = name.into();
+        if !loopstack_core::is_valid_tool_name(&name) {
+            return Err(loopstack_core::RegistryError::InvalidWorkflowName(name));
+        }
+        self.table = None;
+        let table = loopstack_core::Workflow::definition(&self);
+        self.table = Some(table.renamed(&name));
+        Ok(self)
+    }
+
+    /// The agent's name: its workflow's, `agent` unless [named](Agent::named).
+    pub fn name(&self) -> &'static str {
+        loopstack_core::Workflow::definition(self).name()
     }
 
     /// Sets the budget of model turns (default 10); see [`Agent::limits`].

@@ -3,6 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned as _;
 
 use super::{at, respan};
 use crate::model::workflow::{Place, SignalEnum, WorkflowFailure, WorkflowModel, WorkflowStub};
@@ -122,6 +123,10 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         quote!(#i => #future,)
     });
     let unknown = format!("workflow `{name}` has no transition with this index");
+    let definition = match &m.definition {
+        Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
+        None => quote!(&__LOOPSTACK_DEFINITION),
+    };
 
     quote! {
         #item
@@ -146,7 +151,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 type Input = #input;
 
                 fn definition(&self) -> &'static #p::Definition {
-                    &__LOOPSTACK_DEFINITION
+                    #definition
                 }
 
                 fn init(&self, __loopstack_input: Self::Input) -> Self::State {

@@ -28,6 +28,10 @@ pub(crate) struct WorkflowModel {
     pub(crate) state: Type,
     /// `input = T`; `None` means the state type.
     pub(crate) input: Option<Type>,
+    /// `definition = path`: a method `fn(&self, &'static Definition) -> &'static
+    /// Definition` that picks the table a value uses (the macro's own, or one
+    /// renamed from it).
+    pub(crate) definition: Option<syn::Path>,
     /// `Start` first, `End` last, the others in order of first appearance.
     pub(crate) places: Vec<Place>,
     pub(crate) transitions: Vec<Transition>,
@@ -394,6 +398,7 @@ impl WorkflowModel {
         Ok(Self {
             krate,
             name,
+            definition: args.definition.clone(),
             enum_ident,
             state: state.expect("a transition exists"),
             input,
