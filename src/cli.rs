@@ -30,6 +30,11 @@
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
 //! ```
 //!
+//! A binary with a name, a version, a default database and commands of its own
+//! builds on [`App`] (`main` is `App` over `loopstack.db`, unnamed): every command
+//! uses the app's store, and the commands that only read runs (`runs`, `show`, ...)
+//! refuse a SQLite file that is not there rather than create an empty one.
+//!
 //! Every command takes `--json` for output scripts read (one JSON object), and
 //! `--db` for the store. Exit status: 0 when the command did what it was asked (a
 //! run that waits is a success: it prints what it waits for), 1 with one line
@@ -373,7 +378,35 @@ impl App {
     }
 
     /// Parses `args` (the binary's name first): one of loopstack's commands, or one
-    /// of `E`'s, with the store resolved as [`App`] describes.
+    /// of `E`'s, with the store resolved as [`App`] describes. For a binary that
+    /// opens the store and runs the command itself ([`open`], [`execute`]); `--help`
+    /// and `--version` are errors whose `print` shows them, as with clap.
+    ///
+    /// ```
+    /// use clap::Subcommand;
+    /// use loopstack::cli::{App, Parsed};
+    ///
+    /// #[derive(Debug, Subcommand)]
+    /// enum Helpdesk {
+    ///     /// Imports tickets from a file.
+    ///     Import { file: String },
+    /// }
+    ///
+    /// let app = App::new("helpdesk").version("1.4.0").default_db("helpdesk.db");
+    /// match app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "runs", "--limit", "5"])? {
+    ///     Parsed::Loopstack(cli) => assert_eq!(cli.db, "helpdesk.db"),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// match app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "--db", "memory", "import", "tickets.csv"])? {
+    ///     Parsed::App { command: Helpdesk::Import { file }, db, .. } => {
+    ///         assert_eq!((file.as_str(), db.as_str()), ("tickets.csv", "memory"));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// let version = app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "--version"]).unwrap_err();
+    /// assert_eq!(version.to_string(), "helpdesk 1.4.0\n");
+    /// # Ok::<(), clap::Error>(())
+    /// ```
     pub fn try_parse_from<E, I, T>(&self, args: I) -> Result<Parsed<E>, clap::Error>
     where
         E: Subcommand,
@@ -877,6 +910,57 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Subcommand)]
+    enum Own {
+        /// Says hello.
+        Hello {
+            #[arg(long)]
+            to: String,
+        },
+    }
+
+    fn parse(args: &[&str]) -> Parsed<Own> {
+        let app = App::new("desk").version("1.2.3").default_db("desk.db").db_env("LOOPSTACK_TEST_UNSET_DB_VAR");
+        app.try_parse_from(args.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn every_command_uses_the_apps_database_unless_db_names_another() {
+        match parse(&["desk", "runs"]) {
+            Parsed::Loopstack(cli) => assert!(cli.db == "desk.db" && matches!(cli.command, Command::Runs { .. })),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "show", &RunId::new().to_string(), "--db", "b.db"]) {
+            Parsed::Loopstack(cli) => assert_eq!(cli.db, "b.db"),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "--json", "hello", "--to", "ada"]) {
+            Parsed::App { command, db, json } => {
+                assert_eq!((command, db.as_str(), json), (Own::Hello { to: "ada".into() }, "desk.db", true));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "--db", "memory", "hello", "--to", "ada"]) {
+            Parsed::App { db, .. } => assert_eq!(db, "memory"),
+            other => panic!("{other:?}"),
+        }
+        let version = App::new("desk").version("1.2.3").try_parse_from::<Own, _, _>(["desk", "--version"]).unwrap_err();
+        assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(version.to_string(), "desk 1.2.3\n");
+        let unknown = App::new("desk").try_parse_from::<Own, _, _>(["desk", "frobnicate"]).unwrap_err();
+        assert_eq!(unknown.kind(), clap::error::ErrorKind::InvalidSubcommand);
+    }
+
+    #[tokio::test]
+    async fn a_read_only_command_refuses_a_sqlite_file_that_is_not_there() {
+        let db = std::env::temp_dir().join(format!("loopstack-cli-unit-{}.db", RunId::new()));
+        let db = db.to_str().unwrap();
+        let error = open_existing(db, "runs").await.err().unwrap();
+        assert!(matches!(&error, CliError::NoDatabase { command: "runs", .. }), "{error:?}");
+        assert!(!std::path::Path::new(db).exists());
+        assert!(open_existing("memory", "runs").await.is_ok());
+    }
 
     #[test]
     fn database_urls_are_shown_without_their_password() {
