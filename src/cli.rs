@@ -307,13 +307,13 @@ pub const DEFAULT_DB: &str = "loopstack.db";
 impl App {
     /// An app named `name`: the name usage, help and `--version` show.
     pub fn new(name: &'static str) -> Self {
-        App { name: Some(name), ..App::loopstack() }
+        Self { name: Some(name), ..Self::loopstack() }
     }
 
     /// The framework's own command line ([`main`]): named after the binary, no
     /// version, `loopstack.db`.
     fn loopstack() -> Self {
-        App { name: None, version: None, about: None, default_db: DEFAULT_DB.to_owned(), db_env: None }
+        Self { name: None, version: None, about: None, default_db: DEFAULT_DB.to_owned(), db_env: None }
     }
 
     /// The app's version, which `--version` prints (`env!("CARGO_PKG_VERSION")`).
@@ -502,16 +502,16 @@ enum Opening {
 impl Opening {
     fn for_command(command: &Command) -> Self {
         match command {
-            Command::Workflows => Opening::None,
-            Command::Run { .. } | Command::Worker { .. } => Opening::Create,
+            Command::Workflows => Self::None,
+            Command::Run { .. } | Command::Worker { .. } => Self::Create,
             #[cfg(feature = "serve")]
-            Command::Serve { .. } => Opening::Create,
-            Command::Runs { .. } => Opening::Existing("runs"),
-            Command::Show { .. } => Opening::Existing("show"),
-            Command::Signal { .. } => Opening::Existing("signal"),
-            Command::Resume { .. } => Opening::Existing("resume"),
-            Command::Retry { .. } => Opening::Existing("retry"),
-            Command::Cancel { .. } => Opening::Existing("cancel"),
+            Command::Serve { .. } => Self::Create,
+            Command::Runs { .. } => Self::Existing("runs"),
+            Command::Show { .. } => Self::Existing("show"),
+            Command::Signal { .. } => Self::Existing("signal"),
+            Command::Resume { .. } => Self::Existing("resume"),
+            Command::Retry { .. } => Self::Existing("retry"),
+            Command::Cancel { .. } => Self::Existing("cancel"),
         }
     }
 }

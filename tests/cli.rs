@@ -204,7 +204,7 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
     assert_eq!(refused, "error: a ticket needs a subject\n");
 
     // loopstack's commands read the same database.
-    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.clone()]);
+    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.as_str()]);
     let shown = json(&desk(&dir, None, &["show", &ticket, "--json"]));
     assert_eq!((shown["status"].as_str(), shown["place"].as_str()), (Some("waiting"), Some("open")));
     assert_eq!(shown["state"]["subject"].as_str(), Some("The printer"));
@@ -217,12 +217,12 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
     assert!(missing.contains(&format!("no database at `{other}`")), "{missing}");
     let second = json(&desk(&dir, Some(other), &["open", "--subject", "The coffee", "--json"]));
     let second = second["ticket"].as_str().unwrap().to_owned();
-    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--json"])), [second.clone()]);
-    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.clone()]);
-    assert_eq!(run_ids(&desk(&dir, Some(other), &["--db", "helpdesk.db", "runs", "--json"])), [ticket.clone()]);
-    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--db", "helpdesk.db", "--json"])), [ticket.clone()]);
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--json"])), [second.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["--db", "helpdesk.db", "runs", "--json"])), [ticket.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--db", "helpdesk.db", "--json"])), [ticket.as_str()]);
     // An empty variable is no variable.
-    assert_eq!(run_ids(&desk(&dir, Some(""), &["runs", "--json"])), [ticket.clone()]);
+    assert_eq!(run_ids(&desk(&dir, Some(""), &["runs", "--json"])), [ticket.as_str()]);
 
     let closed = json(&desk(&dir, None, &["signal", &ticket, "close", r#"{"resolution": "toner"}"#, "--json"]));
     assert_eq!(closed["status"].as_str(), Some("completed"));
