@@ -30,6 +30,11 @@
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
 //! ```
 //!
+//! A binary with a name, a version, a default database and commands of its own
+//! builds on [`App`] (`main` is `App` over `loopstack.db`, unnamed): every command
+//! uses the app's store, and the commands that only read runs (`runs`, `show`, ...)
+//! refuse a SQLite file that is not there rather than create an empty one.
+//!
 //! Every command takes `--json` for output scripts read (one JSON object), and
 //! `--db` for the store. Exit status: 0 when the command did what it was asked (a
 //! run that waits is a success: it prints what it waits for), 1 with one line
@@ -175,6 +180,21 @@ pub enum CliError {
     /// The API could not be served.
     #[error("{0}")]
     Serve(String),
+    /// A command that reads runs already there (`runs`, `show`, `signal`, ...) was
+    /// pointed at a SQLite file that does not exist.
+    #[error(
+        "there is no database at `{db}`: `{command}` reads runs already stored and does not create one \
+         (a command that starts a run does; --db names another)"
+    )]
+    NoDatabase {
+        /// The SQLite path.
+        db: String,
+        /// The command.
+        command: &'static str,
+    },
+    /// The app's own command failed.
+    #[error("{0}")]
+    App(#[source] loopstack_core::BoxError),
     /// The store could not be opened.
     #[error("could not open the store `{db}`: {reason}")]
     Open {
@@ -188,30 +208,374 @@ pub enum CliError {
 /// Parses the process's arguments, opens the store, lets `register` add the
 /// workflows to the runtime, runs the command, prints its output and returns the
 /// exit status.
+///
+/// The framework's own command line, named after the binary, over `loopstack.db` by
+/// default. A binary with a name, a version, a database and commands of its own
+/// uses [`App`]; this is `App::loopstack().run(register)`.
 pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+    App::loopstack().run(register).await
+}
+
+/// Your binary's command line, with loopstack's commands beside your own.
+///
+/// The app names itself (usage and `--version` say so), gives its version, its
+/// default database and an environment variable that overrides it, and may add
+/// subcommands of its own: any `clap::Subcommand` enum, whose commands appear in
+/// `--help` beside `run`, `runs`, `show` and the rest, and are handed to your code
+/// with the runtime over the same store.
+///
+/// Which store a command uses: `--db`, else the environment variable
+/// ([`App::db_env`]) when set and not empty, else [`App::default_db`]
+/// (`loopstack.db` unless set), for every command, the app's own included.
+///
+/// A SQLite file is created only by the commands that start or drive runs (`run`,
+/// `worker`, `serve`) and by the app's own commands. The others (`runs`, `show`,
+/// `signal`, `resume`, `retry`, `cancel`) work on runs that must already be there:
+/// on a file that does not exist they fail with [`CliError::NoDatabase`] (one
+/// `error:` line, exit 1) instead of creating an empty store and reporting nothing.
+/// `workflows` lists what the binary registers and opens no store.
+///
+/// ```no_run
+/// use clap::Subcommand;
+/// use loopstack::prelude::*;
+/// # struct Ticket;
+/// # static DEF: loopstack::Definition = loopstack::Definition::new("ticket", &[loopstack::START, loopstack::END], &[loopstack::TransitionDef::new("go", &[loopstack::START], loopstack::END)]);
+/// # impl Workflow for Ticket {
+/// #     type State = (); type Input = ();
+/// #     fn definition(&self) -> &'static loopstack::Definition { &DEF }
+/// #     fn init(&self, _: ()) {}
+/// #     fn guard(&self, _: usize, _: &()) -> bool { true }
+/// #     fn transition<'a>(&'a self, _: usize, _: &'a mut (), _: &'a mut RunContext, _: Option<serde_json::Value>)
+/// #         -> loopstack::BoxFuture<'a, Result<(), loopstack::TransitionError>> { Box::pin(async { Ok(()) }) }
+/// # }
+///
+/// /// The helpdesk's own commands.
+/// #[derive(Subcommand)]
+/// enum Helpdesk {
+///     /// Opens a ticket.
+///     Open {
+///         #[arg(long)]
+///         subject: String,
+///     },
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> std::process::ExitCode {
+///     loopstack::cli::App::new("helpdesk")
+///         .version(env!("CARGO_PKG_VERSION"))
+///         .about("The helpdesk: tickets and their runs.")
+///         .default_db("helpdesk.db")
+///         .db_env("HELPDESK_DB")
+///         .run_with(
+///             |runtime| runtime.register(Ticket),
+///             |command, cx| async move {
+///                 match command {
+///                     Helpdesk::Open { subject } => {
+///                         let run = cx.runtime.submit_by_name("ticket", serde_json::json!({ "subject": subject })).await?;
+///                         println!("{run} opened");
+///                     }
+///                 }
+///                 Ok(())
+///             },
+///         )
+///         .await
+/// }
+/// ```
+///
+/// ```text
+/// helpdesk --version                  # helpdesk 0.1.0
+/// helpdesk open --subject "Printer"   # the app's own command, over helpdesk.db
+/// helpdesk runs                       # the same runs, from helpdesk.db
+/// HELPDESK_DB=/srv/helpdesk.db helpdesk runs
+/// ```
+///
+/// A subcommand of the app's that has the name of one of loopstack's is a
+/// programming error clap reports when the command is built (in debug builds).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct App {
+    name: Option<&'static str>,
+    version: Option<&'static str>,
+    about: Option<&'static str>,
+    default_db: String,
+    db_env: Option<String>,
+}
+
+/// The store [`App::default_db`] names when the app does not.
+pub const DEFAULT_DB: &str = "loopstack.db";
+
+impl App {
+    /// An app named `name`: the name usage, help and `--version` show.
+    pub fn new(name: &'static str) -> Self {
+        Self { name: Some(name), ..Self::loopstack() }
+    }
+
+    /// The framework's own command line ([`main`]): named after the binary, no
+    /// version, `loopstack.db`.
+    fn loopstack() -> Self {
+        Self { name: None, version: None, about: None, default_db: DEFAULT_DB.to_owned(), db_env: None }
+    }
+
+    /// The app's version, which `--version` prints (`env!("CARGO_PKG_VERSION")`).
+    pub fn version(mut self, version: &'static str) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// The line `--help` starts with, in place of loopstack's.
+    pub fn about(mut self, about: &'static str) -> Self {
+        self.about = Some(about);
+        self
+    }
+
+    /// The store every command uses when neither `--db` nor the environment
+    /// variable names one: a SQLite file, `memory`, or a postgres:// URL.
+    pub fn default_db(mut self, db: impl Into<String>) -> Self {
+        self.default_db = db.into();
+        self
+    }
+
+    /// An environment variable that, set and not empty, names the store in place of
+    /// [`App::default_db`]; `--db` still wins.
+    pub fn db_env(mut self, var: impl Into<String>) -> Self {
+        self.db_env = Some(var.into());
+        self
+    }
+
+    /// The store the process's environment and the app's default name, without `--db`.
+    fn db_without_flag(&self) -> String {
+        self.db_env
+            .as_deref()
+            .and_then(std::env::var_os)
+            .filter(|value| !value.is_empty())
+            .map(|value| value.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.default_db.clone())
+    }
+
+    /// The clap command: loopstack's subcommands and then `E`'s, under the app's
+    /// name, version and about, with `--db` describing the app's default and
+    /// variable. For help, completions or a man page.
+    pub fn command<E: Subcommand>(&self) -> clap::Command {
+        use clap::CommandFactory as _;
+        let mut command = E::augment_subcommands(Cli::command());
+        if let Some(name) = self.name {
+            command = command.name(name).bin_name(name);
         }
-    };
-    let runtime = match open(&cli.db).await {
-        Ok(store) => register(Runtime::with_shared_store(store)),
-        Err(e) => {
-            eprintln!("error: {}", one_line(&e.to_string()));
-            return ExitCode::FAILURE;
+        if let Some(version) = self.version {
+            command = command.version(version);
         }
-    };
-    match execute(&runtime, &cli).await {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+        if let Some(about) = self.about {
+            command = command.about(about);
         }
-        Err(e) => {
-            eprintln!("error: {}", one_line(&runtime.secrets().redact(&e.to_string())));
-            ExitCode::FAILURE
+        let mut help = format!(
+            "Where runs are kept: a SQLite file, `memory`, or a postgres:// URL (feature `postgres`) [default: {}]",
+            self.default_db
+        );
+        if let Some(var) = &self.db_env {
+            let _ = write!(help, " [env: {var}]");
         }
+        command.mut_arg("db", |arg| arg.hide_default_value(true).help(help))
+    }
+
+    /// Parses `args` (the binary's name first): one of loopstack's commands, or one
+    /// of `E`'s, with the store resolved as [`App`] describes. For a binary that
+    /// opens the store and runs the command itself ([`open`], [`execute`]); `--help`
+    /// and `--version` are errors whose `print` shows them, as with clap.
+    ///
+    /// ```
+    /// use clap::Subcommand;
+    /// use loopstack::cli::{App, Parsed};
+    ///
+    /// #[derive(Debug, Subcommand)]
+    /// enum Helpdesk {
+    ///     /// Imports tickets from a file.
+    ///     Import { file: String },
+    /// }
+    ///
+    /// let app = App::new("helpdesk").version("1.4.0").default_db("helpdesk.db");
+    /// match app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "runs", "--limit", "5"])? {
+    ///     Parsed::Loopstack(cli) => assert_eq!(cli.db, "helpdesk.db"),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// match app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "--db", "memory", "import", "tickets.csv"])? {
+    ///     Parsed::App { command: Helpdesk::Import { file }, db, .. } => {
+    ///         assert_eq!((file.as_str(), db.as_str()), ("tickets.csv", "memory"));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// let version = app.try_parse_from::<Helpdesk, _, _>(["helpdesk", "--version"]).unwrap_err();
+    /// assert_eq!(version.to_string(), "helpdesk 1.4.0\n");
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    pub fn try_parse_from<E, I, T>(&self, args: I) -> Result<Parsed<E>, clap::Error>
+    where
+        E: Subcommand,
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::FromArgMatches as _;
+        let mut command = self.command::<E>();
+        let matches = command.try_get_matches_from_mut(args)?;
+        let db = match matches.value_source("db") {
+            Some(clap::parser::ValueSource::CommandLine) => matches.get_one::<String>("db").cloned(),
+            _ => None,
+        }
+        .unwrap_or_else(|| self.db_without_flag());
+        if matches.subcommand_name().is_some_and(E::has_subcommand) {
+            let json = matches.get_flag("json");
+            let command = E::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+            return Ok(Parsed::App { command, db, json });
+        }
+        let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+        cli.db = db;
+        Ok(Parsed::Loopstack(cli))
+    }
+
+    /// [`App::run_with`] for an app with no commands of its own.
+    pub async fn run(self, register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
+        self.run_with::<NoCommands, _, _>(register, |never, _| async move { match never {} }).await
+    }
+
+    /// Parses the process's arguments, opens the store, lets `register` add the
+    /// workflows, and runs the command: one of loopstack's, printed as [`main`]
+    /// prints it, or one of `E`'s, handed to `handle` with the runtime. Returns the
+    /// exit status: 0 when the command succeeded, 1 with one line `error: ...` on
+    /// standard error when it failed (`handle`'s error included, with the runtime's
+    /// secrets redacted), 2 for a command line that does not parse (0 for `--help`
+    /// and `--version`).
+    pub async fn run_with<E, F, Fut>(self, register: impl FnOnce(Runtime) -> Runtime, handle: F) -> ExitCode
+    where
+        E: Subcommand,
+        F: FnOnce(E, CommandContext) -> Fut,
+        Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
+    {
+        let parsed = match self.try_parse_from::<E, _, _>(std::env::args_os()) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let _ = e.print();
+                return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            }
+        };
+        let (db, opening) = match &parsed {
+            Parsed::Loopstack(cli) => (cli.db.clone(), Opening::for_command(&cli.command)),
+            Parsed::App { db, .. } => (db.clone(), Opening::Create),
+        };
+        let store = match opening {
+            Opening::None => Ok(std::sync::Arc::new(loopstack_core::MemoryStore::new()) as std::sync::Arc<dyn Store>),
+            Opening::Create => open(&db).await,
+            Opening::Existing(command) => open_existing(&db, command).await,
+        };
+        let runtime = match store {
+            Ok(store) => register(Runtime::with_shared_store(store)),
+            Err(e) => return fail(&e.to_string()),
+        };
+        let done = match parsed {
+            Parsed::Loopstack(cli) => execute(&runtime, &cli).await.map(|text| print!("{text}")),
+            Parsed::App { command, db, json } => {
+                let cx = CommandContext { runtime: runtime.clone(), db, json };
+                handle(command, cx).await.map_err(CliError::App)
+            }
+        };
+        match done {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&runtime.secrets().redact(&e.to_string())),
+        }
+    }
+}
+
+/// One line `error: ...` on standard error, and exit status 1.
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {}", one_line(message));
+    ExitCode::FAILURE
+}
+
+/// How a command needs its store.
+enum Opening {
+    /// It opens none (`workflows`).
+    None,
+    /// It may create it (`run`, `worker`, `serve`, the app's own commands).
+    Create,
+    /// It reads runs that must be there (named for the error).
+    Existing(&'static str),
+}
+
+impl Opening {
+    fn for_command(command: &Command) -> Self {
+        match command {
+            Command::Workflows => Self::None,
+            Command::Run { .. } | Command::Worker { .. } => Self::Create,
+            #[cfg(feature = "serve")]
+            Command::Serve { .. } => Self::Create,
+            Command::Runs { .. } => Self::Existing("runs"),
+            Command::Show { .. } => Self::Existing("show"),
+            Command::Signal { .. } => Self::Existing("signal"),
+            Command::Resume { .. } => Self::Existing("resume"),
+            Command::Retry { .. } => Self::Existing("retry"),
+            Command::Cancel { .. } => Self::Existing("cancel"),
+        }
+    }
+}
+
+/// A parsed command line: one of loopstack's commands, or one of the app's.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Parsed<E> {
+    /// One of loopstack's, with `db` resolved; run it with [`execute`].
+    Loopstack(Cli),
+    /// One of the app's.
+    App {
+        /// The app's command.
+        command: E,
+        /// The store: `--db`, the environment variable, or the app's default.
+        db: String,
+        /// Whether `--json` was given.
+        json: bool,
+    },
+}
+
+/// What the app's own command gets beside itself.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct CommandContext {
+    /// The runtime, with the app's workflows, over the store the command line names.
+    pub runtime: Runtime,
+    /// That store, as named (`--db`, the environment variable, or the default).
+    pub db: String,
+    /// Whether `--json` was given: print one JSON object instead of text.
+    pub json: bool,
+}
+
+impl std::fmt::Debug for CommandContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandContext")
+            .field("db", &redact_url(&self.db))
+            .field("json", &self.json)
+            .finish_non_exhaustive()
+    }
+}
+
+/// No commands of the app's own: [`App::run`]'s `E`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCommands {}
+
+impl clap::FromArgMatches for NoCommands {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))
+    }
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        match *self {}
+    }
+}
+
+impl Subcommand for NoCommands {
+    fn augment_subcommands(command: clap::Command) -> clap::Command {
+        command
+    }
+    fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
+        command
+    }
+    fn has_subcommand(_: &str) -> bool {
+        false
     }
 }
 
@@ -254,6 +618,17 @@ pub async fn open(db: &str) -> Result<std::sync::Arc<dyn Store>, CliError> {
         .await
         .map_err(|e| CliError::Open { db: db.to_owned(), reason: e.to_string() })?;
     Ok(std::sync::Arc::new(store))
+}
+
+/// Opens the store `db` names for a command that reads runs already there: a
+/// SQLite file that does not exist is [`CliError::NoDatabase`], not a new empty
+/// store. `command` is the command's name, for the message.
+pub async fn open_existing(db: &str, command: &'static str) -> Result<std::sync::Arc<dyn Store>, CliError> {
+    let url = db.starts_with("postgres://") || db.starts_with("postgresql://");
+    if db != "memory" && !url && !std::path::Path::new(db).exists() {
+        return Err(CliError::NoDatabase { db: db.to_owned(), command });
+    }
+    open(db).await
 }
 
 /// A database URL without its password (in the authority or as a `password=`
@@ -535,6 +910,57 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Subcommand)]
+    enum Own {
+        /// Says hello.
+        Hello {
+            #[arg(long)]
+            to: String,
+        },
+    }
+
+    fn parse(args: &[&str]) -> Parsed<Own> {
+        let app = App::new("desk").version("1.2.3").default_db("desk.db").db_env("LOOPSTACK_TEST_UNSET_DB_VAR");
+        app.try_parse_from(args.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn every_command_uses_the_apps_database_unless_db_names_another() {
+        match parse(&["desk", "runs"]) {
+            Parsed::Loopstack(cli) => assert!(cli.db == "desk.db" && matches!(cli.command, Command::Runs { .. })),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "show", &RunId::new().to_string(), "--db", "b.db"]) {
+            Parsed::Loopstack(cli) => assert_eq!(cli.db, "b.db"),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "--json", "hello", "--to", "ada"]) {
+            Parsed::App { command, db, json } => {
+                assert_eq!((command, db.as_str(), json), (Own::Hello { to: "ada".into() }, "desk.db", true));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["desk", "--db", "memory", "hello", "--to", "ada"]) {
+            Parsed::App { db, .. } => assert_eq!(db, "memory"),
+            other => panic!("{other:?}"),
+        }
+        let version = App::new("desk").version("1.2.3").try_parse_from::<Own, _, _>(["desk", "--version"]).unwrap_err();
+        assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(version.to_string(), "desk 1.2.3\n");
+        let unknown = App::new("desk").try_parse_from::<Own, _, _>(["desk", "frobnicate"]).unwrap_err();
+        assert_eq!(unknown.kind(), clap::error::ErrorKind::InvalidSubcommand);
+    }
+
+    #[tokio::test]
+    async fn a_read_only_command_refuses_a_sqlite_file_that_is_not_there() {
+        let db = std::env::temp_dir().join(format!("loopstack-cli-unit-{}.db", RunId::new()));
+        let db = db.to_str().unwrap();
+        let error = open_existing(db, "runs").await.err().unwrap();
+        assert!(matches!(&error, CliError::NoDatabase { command: "runs", .. }), "{error:?}");
+        assert!(!std::path::Path::new(db).exists());
+        assert!(open_existing("memory", "runs").await.is_ok());
+    }
 
     #[test]
     fn database_urls_are_shown_without_their_password() {

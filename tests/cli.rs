@@ -1,6 +1,7 @@
 //! The command line in a user's binary (`examples/ops.rs`): run, list, show, signal,
 //! cancel, retry, with exit codes and `--json` output scripts can rely on, over a
-//! SQLite file, run as separate processes the way a shell runs them.
+//! SQLite file, run as separate processes the way a shell runs them; and built on by
+//! an app (`examples/helpdesk.rs`) with its own name, version, database and command.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -71,6 +72,12 @@ fn a_shell_starts_a_run_sees_it_wait_answers_it_and_reads_it_back() {
 #[test]
 fn queued_runs_go_to_a_worker_cancelled_ones_can_be_retried_and_mistakes_exit_non_zero() {
     let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    // Reading runs from a database that is not there says so, and creates none.
+    let missing = run(&db, &["runs"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8(missing.stderr).unwrap();
+    assert!(stderr.starts_with("error: there is no database at ") && stderr.lines().count() == 1, "{stderr}");
+    assert!(!db.exists());
     let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
     assert_eq!(queued["status"].as_str(), Some("queued"));
     let run_id = queued["run_id"].as_str().unwrap().to_owned();
@@ -122,4 +129,102 @@ fn serve_with_worker_drives_the_runs_queued_from_a_shell() {
     let _ = serve.wait();
     assert_eq!(status, "waiting");
     let _ = std::fs::remove_file(&db);
+}
+
+/// `examples/helpdesk.rs`: an app with its own name, version, default database
+/// (`helpdesk.db`, in the directory it runs in) and variable (`HELPDESK_DB`), and a
+/// command of its own (`open`).
+fn helpdesk() -> &'static PathBuf {
+    static HELPDESK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELPDESK.get_or_init(|| common::example("helpdesk"))
+}
+
+/// The helpdesk run in `dir`, with `HELPDESK_DB` as given (unset when `None`).
+fn desk(dir: &std::path::Path, env: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(helpdesk());
+    command.current_dir(dir).args(args).env_remove("HELPDESK_DB");
+    if let Some(db) = env {
+        command.env("HELPDESK_DB", db);
+    }
+    command.output().unwrap()
+}
+
+/// A command that failed: exit 1 and one line `error: ...` on stderr; the line.
+fn error_line(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+    assert!(stderr.starts_with("error: ") && stderr.lines().count() == 1, "{stderr:?}");
+    stderr
+}
+
+fn run_ids(out: &Output) -> Vec<String> {
+    json(out)["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
+    let dir = std::env::temp_dir().join(format!("loopstack-helpdesk-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let version = desk(&dir, None, &["--version"]);
+    assert!(version.status.success(), "{version:?}");
+    assert_eq!(String::from_utf8(version.stdout).unwrap(), format!("helpdesk {}\n", env!("CARGO_PKG_VERSION")));
+
+    let help = desk(&dir, None, &["--help"]);
+    assert!(help.status.success(), "{help:?}");
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.starts_with("The helpdesk: open tickets") && help.contains("Usage: helpdesk "), "{help}");
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for ours in ["workflows", "run", "runs", "show", "signal", "resume", "retry", "cancel", "worker", "open"] {
+        assert!(commands.contains(&ours), "{ours} missing from {commands:?}");
+    }
+    assert!(help.contains("[default: helpdesk.db] [env: HELPDESK_DB]"), "{help}");
+
+    // Listing, showing or listing workflows before anything ran creates no store,
+    // and says so for the commands that read one.
+    let missing = error_line(&desk(&dir, None, &["runs"]));
+    assert!(missing.contains("no database at `helpdesk.db`") && missing.contains("`runs`"), "{missing}");
+    let missing = error_line(&desk(&dir, None, &["show", &RunId::new().to_string()]));
+    assert!(missing.contains("no database at `helpdesk.db`") && missing.contains("`show`"), "{missing}");
+    let workflows = desk(&dir, None, &["workflows"]);
+    assert_eq!(String::from_utf8(workflows.stdout).unwrap(), "ticket\n");
+    assert!(!dir.join("helpdesk.db").exists() && !dir.join("loopstack.db").exists());
+
+    // The app's own command runs the app's code, over the app's database.
+    let opened = json(&desk(&dir, None, &["open", "--subject", "The printer", "--json"]));
+    let ticket = opened["ticket"].as_str().unwrap().to_owned();
+    assert!(dir.join("helpdesk.db").exists() && !dir.join("loopstack.db").exists());
+    let refused = error_line(&desk(&dir, None, &["open", "--subject", " "]));
+    assert_eq!(refused, "error: a ticket needs a subject\n");
+
+    // loopstack's commands read the same database.
+    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.as_str()]);
+    let shown = json(&desk(&dir, None, &["show", &ticket, "--json"]));
+    assert_eq!((shown["status"].as_str(), shown["place"].as_str()), (Some("waiting"), Some("open")));
+    assert_eq!(shown["state"]["subject"].as_str(), Some("The printer"));
+    assert!(!dir.join("loopstack.db").exists());
+
+    // The variable names another database, for every command; --db wins over it.
+    let other = dir.join("other.db");
+    let other = other.to_str().unwrap();
+    let missing = error_line(&desk(&dir, Some(other), &["runs"]));
+    assert!(missing.contains(&format!("no database at `{other}`")), "{missing}");
+    let second = json(&desk(&dir, Some(other), &["open", "--subject", "The coffee", "--json"]));
+    let second = second["ticket"].as_str().unwrap().to_owned();
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--json"])), [second.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, None, &["runs", "--json"])), [ticket.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["--db", "helpdesk.db", "runs", "--json"])), [ticket.as_str()]);
+    assert_eq!(run_ids(&desk(&dir, Some(other), &["runs", "--db", "helpdesk.db", "--json"])), [ticket.as_str()]);
+    // An empty variable is no variable.
+    assert_eq!(run_ids(&desk(&dir, Some(""), &["runs", "--json"])), [ticket.as_str()]);
+
+    let closed = json(&desk(&dir, None, &["signal", &ticket, "close", r#"{"resolution": "toner"}"#, "--json"]));
+    assert_eq!(closed["status"].as_str(), Some("completed"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
