@@ -328,12 +328,13 @@ impl Tool for Flaky {
 #[tokio::test]
 async fn a_retried_batch_takes_the_result_of_a_child_that_ended_before() {
     let first = calls(&[("c1", "issue_refund", json!({"order": "E-1", "amount": 5})), ("c2", "flaky", json!({}))]);
-    let (runtime, _, model) = setup(first, refund_tool());
+    let (_, _, model) = setup(first, refund_tool());
     let tools = ToolRegistry::new().with(refund_tool()).unwrap().with(Flaky(true.into())).unwrap();
     let agent = Agent::new(model.clone(), "m", tools.clone()).delegate(
         loopstack_llm::LlmDelegateToolCalls::new(tools).error_policy(loopstack_llm::dispatch::ErrorPolicy::FailFast),
     );
-    let runtime = runtime.register(agent.clone());
+    // A runtime of its own: this agent differs from `setup`'s, and one name holds one agent.
+    let runtime = Runtime::new().register(RefundDesk).register(agent.clone());
     let err = agent.ask(&runtime, "Refund E-1").await.unwrap_err();
     let run_id = err.run_id().unwrap();
     // The child completed before the batch failed; retried, the batch takes its result.
