@@ -201,14 +201,27 @@ async fn decisions_on_some_calls_keep_the_run_waiting_for_the_rest_and_approved_
     let agent = refund_agent(model.clone(), &refund, &weather);
     let runtime = Runtime::new();
     let run_id = agent.ask(&runtime, "Refund both").await.unwrap().run_id;
+    // What a person is shown, read from the store: each call's id, tool and arguments.
+    let pending = agent.pending(&runtime, run_id).await.unwrap();
+    let shown: Vec<_> = pending.iter().map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.clone())).collect();
+    assert_eq!(
+        shown,
+        [("r1", "issue_refund", json!({"order": "A-1"})), ("r2", "issue_refund", json!({"order": "B-2"}))]
+    );
 
     let reply = agent.decide(&runtime, run_id, ToolDecisions::new([ToolDecision::approve("r2")])).await.unwrap();
     let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
     assert_eq!(calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), ["r1"]);
+    assert_eq!(&agent.pending(&runtime, run_id).await.unwrap(), calls);
     assert_eq!(refund.calls.load(Ordering::SeqCst), 0);
+    // Another agent's run is not read as this agent's.
+    let other = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new()).named("other").unwrap();
+    let err = other.pending(&runtime, run_id).await.unwrap_err();
+    assert!(err.to_string().contains("workflow `agent`"), "{err}");
 
     let reply = agent.decide(&runtime, run_id, ToolDecisions::approve_all(calls)).await.unwrap();
     assert_eq!(reply.status, AgentStatus::Completed);
+    assert!(agent.pending(&runtime, run_id).await.unwrap().is_empty());
     assert_eq!(refund.calls.load(Ordering::SeqCst), 2);
     let results: Vec<String> = model.requests()[1].messages[2].tool_results_iter().map(|r| r.content.clone()).collect();
     assert_eq!(results, ["refunded A-1", "refunded B-2"]);

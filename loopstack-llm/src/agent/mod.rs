@@ -295,6 +295,58 @@ impl Agent {
         Ok(self.reply_of(runtime.start(self, prompt.into()).await?))
     }
 
+    /// The calls run `run_id` waits to have decided ([`Agent::decide`]), each with
+    /// its id, tool and arguments, for showing to a person; empty when the run
+    /// waits for no decision. It reads the run from the store and drives nothing.
+    ///
+    /// # Errors
+    /// [`AskError::Run`] when the store cannot be read, the run is of another
+    /// workflow (another agent's, say), or its state does not read.
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, ScriptedModel, ToolDecisions};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let mut tools = ToolRegistry::new();
+    /// # struct Reset;
+    /// # #[async_trait::async_trait]
+    /// # impl loopstack_core::Tool for Reset {
+    /// #     fn name(&self) -> &str { "reset_password" }
+    /// #     fn description(&self) -> &str { "Resets a password." }
+    /// #     fn input_schema(&self) -> serde_json::Value { serde_json::json!({"type": "object"}) }
+    /// #     async fn call(&self, _: serde_json::Value, _: &loopstack_core::ToolContext)
+    /// #         -> Result<loopstack_core::ToolOutput, loopstack_core::ToolError> { Ok(loopstack_core::ToolOutput::text("done")) }
+    /// # }
+    /// tools.register(Reset)?;
+    /// tools.require_approval("reset_password")?;
+    /// let model = ScriptedModel::new().tool_call("reset_password", serde_json::json!({"user": "ada"})).text("Reset.");
+    /// let agent = Agent::new(model, "m", tools);
+    /// let runtime = Runtime::new();
+    /// let reply = agent.ask(&runtime, "Reset Ada's password").await?;
+    /// let pending = agent.pending(&runtime, reply.run_id).await?;
+    /// assert_eq!((pending[0].name.as_str(), &pending[0].arguments), ("reset_password", &serde_json::json!({"user": "ada"})));
+    /// agent.decide(&runtime, reply.run_id, ToolDecisions::approve_all(&pending)).await?;
+    /// assert!(agent.pending(&runtime, reply.run_id).await?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub async fn pending(&self, runtime: &Runtime, run_id: RunId) -> Result<Vec<PendingCall>, AskError> {
+        let record = runtime.store().load_run(run_id).await.map_err(loopstack_core::RunError::Store)?;
+        let workflow = self.name();
+        if *record.workflow != *workflow {
+            let reason = format!("it is a run of workflow `{}`", record.workflow);
+            return Err(AskError::Run(loopstack_core::RunError::Mismatch { workflow, run_id, reason }));
+        }
+        if record.status != loopstack_core::RunStatus::Waiting
+            || &*record.place != AgentPlace::AwaitingApproval.as_str()
+        {
+            return Ok(Vec::new());
+        }
+        let state: AgentState = serde_json::from_str(record.state.get())
+            .map_err(|source| AskError::Run(loopstack_core::RunError::State { workflow, run_id, source }))?;
+        Ok(state.pending_approval)
+    }
+
     /// Decides on calls a run waits to have approved, and drives it on: approved
     /// calls run, denied ones answer `denied by the user: <reason>`. Decisions for
     /// some of the calls keep the run waiting for the rest; a decision on a call
