@@ -95,6 +95,10 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// - `input = T`: what a run starts with; default: the state type. The state is
 ///   built with `From<T>`.
 /// - `state = S`: the state type; default: `S` of the transitions' `state: &mut S`.
+/// - `definition = path`: a method `fn(&self, table: &'static Definition) -> &'static
+///   Definition` that picks the table a value runs under: `table` (the one the macro
+///   builds) or one made from it with `Definition::renamed`, so values of one type
+///   can run as workflows of their own names (the agent's `Agent::named` does this).
 /// - `crate = path`: where loopstack is; default `::loopstack`.
 ///
 /// `#[transition]` takes `to = Place` (required), `from = Place` or `from = [A, B]`
