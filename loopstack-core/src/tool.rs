@@ -534,10 +534,18 @@ pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Res
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}`: {inner}"))
+        // A list where one value belongs ("Paris and Rome" as `["Paris", "Rome"]`): say
+        // what to do instead, which a small model follows where the type error alone
+        // made it give up.
+        let hint = if inner.to_string().starts_with("invalid type: sequence") {
+            format!("; it takes one value: for several, call `{tool}` once for each")
         } else {
-            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}` at `{path}`: {inner}"))
+            String::new()
+        };
+        if path == "." || path.is_empty() {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}`: {inner}{hint}"))
+        } else {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}` at `{path}`: {inner}{hint}"))
         }
     })
 }
