@@ -33,6 +33,7 @@
 //! ```
 
 mod agent;
+mod cache;
 mod call_result;
 mod delegate;
 pub mod dispatch;
@@ -61,6 +62,7 @@ pub use generate::{
 pub use scripted::ScriptedModel;
 pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 
+pub use cache::{CacheBreakpoint, PromptCache};
 pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,

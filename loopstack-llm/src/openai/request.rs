@@ -66,6 +66,9 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool, wire: Wire) ->
     if !request.settings.stop_sequences.is_empty() {
         body.insert("stop".into(), request.settings.stop_sequences.clone().into());
     }
+    if let Some(key) = &request.settings.prompt_cache_key {
+        body.insert("prompt_cache_key".into(), key.clone().into());
+    }
     if let Some(format) = request.response_schema.as_ref().filter(|_| wire.structured_output) {
         body.insert(
             "response_format".into(),
@@ -329,6 +332,22 @@ mod tests {
         );
         // The tools are still offered: the chat template lists them for the model.
         assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+    }
+
+    #[test]
+    fn a_prompt_cache_key_is_sent_and_breakpoints_are_not() {
+        use crate::{CacheBreakpoint, PromptCache};
+        let request = ChatRequest::new("gpt-x", vec![Message::user("hi")])
+            .system("Be brief.")
+            .prompt_cache(PromptCache::At(vec![CacheBreakpoint::System]))
+            .prompt_cache_key("tenant-7");
+        let body = encode_request(&request, false, Wire::default());
+        assert_eq!(body["prompt_cache_key"], "tenant-7");
+        assert!(!body.to_string().contains("cache_control"), "{body}");
+        assert_eq!(
+            encode_request(&ChatRequest::new("m", vec![]), false, Wire::default()).get("prompt_cache_key"),
+            None
+        );
     }
 
     #[test]
