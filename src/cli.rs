@@ -1080,7 +1080,7 @@ fn waits_text(out: &mut String, run_id: RunId, waits: &crate::views::Waits) {
 /// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
 fn words(duration: std::time::Duration) -> String {
     let ms = duration.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let mut secs = duration.as_secs();
