@@ -273,9 +273,10 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
 ///
 /// A SQLite file is created only by the commands that start or drive runs (`run`,
 /// `worker`, `serve`) and by the app's own commands. The others (`runs`, `show`,
-/// `signal`, `approve`, `deny`, `resume`, `retry`, `cancel`) work on runs that must already be there:
-/// on a file that does not exist they fail with [`CliError::NoDatabase`] (one
-/// `error:` line, exit 1) instead of creating an empty store and reporting nothing.
+/// `signal`, `approve`, `deny`, `resume`, `retry`, `cancel`) work on runs that
+/// must already be there: on a file that does not exist they fail with
+/// [`CliError::NoDatabase`] (one `error:` line, exit 1) instead of creating an
+/// empty store and reporting nothing.
 /// `workflows` lists what the binary registers and opens no store.
 ///
 /// ```no_run
