@@ -181,7 +181,8 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    for ours in ["workflows", "run", "runs", "show", "signal", "resume", "retry", "cancel", "worker", "open"] {
+    let ours = ["workflows", "run", "runs", "show", "signal", "approve", "deny", "resume", "retry", "cancel", "worker"];
+    for ours in ours.into_iter().chain(["open"]) {
         assert!(commands.contains(&ours), "{ours} missing from {commands:?}");
     }
     assert!(help.contains("[default: helpdesk.db] [env: HELPDESK_DB]"), "{help}");
