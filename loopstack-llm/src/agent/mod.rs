@@ -24,7 +24,9 @@ mod status;
 
 use answer::AnswerFormat;
 pub use answer::{Answer, DEFAULT_ANSWER_RETRIES, RESPOND_TOOL, TypedAgent};
-pub use approval::{PendingCall, ToolDecision, ToolDecisions};
+pub use approval::{
+    DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
+};
 pub use error::AskError;
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices};
 pub use machine::{AgentPlace, AgentSignal};
