@@ -48,6 +48,43 @@ async fn approval_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     assert_eq!(results, 1);
 }
 
+/// A run that spent its turn budget waits for it to be raised, across a restart: the
+/// new runtime raises it and the run takes the turn it stopped before; a second pause
+/// is ended at the limit.
+async fn a_paused_budget_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
+    use loopstack::llm::{Limit, Limits, RaiseLimit};
+    let agent = || {
+        Agent::new(model(), "scripted", ToolRegistry::new().with(IssueRefund).unwrap())
+            .limits(Limits::new().max_turns(1).pause_at_limit(true))
+    };
+    let first = Runtime::with_shared_store(open().await);
+    let reply = agent().ask(&first, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = reply.status else { panic!("{:?}", reply.status) };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let paused = agent().decide(&first, reply.run_id, decisions).await.unwrap();
+    assert_eq!(paused.status, AgentStatus::BudgetSpent(Limit::Turns { max: 1 }));
+    assert_eq!(first.store().load_run(reply.run_id).await.unwrap().place.as_ref(), "budget_spent");
+    drop(first);
+
+    // Registered: the command line and Studio end a paused run by the signal's name.
+    let second = Runtime::with_shared_store(open().await).register(agent());
+    let done = agent().raise(&second, reply.run_id, RaiseLimit::new().max_turns(2)).await.unwrap();
+    assert_eq!((done.status, done.text.as_str(), done.turns), (AgentStatus::Completed, "Done: refunded A-17", 2));
+
+    // Paused again at a raised budget that still does not allow the turn, then ended.
+    let reply = agent().ask(&second, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = reply.status else { panic!("{:?}", reply.status) };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    agent().decide(&second, reply.run_id, decisions).await.unwrap();
+    let again = agent().raise(&second, reply.run_id, RaiseLimit::new().max_turns(1)).await.unwrap();
+    assert_eq!(again.status, AgentStatus::BudgetSpent(Limit::Turns { max: 1 }));
+    let outcome = second.signal_by_name(reply.run_id, "end_at_limit", serde_json::Value::Null).await.unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+    let state: loopstack::llm::AgentState =
+        serde_json::from_str(second.store().load_run(reply.run_id).await.unwrap().state.get()).unwrap();
+    assert_eq!(state.status, Some(AgentStatus::LimitReached(Limit::Turns { max: 1 })));
+}
+
 /// What the command line and the HTTP API do after a restart: a named agent's
 /// waiting calls are read from the stored run by its id alone (the table comes
 /// from the runtime, by the run's workflow), and decided by the workflow's name,
@@ -220,6 +257,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
     named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
+    a_paused_budget_survives_a_restart(open).await;
     let _ = std::fs::remove_file(&path);
 }
 
@@ -239,6 +277,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
     named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
+    a_paused_budget_survives_a_restart(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }

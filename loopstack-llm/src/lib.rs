@@ -47,7 +47,7 @@ mod workflow_tool;
 pub use agent::{
     Agent, AgentPlace, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DECIDE_TOOLS,
     DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price,
-    Prices, RESPOND_TOOL, Repeats, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage,
+    Prices, RESPOND_TOOL, RaiseLimit, Repeats, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage,
     decide_by_name, pending_calls, takes_decisions,
 };
 pub use delegate::{

@@ -445,6 +445,16 @@ async fn token_cost_and_tool_call_budgets_end_the_run_with_their_status() {
     assert_eq!(max, 0.3);
     assert!((spent - 0.3).abs() < 1e-9 && (reply.cost - 0.3).abs() < 1e-9, "{spent}");
     assert_eq!(reply.usage, Usage::new(100, 20));
+    // The next turn is counted at what the last one cost: with 0.25 to spend, a second
+    // turn (0.30 in all) would pass the budget, so the run stops after the first.
+    let reply = Agent::new(looping(), "m-1", tools())
+        .prices(Prices::new().model("m-1", Price::per_million(1_000.0, 10_000.0)))
+        .limits(Limits::new().max_cost(0.25))
+        .ask(&Runtime::new(), "Go")
+        .await
+        .unwrap();
+    let AgentStatus::LimitReached(Limit::Cost { spent, .. }) = reply.status else { panic!("{:?}", reply.status) };
+    assert!((spent - 0.15).abs() < 1e-9 && reply.turns == 1, "{spent}, {} turns", reply.turns);
 
     let runtime = Runtime::new();
     let reply = Agent::new(looping(), "m-1", tools())

@@ -31,6 +31,10 @@ pub struct Limits {
     /// with [`AgentStatus::RepeatedToolCalls`](crate::AgentStatus::RepeatedToolCalls).
     /// A small model without a system prompt can otherwise call one tool forever.
     pub max_repeats: u32,
+    /// Whether a spent turn, token or cost budget makes the run wait instead of
+    /// ending it (see [`Limits::pause_at_limit`]); off by default.
+    #[serde(default)]
+    pub pause: bool,
 }
 
 impl Default for Limits {
@@ -41,6 +45,7 @@ impl Default for Limits {
             max_cost: None,
             max_tool_calls: None,
             max_repeats: DEFAULT_MAX_REPEATS,
+            pause: false,
         }
     }
 }
@@ -85,6 +90,74 @@ impl Limits {
     pub fn max_repeats(mut self, max: u32) -> Self {
         self.max_repeats = max;
         self
+    }
+
+    /// Makes a spent turn, token or cost budget pause the run instead of ending it:
+    /// the run waits, durably and keeping everything, at the agent's place
+    /// `budget_spent` ([`AgentStatus::BudgetSpent`](crate::AgentStatus::BudgetSpent)),
+    /// until the signal `raise_limit` ([`Agent::raise`](crate::Agent::raise),
+    /// a [`RaiseLimit`]) raises a limit, when it takes the turn it stopped before, or
+    /// `end_at_limit` ends it as a spent budget ends a run that does not pause.
+    #[must_use]
+    pub fn pause_at_limit(mut self, pause: bool) -> Self {
+        self.pause = pause;
+        self
+    }
+}
+
+/// The payload of the agent's `raise_limit` signal: new values for the budgets a
+/// paused run was stopped by (see [`Limits::pause_at_limit`]). A field left out keeps
+/// the budget the run has; the raised budgets are kept with the run, so they hold
+/// after a restart and for the rest of the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct RaiseLimit {
+    /// The new budget of model turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// The new budget of tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_tokens: Option<u64>,
+    /// The new budget of cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
+}
+
+impl RaiseLimit {
+    /// Raises nothing yet; set the budgets with the builder methods.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the new budget of model turns.
+    #[must_use]
+    pub fn max_turns(mut self, max: u32) -> Self {
+        self.max_turns = Some(max);
+        self
+    }
+
+    /// Sets the new budget of tokens.
+    #[must_use]
+    pub fn max_total_tokens(mut self, max: u64) -> Self {
+        self.max_total_tokens = Some(max);
+        self
+    }
+
+    /// Sets the new budget of cost.
+    #[must_use]
+    pub fn max_cost(mut self, max: f64) -> Self {
+        self.max_cost = Some(max);
+        self
+    }
+
+    /// `self`'s budgets where set, else `earlier`'s.
+    pub(crate) fn over(self, earlier: Option<Self>) -> Self {
+        let earlier = earlier.unwrap_or_default();
+        Self {
+            max_turns: self.max_turns.or(earlier.max_turns),
+            max_total_tokens: self.max_total_tokens.or(earlier.max_total_tokens),
+            max_cost: self.max_cost.or(earlier.max_cost),
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::answer::{RESPOND_TOOL, feedback};
 use super::{
-    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, Repeats, ToolDecisions, ToolsCompleted,
-    UserMessage,
+    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, RaiseLimit, Repeats, ToolDecisions,
+    ToolsCompleted, UserMessage,
 };
 use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
@@ -37,6 +37,35 @@ impl Agent {
         Ok(())
     }
 
+    /// Waits for a raised budget instead of ending the run, when the limits say so.
+    #[transition(from = Ready, to = BudgetSpent, priority = 11)]
+    #[guard(pauses_at_budget)]
+    async fn pause_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        let limit = self.budget_reached(state).expect("checked by the guard");
+        tracing::info!(%limit, "the agent spent a budget and waits for it to be raised");
+        Ok(())
+    }
+
+    /// Raises the budgets; the run takes the turn it stopped before (or waits again).
+    #[transition(from = BudgetSpent, to = Ready, wait)]
+    async fn raise_limit(
+        &self,
+        state: &mut AgentState,
+        _cx: &mut RunContext,
+        raise: RaiseLimit,
+    ) -> Result<(), AgentError> {
+        state.raised = Some(raise.over(state.raised));
+        Ok(())
+    }
+
+    /// Ends a paused run at the budget it spent.
+    #[transition(from = BudgetSpent, to = End, wait)]
+    async fn end_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+        let limit = self.budget_reached(state).unwrap_or(Limit::Turns { max: state.turns });
+        self.end(state, AgentStatus::LimitReached(limit));
+        Ok(())
+    }
+
     /// One model turn.
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
@@ -51,7 +80,8 @@ impl Agent {
                 .prices
                 .cost(&self.options.model, &result.usage)
                 .or_else(|| self.prices.cost(&result.model, &result.usage));
-            state.cost += cost.unwrap_or(0.0);
+            state.last_turn_cost = cost.unwrap_or(0.0);
+            state.cost += state.last_turn_cost;
         }
         state.last_stop = Some(result.stop_reason.clone());
         state.answer_error = None;
@@ -334,6 +364,12 @@ impl Agent {
         self.budget_reached(state).is_some()
     }
 
+    /// Whether a limit forbids the next turn and the run waits for it to be raised
+    /// ([`Limits::pause_at_limit`](crate::Limits::pause_at_limit)).
+    pub fn pauses_at_budget(&self, state: &AgentState) -> bool {
+        self.limits.pause && self.over_budget(state)
+    }
+
     /// Whether the last turn asked for the calls of the turn before it once too often.
     pub fn repeats_itself(&self, state: &AgentState) -> bool {
         state.last_tool_calls > 0 && state.repeats.times > self.limits.max_repeats.saturating_add(1)
@@ -388,20 +424,24 @@ impl Agent {
 }
 
 impl Agent {
-    /// The limit that forbids the next turn, if any.
-    fn budget_reached(&self, state: &AgentState) -> Option<Limit> {
-        let limits = &self.limits;
-        if state.turns >= limits.max_turns {
-            return Some(Limit::Turns { max: limits.max_turns });
+    /// The limit that forbids the next turn, if any: the agent's limits, or those a
+    /// `raise_limit` signal set. The cost budget counts the next turn at what the last
+    /// one cost, so a run stops before the turn that would pass it.
+    pub(super) fn budget_reached(&self, state: &AgentState) -> Option<Limit> {
+        let (limits, raised) = (&self.limits, state.raised.unwrap_or_default());
+        let max_turns = raised.max_turns.unwrap_or(limits.max_turns);
+        if state.turns >= max_turns {
+            return Some(Limit::Turns { max: max_turns });
         }
         let used = state.usage.all_tokens();
-        if let Some(max) = limits.max_total_tokens
+        if let Some(max) = raised.max_total_tokens.or(limits.max_total_tokens)
             && used >= max
         {
             return Some(Limit::TotalTokens { max, used });
         }
-        if let Some(max) = limits.max_cost
-            && state.cost >= max
+        if let Some(max) = raised.max_cost.or(limits.max_cost)
+            // (A turn that lands on the budget exactly does not pass it.)
+            && state.cost + state.last_turn_cost > max + max.abs() * 1e-9
         {
             return Some(Limit::Cost { max, spent: state.cost });
         }

@@ -28,7 +28,7 @@ pub use approval::{
     DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
 };
 pub use error::AskError;
-pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices};
+pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices, RaiseLimit};
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
@@ -408,6 +408,29 @@ impl Agent {
         Ok(self.reply_of(runtime.signal(self, run_id, AgentSignal::DecideTools(decisions)).await?))
     }
 
+    /// Raises the budgets of a run that waits because one was spent (the signal
+    /// `raise_limit`; see
+    /// [`Limits::pause_at_limit`]) and drives it on: it takes the turn it stopped
+    /// before, or waits again when the raised budgets still do not allow it.
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, AgentStatus, Limits, RaiseLimit, ScriptedModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let model = ScriptedModel::new().text("Done.");
+    /// let agent = Agent::new(model, "m", ToolRegistry::new()).limits(Limits::new().max_turns(0).pause_at_limit(true));
+    /// let runtime = Runtime::new();
+    /// let paused = agent.ask(&runtime, "Hi").await?;
+    /// assert!(matches!(paused.status, AgentStatus::BudgetSpent(_)));
+    /// let reply = agent.raise(&runtime, paused.run_id, RaiseLimit::new().max_turns(1)).await?;
+    /// assert_eq!((reply.status, reply.text.as_str()), (AgentStatus::Completed, "Done."));
+    /// # Ok::<_, Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub async fn raise(&self, runtime: &Runtime, run_id: RunId, raise: RaiseLimit) -> Result<AgentReply, AskError> {
+        Ok(self.reply_of(runtime.signal(self, run_id, AgentSignal::RaiseLimit(raise)).await?))
+    }
+
     /// Sends the user's next message to a chat run that waits for it, and drives it
     /// to its next answer.
     pub async fn say(&self, runtime: &Runtime, run_id: RunId, text: impl Into<String>) -> Result<AgentReply, AskError> {
@@ -440,6 +463,9 @@ impl Agent {
             }
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingTools.as_str() => {
                 AgentStatus::AwaitingTools { calls: state.pending_tools }
+            }
+            RunOutcome::Waiting { place, .. } if place == AgentPlace::BudgetSpent.as_str() => {
+                AgentStatus::BudgetSpent(self.budget_reached(&state).unwrap_or(Limit::Turns { max: state.turns }))
             }
             RunOutcome::Queued { signal } => AgentStatus::Queued { signal },
             _ => state.status.unwrap_or(AgentStatus::Completed),

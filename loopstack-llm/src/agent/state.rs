@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AgentStatus, PendingCall, PendingTool};
+use super::{AgentStatus, PendingCall, PendingTool, RaiseLimit};
 use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::message::{Message, StopReason, ToolUse, Usage};
 
@@ -78,6 +78,13 @@ pub struct AgentState {
     /// What all turns cost, by the agent's [`Prices`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost: f64,
+    /// What the last turn cost: the estimate of the next one's, so a cost budget stops
+    /// the run before a turn that would pass it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub last_turn_cost: f64,
+    /// Budgets raised by the `raise_limit` signal, over the agent's [`Limits`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raised: Option<RaiseLimit>,
     /// Tool calls run.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub tool_calls: u32,

@@ -26,6 +26,10 @@ pub enum AgentStatus {
     UnparsedToolCall,
     /// A limit of [`Limits`] was reached before the model answered.
     LimitReached(Limit),
+    /// A turn, token or cost budget was spent and the run waits for it to be raised
+    /// ([`Agent::raise`](crate::Agent::raise)), as
+    /// [`Limits::pause_at_limit`] asks.
+    BudgetSpent(Limit),
     /// The model asked for exactly the same tool calls as the turn before more than
     /// [`Limits::max_repeats`] times in a row (so `max_repeats + 2` turns asked for
     /// them; the last one's calls were not run).
