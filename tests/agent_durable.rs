@@ -85,6 +85,26 @@ async fn a_paused_budget_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Stor
     assert_eq!(state.status, Some(AgentStatus::LimitReached(Limit::Turns { max: 1 })));
 }
 
+/// The queue-style scripted model the README teaches, built anew in the "new process":
+/// the resumed run gets the reply of the turn it reached, not the first one again.
+async fn a_queue_scripted_model_resumes_at_the_runs_turn(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let queue =
+        || ScriptedModel::new().tool_call("issue_refund", serde_json::json!({"order": "A-17"})).text("Refunded A-17.");
+    let agent = |model| Agent::new(model, "scripted", ToolRegistry::new().with(IssueRefund).unwrap());
+    let first = Runtime::with_shared_store(open().await);
+    let reply = agent(queue()).ask(&first, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = reply.status else { panic!("{:?}", reply.status) };
+    drop(first);
+
+    let second = Runtime::with_shared_store(open().await);
+    let model = queue();
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let done = agent(model.clone()).decide(&second, reply.run_id, decisions).await.unwrap();
+    assert_eq!((done.status, done.text.as_str()), (AgentStatus::Completed, "Refunded A-17."));
+    assert_eq!(model.calls(), 1, "one turn in the new process");
+    model.assert_finished();
+}
+
 /// What the command line and the HTTP API do after a restart: a named agent's
 /// waiting calls are read from the stored run by its id alone (the table comes
 /// from the runtime, by the run's workflow), and decided by the workflow's name,
@@ -258,6 +278,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
     a_paused_budget_survives_a_restart(open).await;
+    a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
     let _ = std::fs::remove_file(&path);
 }
 
@@ -278,6 +299,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
     a_paused_budget_survives_a_restart(open).await;
+    a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }

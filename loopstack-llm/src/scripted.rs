@@ -1,6 +1,7 @@
 //! A chat model that answers from a script: for tests and offline runs.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,6 +17,12 @@ type ReplyFn = dyn Fn(&ChatRequest) -> Result<ChatResponse, LlmError> + Send + S
 
 /// A [`ChatModel`] that answers from a queue of replies, or computes each reply from
 /// the request with a function (like PydanticAI's `FunctionModel`).
+///
+/// The queue resumes where a run is: a run resumed by a new process (whose model is
+/// built anew, with its whole queue) is sent its conversation so far, and the replies
+/// its assistant turns already hold are skipped, so it gets the reply of the turn it
+/// has reached, not the first one again. In one process the replies are given in
+/// order, across runs too.
 ///
 /// It records every request it receives, so tests assert on what was sent, and it
 /// reports the usage given with each reply. Clones share the script and the record.
@@ -46,6 +53,8 @@ pub struct ScriptedModel {
 
 struct Inner {
     replies: Mutex<VecDeque<ChatResponse>>,
+    /// Replies taken from the queue so far (given, or skipped for a resumed run).
+    given: AtomicUsize,
     function: Option<Box<ReplyFn>>,
     requests: Mutex<Vec<ChatRequest>>,
     record: bool,
@@ -92,6 +101,7 @@ impl ScriptedModel {
         Self {
             inner: Arc::new(Inner {
                 replies: Mutex::new(VecDeque::new()),
+                given: AtomicUsize::new(0),
                 function,
                 requests: Mutex::new(Vec::new()),
                 record: true,
@@ -278,10 +288,22 @@ impl ChatModel for ScriptedModel {
         }
         let response = match &self.inner.function {
             Some(f) => f(request)?,
-            None => lock(&self.inner.replies).pop_front().ok_or_else(|| LlmError::Script {
-                model: request.model.clone(),
-                message: "no scripted reply is left for this request".to_owned(),
-            })?,
+            None => {
+                let mut replies = lock(&self.inner.replies);
+                // A run resumed in a new process (a new model, its queue full) is at
+                // the turn its conversation has reached: the replies it already had
+                // are skipped.
+                let answered = request.messages.iter().filter(|m| m.role == Role::Assistant).count();
+                while self.inner.given.load(Ordering::Relaxed) < answered && replies.pop_front().is_some() {
+                    self.inner.given.fetch_add(1, Ordering::Relaxed);
+                }
+                let reply = replies.pop_front().ok_or_else(|| LlmError::Script {
+                    model: request.model.clone(),
+                    message: "no scripted reply is left for this request".to_owned(),
+                })?;
+                self.inner.given.fetch_add(1, Ordering::Relaxed);
+                reply
+            }
         };
         let mut totals = lock(&self.inner.totals);
         totals.0 = totals.0.saturating_add(1);
