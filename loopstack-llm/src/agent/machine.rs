@@ -257,8 +257,17 @@ impl Agent {
             return Ok(());
         };
         let pending = state.pending_tools.remove(pos);
+        // An agent called as a tool answers with its answer, and its usage is the
+        // parent's too; any other workflow with what it published.
+        let mut output = match super::tool::agent_child_result(cx, &ended).await {
+            Some((output, usage, cost)) => {
+                state.usage += usage;
+                state.cost += cost;
+                output
+            }
+            None => crate::child_result(&ended, cx.runtime().secrets()),
+        };
         // Redacted of the runtime's secrets like every result the delegate gives.
-        let mut output = crate::child_result(&ended, cx.runtime().secrets());
         crate::delegate::redact_output(cx.runtime().secrets(), &mut output);
         if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
             *slot = ToolCallResult::new(pending.call_id, pending.name, output);

@@ -21,6 +21,7 @@ mod limits;
 mod machine;
 mod state;
 mod status;
+mod tool;
 
 use answer::AnswerFormat;
 pub use answer::{Answer, DEFAULT_ANSWER_RETRIES, RESPOND_TOOL, TypedAgent};
@@ -32,6 +33,7 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
+pub use tool::{AgentQuestion, AgentTool, DEFAULT_AGENT_TOOL_TIMEOUT};
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
 /// a model turn has no tool calls.
