@@ -170,6 +170,17 @@ async fn a_child_that_fails_stops_or_is_missing_is_one_error_result_the_parent_r
     assert!(result.is_error);
     assert_eq!(result.content, "the agent `billing` did not answer: it reached the budget of 1 model turns");
 
+    // A child that takes longer than the tool's timeout is cancelled.
+    let slow = billing(ScriptedModel::new().latency(std::time::Duration::from_secs(5)).text("late"));
+    let tool =
+        slow.as_tool("billing", "Answers billing questions.").unwrap().timeout(std::time::Duration::from_millis(50));
+    let (triage_agent, model) = parent("billing", "No answer.", ToolRegistry::new().with(tool).unwrap());
+    let runtime = Runtime::new().try_register(slow).unwrap().try_register(triage_agent.clone()).unwrap();
+    assert_eq!(triage_agent.ask(&runtime, "?").await.unwrap().status, AgentStatus::Completed);
+    let result = &results_read(&model)[0];
+    assert!(result.is_error);
+    assert!(result.content.starts_with("the agent `billing` was cancelled"), "{}", result.content);
+
     // An agent not registered on the runtime: the result says how to fix it.
     let tool = billing(ScriptedModel::new().text("20 EUR.")).as_tool("billing", "Answers billing questions.").unwrap();
     let (triage_agent, model) = parent("billing", "No answer.", ToolRegistry::new().with(tool).unwrap());
