@@ -211,3 +211,25 @@ async fn a_typed_agent_answers_with_its_value() {
     assert_eq!(triage.ask(&runtime, "?").await.unwrap().status, AgentStatus::Completed);
     assert_eq!(serde_json::from_str::<Value>(&results_read(&model)[0].content).unwrap(), json!({"amount": 20}));
 }
+
+#[tokio::test]
+async fn two_calls_in_one_turn_are_two_children_answered_in_call_order() {
+    let child_model = ScriptedModel::from_fn(|req| {
+        let question = req.messages.last().map(loopstack_llm::Message::text).unwrap_or_default();
+        Ok(ScriptedModel::new().text_response(format!("answer to {question}")))
+    });
+    let billing = billing(child_model);
+    let tool = billing.as_tool("billing", "Answers billing questions.").unwrap();
+    let model = ScriptedModel::new()
+        .tool_calls([("billing", json!({"question": "May?"})), ("billing", json!({"question": "June?"}))])
+        .text("Both answered.")
+        .record_requests(true);
+    let triage = Agent::new(model.clone(), "m", ToolRegistry::new().with(tool).unwrap()).named("triage").unwrap();
+    let runtime = Runtime::new().try_register(billing).unwrap().try_register(triage.clone()).unwrap();
+    let reply = triage.ask(&runtime, "What did I pay?").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::Completed);
+    let contents: Vec<String> = results_read(&model).into_iter().map(|r| r.content).collect();
+    assert_eq!(contents, ["answer to May?", "answer to June?"]);
+    assert_eq!(reply.usage.all_tokens(), 80, "two turns of its own and one of each child");
+    assert_eq!(runtime.store().list_runs(&RunQuery::new().parent(reply.run_id)).await.unwrap().runs.len(), 2);
+}
