@@ -241,7 +241,8 @@ impl Agent {
         Ok(())
     }
 
-    /// The end of a pending call's child run: its result. Once the batch has all
+    /// The end of a pending call's child run: its result (a child agent's answer,
+    /// whose tokens and cost join the run's, see [`AgentTool`](super::AgentTool)). Once the batch has all
     /// its results they are saved, in call order, and the loop goes on. The end of
     /// a child whose call already has its result (it completed within the call) is
     /// ignored.

@@ -76,6 +76,9 @@ pub use tool::{AgentQuestion, AgentTool, DEFAULT_AGENT_TOOL_TIMEOUT};
 ///   ([`Agent::say`]) after each answer instead of ending.
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
 ///   deserializes into a Rust type.
+/// - **Agents as tools**: [`Agent::as_tool`] offers a named agent to another as a
+///   tool ([`AgentTool`]); each call is a child run, and its tokens and cost count
+///   in the caller's limits.
 /// - **Events**: with a subscriber ([`Runtime::subscribe`]) model replies stream as
 ///   [`EventKind::TextDelta`](loopstack_core::EventKind::TextDelta)s, and tool calls
 ///   and usage are reported as they happen.

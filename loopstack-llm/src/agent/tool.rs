@@ -39,8 +39,9 @@ pub struct AgentQuestion {
 ///
 /// - **Registration**: the called agent must be registered on the runtime next to
 ///   the agent that calls it (`Runtime::new().try_register(billing)?.try_register(triage)?`),
-///   so that its runs resume after a restart; a call to an agent that is not
-///   registered gives an error result that says so.
+///   so that its runs resume after a restart; a call runs the agent registered
+///   under that name (the tool keeps only the name), and a call to an agent that
+///   is not registered gives an error result that says so.
 /// - **Waiting**: a child that waits (a call of its own that needs approval, a
 ///   workflow tool of its own that waits) keeps the parent's call pending: the
 ///   parent run waits, durably, at
