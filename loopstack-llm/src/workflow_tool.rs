@@ -49,6 +49,9 @@ pub(crate) const CALL_SEQ_BASE: u64 = 1 << 32;
 ///   "48h")]`), durable across restarts; cancelling the child
 ///   ([`Runtime::cancel`](loopstack_core::Runtime::cancel)) also ends the call, with
 ///   an error result.
+/// - To offer an [`Agent`](crate::Agent) as a tool, use
+///   [`Agent::as_tool`](crate::Agent::as_tool): its calls take a question and
+///   give the agent's answer, and its tokens count in the caller's limits.
 ///
 /// ```no_run
 /// use loopstack_llm::WorkflowTool;

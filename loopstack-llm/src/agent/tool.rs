@@ -50,7 +50,9 @@ pub struct AgentQuestion {
 /// - **Usage**: the child's tokens and cost are added to the parent's
 ///   ([`AgentState::usage`](super::AgentState::usage), [`AgentState::cost`](super::AgentState::cost)),
 ///   so the parent's [`Limits`](super::Limits) count them; the child keeps its own
-///   limits as well.
+///   limits as well. The child's cost is priced by the child's own
+///   [`Prices`](super::Prices): give the called agent prices too when the caller
+///   has a cost budget.
 /// - **Errors**: a child that fails, is cancelled, stops at one of its limits, or
 ///   takes longer than the timeout (default 5 minutes) before it ends or first
 ///   waits, gives one error result the parent's model reads; the parent goes on.
