@@ -5,7 +5,8 @@
 
 use loopstack_core::{RunQuery, RunStatus, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use loopstack_llm::{
-    Agent, AgentState, AgentStatus, Limit, Limits, Price, Prices, ScriptedModel, ToolDecisions, ToolResult, Usage,
+    Agent, AgentState, AgentStatus, AgentToolError, Limit, Limits, Price, Prices, ScriptedModel, ToolDecisions,
+    ToolResult, Usage,
 };
 use serde_json::{Value, json};
 
@@ -190,8 +191,11 @@ async fn a_child_that_fails_stops_or_is_missing_is_one_error_result_the_parent_r
     assert!(result.is_error);
     assert!(result.content.contains("the agent `billing` is not registered on this runtime"), "{}", result.content);
 
-    // A name that is not a tool name is refused.
-    assert!(billing(ScriptedModel::new()).as_tool("bill ing", "").is_err());
+    // A name that is not a tool name is refused, and so is an agent without a name.
+    let err = billing(ScriptedModel::new()).as_tool("bill ing", "").unwrap_err();
+    assert!(matches!(err, AgentToolError::Name(_)), "{err}");
+    let err = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new()).as_tool("billing", "").unwrap_err();
+    assert_eq!(err, AgentToolError::Unnamed);
 }
 
 #[tokio::test]

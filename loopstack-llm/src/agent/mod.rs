@@ -33,7 +33,7 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
-pub use tool::{AgentQuestion, AgentTool, DEFAULT_AGENT_TOOL_TIMEOUT};
+pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIMEOUT};
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
 /// a model turn has no tool calls.

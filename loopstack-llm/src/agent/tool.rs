@@ -29,6 +29,22 @@ pub struct AgentQuestion {
     pub question: String,
 }
 
+/// Why [`Agent::as_tool`] refused to make a tool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentToolError {
+    /// The tool's name is not a valid tool name.
+    #[error(transparent)]
+    Name(#[from] RegistryError),
+    /// The agent has no name of its own: it is the workflow `agent`, which the
+    /// calling agent may be too, so its calls could run the caller itself.
+    #[error(
+        "only a named agent can be a tool: name it with `Agent::named` (an unnamed agent is the workflow `agent`, \
+         which the calling agent may be too)"
+    )]
+    Unnamed,
+}
+
 /// A named agent offered to another agent as a tool ([`Agent::as_tool`]).
 ///
 /// The model sees the tool's name, its description and one argument, the
@@ -93,11 +109,19 @@ impl Agent {
     /// as a child run; register it on the runtime too.
     ///
     /// # Errors
-    /// [`RegistryError::InvalidName`] when `name` is not a valid tool name.
-    pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> Result<AgentTool, RegistryError> {
+    /// [`AgentToolError::Unnamed`] when the agent has no [name](Agent::named), and
+    /// [`AgentToolError::Name`] when `name` is not a valid tool name.
+    pub fn as_tool(
+        &self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Result<AgentTool, AgentToolError> {
         let name = name.into();
         if !is_valid_tool_name(&name) {
-            return Err(RegistryError::InvalidName(name));
+            return Err(RegistryError::InvalidName(name).into());
+        }
+        if self.table.is_none() {
+            return Err(AgentToolError::Unnamed);
         }
         Ok(AgentTool { name, description: description.into(), agent: self.name(), timeout: DEFAULT_AGENT_TOOL_TIMEOUT })
     }
@@ -108,8 +132,12 @@ impl<T: JsonSchema + serde::de::DeserializeOwned> TypedAgent<T> {
     /// call's result is its typed answer, as JSON.
     ///
     /// # Errors
-    /// [`RegistryError::InvalidName`] when `name` is not a valid tool name.
-    pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> Result<AgentTool, RegistryError> {
+    /// As [`Agent::as_tool`].
+    pub fn as_tool(
+        &self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Result<AgentTool, AgentToolError> {
         self.agent().as_tool(name, description)
     }
 }
