@@ -237,3 +237,43 @@ async fn two_calls_in_one_turn_are_two_children_answered_in_call_order() {
     assert_eq!(reply.usage.all_tokens(), 80, "two turns of its own and one of each child");
     assert_eq!(runtime.store().list_runs(&RunQuery::new().parent(reply.run_id)).await.unwrap().runs.len(), 2);
 }
+
+#[tokio::test]
+async fn an_approval_two_agents_down_wakes_both_callers_in_turn() {
+    let mut tools = ToolRegistry::new().with(Reset).unwrap();
+    tools.require_approval("reset_password").unwrap();
+    let reset_model = ScriptedModel::new().tool_call("reset_password", json!({"user": "ada"})).text("reset");
+    let password = Agent::new(reset_model, "m", tools).named("password").unwrap();
+    let accounts_model =
+        ScriptedModel::new().tool_call("password", json!({"question": "Reset ada"})).text("accounts: reset");
+    let accounts = Agent::new(
+        accounts_model,
+        "m",
+        ToolRegistry::new().with(password.as_tool("password", "Resets passwords.").unwrap()).unwrap(),
+    )
+    .named("accounts")
+    .unwrap();
+    let tool = accounts.as_tool("accounts", "Manages accounts.").unwrap();
+    let (triage, model) = parent("accounts", "triage: accounts: reset", ToolRegistry::new().with(tool).unwrap());
+    let runtime = Runtime::new()
+        .try_register(password.clone())
+        .unwrap()
+        .try_register(accounts.clone())
+        .unwrap()
+        .try_register(triage.clone())
+        .unwrap();
+
+    let reply = triage.ask(&runtime, "Reset Ada").await.unwrap();
+    let AgentStatus::AwaitingTools { calls } = &reply.status else { panic!("{:?}", reply.status) };
+    let middle = runtime.store().load_run(calls[0].child).await.unwrap();
+    let state: AgentState = serde_json::from_str(middle.state.get()).unwrap();
+    let grandchild = state.pending_tools[0].child;
+    let pending = password.pending(&runtime, grandchild).await.unwrap();
+    password.decide(&runtime, grandchild, ToolDecisions::approve_all(&pending)).await.unwrap();
+
+    let top = runtime.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!(top.status, RunStatus::Completed);
+    assert_eq!(results_read(&model)[0].content, "accounts: reset");
+    let state: AgentState = serde_json::from_str(top.state.get()).unwrap();
+    assert_eq!(state.usage.all_tokens(), 120, "two turns at each of the three levels");
+}
