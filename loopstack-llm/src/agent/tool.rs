@@ -277,7 +277,14 @@ pub(crate) async fn agent_child_result(cx: &RunContext, ended: &ChildEnded) -> O
         return None;
     }
     let state: ChildAgent = match &ended.output {
-        Some(output) => ChildAgent::deserialize(output).unwrap_or_default(),
+        Some(output) => match ChildAgent::deserialize(output) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(child = %ended.child, error = %e, "a child agent's state does not read");
+                let text = format!("the agent `{}` ended, but its answer does not read: {e}", ended.workflow);
+                return Some((ToolOutput::error(text), Usage::default(), 0.0));
+            }
+        },
         // A child that failed or was cancelled: its last checkpoint has its usage.
         None => match runtime.store().load_run(ended.child).await {
             Ok(record) => serde_json::from_str(record.state.get()).unwrap_or_default(),
