@@ -1,6 +1,6 @@
 //! The agent's waits survive a restart: a run that waits for tool approval, a chat
-//! run that waits for the user, and a run whose workflow tool's child waits for a
-//! person are picked up by a new runtime over a new connection to the same store
+//! run that waits for the user, and runs whose workflow tool's child or agent
+//! tool's child agent waits for a person are picked up by a new runtime over a new connection to the same store
 //! (SQLite and PostgreSQL), which holds nothing of the first one in memory.
 
 use std::sync::Arc;
@@ -261,6 +261,56 @@ async fn a_waiting_workflow_tool_survives_a_restart(open: impl AsyncFn() -> Arc<
     assert_eq!(state.output.as_deref(), Some("Reviewed: the plan: approved"));
 }
 
+/// Resets a password: a person approves each call.
+#[tool(approve)]
+async fn reset_password(user: String) -> Result<String, ToolError> {
+    Ok(format!("password of {user} reset"))
+}
+
+/// An agent called as a tool by another (`as_tool`) whose call of its own waits
+/// for approval: both runs wait across the restart, and the decision given to the
+/// new runtime ends the child and wakes the parent, which answers with the child's
+/// answer and counts the child's tokens as its own.
+async fn an_agent_tool_whose_child_waits_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let reads = |first: &'static str, call: (&'static str, serde_json::Value)| {
+        ScriptedModel::from_fn(move |req| {
+            let last = req.messages.last().unwrap();
+            Ok(match last.tool_results_iter().next() {
+                Some(result) => ScriptedModel::new().text_response(format!("{first}: {}", result.content)),
+                None => ScriptedModel::new().tool_call_response(call.0, call.1.clone()),
+            })
+        })
+    };
+    let password = move || {
+        let model = reads("Done", ("reset_password", serde_json::json!({"user": "ada"})));
+        Agent::new(model, "scripted", ToolRegistry::new().with(ResetPassword).unwrap()).named("password").unwrap()
+    };
+    let helpdesk = move || {
+        let tool = password().as_tool("password", "Resets passwords.").unwrap();
+        let model = reads("Helpdesk", ("password", serde_json::json!({"question": "Reset Ada's password"})));
+        Agent::new(model, "scripted", ToolRegistry::new().with(tool).unwrap()).named("helpdesk").unwrap()
+    };
+    let runtime = |store| Runtime::with_shared_store(store).register(password()).register(helpdesk());
+
+    let first = runtime(open().await);
+    let reply = helpdesk().ask(&first, "I forgot my password").await.unwrap();
+    let AgentStatus::AwaitingTools { calls } = reply.status else { panic!("{:?}", reply.status) };
+    let child = calls[0].child;
+    drop(first);
+
+    let second = runtime(open().await);
+    assert_eq!(second.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Waiting);
+    let pending = password().pending(&second, child).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    let done = password().decide(&second, child, ToolDecisions::approve_all(&pending)).await.unwrap();
+    assert_eq!(done.text, "Done: password of ada reset");
+    let record = second.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    let state: loopstack::llm::AgentState = serde_json::from_str(record.state.get()).unwrap();
+    assert_eq!(state.output.as_deref(), Some("Helpdesk: Done: password of ada reset"));
+    assert_eq!(state.usage.all_tokens(), 80, "two turns each, 20 tokens a turn");
+}
+
 fn sqlite_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("loopstack-agent-{}.db", RunId::new()))
 }
@@ -279,6 +329,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
     a_waiting_workflow_tool_survives_a_restart(open).await;
     a_paused_budget_survives_a_restart(open).await;
     a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
+    an_agent_tool_whose_child_waits_survives_a_restart(open).await;
     let _ = std::fs::remove_file(&path);
 }
 
@@ -300,6 +351,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
     a_waiting_workflow_tool_survives_a_restart(open).await;
     a_paused_budget_survives_a_restart(open).await;
     a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
+    an_agent_tool_whose_child_waits_survives_a_restart(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }

@@ -40,7 +40,7 @@ fn calls_and_answer(output: &str) -> (Vec<String>, String) {
         .filter_map(|l| l.trim().strip_prefix("tool call "))
         .map(|c| c.split_once(' ').map_or(c, |(_, call)| call).to_owned())
         .collect();
-    let answer = output.lines().filter_map(|l| l.trim().strip_prefix("Assistant: ")).last().unwrap_or_default();
+    let answer = output.lines().filter_map(|l| l.trim().strip_prefix("Assistant: ")).next_back().unwrap_or_default();
     (calls, answer.to_owned())
 }
 

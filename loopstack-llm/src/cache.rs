@@ -62,9 +62,11 @@ pub enum CacheBreakpoint {
 }
 
 /// Anthropic's limit on breakpoints per request.
+#[cfg(feature = "anthropic")]
 pub(crate) const MAX_BREAKPOINTS: usize = 4;
 
 /// The breakpoints a request gets: tools and system first, then message indices.
+#[cfg(feature = "anthropic")]
 pub(crate) fn breakpoints(
     cache: &PromptCache,
     has_tools: bool,
@@ -128,7 +130,7 @@ pub(crate) fn breakpoints(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "anthropic"))]
 mod tests {
     use super::*;
 

@@ -24,7 +24,7 @@ pub const DEFAULT_WORKFLOW_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Child ids of workflow tools are numbered from here, apart from the children a
 /// transition starts itself (numbered from 0).
-const CALL_SEQ_BASE: u64 = 1 << 32;
+pub(crate) const CALL_SEQ_BASE: u64 = 1 << 32;
 
 /// A registered workflow offered to a model as a tool. The model sees only the
 /// name, the description and the argument schema (generated from a Rust type);
@@ -49,6 +49,9 @@ const CALL_SEQ_BASE: u64 = 1 << 32;
 ///   "48h")]`), durable across restarts; cancelling the child
 ///   ([`Runtime::cancel`](loopstack_core::Runtime::cancel)) also ends the call, with
 ///   an error result.
+/// - To offer an [`Agent`](crate::Agent) as a tool, use
+///   [`Agent::as_tool`](crate::Agent::as_tool): its calls take a question and
+///   give the agent's answer, and its tokens count in the caller's limits.
 ///
 /// ```no_run
 /// use loopstack_llm::WorkflowTool;

@@ -271,7 +271,8 @@ impl Agent {
         Ok(())
     }
 
-    /// The end of a pending call's child run: its result. Once the batch has all
+    /// The end of a pending call's child run: its result (a child agent's answer,
+    /// whose tokens and cost join the run's, see [`AgentTool`](super::AgentTool)). Once the batch has all
     /// its results they are saved, in call order, and the loop goes on. The end of
     /// a child whose call already has its result (it completed within the call) is
     /// ignored.
@@ -287,8 +288,17 @@ impl Agent {
             return Ok(());
         };
         let pending = state.pending_tools.remove(pos);
+        // An agent called as a tool answers with its answer, and its usage is the
+        // parent's too; any other workflow with what it published.
+        let mut output = match super::tool::agent_child_result(cx, &ended).await {
+            Some((output, usage, cost)) => {
+                state.usage += usage;
+                state.cost += cost;
+                output
+            }
+            None => crate::child_result(&ended, cx.runtime().secrets()),
+        };
         // Redacted of the runtime's secrets like every result the delegate gives.
-        let mut output = crate::child_result(&ended, cx.runtime().secrets());
         crate::delegate::redact_output(cx.runtime().secrets(), &mut output);
         if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
             *slot = ToolCallResult::new(pending.call_id, pending.name, output);

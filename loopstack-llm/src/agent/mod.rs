@@ -21,6 +21,7 @@ mod limits;
 mod machine;
 mod state;
 mod status;
+mod tool;
 
 use answer::AnswerFormat;
 pub use answer::{Answer, DEFAULT_ANSWER_RETRIES, RESPOND_TOOL, TypedAgent};
@@ -32,6 +33,7 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
+pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIMEOUT};
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
 /// a model turn has no tool calls.
@@ -74,6 +76,9 @@ pub use status::{AgentStatus, PendingTool};
 ///   ([`Agent::say`]) after each answer instead of ending.
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
 ///   deserializes into a Rust type.
+/// - **Agents as tools**: [`Agent::as_tool`] offers a named agent to another as a
+///   tool ([`AgentTool`]); each call is a child run, and its tokens and cost count
+///   in the caller's limits.
 /// - **Events**: with a subscriber ([`Runtime::subscribe`]) model replies stream as
 ///   [`EventKind::TextDelta`](loopstack_core::EventKind::TextDelta)s, and tool calls
 ///   and usage are reported as they happen.
