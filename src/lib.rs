@@ -388,6 +388,15 @@ pub mod store {
 /// agent loop.
 pub use loopstack_llm as llm;
 
+/// The MCP client (feature `mcp`): the tools of Model Context Protocol servers, over
+/// stdio or streamable HTTP, as tools of a [`ToolRegistry`]; `loopstack_llm::mcp`.
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp {
+    #[doc(inline)]
+    pub use loopstack_llm::mcp::*;
+}
+
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
