@@ -204,7 +204,7 @@ const USAGE: &str = "\
 usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
                [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
                [--db PATH|memory] [--resume RUN_ID] [--mermaid]
-               [--mcp "COMMAND ARGS..."]... [--mcp-url URL]...
+               [--mcp 'COMMAND ARGS...']... [--mcp-url URL]...
 
   --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
                      openai (OPENAI_API_KEY, OPENAI_BASE_URL for local servers)

@@ -255,7 +255,7 @@ async fn faults_are_error_results_the_model_reads() {
     let reply = patiently("the agent", agent.ask(&Runtime::new(), "Sleep.")).await.unwrap();
     assert_eq!(reply.text, "The tool timed out.");
     let last = model.requests()[1].messages.last().unwrap().to_string();
-    assert_eq!(last, "tool result call_0 (error): tool `sleep` timed out after 300 ms");
+    assert_eq!(last, "tool error call_0: tool `sleep` timed out after 300 ms");
     // The server lives on.
     let echo = patiently("echo", registry.call("echo", json!({"text": "still here"}), &cx)).await.unwrap();
     assert_eq!(text(&echo), "still here");
@@ -383,7 +383,8 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
             dir.pop();
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo).args(["build", "--quiet", "--features", "mcp", "--example", "weather"]).status();
+        let built =
+            Command::new(cargo).args(["build", "--quiet", "--features", "mcp", "--example", "weather"]).status();
         assert!(built.unwrap().success(), "building the weather example failed");
         dir.join("examples").join(format!("weather{}", std::env::consts::EXE_SUFFIX))
     };
@@ -394,5 +395,8 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, die, meta, pid, grow"), "{stdout}");
+    assert!(
+        stdout.contains("MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, die, meta, pid, grow"),
+        "{stdout}"
+    );
 }

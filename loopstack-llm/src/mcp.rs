@@ -451,8 +451,8 @@ fn split_command_line(line: &str) -> Vec<String> {
     words
 }
 
-/// The tools a connected server offers now (those the allow-list lets through),
-/// shared with the notification handler that refreshes them.
+/// The tools a connected server offers now (all of them: the allow-list filters
+/// where they are used), shared with the notification handler that refreshes them.
 type ToolList = Arc<RwLock<Arc<[rmcp::model::Tool]>>>;
 
 /// Answers the server's notifications: a changed tool list is listed again.
@@ -475,24 +475,25 @@ fn store_tools(
     changes: &tokio::sync::watch::Sender<Vec<String>>,
     list: Vec<rmcp::model::Tool>,
 ) {
-    let list: Arc<[rmcp::model::Tool]> = list.into_iter().filter(|t| config.allows(&t.name)).collect();
-    let names: Vec<String> = list.iter().map(|t| config.local_name(&t.name)).collect();
-    *tools.write().unwrap_or_else(|e| e.into_inner()) = list;
+    // Kept whole, so the option names can be checked against it; the allow-list
+    // filters where tools are used.
+    let names: Vec<String> =
+        list.iter().filter(|t| config.allows(&t.name)).map(|t| config.local_name(&t.name)).collect();
+    *tools.write().unwrap_or_else(|e| e.into_inner()) = list.into();
     changes.send_replace(names);
 }
 
 impl ClientHandler for Handler {
-    fn on_tool_list_changed(
-        &self,
-        context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
+    fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) -> impl Future<Output = ()> + Send + '_ {
         async move {
             match context.peer.list_all_tools().await {
                 Ok(list) => {
                     tracing::debug!(server = %self.server, tools = list.len(), "MCP tool list changed");
                     self.store(list);
                 }
-                Err(e) => tracing::warn!(server = %self.server, error = %e, "MCP tool list changed, but listing it failed"),
+                Err(e) => {
+                    tracing::warn!(server = %self.server, error = %e, "MCP tool list changed, but listing it failed")
+                }
             }
         }
     }
@@ -623,14 +624,16 @@ impl Connection {
         }
         // Drop the dead one first (its process is ended, if any is left).
         *live = None;
-        let started = self.start().instrument(tracing::info_span!("loopstack.mcp.connect", server = %self.server)).await?;
+        let started =
+            self.start().instrument(tracing::info_span!("loopstack.mcp.connect", server = %self.server)).await?;
         let peer = started.peer().clone();
         *live = Some(started);
         Ok(peer)
     }
 
     fn current(&self, remote: &str) -> bool {
-        self.tools.read().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.name == remote)
+        self.config.allows(remote)
+            && self.tools.read().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.name == remote)
     }
 
     async fn call(&self, remote: &str, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -638,7 +641,9 @@ impl Connection {
         let arguments = match args {
             Value::Object(map) => Some(map),
             Value::Null => None,
-            _ => return Err(ToolError::invalid_arguments(format!("the arguments of `{remote}` must be a JSON object"))),
+            _ => {
+                return Err(ToolError::invalid_arguments(format!("the arguments of `{remote}` must be a JSON object")));
+            }
         };
         let peer = self.peer().await.map_err(|e| {
             ToolError::new(format!("the MCP server `{server}` is not running and could not be started again: {e}"))
@@ -679,7 +684,9 @@ impl Connection {
                 "the MCP server `{server}` answered the call to `{remote}` with an error: {} (code {})",
                 e.message, e.code.0
             ))),
-            Ok(Err(e)) => Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}"))),
+            Ok(Err(e)) => {
+                Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}")))
+            }
             Ok(Ok(ServerResult::CallToolResult(result))) => Ok(to_output(result)),
             Ok(Ok(_)) => Err(ToolError::new(format!(
                 "the MCP server `{server}` answered the call to `{remote}` with something other than a tool result"
@@ -819,7 +826,6 @@ impl McpTools {
     fn check_names(&self) -> Result<(), McpError> {
         let config = &self.connection.config;
         let offered: BTreeSet<String> = {
-            // The allow-list is checked against everything offered, so list without it.
             let tools = self.connection.tools.read().unwrap_or_else(|e| e.into_inner());
             tools.iter().map(|t| t.name.to_string()).collect()
         };
@@ -836,7 +842,6 @@ impl McpTools {
                 })
             }
         };
-        // Allowed names that are missing are missing from the filtered list too.
         if let Some(allow) = &config.allow {
             unknown("allow", &mut allow.iter())?;
         }
@@ -874,9 +879,14 @@ impl McpTools {
         let config = &self.connection.config;
         let list = self.connection.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
         list.iter()
+            .filter(|t| config.allows(&t.name))
             .map(|t| {
                 let description = t.description.as_deref().filter(|d| !d.is_empty()).map_or_else(
-                    || t.title.clone().unwrap_or_else(|| format!("The tool `{}` of the MCP server `{}`.", t.name, self.connection.server)),
+                    || {
+                        t.title.clone().unwrap_or_else(|| {
+                            format!("The tool `{}` of the MCP server `{}`.", t.name, self.connection.server)
+                        })
+                    },
                     str::to_owned,
                 );
                 Arc::new(McpTool {
