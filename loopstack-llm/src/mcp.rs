@@ -484,17 +484,13 @@ fn store_tools(
 }
 
 impl ClientHandler for Handler {
-    fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) -> impl Future<Output = ()> + Send + '_ {
-        async move {
-            match context.peer.list_all_tools().await {
-                Ok(list) => {
-                    tracing::debug!(server = %self.server, tools = list.len(), "MCP tool list changed");
-                    self.store(list);
-                }
-                Err(e) => {
-                    tracing::warn!(server = %self.server, error = %e, "MCP tool list changed, but listing it failed")
-                }
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match context.peer.list_all_tools().await {
+            Ok(list) => {
+                tracing::debug!(server = %self.server, tools = list.len(), "MCP tool list changed");
+                self.store(list);
             }
+            Err(e) => tracing::warn!(server = %self.server, error = %e, "MCP tool list changed, but listing it failed"),
         }
     }
 
