@@ -9,13 +9,14 @@
 //! - `fail`: a result with `isError`;
 //! - `reject`: a JSON-RPC error instead of a result;
 //! - `sleep`: no answer until the client cancels the call;
+//! - `cancelled`: how many calls the client has cancelled;
 //! - `die`: the process exits during the call;
 //! - `meta`: the request's `_meta` back, as structured content;
 //! - `pid`: the process id, to tell a restarted server from the first;
 //! - `grow`: offers one more tool, `extra`, and sends `notifications/tools/list_changed`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, Content, ErrorData, JsonObject, ListToolsResult, PaginatedRequestParams,
@@ -28,6 +29,7 @@ use serde_json::{Value, json};
 #[derive(Clone, Default)]
 struct Faults {
     grown: Arc<AtomicBool>,
+    cancelled: Arc<AtomicU64>,
 }
 
 fn schema(value: Value) -> Arc<JsonObject> {
@@ -51,6 +53,7 @@ impl Faults {
             Tool::new("fail", "Always answers with an error result.", no_args()),
             Tool::new("reject", "Always answers with a JSON-RPC error.", no_args()),
             Tool::new("sleep", "Answers only when cancelled.", no_args()),
+            Tool::new("cancelled", "How many calls were cancelled.", no_args()),
             Tool::new("die", "Exits the server during the call.", no_args()),
             Tool::new("meta", "Returns the request's _meta.", no_args()),
             Tool::new("pid", "Returns the server's process id.", no_args()),
@@ -93,7 +96,11 @@ impl ServerHandler for Faults {
             "reject" => Err(ErrorData::invalid_params("the fault server rejects this call", None)),
             "sleep" => {
                 context.ct.cancelled().await;
+                self.cancelled.fetch_add(1, Ordering::SeqCst);
                 Ok(CallToolResult::error(vec![Content::text("cancelled")]))
+            }
+            "cancelled" => {
+                Ok(CallToolResult::success(vec![Content::text(self.cancelled.load(Ordering::SeqCst).to_string())]))
             }
             "die" => std::process::exit(3),
             "meta" => {

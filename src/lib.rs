@@ -38,8 +38,9 @@
 //! Features: `macros` (default) for the two macros; `anthropic` and `openai` (default)
 //! for the HTTP providers, which pull in reqwest with rustls; `sqlite` (default) and
 //! `postgres` for the durable stores; `cli` (default) for [`cli`], a command line for
-//! your binary (clap), and `serve` (default) for [`serve`], an HTTP API for the runs
-//! (axum). A build that needs neither turns the defaults off.
+//! your binary (clap), `serve` (default) for [`serve`], an HTTP API for the runs
+//! (axum), and `mcp` (default) for [`mcp`], the tools of MCP servers (rmcp). A build
+//! that needs neither turns the defaults off.
 //!
 //! # A workflow
 //!

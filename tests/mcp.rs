@@ -256,6 +256,14 @@ async fn faults_are_error_results_the_model_reads() {
     assert_eq!(reply.text, "The tool timed out.");
     let last = model.requests()[1].messages.last().unwrap().to_string();
     assert_eq!(last, "tool error call_0: tool `sleep` timed out after 300 ms");
+    // The server is told the call is cancelled (the notification is sent in the
+    // background, so ask until it has arrived).
+    patiently("the cancellation to arrive", async {
+        while text(&registry.call("cancelled", json!({}), &cx).await.unwrap()) != "1" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     // The server lives on.
     let echo = patiently("echo", registry.call("echo", json!({"text": "still here"}), &cx)).await.unwrap();
     assert_eq!(text(&echo), "still here");
@@ -396,7 +404,9 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(
-        stdout.contains("MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, die, meta, pid, grow"),
+        stdout.contains(
+            "MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, cancelled, die, meta, pid, grow"
+        ),
         "{stdout}"
     );
 }
