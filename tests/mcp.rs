@@ -77,7 +77,7 @@ fn everything() -> Option<PathBuf> {
         std::io::stderr(),
         "skipped: the MCP reference-server test needs {missing}; install Node.js 20 or later and run \
          `.ci/mcp-servers` (npm installs @modelcontextprotocol/server-everything@{EVERYTHING_VERSION} under \
-         target/mcp-servers), then `cargo test --features mcp --test mcp`"
+         target/mcp-servers), then `cargo test --test mcp`"
     );
     None
 }
