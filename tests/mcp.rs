@@ -410,3 +410,26 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_tool_marked_approve_waits_for_a_person_and_carries_the_runs_key() {
+    use loopstack::llm::ToolDecisions;
+    let mut registry = ToolRegistry::new();
+    registry.add_mcp(faults().allow(["meta"]).approve("meta")).await.unwrap();
+    let model = ScriptedModel::new().tool_call("meta", json!({})).text("Done.");
+    let agent = Agent::new(model.clone(), "scripted", registry);
+    let runtime = Runtime::new();
+    let reply = patiently("the agent", agent.ask(&runtime, "Show the meta.")).await.unwrap();
+    let pending = agent.pending(&runtime, reply.run_id).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].name, "meta");
+    let done = patiently("the decision", agent.decide(&runtime, reply.run_id, ToolDecisions::approve_all(&pending)))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Done.");
+    // The call ran inside the run: its key names the run and the call.
+    let result = model.requests()[1].messages.last().unwrap().tool_results_iter().next().unwrap().content.clone();
+    let meta: Value = serde_json::from_str(&result).unwrap();
+    let key = meta[IDEMPOTENCY_KEY_META].as_str().unwrap();
+    assert!(key.starts_with(&format!("{}/", reply.run_id)) && key.ends_with("/call_0"), "{key}");
+}
