@@ -168,10 +168,28 @@ impl fmt::Debug for HeaderValue {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum Transport {
     Stdio { program: OsString, args: Vec<OsString>, env: Vec<(OsString, OsString)>, cwd: Option<PathBuf> },
     Http { url: String, headers: Vec<(String, HeaderValue)>, bearer: Option<HeaderValue> },
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // The environment's values (tokens, often) are not printed, only its names.
+            Self::Stdio { program, args, env, cwd } => f
+                .debug_struct("Stdio")
+                .field("program", program)
+                .field("args", args)
+                .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish(),
+            Self::Http { url, headers, bearer } => {
+                f.debug_struct("Http").field("url", url).field("headers", headers).field("bearer", bearer).finish()
+            }
+        }
+    }
 }
 
 /// An MCP server to connect, and how its tools are registered. Build it with
@@ -788,6 +806,23 @@ impl Tool for McpTool {
 ///
 /// Clones share the connection. The connection (and a stdio server's process) lives
 /// as long as this handle or any tool registered from it.
+///
+/// ```no_run
+/// use loopstack_core::ToolRegistry;
+/// use loopstack_llm::mcp::{McpServer, McpTools};
+///
+/// # async fn demo() -> Result<(), loopstack_llm::mcp::McpError> {
+/// let everything = McpTools::connect(McpServer::command_line("npx -y @modelcontextprotocol/server-everything")?).await?;
+/// println!("{} offers {}", everything.server_name(), everything.tool_names().join(", "));
+/// // One connection, its tools in two registries (one agent's, another's).
+/// let (mut triage, mut billing) = (ToolRegistry::new(), ToolRegistry::new());
+/// everything.register(&mut triage)?;
+/// everything.register(&mut billing)?;
+/// // Told when the server's tool list changes.
+/// let mut changes = everything.subscribe();
+/// # let _ = changes.changed().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct McpTools {
     connection: Arc<Connection>,
@@ -923,6 +958,17 @@ impl McpTools {
 }
 
 /// [`McpTools::connect`] and [`McpTools::register`] in one call on a registry.
+///
+/// ```no_run
+/// use loopstack_core::ToolRegistry;
+/// use loopstack_llm::mcp::{McpRegistryExt as _, McpServer};
+///
+/// # async fn demo() -> Result<(), loopstack_llm::mcp::McpError> {
+/// let mut tools = ToolRegistry::new();
+/// let server = tools.add_mcp(McpServer::http("http://127.0.0.1:3001/mcp").prefix("ev_")).await?;
+/// assert_eq!(tools.len(), server.tool_names().len());
+/// # Ok(()) }
+/// ```
 pub trait McpRegistryExt {
     /// Connects `server` and registers its tools here; returns the connection, for
     /// its tool list.
@@ -967,8 +1013,10 @@ mod tests {
         assert!(!server.options_for("echo").approve);
         assert_eq!(McpServer::stdio("/usr/bin/my-server", ["--x"]).server_name(), "my-server");
         assert_eq!(McpServer::http("http://h/mcp").name("h").server_name(), "h");
-        let token = McpServer::http("http://h/mcp").bearer("s3cret");
-        assert!(!format!("{token:?}").contains("s3cret"));
+        let token = McpServer::http("http://h/mcp").bearer("s3cret").header("x-api-key", "k3y");
+        assert!(!format!("{token:?}").contains("s3cret") && !format!("{token:?}").contains("k3y"));
+        let env = McpServer::stdio("server", ["--x"]).env("API_KEY", "s3cret");
+        assert!(format!("{env:?}").contains("API_KEY") && !format!("{env:?}").contains("s3cret"));
     }
 
     #[test]
