@@ -193,8 +193,13 @@ async fn the_reference_server_over_streamable_http() {
     let Some(script) = everything() else { return };
     let server = http_server(&script);
     let url = format!("http://127.0.0.1:{}/mcp", server.1);
-    // SAFETY-free: the variable is this test's own.
-    let mcp = McpServer::http(&url).name("everything-http").header("x-loopstack-test", "1").allow(["echo", "get-sum"]);
+    let runtime = Runtime::new();
+    let mcp = McpServer::http(&url)
+        .name("everything-http")
+        .header("x-loopstack-test", "1")
+        .bearer("tok_not_checked_by_the_server")
+        .redact_with(runtime.secrets().clone())
+        .allow(["echo", "get-sum"]);
     let mut registry = ToolRegistry::new();
     let tools = patiently("connecting", registry.add_mcp(mcp)).await.unwrap();
     assert_eq!(tools.tool_names(), ["echo", "get-sum"]);
@@ -203,6 +208,8 @@ async fn the_reference_server_over_streamable_http() {
     assert_eq!(text(&out), "Echo: over http");
     let sum = patiently("get-sum", registry.call("get-sum", json!({"a": 20, "b": 22}), &cx)).await.unwrap();
     assert!(text(&sum).contains("42"), "{sum:?}");
+    // The token is one of the runtime's secrets now: redacted wherever it shows.
+    assert_eq!(runtime.secrets().redact("sent tok_not_checked_by_the_server"), "sent [redacted]");
 
     // A token taken from the environment must be there when connecting.
     let missing = McpServer::http(&url).bearer_from_env("LOOPSTACK_MCP_TEST_TOKEN_THAT_IS_NOT_SET");

@@ -225,6 +225,7 @@ pub struct McpServer {
     timeout: Option<Duration>,
     tool_timeouts: BTreeMap<String, Duration>,
     connect_timeout: Duration,
+    secrets: Option<loopstack_core::secrets::Secrets>,
 }
 
 impl McpServer {
@@ -238,6 +239,7 @@ impl McpServer {
             timeout: None,
             tool_timeouts: BTreeMap::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            secrets: None,
         }
     }
 
@@ -361,6 +363,16 @@ impl McpServer {
         if let Transport::Http { bearer, .. } = &mut self.transport {
             *bearer = Some(HeaderValue::Env(var.into()));
         }
+        self
+    }
+
+    /// Registers the values of the headers and the bearer token (those read from the
+    /// environment too, when they are read) with `secrets`, such as
+    /// [`Runtime::secrets`](loopstack_core::Runtime::secrets), so they are redacted
+    /// from tool results, documents and logs.
+    #[must_use]
+    pub fn redact_with(mut self, secrets: loopstack_core::secrets::Secrets) -> Self {
+        self.secrets = Some(secrets);
         self
     }
 
@@ -576,10 +588,16 @@ impl Connection {
                     handler.serve(transport).await.map_err(handshake_failed)
                 }
                 Transport::Http { url, headers, bearer } => {
-                    let read = |value: &HeaderValue| match value {
-                        HeaderValue::Plain(v) => Ok(v.clone()),
-                        HeaderValue::Env(var) => std::env::var(var)
-                            .map_err(|_| McpError::MissingEnv { server: server.clone(), var: var.clone() }),
+                    let read = |value: &HeaderValue| {
+                        let value = match value {
+                            HeaderValue::Plain(v) => v.clone(),
+                            HeaderValue::Env(var) => std::env::var(var)
+                                .map_err(|_| McpError::MissingEnv { server: server.clone(), var: var.clone() })?,
+                        };
+                        if let Some(secrets) = &self.config.secrets {
+                            secrets.register(&value);
+                        }
+                        Ok::<_, McpError>(value)
                     };
                     let mut map = reqwest::header::HeaderMap::new();
                     for (name, value) in headers {
