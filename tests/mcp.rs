@@ -165,6 +165,10 @@ impl Drop for HttpServer {
 
 fn http_server(script: &std::path::Path) -> HttpServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    http_server_on(script, port)
+}
+
+fn http_server_on(script: &std::path::Path, port: u16) -> HttpServer {
     let mut child = Command::new("node")
         .arg(script)
         .arg("streamableHttp")
@@ -439,4 +443,26 @@ async fn an_mcp_tool_marked_approve_waits_for_a_person_and_carries_the_runs_key(
     let meta: Value = serde_json::from_str(&result).unwrap();
     let key = meta[IDEMPOTENCY_KEY_META].as_str().unwrap();
     assert!(key.starts_with(&format!("{}/", reply.run_id)) && key.ends_with("/call_0"), "{key}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_server_that_restarted_is_connected_again() {
+    let Some(script) = everything() else { return };
+    let server = http_server(&script);
+    let port = server.1;
+    let mut registry = ToolRegistry::new();
+    let mcp = McpServer::http(format!("http://127.0.0.1:{port}/mcp")).allow(["echo"]);
+    let tools = patiently("connecting", registry.add_mcp(mcp)).await.unwrap();
+    let cx = ToolContext::new("call_1", "echo");
+    let out = patiently("echo", registry.call("echo", json!({"message": "one"}), &cx)).await.unwrap();
+    assert_eq!(text(&out), "Echo: one");
+    // The server goes away, and its session with it: an error result, not a hang.
+    drop(server);
+    let down = patiently("echo while down", registry.call("echo", json!({"message": "two"}), &cx)).await;
+    assert!(down.as_ref().map_or(true, |o| o.is_error), "{down:?}");
+    // Back (a new process, so a new session): the next call connects again.
+    let _server = http_server_on(&script, port);
+    let out = patiently("echo after the restart", registry.call("echo", json!({"message": "three"}), &cx)).await;
+    assert_eq!(text(&out.unwrap()), "Echo: three");
+    assert_eq!(tools.starts(), 2);
 }

@@ -642,14 +642,16 @@ impl Connection {
         Ok(live)
     }
 
-    /// The live connection's peer, starting the server again when it died.
-    async fn peer(&self) -> Result<Peer<RoleClient>, McpError> {
+    /// The live connection's peer and which start it is of, starting the server
+    /// again when it died.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
         let mut live = self.live.lock().await;
+        let start = self.starts.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(current) = live.as_ref()
             && !current.is_closed()
             && !current.peer().is_transport_closed()
         {
-            return Ok(current.peer().clone());
+            return Ok((current.peer().clone(), start));
         }
         if live.is_some() {
             tracing::info!(server = %self.server, "the MCP server's connection is closed; starting it again");
@@ -660,7 +662,18 @@ impl Connection {
             self.start().instrument(tracing::info_span!("loopstack.mcp.connect", server = %self.server)).await?;
         let peer = started.peer().clone();
         *live = Some(started);
-        Ok(peer)
+        Ok((peer, self.starts.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
+    /// Drops the connection of start `start` when it is still the live one: a call
+    /// on it lost its answer, and the transport may not know it is broken (an HTTP
+    /// session whose server went away keeps failing each request), so the next call
+    /// connects again.
+    async fn discard(&self, start: u64) {
+        let mut live = self.live.lock().await;
+        if self.starts.load(std::sync::atomic::Ordering::Relaxed) == start && live.take().is_some() {
+            tracing::info!(server = %self.server, "the MCP server's connection lost a call's answer; connecting again on the next call");
+        }
     }
 
     fn current(&self, remote: &str) -> bool {
@@ -677,7 +690,7 @@ impl Connection {
                 return Err(ToolError::invalid_arguments(format!("the arguments of `{remote}` must be a JSON object")));
             }
         };
-        let peer = self.peer().await.map_err(|e| {
+        let (peer, start) = self.peer().await.map_err(|e| {
             ToolError::new(format!("the MCP server `{server}` is not running and could not be started again: {e}"))
         })?;
         if !self.current(remote) {
@@ -698,7 +711,13 @@ impl Connection {
                  for the next call"
             ))
         };
-        let handle = peer.send_cancellable_request(request, options).await.map_err(|_| closed())?;
+        let handle = match peer.send_cancellable_request(request, options).await {
+            Ok(handle) => handle,
+            Err(_) => {
+                self.discard(start).await;
+                return Err(closed());
+            }
+        };
         // Dropped before the answer (the call timed out, or its run was cancelled):
         // the server is told to stop.
         let mut guard = CancelOnDrop { peer: Some(handle.peer.clone()), id: handle.id.clone() };
@@ -711,7 +730,10 @@ impl Connection {
         };
         guard.peer = None;
         match answer {
-            Err(_) | Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(closed()),
+            Err(_) | Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                self.discard(start).await;
+                Err(closed())
+            }
             Ok(Err(ServiceError::McpError(e))) => Err(ToolError::new(format!(
                 "the MCP server `{server}` answered the call to `{remote}` with an error: {} (code {})",
                 e.message, e.code.0
