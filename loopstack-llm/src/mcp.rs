@@ -30,7 +30,8 @@
 //!
 //! What goes wrong in a call is the call's error result, which the model reads, and
 //! the run goes on: an error the server answers with, a server that closes the
-//! connection during the call (a stdio server is started again for the next call),
+//! connection during the call (a stdio server is started again for the next call,
+//! an HTTP one connected again),
 //! one that cannot be started again, and (through the tool's timeout, as for every
 //! tool) a call that takes too long, after which the server is told the call is
 //! cancelled. A server that cannot be started or does not answer the handshake when
