@@ -1,10 +1,12 @@
-//! Studio, loopstack's web page for runs, over two offline workflows: the weather
-//! agent (a scripted model, no API key) and an expense report that waits for a
-//! manager.
+//! Studio, loopstack's web page for runs, over offline workflows: the weather
+//! agent (a scripted model, no API key), an expense report that waits for a
+//! manager, and a helpdesk agent whose password resets wait for a person's
+//! approval (Approve and Deny buttons on the run's page).
 //!
 //! ```text
 //! cargo run --example studio -- serve          # then open http://127.0.0.1:7878
 //! cargo run --example studio -- run expense --input '{"employee": "Ada", "amount": 120, "purpose": "Train"}' --wait
+//! cargo run --example studio -- run helpdesk --input '"Reset the passwords of ada and bob"' --wait
 //! cargo run --example studio -- --help         # every command of loopstack's command line
 //! ```
 //!
@@ -76,6 +78,44 @@ fn weather_agent() -> Result<Agent, BoxError> {
     Ok(Agent::new(weather_model(), "scripted-weather", tools)
         .system("You answer questions about the weather. Use get_weather.")
         .prices(Prices::new().model("scripted-weather", Price::per_million(3.0, 15.0))))
+}
+
+/// Resets a user's password; a person approves each call.
+#[tool(approve)]
+async fn reset_password(
+    /** The user's login */
+    user: String,
+) -> String {
+    format!("the password of {user} is reset")
+}
+
+/// The helpdesk's offline model: it asks to reset the password of each user the
+/// question names (ada, bob, grace), then answers with the results.
+fn helpdesk_model() -> ScriptedModel {
+    ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().ok_or_else(|| LlmError::Script {
+            model: request.model.clone(),
+            message: "the conversation is empty".into(),
+        })?;
+        let results: Vec<String> = last.tool_results_iter().map(|r| r.content.clone()).collect();
+        if results.is_empty() {
+            let question = last.text();
+            let calls = ["ada", "bob", "grace"]
+                .into_iter()
+                .filter(|user| question.contains(user))
+                .map(|user| ("reset_password", serde_json::json!({ "user": user })));
+            return Ok(ScriptedModel::new().tool_calls_response(calls));
+        }
+        Ok(ScriptedModel::new().text_response(format!("Done: {}.", results.join("; "))))
+    })
+}
+
+/// The helpdesk agent, the workflow `helpdesk`: its resets wait for approval.
+fn helpdesk_agent() -> Result<Agent, BoxError> {
+    let tools = ToolRegistry::new().with(ResetPassword)?;
+    Ok(Agent::new(helpdesk_model(), "scripted-helpdesk", tools)
+        .system("You reset passwords. Use reset_password.")
+        .named("helpdesk")?)
 }
 
 /// An expense report, as the run keeps it.
@@ -194,7 +234,8 @@ fn file(expense: &Expense, cx: &mut RunContext) -> Result<()> {
 /// The runtime with both workflows, as the command line gets it.
 fn register(runtime: Runtime) -> Runtime {
     let agent = weather_agent().expect("the weather tool has a valid name");
-    runtime.register(agent).register(ExpenseApproval)
+    let helpdesk = helpdesk_agent().expect("the helpdesk's tool and name are valid");
+    runtime.register(agent).register(helpdesk).register(ExpenseApproval)
 }
 
 /// Starts the demo runs on an empty store, so a first `serve` shows some.

@@ -42,6 +42,10 @@ async fn get_weather(
     if location.trim().is_empty() {
         return Err(ToolError::new("the location is empty; name a city"));
     }
+    // One place per call: an error that says so is what a small model corrects itself by.
+    if location.contains([',', ';', '&']) || location.contains(" and ") {
+        return Err(ToolError::new(format!("`{location}` names several places: call get_weather once for each place")));
+    }
     Ok("Mostly sunny, 14C, rain in the afternoon.".to_owned())
 }
 
@@ -442,7 +446,11 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     for step in store.history(run_id).await? {
         println!("  {:>2}. {} -> {} ({})", step.step, step.from, step.to, step.transition);
     }
-    println!("\nTokens: {} input, {} output", usage.input_tokens, usage.output_tokens);
+    // Every model turn's usage; a server that caches the prompt's prefix (OpenAI's API,
+    // llama.cpp's server) reports the cached part apart.
+    let cached = usage.cache_read_input_tokens;
+    let cached = if cached > 0 { format!(" (and {cached} read from the cache)") } else { String::new() };
+    println!("\nTokens: {} input{cached}, {} output", usage.input_tokens, usage.output_tokens);
     let status = finished.status.unwrap_or(AgentStatus::Completed);
     if let Some(problem) = describe(&status) {
         eprintln!("\n{problem}");

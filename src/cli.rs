@@ -25,6 +25,8 @@
 //! my-app runs --status waiting                            # list runs, newest first
 //! my-app show RUN_ID                                      # history, conversation, state, documents
 //! my-app signal RUN_ID approve '{"reviewer": "ada"}'      # answer what a run waits for
+//! my-app approve RUN_ID [CALL_ID...]                      # let an agent's waiting tool calls run
+//! my-app deny RUN_ID [CALL_ID...] --reason "not today"    # or refuse them, telling the model why
 //! my-app resume RUN_ID | retry RUN_ID | cancel RUN_ID
 //! my-app worker                                           # drive queued and woken runs until Ctrl-C
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
@@ -51,7 +53,7 @@ use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, 
 /// The command line: a store and a command.
 #[derive(Debug, Parser)]
 #[command(
-    about = "Operate loopstack runs: start, list, show, signal, resume, retry and cancel them, and run a worker."
+    about = "Operate loopstack runs: start, list, show, signal, approve or deny, resume, retry and cancel them, and run a worker."
 )]
 #[non_exhaustive]
 pub struct Cli {
@@ -111,6 +113,26 @@ pub enum Command {
         name: String,
         /// The payload, as JSON (null when left out).
         payload: Option<String>,
+    },
+    /// Approves tool calls an agent's run waits to have decided (every waiting call
+    /// when none is named), and drives the run on: the approved calls run.
+    Approve {
+        /// The run (of any agent, named or not), waiting at `awaiting_approval`.
+        run: RunId,
+        /// The calls' ids, as `show` lists them; all waiting calls when left out.
+        calls: Vec<String>,
+    },
+    /// Denies tool calls an agent's run waits to have decided (every waiting call
+    /// when none is named), and drives the run on: the model reads the reason as
+    /// each call's result.
+    Deny {
+        /// The run (of any agent, named or not), waiting at `awaiting_approval`.
+        run: RunId,
+        /// The calls' ids, as `show` lists them; all waiting calls when left out.
+        calls: Vec<String>,
+        /// Why, for the model to read.
+        #[arg(long)]
+        reason: String,
     },
     /// Continues a run from its last checkpoint.
     Resume {
@@ -192,6 +214,27 @@ pub enum CliError {
         /// The command.
         command: &'static str,
     },
+    /// `approve` or `deny` named a run that waits for no decision on tool calls.
+    #[error("run {run_id} does not wait for approval: {why}")]
+    NotAwaitingApproval {
+        /// The run.
+        run_id: RunId,
+        /// How it stands instead, in words (what it waits for, or that it ended).
+        why: String,
+    },
+    /// `approve` or `deny` named a call that does not wait for a decision.
+    #[error("call `{call_id}` does not wait for a decision on run {run_id}; the calls that wait: {}", .pending.join(", "))]
+    NotPending {
+        /// The run.
+        run_id: RunId,
+        /// The call named.
+        call_id: String,
+        /// The calls that wait, as `id (tool)`.
+        pending: Vec<String>,
+    },
+    /// `deny` was given an empty `--reason`.
+    #[error("the --reason is empty: the model reads it to know why its call was denied")]
+    EmptyReason,
     /// The app's own command failed.
     #[error("{0}")]
     App(#[source] loopstack_core::BoxError),
@@ -230,9 +273,10 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
 ///
 /// A SQLite file is created only by the commands that start or drive runs (`run`,
 /// `worker`, `serve`) and by the app's own commands. The others (`runs`, `show`,
-/// `signal`, `resume`, `retry`, `cancel`) work on runs that must already be there:
-/// on a file that does not exist they fail with [`CliError::NoDatabase`] (one
-/// `error:` line, exit 1) instead of creating an empty store and reporting nothing.
+/// `signal`, `approve`, `deny`, `resume`, `retry`, `cancel`) work on runs that
+/// must already be there: on a file that does not exist they fail with
+/// [`CliError::NoDatabase`] (one `error:` line, exit 1) instead of creating an
+/// empty store and reporting nothing.
 /// `workflows` lists what the binary registers and opens no store.
 ///
 /// ```no_run
@@ -509,6 +553,8 @@ impl Opening {
             Command::Runs { .. } => Self::Existing("runs"),
             Command::Show { .. } => Self::Existing("show"),
             Command::Signal { .. } => Self::Existing("signal"),
+            Command::Approve { .. } => Self::Existing("approve"),
+            Command::Deny { .. } => Self::Existing("deny"),
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Cancel { .. } => Self::Existing("cancel"),
@@ -736,6 +782,13 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let outcome = runtime.signal_by_name(*run, name, payload).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
         }
+        Command::Approve { run, calls } => out = decide(runtime, *run, calls, None, json).await?,
+        Command::Deny { run, calls, reason } => {
+            if reason.trim().is_empty() {
+                return Err(CliError::EmptyReason);
+            }
+            out = decide(runtime, *run, calls, Some(reason), json).await?;
+        }
         Command::Resume { run } => {
             let outcome = runtime.drive_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
@@ -817,6 +870,72 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
     Ok(out)
 }
 
+/// `approve` (`reason` is `None`) or `deny`: decides on the named calls of an
+/// agent's run, or on all that wait, and drives the run on.
+async fn decide(
+    runtime: &Runtime,
+    run_id: RunId,
+    calls: &[String],
+    reason: Option<&str>,
+    json: bool,
+) -> Result<String, CliError> {
+    let record = runtime.store().load_run(run_id).await?;
+    let waits = crate::views::Waits::of(runtime, &record)?;
+    let pending = match waits.as_ref().and_then(|w| w.pending.as_ref()) {
+        Some(pending) if !pending.is_empty() => pending,
+        _ => return Err(CliError::NotAwaitingApproval { run_id, why: standing(runtime, &record, waits.as_ref()) }),
+    };
+    let mut chosen: Vec<&str> = Vec::new();
+    for call in calls {
+        if !pending.iter().any(|p| p.call_id == *call) {
+            let pending = pending.iter().map(|p| format!("{} ({})", p.call_id, p.name)).collect();
+            return Err(CliError::NotPending { run_id, call_id: call.clone(), pending });
+        }
+        if !chosen.contains(&call.as_str()) {
+            chosen.push(call);
+        }
+    }
+    if chosen.is_empty() {
+        chosen = pending.iter().map(|p| p.call_id.as_str()).collect();
+    }
+    let decisions = loopstack_llm::ToolDecisions::new(chosen.into_iter().map(|call| match reason {
+        None => loopstack_llm::ToolDecision::approve(call),
+        Some(reason) => loopstack_llm::ToolDecision::deny(call, reason),
+    }));
+    let outcome = loopstack_llm::decide_by_name(runtime, run_id, &decisions).await?;
+    outcome_text(runtime, run_id, &outcome, json).await
+}
+
+/// How a run that takes no decision stands, in words, for the error that says so.
+fn standing(runtime: &Runtime, record: &loopstack_core::RunRecord, waits: Option<&crate::views::Waits>) -> String {
+    if record.status != RunStatus::Waiting {
+        return format!("it is {} at {}", record.status.as_str(), record.place);
+    }
+    if runtime.definition_of(&record.workflow).is_none() {
+        return format!("it is a run of workflow `{}`, which this binary does not register", record.workflow);
+    }
+    let signals: Vec<&str> = waits.map(|w| w.signals.iter().map(|t| t.name).collect()).unwrap_or_default();
+    let timer = waits.is_some_and(|w| !w.timers.is_empty());
+    let what = match (signals.is_empty(), timer) {
+        (false, false) => format!("the signal {}", signals.join(", ")),
+        (false, true) => format!("the signal {} or a timer", signals.join(", ")),
+        (true, _) => "a timer".to_owned(),
+    };
+    format!("it waits at {} for {what}; no tool calls wait for a decision (`show` says more)", record.place)
+}
+
+/// The calls waiting for a decision, one line each, indented.
+fn pending_lines(out: &mut String, run_id: RunId, pending: &[loopstack_llm::PendingCall]) {
+    let _ = writeln!(
+        out,
+        "  {} tool call(s) wait for a decision (`approve {run_id} [CALL...]`, `deny {run_id} [CALL...] --reason R`):",
+        pending.len()
+    );
+    for call in pending {
+        let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
+    }
+}
+
 /// How a drive left the run.
 async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, json: bool) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
@@ -824,9 +943,16 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
         RunOutcome::Waiting { signals, .. } => signals.clone(),
         _ => Vec::new(),
     };
+    let pending = match runtime.definition_of(&record.workflow) {
+        Some(def) => loopstack_llm::pending_calls(def, &record)?,
+        None => None,
+    };
     if json {
         let mut value = crate::views::run(&record.summary());
         value["waiting_for"] = json!(waiting_for);
+        if let Some(pending) = &pending {
+            value["pending_calls"] = json!(pending);
+        }
         if let RunOutcome::Queued { signal } = outcome {
             value["queued_signal"] = json!(signal);
         }
@@ -835,10 +961,14 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
     Ok(match outcome {
         RunOutcome::Completed => format!("{run_id} completed at step {}\n", record.step),
         RunOutcome::Waiting { place, signals } => {
-            format!(
+            let mut out = format!(
                 "{run_id} waits at {place} for: {}\n",
                 if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
-            )
+            );
+            if let Some(pending) = pending.filter(|p| !p.is_empty()) {
+                pending_lines(&mut out, run_id, &pending);
+            }
+            out
         }
         RunOutcome::Queued { signal } => {
             format!("{run_id}: signal {signal} queued; another driver holds the run and delivers it\n")
@@ -854,8 +984,12 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     let history = store.history(run_id).await?;
     let documents = store.documents(run_id).await?;
     let state = crate::views::raw(&record.state);
+    let waits = crate::views::Waits::of(runtime, &record)?;
     if json {
         let mut value = crate::views::run(&record.summary());
+        if let Some(waits) = &waits {
+            value["waits_for"] = waits.json();
+        }
         value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
@@ -875,6 +1009,15 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     }
     if let Some(parent) = record.parent {
         let _ = writeln!(out, "parent: {parent}");
+    }
+    if let Some(waits) = &waits {
+        waits_text(&mut out, run_id, waits);
+    } else if record.status == RunStatus::Waiting {
+        let _ = writeln!(
+            out,
+            "\nwaits for: (workflow `{}` is not registered in this binary, so what it takes is unknown)",
+            record.workflow
+        );
     }
     let _ = writeln!(out, "\nhistory:");
     for s in &history {
@@ -907,9 +1050,66 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     Ok(out)
 }
 
+/// What a waiting run waits for, in words: its pending tool calls, each signal
+/// with its payload's shape, and its timer.
+fn waits_text(out: &mut String, run_id: RunId, waits: &crate::views::Waits) {
+    let _ = writeln!(out, "\nwaits for:");
+    if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
+        pending_lines(out, run_id, pending);
+    }
+    for t in &waits.signals {
+        let payload = match t.payload_schema.map(|f| f()) {
+            Some(schema) => format!("payload {}", crate::views::shape(&schema, &schema, 0)),
+            None => "no payload".to_owned(),
+        };
+        let _ = writeln!(out, "  signal {} -> {}, {payload} (`signal {run_id} {} PAYLOAD`)", t.name, t.to, t.name);
+    }
+    if !waits.timers.is_empty() {
+        let due = waits.wake_at.map_or_else(|| "(no due time stored)".to_owned(), |at| at.to_string());
+        let timers: Vec<String> = waits
+            .timers
+            .iter()
+            .map(|t| format!("{} -> {} after {}", t.name, t.to, t.after.map(words).unwrap_or_default()))
+            .collect();
+        let _ = writeln!(out, "  a timer, due at {due}: {}", timers.join(", "));
+    }
+    if waits.signals.is_empty() && waits.timers.is_empty() {
+        let _ = writeln!(out, "  nothing this build's table knows of: no signal or timer leaves this place");
+    }
+}
+
+/// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
+fn words(duration: std::time::Duration) -> String {
+    let ms = duration.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let mut secs = duration.as_secs();
+    if secs == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            let _ = write!(out, "{}{unit}", secs / size);
+            secs %= size;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        use std::time::Duration;
+        assert_eq!(words(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(words(Duration::from_secs(5_400)), "1h30m");
+        assert_eq!(words(Duration::from_millis(1_500)), "1500ms");
+        assert_eq!(words(Duration::ZERO), "0s");
+    }
 
     #[derive(Debug, PartialEq, Subcommand)]
     enum Own {

@@ -20,10 +20,11 @@
 //! | `GET /api/workflows` | the registered workflows: places, transitions, signals with their payload schemas, the input schema, diagram |
 //! | `GET /api/runs?workflow=&status=&place=&parent=&limit=&before=` | runs, newest first, a page at a time |
 //! | `POST /api/runs` `{"workflow", "input", "wait", "drive"}` | starts a run: queued; driven to its end or first wait with `"wait": true`; driven in the background, answering at once, with `"drive": true` |
-//! | `GET /api/runs/{id}` | a run: status, history with times, state, documents, signals, and what it waits for |
+//! | `GET /api/runs/{id}` | a run: status, history with times, state, documents, signals, and what it waits for (`waits_for`: each signal with its payload schema and shape, the timer, an agent's `pending_calls`) |
 //! | `GET /api/runs/{id}/checkpoints/{step}` | the state the run's checkpoint of `step` holds (0: the initial state) |
 //! | `GET /api/runs/{id}/documents/{type}/{key}` | every version of a keyed document, oldest first |
-//! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on |
+//! | `GET /api/runs/{id}/pending` | the tool calls an agent's run (of any name) waits to have decided: id, tool, arguments |
+//! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}` |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
 //!
@@ -100,6 +101,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/workflows", get(workflows))
         .route("/api/runs", get(list_runs).post(start_run))
         .route("/api/runs/{id}", get(show_run))
+        .route("/api/runs/{id}/pending", get(pending_calls))
         .route("/api/runs/{id}/signals/{name}", post(signal_run))
         .route("/api/runs/{id}/resume", post(resume_run))
         .route("/api/runs/{id}/retry", post(retry_run))
@@ -307,6 +309,7 @@ async fn openapi() -> axum::Json<Value> {
             "/api/workflows": { "get": op("The registered workflows, their transitions and signal payload schemas") },
             "/api/runs": { "get": op("Runs, newest first"), "post": op("Start a run: {workflow, input, wait, drive}") },
             "/api/runs/{id}": { "get": op("A run: status, history, state, documents") },
+            "/api/runs/{id}/pending": { "get": op("The tool calls an agent's run waits to have decided") },
             "/api/runs/{id}/signals/{name}": { "post": op("Send a signal; the body is its payload") },
             "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
             "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
@@ -444,6 +447,18 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
         });
         value["waiting_for"] = json!(waiting_for);
         value["wake_at"] = json!(record.wake_at.map(|t| t.to_string()));
+        // In full: each signal with its payload's shape, the timer, and (an agent's
+        // run at `awaiting_approval`) the calls to decide, for Studio's buttons.
+        match crate::views::Waits::of(&app.runtime, &record) {
+            Ok(Some(waits)) => {
+                value["waits_for"] = waits.json();
+                if let Some(pending) = &waits.pending {
+                    value["pending_calls"] = json!(pending);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return run_error(&app, &e),
+        }
     }
     value["signals"] = signals
         .iter()
@@ -456,6 +471,24 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
     value["history"] = history.iter().map(crate::views::step).collect();
     value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
     ok(&app, StatusCode::OK, value)
+}
+
+/// The calls a run waits to have decided: `{"run_id", "awaiting_approval", "calls"}`,
+/// `calls` empty (and `awaiting_approval` false) when it waits for no decision.
+async fn pending_calls(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
+    let record = match app.runtime.store().load_run(id).await {
+        Ok(record) => record,
+        Err(e) => return store_error(&e),
+    };
+    let pending =
+        match app.runtime.definition_of(&record.workflow).map(|def| loopstack_llm::pending_calls(def, &record)) {
+            Some(Err(e)) => return run_error(&app, &e),
+            Some(Ok(pending)) => pending,
+            None => None,
+        };
+    let awaiting = pending.is_some();
+    let calls = pending.unwrap_or_default();
+    ok(&app, StatusCode::OK, json!({ "run_id": id, "awaiting_approval": awaiting, "calls": calls }))
 }
 
 async fn show_checkpoint(State(app): State<App>, PathJson((id, step)): PathJson<(RunId, u64)>) -> Response {

@@ -37,3 +37,158 @@ pub(crate) fn document(d: &Document) -> Value {
 pub(crate) fn raw(raw: &serde_json::value::RawValue) -> Value {
     serde_json::from_str(raw.get()).unwrap_or(Value::Null)
 }
+
+/// What a waiting run waits for, by this build's table of its workflow: the
+/// signals its place takes, the tool calls it waits to have decided (a run of an
+/// agent, of any name, at `awaiting_approval`), and its timer.
+pub(crate) struct Waits {
+    /// The wait transitions that leave its place.
+    pub(crate) signals: Vec<&'static loopstack_core::TransitionDef>,
+    /// The calls waiting for a person's decision, when it is an agent's run that
+    /// waits for them.
+    pub(crate) pending: Option<Vec<loopstack_llm::PendingCall>>,
+    /// The timed transitions that leave its place.
+    pub(crate) timers: Vec<&'static loopstack_core::TransitionDef>,
+    /// When the first of them is due.
+    pub(crate) wake_at: Option<loopstack_core::Timestamp>,
+}
+
+impl Waits {
+    /// What `record` waits for; `None` when it does not wait, or its workflow is
+    /// not registered here (its table is unknown).
+    pub(crate) fn of(
+        runtime: &loopstack_core::Runtime,
+        record: &loopstack_core::RunRecord,
+    ) -> Result<Option<Self>, loopstack_core::RunError> {
+        if record.status != loopstack_core::RunStatus::Waiting {
+            return Ok(None);
+        }
+        let Some(def) = runtime.definition_of(&record.workflow) else { return Ok(None) };
+        let leaving = |t: &&'static loopstack_core::TransitionDef| t.leaves(&record.place);
+        Ok(Some(Self {
+            signals: def.transitions().iter().filter(|t| t.wait).filter(leaving).collect(),
+            pending: loopstack_llm::pending_calls(def, record)?,
+            timers: def.transitions().iter().filter(|t| t.after.is_some()).filter(leaving).collect(),
+            wake_at: record.wake_at,
+        }))
+    }
+
+    /// As JSON: `signals` (name, target place, payload schema and its shape in
+    /// words), `pending_calls` (when it waits for decisions) and `timer`.
+    pub(crate) fn json(&self) -> Value {
+        let signals: Vec<Value> = self
+            .signals
+            .iter()
+            .map(|t| {
+                let schema = t.payload_schema.map(|f| f());
+                let shape = schema.as_ref().map_or_else(|| "null".to_owned(), |s| shape(s, s, 0));
+                json!({ "name": t.name, "to": t.to, "payload_schema": schema, "payload": shape })
+            })
+            .collect();
+        let timer = (!self.timers.is_empty()).then(|| {
+            let transitions: Vec<Value> = self
+                .timers
+                .iter()
+                .map(|t| json!({ "name": t.name, "to": t.to, "after_ms": t.after.map(|a| a.as_millis() as u64) }))
+                .collect();
+            json!({ "due_at": self.wake_at.map(|t| t.to_string()), "transitions": transitions })
+        });
+        let mut value = json!({ "signals": signals, "timer": timer });
+        if let Some(pending) = &self.pending {
+            value["pending_calls"] = json!(pending);
+        }
+        value
+    }
+}
+
+/// A JSON Schema's shape in a line a person reads: `{reviewer: string}`,
+/// `{decisions: [{call_id: string, approved: boolean, reason?: string | null}]}`.
+/// Optional properties end in `?`; references are followed (`root` holds the
+/// definitions), to a depth.
+pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
+    if depth > 8 {
+        return "...".to_owned();
+    }
+    let Some(object) = schema.as_object() else {
+        return if schema == &Value::Bool(false) { "nothing".to_owned() } else { "any".to_owned() };
+    };
+    if let Some(target) = object.get("$ref").and_then(Value::as_str) {
+        let found = target.strip_prefix('#').and_then(|pointer| root.pointer(pointer));
+        return match found {
+            Some(found) => shape(found, root, depth + 1),
+            None => target.rsplit('/').next().unwrap_or(target).to_owned(),
+        };
+    }
+    if let Some(value) = object.get("const") {
+        return value.to_string();
+    }
+    if let Some(values) = object.get("enum").and_then(Value::as_array) {
+        return values.iter().map(Value::to_string).collect::<Vec<_>>().join(" | ");
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(options) = object.get(key).and_then(Value::as_array) {
+            return options.iter().map(|o| shape(o, root, depth + 1)).collect::<Vec<_>>().join(" | ");
+        }
+    }
+    let types: Vec<&str> = match object.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ if object.contains_key("properties") => vec!["object"],
+        _ => return "any".to_owned(),
+    };
+    let one = |t: &str| match t {
+        "object" => match object.get("properties").and_then(Value::as_object) {
+            Some(properties) if !properties.is_empty() => {
+                let required: Vec<&str> = object
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                // The required ones first, in their listed order (the fields' order,
+                // which a JSON object's keys may not keep), then the optional ones.
+                let names = required
+                    .iter()
+                    .copied()
+                    .filter(|name| properties.contains_key(*name))
+                    .chain(properties.keys().map(String::as_str).filter(|name| !required.contains(name)));
+                let fields: Vec<String> = names
+                    .map(|name| {
+                        let optional = if required.contains(&name) { "" } else { "?" };
+                        format!("{name}{optional}: {}", shape(&properties[name], root, depth + 1))
+                    })
+                    .collect();
+                format!("{{{}}}", fields.join(", "))
+            }
+            _ => "object".to_owned(),
+        },
+        "array" => match object.get("items") {
+            Some(items) => format!("[{}]", shape(items, root, depth + 1)),
+            None => "array".to_owned(),
+        },
+        other => other.to_owned(),
+    };
+    types.into_iter().map(one).collect::<Vec<_>>().join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_reads_as_its_shape() {
+        let agent =
+            loopstack_llm::Agent::new(loopstack_llm::ScriptedModel::new(), "m", loopstack_core::ToolRegistry::new());
+        let table = loopstack_core::Workflow::definition(&agent);
+        let decide = table.transitions().iter().find(|t| t.name == loopstack_llm::DECIDE_TOOLS).unwrap();
+        let decisions = (decide.payload_schema.unwrap())();
+        assert_eq!(
+            shape(&decisions, &decisions, 0),
+            "{decisions: [{call_id: string, approved: boolean, reason?: string | null}]}"
+        );
+        let schema = json!({"type": "object", "properties": {"mode": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
+                            "required": ["mode"]});
+        assert_eq!(shape(&schema, &schema, 0), r#"{mode: "a" | "b", n?: integer}"#);
+        assert_eq!(shape(&json!(true), &json!(true), 0), "any");
+        assert_eq!(shape(&json!({"type": "object"}), &json!({}), 0), "object");
+    }
+}

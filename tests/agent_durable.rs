@@ -48,6 +48,35 @@ async fn approval_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     assert_eq!(results, 1);
 }
 
+/// What the command line and the HTTP API do after a restart: a named agent's
+/// waiting calls are read from the stored run by its id alone (the table comes
+/// from the runtime, by the run's workflow), and decided by the workflow's name,
+/// with no `Agent` value at hand.
+async fn approval_by_name_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let agent =
+        || Agent::new(model(), "scripted", ToolRegistry::new().with(IssueRefund).unwrap()).named("desk").unwrap();
+    let first = Runtime::with_shared_store(open().await).register(agent());
+    let run_id = agent().ask(&first, "Refund A-17").await.unwrap().run_id;
+    drop(first);
+
+    let second = Runtime::with_shared_store(open().await).register(agent());
+    let record = second.store().load_run(run_id).await.unwrap();
+    let table = second.definition_of(&record.workflow).unwrap();
+    let pending = loopstack::llm::pending_calls(table, &record).unwrap().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].name.as_str(), &pending[0].arguments),
+        ("issue_refund", &serde_json::json!({"order": "A-17"}))
+    );
+    let decisions = ToolDecisions::new([ToolDecision::deny(&pending[0].call_id, "refunds are closed today")]);
+    let outcome = loopstack::llm::decide_by_name(&second, run_id, &decisions).await.unwrap();
+    assert_eq!(outcome, RunOutcome::Completed);
+    let record = second.store().load_run(run_id).await.unwrap();
+    assert_eq!(loopstack::llm::pending_calls(table, &record).unwrap(), None, "it waits for nothing now");
+    let state: loopstack::llm::AgentState = serde_json::from_str(record.state.get()).unwrap();
+    assert_eq!(state.output.as_deref(), Some("Done: denied by the user: refunds are closed today"));
+}
+
 /// Two named agents in one runtime over one database: each run is stored under its
 /// agent's name, waits, and after a restart resumes under its own agent's prompt,
 /// never the other's. A third agent under a taken name is refused.
@@ -187,6 +216,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
         store
     };
     approval_survives_a_restart(open).await;
+    approval_by_name_survives_a_restart(open).await;
     named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;
@@ -205,6 +235,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
         store
     };
     approval_survives_a_restart(open).await;
+    approval_by_name_survives_a_restart(open).await;
     named_agents_share_a_store_and_resume_under_their_own_prompts(open).await;
     chat_survives_a_restart(open).await;
     a_waiting_workflow_tool_survives_a_restart(open).await;

@@ -93,7 +93,7 @@ fn queued_runs_go_to_a_worker_cancelled_ones_can_be_retried_and_mistakes_exit_no
     assert_eq!(unknown.status.code(), Some(1));
     assert_eq!(
         String::from_utf8(unknown.stderr).unwrap(),
-        "error: no workflow named `nope` is registered; registered: review\n"
+        "error: no workflow named `nope` is registered; registered: desk, review\n"
     );
     assert_eq!(run(&db, &["show", "not-a-run-id"]).status.code(), Some(2));
     assert_eq!(run(&db, &["frobnicate"]).status.code(), Some(2));
@@ -181,7 +181,8 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    for ours in ["workflows", "run", "runs", "show", "signal", "resume", "retry", "cancel", "worker", "open"] {
+    let ours = ["workflows", "run", "runs", "show", "signal", "approve", "deny", "resume", "retry", "cancel", "worker"];
+    for ours in ours.into_iter().chain(["open"]) {
         assert!(commands.contains(&ours), "{ours} missing from {commands:?}");
     }
     assert!(help.contains("[default: helpdesk.db] [env: HELPDESK_DB]"), "{help}");
@@ -227,4 +228,88 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
     let closed = json(&desk(&dir, None, &["signal", &ticket, "close", r#"{"resolution": "toner"}"#, "--json"]));
     assert_eq!(closed["status"].as_str(), Some("completed"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn a_person_answers_an_agents_tool_calls_from_the_shell_knowing_no_call_id_beforehand() {
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+
+    // The `desk` agent (a named one) asks to reset two passwords; both calls wait.
+    let prompt = r#""Reset the passwords of ada and bob""#;
+    let out = json(&run(&db, &["run", "desk", "--input", prompt, "--wait", "--json"]));
+    assert_eq!((out["status"].as_str(), out["place"].as_str()), (Some("waiting"), Some("awaiting_approval")));
+    let run_id = out["run_id"].as_str().unwrap().to_owned();
+    let pending = out["pending_calls"].as_array().unwrap();
+    let users: Vec<&str> = pending.iter().map(|c| c["arguments"]["user"].as_str().unwrap()).collect();
+    assert_eq!(users, ["ada", "bob"]);
+    assert!(pending.iter().all(|c| c["name"] == "reset_password"));
+    let (ada, bob) = (pending[0]["call_id"].as_str().unwrap(), pending[1]["call_id"].as_str().unwrap());
+
+    // `show` says in words what the run waits for: the calls, and the signal with its payload's shape.
+    let shown = stdout(&run(&db, &["show", &run_id]));
+    assert!(shown.contains("\nwaits for:\n  2 tool call(s) wait for a decision"), "{shown}");
+    assert!(shown.contains(&format!("    {ada}  reset_password {{\"user\":\"ada\"}}\n")), "{shown}");
+    assert!(shown.contains(&format!("    {bob}  reset_password {{\"user\":\"bob\"}}\n")), "{shown}");
+    assert!(
+        shown.contains(
+            "  signal decide_tools -> prompt_executed, payload {decisions: [{call_id: string, approved: boolean, \
+             reason?: string | null}]}"
+        ),
+        "{shown}"
+    );
+    let shown = json(&run(&db, &["show", &run_id, "--json"]));
+    assert_eq!(shown["waits_for"]["pending_calls"], out["pending_calls"]);
+    assert_eq!(shown["waits_for"]["signals"][0]["name"], "decide_tools");
+    assert!(shown["waits_for"]["signals"][0]["payload_schema"].is_object());
+    assert_eq!(shown["waits_for"]["timer"], Value::Null);
+
+    // A call that does not wait is refused, naming those that do; nothing changes.
+    let unknown = error_line(&run(&db, &["approve", &run_id, ada, "call_nope"]));
+    assert!(unknown.contains("call `call_nope` does not wait for a decision"), "{unknown}");
+    assert!(unknown.contains(&format!("{ada} (reset_password), {bob} (reset_password)")), "{unknown}");
+    let empty = error_line(&run(&db, &["deny", &run_id, "--reason", " "]));
+    assert!(empty.contains("the --reason is empty"), "{empty}");
+    assert_eq!(run(&db, &["deny", &run_id]).status.code(), Some(2), "deny needs a --reason");
+    assert_eq!(json(&run(&db, &["show", &run_id, "--json"]))["waits_for"]["pending_calls"], out["pending_calls"]);
+
+    // Approving one call keeps the run waiting for the other.
+    let partial = json(&run(&db, &["approve", &run_id, ada, "--json"]));
+    assert_eq!((partial["status"].as_str(), partial["place"].as_str()), (Some("waiting"), Some("awaiting_approval")));
+    let left: Vec<&str> =
+        partial["pending_calls"].as_array().unwrap().iter().map(|c| c["call_id"].as_str().unwrap()).collect();
+    assert_eq!(left, [bob]);
+
+    // Denying with no call named denies every call still waiting; the run goes on to its answer.
+    let done = stdout(&run(&db, &["deny", &run_id, "--reason", "bob is on leave"]));
+    assert!(done.starts_with(&format!("{run_id} completed")), "{done}");
+    let shown = stdout(&run(&db, &["show", &run_id]));
+    assert!(shown.contains("Done: the password of ada is reset; denied by the user: bob is on leave."), "{shown}");
+    assert!(!shown.contains("waits for:"), "{shown}");
+
+    // A run that has ended, or waits for something else, takes no decision, and says how it stands.
+    let ended = error_line(&run(&db, &["approve", &run_id]));
+    assert!(ended.contains(&format!("run {run_id} does not wait for approval: it is completed at end")), "{ended}");
+    let review = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--wait", "--json"]));
+    let review = review["run_id"].as_str().unwrap();
+    let other = error_line(&run(&db, &["deny", review, "--reason", "no"]));
+    assert!(
+        other.contains("does not wait for approval: it waits at drafted for the signal approve or a timer"),
+        "{other}"
+    );
+    // Its `show` names the signal's payload and the timer with its due time.
+    let shown = stdout(&run(&db, &["show", review]));
+    assert!(
+        shown.contains(&format!(
+            "  signal approve -> end, payload {{reviewer: string}} (`signal {review} approve PAYLOAD`)"
+        )),
+        "{shown}"
+    );
+    let due = json(&run(&db, &["show", review, "--json"]))["waits_for"]["timer"]["due_at"].as_str().unwrap().to_owned();
+    assert!(shown.contains(&format!("  a timer, due at {due}: expire -> end after 7d\n")), "{shown}");
+    let _ = std::fs::remove_file(&db);
 }

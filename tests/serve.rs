@@ -389,3 +389,106 @@ async fn a_body_over_the_limit_gets_a_json_reason_too() {
     let json: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {response}"));
     assert!(json["error"].as_str().unwrap().contains("length limit"), "{json}");
 }
+
+/// Resets a user's password; a person approves each call.
+#[tool(approve)]
+async fn reset_password(user: String) -> String {
+    format!("the password of {user} is reset")
+}
+
+/// A helpdesk agent (named `desk`) that asks to reset ada's and bob's passwords,
+/// then answers with the results; served, with a token.
+async fn start_desk(token: &str) -> (String, Runtime) {
+    use loopstack::llm::{Agent, ChatRequest, ScriptedModel};
+    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().unwrap();
+        let results: Vec<String> = last.tool_results_iter().map(|r| r.content.clone()).collect();
+        if results.is_empty() {
+            let calls = ["ada", "bob"].map(|user| ("reset_password", json!({ "user": user })));
+            return Ok(ScriptedModel::new().tool_calls_response(calls));
+        }
+        Ok(ScriptedModel::new().text_response(results.join("; ")))
+    });
+    let agent = Agent::new(model, "m", ToolRegistry::new().with(ResetPassword).unwrap()).named("desk").unwrap();
+    let runtime = Runtime::new().register(agent).register(Reviewing);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(listener, runtime.clone(), ServeOptions::new().token(token)));
+    (address, runtime)
+}
+
+#[tokio::test]
+async fn an_agents_pending_calls_are_read_and_decided_over_http_under_the_same_rules() {
+    let token = Some("t0ken-123");
+    let (address, runtime) = start_desk("t0ken-123").await;
+    let api = |method: &'static str, path: String, body: Option<String>| {
+        let address = address.clone();
+        async move {
+            let (status, body) = http(&address, method, &path, body.as_deref(), token).await;
+            (status, serde_json::from_str::<Value>(&body).unwrap_or_else(|e| panic!("{e}: {body}")))
+        }
+    };
+    let (status, run) = api(
+        "POST",
+        "/api/runs".into(),
+        Some(r#"{"workflow": "desk", "input": "Reset ada and bob", "wait": true}"#.into()),
+    )
+    .await;
+    assert_eq!((status, run["place"].as_str()), (200, Some("awaiting_approval")), "{run}");
+    let id = run["run_id"].as_str().unwrap().to_owned();
+
+    // The endpoint is guarded like the rest: the token, and no other origin.
+    let (status, _) = http(&address, "GET", &format!("/api/runs/{id}/pending"), None, None).await;
+    assert_eq!(status, 401);
+    let foreign = format!(
+        "GET /api/runs/{id}/pending HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer t0ken-123\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw(&address, foreign).await, 403);
+
+    let (status, pending) = api("GET", format!("/api/runs/{id}/pending"), None).await;
+    assert_eq!((status, pending["awaiting_approval"].as_bool()), (200, Some(true)), "{pending}");
+    let calls = pending["calls"].as_array().unwrap().clone();
+    let shown: Vec<(&str, &Value)> = calls.iter().map(|c| (c["name"].as_str().unwrap(), &c["arguments"])).collect();
+    assert_eq!(shown, [("reset_password", &json!({"user": "ada"})), ("reset_password", &json!({"user": "bob"}))]);
+    // The run's own view carries them too, for Studio.
+    let (_, run) = api("GET", format!("/api/runs/{id}"), None).await;
+    assert_eq!(run["pending_calls"], pending["calls"]);
+
+    // Decided through the signal endpoint: one call approved, the other still waits.
+    let ada = calls[0]["call_id"].as_str().unwrap();
+    let bob = calls[1]["call_id"].as_str().unwrap();
+    let body = json!({"decisions": [{"call_id": ada, "approved": true}]}).to_string();
+    let (status, partial) = api("POST", format!("/api/runs/{id}/signals/decide_tools"), Some(body)).await;
+    assert_eq!((status, partial["place"].as_str()), (200, Some("awaiting_approval")), "{partial}");
+    let (_, pending) = api("GET", format!("/api/runs/{id}/pending"), None).await;
+    assert_eq!(pending["calls"].as_array().unwrap().len(), 1);
+    assert_eq!(pending["calls"][0]["call_id"].as_str(), Some(bob));
+
+    // A decision on a call that does not wait is refused and changes nothing.
+    let (status, refused) = api(
+        "POST",
+        format!("/api/runs/{id}/signals/decide_tools"),
+        Some(r#"{"decisions": [{"call_id": "call_nope", "approved": true}]}"#.into()),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("call_nope"), "{refused}");
+    let (_, pending) = api("GET", format!("/api/runs/{id}/pending"), None).await;
+    assert_eq!(pending["calls"][0]["call_id"].as_str(), Some(bob));
+
+    let body = json!({"decisions": [{"call_id": bob, "approved": false, "reason": "bob is on leave"}]}).to_string();
+    let (status, done) = api("POST", format!("/api/runs/{id}/signals/decide_tools"), Some(body)).await;
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "{done}");
+    let (_, pending) = api("GET", format!("/api/runs/{id}/pending"), None).await;
+    assert_eq!((pending["awaiting_approval"].as_bool(), pending["calls"].clone()), (Some(false), json!([])));
+    let (_, run) = api("GET", format!("/api/runs/{id}"), None).await;
+    assert!(run.get("pending_calls").is_none(), "{run}");
+
+    // A run of another workflow waits for no decision; an unknown run is a 404.
+    let review = runtime.submit(&Reviewing, Review::default()).await.unwrap();
+    runtime.drive_by_name(review).await.unwrap();
+    let (status, pending) = api("GET", format!("/api/runs/{review}/pending"), None).await;
+    assert_eq!((status, pending["awaiting_approval"].as_bool()), (200, Some(false)));
+    let (status, _) = api("GET", format!("/api/runs/{}/pending", RunId::new()), None).await;
+    assert_eq!(status, 404);
+}

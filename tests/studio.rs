@@ -398,6 +398,82 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_waiting_calls_show_their_tool_and_arguments_and_are_approved_and_denied_with_buttons() {
+    let Some(studio) = Studio::start("studio-approvals", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+
+    client.goto(&format!("{base}#/start/helpdesk")).await.unwrap();
+    fill(client, "form[data-form=input] textarea[data-path='']", "Reset the passwords of ada and bob").await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+    until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(client, "two calls to decide", "document.querySelectorAll('.signal-card.approval').length === 2").await;
+    let run_id: Value =
+        client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
+    let run_id = run_id.as_str().unwrap().to_owned();
+
+    // Each card names its tool and shows its arguments; the decisions' raw signal
+    // form, which would need a call id typed in, is not offered.
+    let cards: Value = client
+        .execute(
+            "return [...document.querySelectorAll('.signal-card.approval')].map((c) => [c.dataset.callId,              c.querySelector('.tool-name').textContent, JSON.parse(c.querySelector('pre.arguments').textContent)]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let run = api_run(client, &run_id).await;
+    let pending = run["pending_calls"].as_array().unwrap();
+    let expected: Vec<Value> = pending.iter().map(|c| json!([c["call_id"], c["name"], c["arguments"]])).collect();
+    assert_eq!(cards, Value::Array(expected), "{run}");
+    assert_eq!(pending[0]["arguments"], json!({"user": "ada"}));
+    assert!(client.find(Locator::Css(".signal-card[data-signal=decide_tools]")).await.is_err());
+    let ada = pending[0]["call_id"].as_str().unwrap().to_owned();
+    let bob = pending[1]["call_id"].as_str().unwrap().to_owned();
+    screenshot(client, dir, "approvals-1-waiting.png").await;
+
+    // Deny without a reason: the page asks for one and sends nothing.
+    click(client, &format!(".approval[data-call-id='{bob}'] button[data-decide=deny]")).await;
+    until(client, "the request for a reason", "document.querySelector('.flash.bad').textContent.includes('Say why')")
+        .await;
+    assert_eq!(api_run(client, &run_id).await["signals"], json!([]));
+
+    // Approve ada's reset: the run still waits, for bob's only.
+    click(client, &format!(".approval[data-call-id='{ada}'] button[data-decide=approve]")).await;
+    until(
+        client,
+        "only bob's call left",
+        &format!(
+            "document.querySelectorAll('.signal-card.approval').length === 1 &&              document.querySelector(\".approval[data-call-id='{bob}']\")"
+        ),
+    )
+    .await;
+    let run = api_run(client, &run_id).await;
+    assert_eq!((run["status"].as_str(), run["place"].as_str()), (Some("waiting"), Some("awaiting_approval")));
+
+    // Deny bob's, with a reason: the run answers, and the model read the reason.
+    fill(client, &format!(".approval[data-call-id='{bob}'] input[data-reason]"), "bob is on leave").await;
+    click(client, &format!(".approval[data-call-id='{bob}'] button[data-decide=deny]")).await;
+    until(client, "the run completed", "document.querySelector('.facts [data-status=completed]')").await;
+    until(
+        client,
+        "the answer in a bubble",
+        "[...document.querySelectorAll('.bubble.assistant .text')].some((t) => t.textContent.includes('the password of ada is reset; denied by the user: bob is on leave'))",
+    )
+    .await;
+    assert!(client.find(Locator::Css(".signal-card.approval")).await.is_err());
+    let run = api_run(client, &run_id).await;
+    let sent: Vec<&Value> = run["signals"].as_array().unwrap().iter().map(|s| &s["payload"]["decisions"][0]).collect();
+    assert_eq!(
+        sent,
+        [
+            &json!({"call_id": ada, "approved": true}),
+            &json!({"call_id": bob, "approved": false, "reason": "bob is on leave"})
+        ]
+    );
+    screenshot(client, dir, "approvals-2-completed.png").await;
+    studio.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_studio_asks_for_it_and_then_shows_the_runs() {
     let Some(studio) = Studio::start("studio-token", &["--token", "s3cret-t0ken"]).await else { return };
     let (client, base) = (&studio.client, studio.base.as_str());

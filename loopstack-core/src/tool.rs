@@ -132,7 +132,8 @@ impl ToolOptions {
     }
 
     /// Sets whether each call gets the runtime and the parent run's state in its
-    /// context ([`ToolContext::runtime`], [`ToolContext::parent_state`]).
+    /// context ([`ToolContext::runtime`], [`ToolContext::parent_state`]); a
+    /// `#[tool]` sets it with `#[tool(needs_run)]`.
     #[must_use]
     pub const fn needs_run(mut self, needs_run: bool) -> Self {
         self.needs_run = needs_run;
@@ -246,9 +247,38 @@ impl ToolContext {
         self.secrets.as_ref()
     }
 
-    /// The runtime that drives the call's run, when the tool asked for it.
-    pub fn runtime(&self) -> Option<&crate::Runtime> {
-        self.runtime.as_ref()
+    /// The runtime that drives the call's run, for a tool that asked for it:
+    /// `#[tool(needs_run)]`, or [`ToolOptions::needs_run`] in a hand-written
+    /// [`Tool::options`]. The LLM layer gives it only to those tools' calls.
+    ///
+    /// # Errors
+    /// A [`ToolErrorKind::NoRun`] error, which says how to ask for the runtime,
+    /// when the call was not given it: the tool does not ask for it, or the call is
+    /// made outside a run (a direct call whose context has no
+    /// [`ToolContext::with_runtime`]). A handler passes it on with `?`, and the
+    /// model reads it as the call's error.
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolContext, ToolErrorKind};
+    ///
+    /// let cx = ToolContext::new("call_1", "book_room");
+    /// let error = cx.runtime().unwrap_err();
+    /// assert_eq!(error.kind(), ToolErrorKind::NoRun);
+    /// assert!(error.message().contains("#[tool(needs_run)]"));
+    /// assert!(cx.with_runtime(Runtime::new()).runtime().is_ok());
+    /// ```
+    pub fn runtime(&self) -> Result<&crate::Runtime, ToolError> {
+        self.runtime.as_ref().ok_or_else(|| {
+            ToolError::with_kind(
+                ToolErrorKind::NoRun,
+                format!(
+                    "tool `{}` asked for the runtime, which its call was not given: add `#[tool(needs_run)]` to \
+                     the tool (or `ToolOptions::new().needs_run(true)` in its `options`), and call it from a run \
+                     (a direct call gives it with `ToolContext::with_runtime`)",
+                    self.tool_name
+                ),
+            )
+        })
     }
 
     /// The state of the run the call is made from, when the tool asked for it and
@@ -447,6 +477,10 @@ pub enum ToolErrorKind {
     Panicked,
     /// The call took longer than its timeout.
     TimedOut,
+    /// The handler asked for the run the call is made from ([`ToolContext::runtime`])
+    /// and the call was not given it: the tool does not ask for it
+    /// ([`ToolOptions::needs_run`], `#[tool(needs_run)]`), or it was called outside a run.
+    NoRun,
 }
 
 /// A failed tool call. Its message is what the model sees.
@@ -534,10 +568,18 @@ pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Res
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}`: {inner}"))
+        // A list where one value belongs ("Paris and Rome" as `["Paris", "Rome"]`): say
+        // what to do instead, which a small model follows where the type error alone
+        // made it give up.
+        let hint = if inner.to_string().starts_with("invalid type: sequence") {
+            format!("; it takes one value: for several, call `{tool}` once for each")
         } else {
-            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}` at `{path}`: {inner}"))
+            String::new()
+        };
+        if path == "." || path.is_empty() {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}`: {inner}{hint}"))
+        } else {
+            ToolError::invalid_arguments(format!("invalid arguments for tool `{tool}` at `{path}`: {inner}{hint}"))
         }
     })
 }

@@ -149,6 +149,14 @@ async fn unknown_arguments_are_dropped_and_bad_ones_explained() {
 
     let err = tools.call("get_weather", json!({"location": "x", "nested": {"depth": -1}}), &cx).await.unwrap_err();
     assert!(err.to_string().contains("at `nested.depth`"), "{err}");
+
+    // Several values where the tool takes one: the error says to call it once for each.
+    let err = tools.call("get_weather", json!({"location": ["Paris", "Rome"]}), &cx).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid arguments for tool `get_weather` at `location`: invalid type: sequence, expected a string; \
+         it takes one value: for several, call `get_weather` once for each"
+    );
 }
 
 #[test]

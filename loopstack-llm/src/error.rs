@@ -154,6 +154,13 @@ impl LlmError {
             Self::RateLimited { .. } | Self::Overloaded { .. } | Self::Server { .. } | Self::Connection { .. }
         )
     }
+
+    /// Whether the model is unavailable for now, so another model may answer instead
+    /// (see [`GenerateOptions::fallback`](crate::GenerateOptions::fallback)): an error
+    /// [retryable](Self::is_retryable) after the retries ran out, or a timeout.
+    pub fn is_unavailable(&self) -> bool {
+        self.is_retryable() || matches!(self, Self::Timeout { .. })
+    }
 }
 
 /// Why an LLM step of a workflow ([`LlmGenerateText`](crate::LlmGenerateText),
@@ -205,6 +212,14 @@ pub enum AgentError {
     /// A child run could not be started.
     #[error(transparent)]
     Child(#[from] loopstack_core::ChildError),
+    /// Every model of a turn's fallback chain failed (see
+    /// [`GenerateOptions::fallback`](crate::GenerateOptions::fallback)); the chain
+    /// stops at the first failure that is not [`LlmError::is_unavailable`].
+    #[error("every model failed: {}", failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    AllModelsFailed {
+        /// Each model's error (which names the provider and model), in the order asked.
+        failures: Vec<LlmError>,
+    },
     /// A signal decides on one call twice.
     #[error("call `{call_id}` has more than one decision in the signal; give one per call")]
     DuplicateDecision {

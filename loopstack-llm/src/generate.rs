@@ -165,6 +165,11 @@ impl Models {
         Ok(self)
     }
 
+    /// Whether a model is registered under `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_provider.contains_key(name)
+    }
+
     /// The model registered under `provider`.
     pub fn get(&self, provider: &str) -> Result<&Arc<dyn ChatModel>, AgentError> {
         self.by_provider.get(provider).ok_or_else(|| AgentError::UnknownProvider {
@@ -195,6 +200,28 @@ pub struct GenerateOptions {
     /// conversation each by naming them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<String>,
+    /// Models tried in order when the model before fails with rate limiting,
+    /// overload, a server error, a connection error or a timeout, after its own
+    /// retries (see [`GenerateOptions::fallback`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<ModelRef>,
+}
+
+/// A model of a fallback chain: a provider registered in [`Models`] and a model name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelRef {
+    /// The provider, a name registered in [`Models`].
+    pub provider: String,
+    /// The model.
+    pub model: String,
+}
+
+impl ModelRef {
+    /// `model` of `provider`.
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        Self { provider: provider.into(), model: model.into() }
+    }
 }
 
 impl GenerateOptions {
@@ -206,6 +233,7 @@ impl GenerateOptions {
             settings: ModelSettings::default(),
             tools: Vec::new(),
             conversation: None,
+            fallbacks: Vec::new(),
         }
     }
 
@@ -222,6 +250,36 @@ impl GenerateOptions {
     #[must_use]
     pub fn tools<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
         self.tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds `model` of `provider` (a name registered in [`Models`]) to the end of the
+    /// fallback chain.
+    ///
+    /// A turn asks the options' model first. When that fails with an error that says
+    /// the model is unavailable for now ([`LlmError::is_unavailable`]: rate limited,
+    /// overloaded, a server or connection error, a timeout), after the provider's own
+    /// retries, the turn asks the next model of the chain with the same request
+    /// (settings a provider does not have are not sent to it), and so on. Any other
+    /// error (a refused request, a wrong key) ends the turn at once. The message saved
+    /// says which model answered (metadata `provider` and `model`, and `fallbacks`
+    /// with each failure before it); each failure is also an event
+    /// ([`EventKind::Custom`] named `model_fallback`). When every model fails, the
+    /// error is [`AgentError::AllModelsFailed`], listing each failure. A turn is
+    /// committed only when it returns, so a turn run again (after a crash, a retry)
+    /// starts from the first model of the chain.
+    ///
+    /// ```
+    /// use loopstack_llm::GenerateOptions;
+    ///
+    /// let options = GenerateOptions::new("anthropic", "claude-sonnet-4-5")
+    ///     .fallback("anthropic", "claude-haiku-4-5")
+    ///     .fallback("openai", "gpt-4o-mini");
+    /// assert_eq!(options.fallbacks.len(), 2);
+    /// ```
+    #[must_use]
+    pub fn fallback(mut self, provider: impl Into<String>, model: impl Into<String>) -> Self {
+        self.fallbacks.push(ModelRef::new(provider, model));
         self
     }
 
@@ -361,6 +419,10 @@ impl LlmGenerateText {
         &self.models
     }
 
+    pub(crate) fn models_mut(&mut self) -> &mut Models {
+        &mut self.models
+    }
+
     /// Runs one turn.
     pub async fn call(&self, cx: &mut RunContext, options: &GenerateOptions) -> Result<GenerateResult, AgentError> {
         self.call_with(cx, options, &TurnExtras::default()).await
@@ -381,6 +443,13 @@ impl LlmGenerateText {
         extras: &TurnExtras,
     ) -> Result<GenerateResult, AgentError> {
         let model = self.models.get(&options.provider)?;
+        // The chain is checked before the first model is asked, so that a fallback
+        // that is not registered is an error at once, not when it is needed.
+        let fallbacks = options
+            .fallbacks
+            .iter()
+            .map(|f| Ok((self.models.get(&f.provider)?, f)))
+            .collect::<Result<Vec<_>, AgentError>>()?;
         let mut tools = options
             .tools
             .iter()
@@ -407,12 +476,16 @@ impl LlmGenerateText {
             latency_ms = tracing::field::Empty,
         );
         let started = Instant::now();
-        let mut response = if cx.events_enabled() {
-            // Boxed: only subscribed runs stream, and its state would otherwise sit in
-            // every model turn's future.
-            Box::pin(streamed(model.as_ref(), &request, cx).instrument(span.clone())).await?
-        } else {
-            model.chat(&request).instrument(span.clone()).await?
+        let first = ask(model.as_ref(), &request, cx).instrument(span.clone()).await;
+        let (mut response, model, failures) = match first {
+            Ok(response) => (response, model, Vec::new()),
+            Err(error) if fallbacks.is_empty() || !error.is_unavailable() => return Err(error.into()),
+            Err(error) => {
+                // Boxed: only turns whose model failed pay for the chain's state.
+                Box::pin(fall_back(model, &options.model, error, &fallbacks, &mut request, cx))
+                    .instrument(span.clone())
+                    .await?
+            }
         };
         for (old, new) in rename_duplicate_ids(&mut response.message) {
             span.in_scope(|| tracing::warn!(id = %old, new_id = %new, "the model repeated a tool call id; renamed"));
@@ -431,11 +504,14 @@ impl LlmGenerateText {
             cache_read_input_tokens: response.usage.cache_read_input_tokens,
             cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
         });
-        let meta = SaveOptions::new()
+        let mut meta = SaveOptions::new()
             .meta("provider", provider.as_str())
             .meta("model", response.model.as_str())
             .meta("usage", serde_json::to_value(response.usage)?)
             .meta("stop_reason", response.stop_reason.as_str());
+        if !failures.is_empty() {
+            meta = meta.meta("fallbacks", serde_json::to_value(&failures)?);
+        }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.
         let message = Arc::new(response.message);
@@ -448,6 +524,71 @@ impl LlmGenerateText {
             model: response.model,
             offered_tools: options.tools.clone(),
         })
+    }
+}
+
+/// One model's reply: streamed when someone subscribed to the run's events.
+async fn ask(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext) -> Result<ChatResponse, LlmError> {
+    if cx.events_enabled() {
+        // Boxed: only subscribed runs stream, and its state would otherwise sit in
+        // every model turn's future.
+        Box::pin(streamed(model, request, cx)).await
+    } else {
+        model.chat(request).await
+    }
+}
+
+/// A model of the chain that failed, as the saved message's metadata and
+/// [`AgentError::AllModelsFailed`] list it.
+#[derive(Debug, Serialize)]
+pub(crate) struct Failure {
+    provider: &'static str,
+    model: String,
+    error: String,
+}
+
+/// Asks the fallbacks in turn after the first model failed with `error`: the reply,
+/// the model that gave it, and the failures before it.
+async fn fall_back<'a>(
+    first: &'a Arc<dyn ChatModel>,
+    first_name: &str,
+    error: LlmError,
+    fallbacks: &[(&'a Arc<dyn ChatModel>, &ModelRef)],
+    request: &mut ChatRequest,
+    cx: &RunContext,
+) -> Result<(ChatResponse, &'a Arc<dyn ChatModel>, Vec<Failure>), AgentError> {
+    let mut errors = vec![(first.provider(), first_name.to_owned(), error)];
+    for (model, to) in fallbacks {
+        let (provider, from, error) = errors.last().expect("one failure at least");
+        tracing::warn!(%error, next_provider = %to.provider, next_model = %to.model, "the model failed; falling back");
+        cx.emit(|| EventKind::Custom {
+            name: "model_fallback".into(),
+            data: serde_json::json!({
+                "provider": provider, "model": from, "error": error.to_string(),
+                "next_provider": to.provider, "next_model": to.model,
+            }),
+        });
+        request.model.clone_from(&to.model);
+        match ask(model.as_ref(), request, cx).await {
+            Ok(response) => {
+                let failures = errors.iter().map(Failure::of).collect();
+                return Ok((response, model, failures));
+            }
+            Err(error) => {
+                let unavailable = error.is_unavailable();
+                errors.push((model.provider(), to.model.clone(), error));
+                if !unavailable {
+                    break;
+                }
+            }
+        }
+    }
+    Err(AgentError::AllModelsFailed { failures: errors.into_iter().map(|(_, _, error)| error).collect() })
+}
+
+impl Failure {
+    fn of((provider, model, error): &(&'static str, String, LlmError)) -> Self {
+        Self { provider, model: model.clone(), error: error.to_string() }
     }
 }
 

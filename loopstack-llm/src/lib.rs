@@ -35,6 +35,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod agent;
+mod cache;
 mod call_result;
 mod delegate;
 pub mod dispatch;
@@ -46,9 +47,10 @@ mod scripted;
 mod workflow_tool;
 
 pub use agent::{
-    Agent, AgentPlace, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DEFAULT_ANSWER_RETRIES,
-    DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL,
-    Repeats, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage,
+    Agent, AgentPlace, AgentReply, AgentSignal, AgentState, AgentStatus, Answer, AskError, DECIDE_TOOLS,
+    DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price,
+    Prices, RESPOND_TOOL, Repeats, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage,
+    decide_by_name, pending_calls, takes_decisions,
 };
 pub use delegate::{
     CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,
@@ -57,12 +59,13 @@ pub use delegate::{
 pub use dispatch::{ChildInput, DispatchEntry, DispatchResults, ErrorPolicy, InputMapping, Secrets};
 pub use error::AgentError;
 pub use generate::{
-    CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, Models,
-    NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
+    CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, ModelRef,
+    Models, NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
 pub use scripted::ScriptedModel;
 pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 
+pub use cache::{CacheBreakpoint, PromptCache};
 pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,

@@ -6,13 +6,15 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use loopstack_core::ToolSpec;
 
+use crate::cache::PromptCache;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, StopReason, Usage};
 
 /// How a model is asked to answer: the settings a [`ChatRequest`] carries, and
 /// with it every model turn ([`GenerateOptions`](crate::GenerateOptions)) and agent
 /// ([`Agent`](crate::Agent)). Each of those embeds one and has the same setters
-/// (`system`, `max_tokens`, `temperature`, `stop_sequences`, `settings`), which set
+/// (`system`, `max_tokens`, `temperature`, `stop_sequences`, `prompt_cache`,
+/// `prompt_cache_key`, `settings`), which set
 /// the fields here; a provider reads them from [`ChatRequest::settings`].
 ///
 /// Serialized with its unset fields left out.
@@ -43,6 +45,15 @@ pub struct ModelSettings {
     /// Sequences that stop generation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
+    /// Where the prompt is marked for the provider's cache (Anthropic's `cache_control`
+    /// breakpoints; [`PromptCache::Auto`] by default). Providers that cache by
+    /// themselves ignore it.
+    #[serde(default, skip_serializing_if = "PromptCache::is_auto")]
+    pub prompt_cache: PromptCache,
+    /// A key that groups requests sharing a prompt prefix for the provider's cache
+    /// (OpenAI's `prompt_cache_key`); providers without one ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
 }
 
 /// The settings' setters, written once for [`ModelSettings`] and every type that
@@ -78,6 +89,25 @@ macro_rules! settings_setters {
         pub fn stop_sequences<S: Into<String>>(mut self, stop: impl IntoIterator<Item = S>) -> Self {
             let $this = &mut self;
             $place.stop_sequences = stop.into_iter().map(Into::into).collect();
+            self
+        }
+
+        /// Sets where the prompt is marked for the provider's cache (see
+        /// [`PromptCache`](crate::PromptCache)); [`PromptCache::Off`](crate::PromptCache::Off)
+        /// sends no breakpoints.
+        #[must_use]
+        pub fn prompt_cache(mut self, cache: $crate::PromptCache) -> Self {
+            let $this = &mut self;
+            $place.prompt_cache = cache;
+            self
+        }
+
+        /// Sets the key that groups requests for the provider's prompt cache (OpenAI's
+        /// `prompt_cache_key`; ignored by providers without one).
+        #[must_use]
+        pub fn prompt_cache_key(mut self, key: impl Into<String>) -> Self {
+            let $this = &mut self;
+            $place.prompt_cache_key = Some(key.into());
             self
         }
     };

@@ -182,7 +182,7 @@ impl Tool for WorkflowTool {
     }
 
     async fn call(&self, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let (Some(runtime), Some(parent), Some(step)) = (cx.runtime(), cx.run_id(), cx.step()) else {
+        let (Ok(runtime), Some(parent), Some(step)) = (cx.runtime(), cx.run_id(), cx.step()) else {
             return Err(ToolError::new(format!(
                 "tool `{}` runs a workflow and can only be called from a run",
                 self.name

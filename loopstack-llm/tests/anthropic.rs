@@ -9,8 +9,8 @@ use common::{Reply, Server, anthropic_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
 use loopstack_llm::model::ResponseSchema;
 use loopstack_llm::{
-    Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, RetryPolicy, Role, StopReason,
-    StreamEvent, ToolResult, ToolUse, Usage,
+    Agent, Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, PromptCache, RetryPolicy,
+    Role, StopReason, StreamEvent, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 
@@ -144,7 +144,8 @@ async fn encodes_the_request_body_and_headers() {
     .system("You are terse.")
     .tools(vec![weather])
     .temperature(0.5)
-    .stop_sequences(["\n\nHuman:"]);
+    .stop_sequences(["\n\nHuman:"])
+    .prompt_cache(PromptCache::Off);
     model.chat(&request).await.unwrap();
 
     let requests = server.requests();
@@ -203,7 +204,7 @@ async fn there_is_no_structured_output_and_a_response_schema_is_not_sent() {
     let (model, _) = claude(&server);
     assert!(!model.structured_output());
     let schema = ResponseSchema::new("answer", json!({"type": "object"}));
-    model.chat(&hello().response_schema(schema)).await.unwrap();
+    model.chat(&hello().response_schema(schema).prompt_cache(PromptCache::Off)).await.unwrap();
     let body = &server.requests()[0].body;
     assert_eq!((body.get("response_format"), body.get("output_format")), (None, None));
     assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]));
@@ -537,4 +538,96 @@ async fn the_key_never_shows_in_debug_output() {
     assert_eq!(model.provider(), "anthropic");
     let err = model.chat(&hello()).await.unwrap_err();
     assert!(!format!("{err} {err:?}").contains(KEY));
+}
+
+/// A tool reply calling `get_weather` for `city`, as the API sends it.
+fn weather_call(id: &str, city: &str) -> Value {
+    json!({
+        "id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": "claude-test-2025",
+        "content": [{"type": "tool_use", "id": id, "name": "get_weather", "input": {"city": city}}],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 40, "output_tokens": 30},
+    })
+}
+
+/// `body` without its `cache_control` markers, which are not part of the cached text.
+fn unmarked(mut body: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut body);
+    body
+}
+
+/// The indices of the messages with a breakpoint on one of their blocks.
+fn marked_messages(body: &Value) -> Vec<usize> {
+    let messages = body["messages"].as_array().unwrap();
+    (0..messages.len())
+        .filter(|&i| messages[i]["content"].as_array().unwrap().iter().any(|b| b.get("cache_control").is_some()))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agent_marks_the_stable_prefix_so_each_turn_reads_the_one_before_from_the_cache() {
+    struct Weather;
+    #[async_trait::async_trait]
+    impl loopstack_core::Tool for Weather {
+        fn name(&self) -> &str {
+            "get_weather"
+        }
+        fn description(&self) -> &str {
+            "Gets the weather of a city."
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+        }
+        async fn call(
+            &self,
+            args: Value,
+            _: &loopstack_core::ToolContext,
+        ) -> Result<loopstack_core::ToolOutput, loopstack_core::ToolError> {
+            Ok(loopstack_core::ToolOutput::text(format!("sunny in {}", args["city"])))
+        }
+    }
+    let replies = vec![
+        Reply::json(200, weather_call("toolu_1", "Paris")),
+        Reply::json(200, weather_call("toolu_2", "Rome")),
+        Reply::json(200, text_reply()),
+    ];
+    let server = Server::start(replies).await;
+    let (model, _) = claude(&server);
+    let tools = loopstack_core::ToolRegistry::new().with(Weather).unwrap();
+    let agent = Agent::new(model, "claude-test", tools).system("You are terse.");
+    agent.ask(&loopstack_core::Runtime::new(), "Paris, then Rome?").await.unwrap();
+
+    let bodies: Vec<Value> = server.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(bodies.len(), 3);
+    for body in &bodies {
+        assert_eq!(body["tools"][0]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(body["system"][0]["cache_control"], json!({"type": "ephemeral"}));
+        let marks = body.to_string().matches("cache_control").count();
+        assert!(marks <= 4, "at most four breakpoints: {body}");
+    }
+    // 1 message, then 3, then 5: the newest one is marked, and from the second turn on
+    // also the one the turn before marked as its newest.
+    assert_eq!(marked_messages(&bodies[0]), [0]);
+    assert_eq!(marked_messages(&bodies[1]), [0, 2]);
+    assert_eq!(marked_messages(&bodies[2]), [2, 4]);
+    // What the turn before sent up to its newest breakpoint, this turn sends again, block
+    // for block: a server reads it from its cache.
+    for pair in bodies.windows(2) {
+        let (before, after) = (unmarked(pair[0].clone()), unmarked(pair[1].clone()));
+        let newest = *marked_messages(&pair[0]).last().unwrap();
+        assert!(marked_messages(&pair[1]).contains(&newest));
+        assert_eq!(before["tools"], after["tools"]);
+        assert_eq!(before["system"], after["system"]);
+        assert_eq!(before["messages"].as_array().unwrap()[..=newest], after["messages"].as_array().unwrap()[..=newest]);
+    }
 }

@@ -117,7 +117,9 @@ async fn deep_arguments_from_anthropic_are_error_results_and_the_run_goes_on() {
     assert_eq!((results[0]["is_error"].clone(), results[1]["is_error"].clone()), (json!(true), json!(true)));
     assert_eq!(
         results[2],
-        json!({"type": "tool_result", "tool_use_id": "t3", "content": "Mostly sunny.", "is_error": false})
+        // The newest block carries the default prompt-cache breakpoint.
+        json!({"type": "tool_result", "tool_use_id": "t3", "content": "Mostly sunny.", "is_error": false,
+               "cache_control": {"type": "ephemeral"}})
     );
 
     // The stored conversation reads back.

@@ -1,6 +1,6 @@
 //! The OpenAI provider against a server that behaves like a small local model
-//! (`common::local_model`): tool calls only as text, fenced or with doubled braces, and
-//! the same call again and again without a system prompt.
+//! (`common::local_model`): tool calls only as text, in the forms the real model writes,
+//! their results sent back as text; a model that repeats its call for the guards.
 
 mod common;
 
@@ -87,16 +87,20 @@ async fn with_a_system_prompt_the_text_call_is_parsed_then_the_model_answers() {
     let sent = server.requests();
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0]["messages"][0], json!({"role": "system", "content": request.settings.system.clone().unwrap()}));
-    assert_eq!(sent[1]["messages"][2]["tool_calls"][0]["id"], "call_0", "the call goes back with its id");
+    // The call goes back as the model writes it, its result as a user message beside it:
+    // rendered by the chat template as `tool_calls` and a `tool` message, the real model
+    // asks for the same call again instead of answering.
+    let call = r#"{"name": "get_weather", "arguments": {"location":"Oslo"}}"#;
+    assert_eq!(sent[1]["messages"][2], json!({"role": "assistant", "content": call}));
     assert_eq!(
         sent[1]["messages"][3],
-        json!({"role": "tool", "tool_call_id": "call_0", "content": "Sunny, 14 degrees."})
+        json!({"role": "user", "content": format!("{call} returned: Sunny, 14 degrees.")})
     );
 }
 
 #[tokio::test]
-async fn without_a_system_prompt_the_model_repeats_the_call_and_each_gets_its_own_id() {
-    let server = local_model::start().await;
+async fn a_model_that_repeats_its_call_gets_a_new_id_each_time() {
+    let server = LocalModel::repeating().await;
     let model = local(&server);
     let mut request = ask(None);
     let mut ids = Vec::new();
@@ -109,10 +113,9 @@ async fn without_a_system_prompt_the_model_repeats_the_call_and_each_gets_its_ow
         answer_calls(&mut request, &reply);
     }
     assert_eq!(ids, ["call_0", "call_1", "call_2", "call_3"]);
-    // The server wrote them fenced and with doubled braces, in turn.
-    let texts: Vec<String> =
-        server.requests().iter().map(|r| local_model::reply_text(r, CallStyle::Alternating)).collect();
-    assert!(texts[0].starts_with("```json\n{\"name\"") && texts[1].starts_with("{{\"name\""), "{texts:?}");
+    // The server wrote the call with its outer braces doubled, as the real model does.
+    let first = local_model::reply_text(&server.requests()[0], CallStyle::Observed);
+    assert_eq!(first, r#"{{"name": "get_weather", "arguments": {"location": "Oslo"}}}"#);
     // The same request gets the same ids.
     let mut earlier = request.clone();
     earlier.messages.truncate(3);
@@ -122,7 +125,7 @@ async fn without_a_system_prompt_the_model_repeats_the_call_and_each_gets_its_ow
 
 #[tokio::test]
 async fn streamed_text_calls_equal_the_plain_replies_turn_after_turn() {
-    let server = local_model::start().await;
+    let server = LocalModel::repeating().await;
     let model = local(&server);
     let mut request = ask(None);
     for (turn, id) in ["call_0", "call_1", "call_2"].into_iter().enumerate() {
@@ -147,7 +150,8 @@ async fn streamed_text_calls_equal_the_plain_replies_turn_after_turn() {
 
 #[tokio::test]
 async fn each_call_style_is_parsed() {
-    for style in [CallStyle::Fenced, CallStyle::DoubledBraces, CallStyle::Bare] {
+    for style in [CallStyle::Observed, CallStyle::Fenced, CallStyle::DoubledBraces, CallStyle::Bare, CallStyle::Tagged]
+    {
         let server = LocalModel::start_with(style).await;
         let reply = local(&server).chat(&ask(None)).await.unwrap();
         assert_eq!(reply.message.content, vec![ContentBlock::ToolUse(oslo("call_0"))], "{style:?}");
@@ -163,15 +167,12 @@ async fn with_text_tool_calls_off_the_json_stays_text() {
     let fenced = model.chat(&request).await.unwrap();
     assert_eq!(fenced.stop_reason, StopReason::EndTurn);
     assert_eq!(fenced.message.tool_uses().count(), 0);
-    assert_eq!(
-        fenced.message.text(),
-        "```json\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}\n```"
-    );
+    assert_eq!(fenced.message.text(), "{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}}");
     request.messages.push(fenced.message.clone());
     request.messages.push(Message::user("Well?"));
-    let doubled = model.chat(&request).await.unwrap();
-    assert_eq!(doubled.message.text(), "{{\"name\": \"get_weather\", \"arguments\": {{\"location\": \"Well\"}}}}");
-    assert_eq!(doubled.message.tool_uses().count(), 0);
+    let again = model.chat(&request).await.unwrap();
+    assert_eq!(again.message.text(), "{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Well\"}}}");
+    assert_eq!(again.message.tool_uses().count(), 0);
     let (_, streamed) = collect(&model, &ask(None)).await.unwrap();
     assert_eq!(streamed.message, fenced.message);
 }

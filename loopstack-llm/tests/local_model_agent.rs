@@ -1,8 +1,9 @@
 //! The agent against a server that behaves like a small local model
 //! (`common::local_model`): with the text-tool-call fallback and a system prompt it
-//! calls the tool and answers, streamed or not; without a system prompt the model
-//! repeats its call and the loop guard stops it; without the fallback the answer is
-//! a tool call written as text, and says so.
+//! calls the tool and answers, streamed or not, one call per city when asked about
+//! two, and without a system prompt too; a model that repeats its call is stopped by
+//! the loop guard; without the fallback the answer is a tool call written as text, and
+//! says so.
 
 mod common;
 
@@ -47,6 +48,25 @@ async fn with_the_fallback_and_a_system_prompt_the_tool_is_called_and_answered()
 }
 
 #[tokio::test]
+async fn asked_about_two_cities_it_calls_once_for_each() {
+    let server = local_model::start().await;
+    let system = "You answer weather questions. Call get_weather once for each city, then answer in one sentence.";
+    let reply =
+        agent(&server.url(), true).system(system).ask(&Runtime::new(), "What is the weather in Paris and Rome?").await;
+    let reply = reply.unwrap();
+    assert_eq!(reply.status, AgentStatus::Completed);
+    assert_eq!(reply.text, "The tool says: Sunny in Paris Sunny in Rome");
+    assert_eq!((reply.turns, reply.tool_calls), (2, 2));
+}
+
+#[tokio::test]
+async fn without_a_system_prompt_the_model_still_answers_from_the_result() {
+    let server = local_model::start().await;
+    let reply = agent(&server.url(), true).ask(&Runtime::new(), QUESTION).await.unwrap();
+    assert_eq!((reply.status, reply.text.as_str()), (AgentStatus::Completed, "The tool says: Sunny in Oslo"));
+}
+
+#[tokio::test]
 async fn streamed_the_answer_arrives_in_pieces_that_make_it_up() {
     let server = local_model::start().await;
     let runtime = Runtime::new();
@@ -69,21 +89,24 @@ async fn streamed_the_answer_arrives_in_pieces_that_make_it_up() {
 }
 
 #[tokio::test]
-async fn without_a_system_prompt_the_repeating_model_is_stopped() {
-    let server = local_model::start().await;
+async fn a_repeating_model_is_stopped() {
+    let server = local_model::LocalModel::repeating().await;
     let agent = agent(&server.url(), true).limits(Limits::new().max_repeats(2).max_turns(20));
     let reply = agent.ask(&Runtime::new(), QUESTION).await.unwrap();
     assert_eq!(reply.status, AgentStatus::RepeatedToolCalls { tools: vec!["get_weather".into()], times: 4 });
     assert_eq!(reply.tool_calls, 3);
-    // Every call id the fallback made is unique across the conversation.
+    // The calls went back as the text the model writes, each followed by its result.
     let bodies = server.requests();
     let last: Value = bodies.last().unwrap().clone();
-    let mut ids: Vec<&str> =
-        last["messages"].as_array().unwrap().iter().filter_map(|m| m["tool_call_id"].as_str()).collect();
-    let n = ids.len();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), n, "{ids:?}");
+    let messages = last["messages"].as_array().unwrap();
+    let call = r#"{"name": "get_weather", "arguments": {"location":"Oslo"}}"#;
+    let calls = messages.iter().filter(|m| m["role"] == "assistant" && m["content"] == call).count();
+    let results = messages
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == format!("{call} returned: Sunny in Oslo"))
+        .count();
+    assert_eq!((calls, results), (3, 3), "{messages:#?}");
+    assert!(messages.iter().all(|m| m.get("tool_calls").is_none() && m["role"] != "tool"), "{messages:#?}");
 }
 
 #[tokio::test]

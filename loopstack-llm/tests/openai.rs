@@ -392,8 +392,13 @@ async fn text_tool_calls_when_enabled() {
     let response = model.chat(&with_tools()).await.unwrap();
     assert_eq!(response.message.tool_uses().next().unwrap().input, json!({"city": "Oslo"}));
     let response = model.chat(&with_tools()).await.unwrap();
-    assert_eq!(response.message, Message::assistant(not_offered), "a tool that was not offered stays text");
-    assert_eq!(response.stop_reason, StopReason::EndTurn);
+    // A tool that was not offered is a call too: the dispatch answers it with the tools
+    // that are, which the model can read (left as text, it would end the run).
+    assert_eq!(
+        response.message.content,
+        vec![ContentBlock::ToolUse(ToolUse::new("call_0", "launch_rocket", json!({})))]
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
 }
 
 #[tokio::test]

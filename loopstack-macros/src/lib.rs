@@ -28,7 +28,8 @@ use model::workflow::WorkflowModel;
 /// ```text
 /// /// Retrieve weather information.             <- the description the model reads
 /// #[tool]                                       // or #[tool(name = "..", description = "..",
-/// async fn get_weather(                         //          timeout = 10, concurrent = false, crate = path)]
+/// async fn get_weather(                         //          timeout = 10, concurrent = false, approve,
+///                                               //          needs_run, crate = path)]
 ///     /// City or location name                 <- the argument's description
 ///     location: String,
 ///     unit: Option<String>,                     // Option: not required
@@ -50,6 +51,14 @@ use model::workflow::WorkflowModel;
 /// - `timeout = 10`: seconds per call, `0` meaning 24 hours; default: the caller's.
 /// - `concurrent = false`: whether a call may run beside others of its batch;
 ///   default `true`.
+/// - `approve` (or `approve = true`): a person decides on each call before it runs:
+///   the agent's run waits at `awaiting_approval` (answered with `Agent::decide`,
+///   the command line's `approve` / `deny`, or Studio's buttons), and a denied call
+///   is an error result the model reads; default off.
+/// - `needs_run` (or `needs_run = true`): the call is given the runtime that drives
+///   its run, read with `cx.runtime()?` from the `&ToolContext` parameter (which the
+///   tool must then take), for a tool that starts or reads runs. Without it
+///   `cx.runtime()` is an error saying to add this option; default off.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
 ///
 /// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the

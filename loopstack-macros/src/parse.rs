@@ -17,6 +17,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(concurrent);
     syn::custom_keyword!(approve);
+    syn::custom_keyword!(needs_run);
     syn::custom_keyword!(input);
     syn::custom_keyword!(state);
     syn::custom_keyword!(definition);
@@ -58,7 +59,7 @@ fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse()
 }
 
-/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, approve, crate = path)]`
+/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, approve, needs_run, crate = path)]`
 #[derive(Default)]
 pub(crate) struct ToolArgs {
     pub(crate) name: Option<LitStr>,
@@ -67,6 +68,8 @@ pub(crate) struct ToolArgs {
     pub(crate) concurrent: Option<LitBool>,
     /// `approve` or `approve = true|false`.
     pub(crate) approve: Option<LitBool>,
+    /// `needs_run` or `needs_run = true|false`.
+    pub(crate) needs_run: Option<LitBool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -91,6 +94,10 @@ impl Parse for ToolArgs {
                 let key = input.parse::<kw::approve>()?.span;
                 let flag = if input.peek(Token![=]) { value(input)? } else { LitBool::new(true, key) };
                 set_once(&mut args.approve, key, "approve", flag)
+            } else if lh.peek(kw::needs_run) {
+                let key = input.parse::<kw::needs_run>()?.span;
+                let flag = if input.peek(Token![=]) { value(input)? } else { LitBool::new(true, key) };
+                set_once(&mut args.needs_run, key, "needs_run", flag)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

@@ -189,6 +189,61 @@ fn approve_marks_the_tool_as_needing_approval() {
     assert!(!Slow.options().approve);
 }
 
+/// Names the workflows of the runtime that drives the call's run.
+#[tool(needs_run)]
+async fn workflows_here(cx: &ToolContext) -> Result<String, ToolError> {
+    Ok(cx.runtime()?.workflows().join(", "))
+}
+
+/// Asks for the runtime without `needs_run`.
+#[tool]
+async fn runtime_unasked(cx: &ToolContext) -> Result<String, ToolError> {
+    Ok(cx.runtime()?.workflows().join(", "))
+}
+
+#[tokio::test]
+async fn needs_run_gives_the_call_its_runtime_and_without_it_the_runtime_is_an_error_saying_so() {
+    assert!(WorkflowsHere.options().needs_run);
+    assert!(!RuntimeUnasked.options().needs_run && !Refund.options().needs_run);
+
+    let runtime = loopstack::Runtime::new().register(loopstack::llm::Agent::new(
+        loopstack::llm::ScriptedModel::new(),
+        "m",
+        ToolRegistry::new(),
+    ));
+    let out = WorkflowsHere.call(json!({}), &cx().with_runtime(runtime)).await.unwrap();
+    assert_eq!(out, ToolOutput::text("agent"));
+
+    let err = RuntimeUnasked.call(json!({}), &cx()).await.unwrap_err();
+    assert_eq!(err.kind(), ToolErrorKind::NoRun);
+    assert!(err.message().contains("add `#[tool(needs_run)]`"), "{err}");
+}
+
+#[tokio::test]
+async fn an_agent_gives_the_runtime_to_a_needs_run_tool_and_to_no_other() {
+    use loopstack::llm::{Agent, ScriptedModel};
+    let model = ScriptedModel::new()
+        .tool_call("workflows_here", json!({}))
+        .tool_call("runtime_unasked", json!({}))
+        .text("Done.");
+    let tools = ToolRegistry::new().with(WorkflowsHere).unwrap().with(RuntimeUnasked).unwrap();
+    let agent = Agent::new(model.clone(), "m", tools);
+    let runtime = loopstack::Runtime::new().register(agent.clone());
+    let reply = agent.ask(&runtime, "Which workflows?").await.unwrap();
+    assert_eq!(reply.text, "Done.");
+    // What each call answered, as the model read it on its next turn.
+    let requests = model.requests();
+    let results: Vec<String> = requests[1..]
+        .iter()
+        .map(|r| {
+            let last = r.messages.last().unwrap();
+            last.tool_results_iter().next().map(|t| t.content.clone()).unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(results[0], "agent");
+    assert!(results[1].contains("add `#[tool(needs_run)]`"), "{results:?}");
+}
+
 #[tokio::test]
 async fn options_and_overrides() {
     assert_eq!(Slow.name(), "slow-search");

@@ -251,9 +251,13 @@
     const run = await api(path);
     const kids = await api("/runs?parent=" + encodeURIComponent(id) + "&limit=50");
     if (!alive()) return;
-    const talks = run.documents.some((d) => d.type === "llm_message") || run.workflow === "agent";
+    // An agent's run, of any name (its table takes the agent's decisions), opens
+    // on its conversation even before its first message.
+    const wf = wfs.get(run.workflow);
+    const agent = run.workflow === "agent" || Boolean(wf && wf.signals.some((s) => s.name === "decide_tools"));
+    const talks = agent || run.documents.some((d) => d.type === "llm_message");
     const view = {
-      run, path, alive, wf: wfs.get(run.workflow), children: kids.runs, forms: new Map(), streaming: null,
+      run, path, alive, wf, children: kids.runs, forms: new Map(), streaming: null,
       tab: talks ? "conversation" : "documents", openDocs: new Set(), versions: new Map(), picked: null,
       live: h("div", { class: "live-activity", "aria-live": "polite" }),
       // The step the next transition commits as (known for sure from its events).
@@ -522,11 +526,57 @@
       h("thead", {}, h("tr", {}, ...["run", "workflow", "status", "place", "step", "updated", "parent"].map((c) => h("th", { text: c })))), body));
   }
 
+  // An agent's calls waiting for a person: each with its tool and arguments, and
+  // Approve and Deny (with a reason) buttons that send the agent's decide_tools
+  // signal for that call; nobody types a call id.
+  function approvalCard(view, call) {
+    const key = view.run.step + "/call/" + call.call_id;
+    let card = view.forms.get(key);
+    if (card) return card;
+    const reason = h("input", { type: "text", "data-reason": "", placeholder: "why (the model reads it)", "aria-label": "reason for denying " + call.name });
+    const approve = h("button", { type: "button", "data-decide": "approve", text: "Approve" });
+    const deny = h("button", { type: "button", "data-decide": "deny", class: "danger", text: "Deny" });
+    const decide = async (approved) => {
+      const why = reason.value.trim();
+      if (!approved && !why) {
+        say("Say why the call is denied: the model reads the reason.", "bad");
+        reason.focus();
+        return;
+      }
+      const decision = { call_id: call.call_id, approved };
+      if (!approved) decision.reason = why;
+      approve.disabled = deny.disabled = true;
+      try {
+        const after = await api(view.path + "/signals/decide_tools", { decisions: [decision] });
+        if (!view.alive()) return;
+        say(call.name + (approved ? " approved" : " denied") + ": the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
+        await view.refresh();
+      } catch (e) {
+        fail(e);
+        approve.disabled = deny.disabled = false;
+      }
+    };
+    approve.addEventListener("click", () => decide(true));
+    deny.addEventListener("click", () => decide(false));
+    card = h("div", { class: "signal-card approval", "data-call-id": call.call_id },
+      h("h3", {}, h("span", { text: "Call " }), h("code", { class: "tool-name", text: call.name })),
+      h("pre", { class: "arguments", text: JSON.stringify(call.arguments, null, 2) }),
+      h("div", { class: "actions" }, approve, reason, deny));
+    view.forms.set(key, card);
+    return card;
+  }
+
   function waitingPanel(view) {
     const { run, wf } = view;
     const panel = section("Waiting for");
-    const names = run.waiting_for || [];
-    if (!names.length) panel.appendChild(h("p", { class: "muted", text: "No signal of this build's table leaves " + run.place + "." }));
+    const pending = run.pending_calls || [];
+    if (pending.length) {
+      panel.appendChild(h("p", { text: pending.length === 1 ? "A tool call waits for your decision:" : pending.length + " tool calls wait for your decision:" }));
+      for (const call of pending) panel.appendChild(approvalCard(view, call));
+    }
+    // The decisions' own signal is answered by the buttons above.
+    const names = (run.waiting_for || []).filter((name) => !(pending.length && name === "decide_tools"));
+    if (!names.length && !pending.length) panel.appendChild(h("p", { class: "muted", text: "No signal of this build's table leaves " + run.place + "." }));
     for (const name of names) {
       const key = run.step + "/" + name;
       let card = view.forms.get(key);

@@ -24,7 +24,9 @@ mod status;
 
 use answer::AnswerFormat;
 pub use answer::{Answer, DEFAULT_ANSWER_RETRIES, RESPOND_TOOL, TypedAgent};
-pub use approval::{PendingCall, ToolDecision, ToolDecisions};
+pub use approval::{
+    DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
+};
 pub use error::AskError;
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices};
 pub use machine::{AgentPlace, AgentSignal};
@@ -170,6 +172,52 @@ impl Agent {
     }
 
     crate::model::settings_setters!(s => s.options.settings);
+
+    /// Adds `model_name` of `model` to the end of the turn's fallback chain (see
+    /// [`GenerateOptions::fallback`] for when the chain moves on, what is recorded and
+    /// the error when every model fails). `model` is registered under its provider's
+    /// name unless a model is already registered there, which is then used (a second
+    /// model name of the same provider needs no second instance); register a second
+    /// configuration of one provider (a cloud and a local OpenAI-compatible server)
+    /// with [`Agent::fallback_named`].
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, LlmError, ScriptedModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let busy = ScriptedModel::from_fn(|r| {
+    ///     Err(LlmError::Overloaded { provider: "scripted", model: r.model.clone(), message: "busy".into() })
+    /// });
+    /// let spare = ScriptedModel::new().text("Sunny.");
+    /// let agent = Agent::new(busy, "big", ToolRegistry::new()).fallback_named("spare", spare, "small");
+    /// let reply = agent.ask(&Runtime::new(), "Weather?").await?;
+    /// assert_eq!(reply.text, "Sunny.");
+    /// # Ok::<_, Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    #[must_use]
+    pub fn fallback(self, model: impl ChatModel, model_name: impl Into<String>) -> Self {
+        let provider = model.provider();
+        self.fallback_named(provider, model, model_name)
+    }
+
+    /// Adds `model_name` of `model`, registered under `name` (unless a model is
+    /// registered there already, which is then used), to the end of the fallback chain.
+    #[must_use]
+    pub fn fallback_named(
+        mut self,
+        name: impl Into<String>,
+        model: impl ChatModel,
+        model_name: impl Into<String>,
+    ) -> Self {
+        let name = name.into();
+        let models = self.generate.models_mut();
+        if !models.contains(&name) {
+            models.insert(name.clone(), Arc::new(model)).expect("the name is free");
+        }
+        self.options.fallbacks.push(crate::ModelRef::new(name, model_name));
+        self
+    }
 
     /// Replaces the settings of each model turn.
     #[must_use]

@@ -3,37 +3,85 @@
 use serde_json::{Map, Value, json};
 
 use super::PROVIDER;
+use crate::cache;
 use crate::http;
 use crate::message::{ContentBlock, Message, Role};
 use crate::model::ChatRequest;
 
-/// The JSON body of a Messages API request.
+/// The JSON body of a Messages API request, with `cache_control` breakpoints where
+/// [`ModelSettings::prompt_cache`](crate::ModelSettings) puts them.
 pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) -> Value {
+    let settings = &request.settings;
+    let (cache_tools, cache_system, cache_messages) = cache::breakpoints(
+        &settings.prompt_cache,
+        !request.tools.is_empty(),
+        settings.system.is_some(),
+        request.messages.iter().map(|m| m.role == Role::User),
+    );
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    body.insert("max_tokens".into(), request.settings.max_tokens.unwrap_or(default_max_tokens).into());
-    if let Some(system) = &request.settings.system {
-        body.insert("system".into(), system.clone().into());
+    body.insert("max_tokens".into(), settings.max_tokens.unwrap_or(default_max_tokens).into());
+    if let Some(system) = &settings.system {
+        let system = if cache_system {
+            json!([{"type": "text", "text": system, "cache_control": ephemeral()}])
+        } else {
+            system.clone().into()
+        };
+        body.insert("system".into(), system);
     }
-    body.insert("messages".into(), request.messages.iter().map(encode_message).collect());
+    let mut marks = cache_messages.iter().peekable();
+    let messages = request
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            let mut encoded = encode_message(message);
+            if marks.next_if_eq(&&i).is_some() {
+                mark_last_block(&mut encoded["content"]);
+            }
+            encoded
+        })
+        .collect();
+    body.insert("messages".into(), messages);
     if !request.tools.is_empty() {
-        let tools = request
+        let mut tools: Vec<Value> = request
             .tools
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
             .collect();
-        body.insert("tools".into(), tools);
+        if cache_tools && let Some(last) = tools.last_mut() {
+            last["cache_control"] = ephemeral();
+        }
+        body.insert("tools".into(), tools.into());
     }
-    if let Some(temperature) = request.settings.temperature {
+    if let Some(temperature) = settings.temperature {
         body.insert("temperature".into(), http::f32_value(temperature));
     }
-    if !request.settings.stop_sequences.is_empty() {
-        body.insert("stop_sequences".into(), request.settings.stop_sequences.clone().into());
+    if !settings.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), settings.stop_sequences.clone().into());
     }
     if stream {
         body.insert("stream".into(), true.into());
     }
     Value::Object(body)
+}
+
+/// A cache breakpoint's `cache_control` (the default five-minute lifetime).
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Puts a breakpoint on the last block of a message's content that can carry one:
+/// text, tool use or tool result (not thinking, which the API does not cache apart).
+fn mark_last_block(content: &mut Value) {
+    let Some(blocks) = content.as_array_mut() else { return };
+    if let Some(block) = blocks
+        .iter_mut()
+        .rev()
+        .find(|b| matches!(b["type"].as_str(), Some("text" | "tool_use" | "tool_result" | "image")))
+    {
+        block["cache_control"] = ephemeral();
+    }
 }
 
 fn encode_message(message: &Message) -> Value {
@@ -75,6 +123,7 @@ mod tests {
 
     use super::*;
     use crate::message::{ToolResult, ToolUse};
+    use crate::{CacheBreakpoint, PromptCache};
 
     struct Weather;
 
@@ -97,6 +146,38 @@ mod tests {
     fn weather_spec() -> Arc<ToolSpec> {
         let tools = ToolRegistry::new().with(Weather).unwrap();
         tools.spec("get_weather").unwrap().clone()
+    }
+
+    #[test]
+    fn breakpoints_by_hand_and_a_thinking_block_left_unmarked() {
+        let thinking = json!({"type": "thinking", "thinking": "hmm", "signature": "sig"});
+        let request = ChatRequest::new(
+            "claude-x",
+            vec![
+                Message::user("Hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::text("Hello."),
+                        ContentBlock::Provider { provider: "anthropic".into(), raw: thinking.clone() },
+                    ],
+                },
+                Message::user("Bye"),
+            ],
+        )
+        .system("Be brief.")
+        .tools(vec![weather_spec()])
+        .prompt_cache(PromptCache::At(vec![CacheBreakpoint::Message(1), CacheBreakpoint::Tools]))
+        .prompt_cache_key("team-a");
+        let body = encode_request(&request, 4096, false);
+        assert_eq!(body["system"], "Be brief.", "no breakpoint asked for on the system prompt");
+        assert_eq!(body["tools"][0]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "text", "text": "Hello.", "cache_control": {"type": "ephemeral"}}, thinking])
+        );
+        assert_eq!(body["messages"][2]["content"], json!([{"type": "text", "text": "Bye"}]));
+        assert!(!body.to_string().contains("prompt_cache"), "nothing of other providers' settings");
     }
 
     #[test]
@@ -135,9 +216,13 @@ mod tests {
             json!({
                 "model": "claude-x",
                 "max_tokens": 4096,
-                "system": "Be brief.",
+                // The default breakpoints: tools, system, the newest message and the
+                // user message before it.
+                "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
                 "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+                    {"role": "user", "content": [
+                        {"type": "text", "text": "Weather in Paris?", "cache_control": {"type": "ephemeral"}},
+                    ]},
                     {"role": "assistant", "content": [
                         {"type": "thinking", "thinking": "hmm", "signature": "sig"},
                         {"type": "text", "text": "Let me check."},
@@ -146,19 +231,22 @@ mod tests {
                     ]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "tu_1", "content": "sunny", "is_error": false},
-                        {"type": "tool_result", "tool_use_id": "tu_2", "content": "bad arguments", "is_error": true},
+                        {"type": "tool_result", "tool_use_id": "tu_2", "content": "bad arguments", "is_error": true,
+                         "cache_control": {"type": "ephemeral"}},
                     ]},
                 ],
                 "tools": [{
                     "name": "get_weather",
                     "description": "Gets the weather.",
                     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                    "cache_control": {"type": "ephemeral"},
                 }],
                 "temperature": 0.2,
                 "stop_sequences": ["END"],
             })
         );
-        let minimal = encode_request(&ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10), 4096, true);
+        let minimal = ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10).prompt_cache(PromptCache::Off);
+        let minimal = encode_request(&minimal, 4096, true);
         assert_eq!(
             minimal,
             json!({"model": "m", "max_tokens": 10, "stream": true,

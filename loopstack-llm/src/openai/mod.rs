@@ -179,17 +179,27 @@ impl OpenAi {
     /// for small local models that do not use the API's `tool_calls`.
     ///
     /// When on, the request offered tools and the reply has no `tool_calls`, a reply
-    /// whose text is `{"name": <an offered tool>, "arguments": {..}}` (or `"parameters"`,
-    /// or an array of such objects), alone or in a `` ``` `` / `` ```json `` fence, and
-    /// also with every brace doubled (`{{"name": .., "arguments": {{..}}}}`, as models
-    /// copy it from their chat template), becomes tool calls and
-    /// [`StopReason::ToolUse`](crate::StopReason::ToolUse); the JSON is removed from the
-    /// text, text around a fence is kept. The calls get ids `call_<n>` numbered after the
-    /// tool calls already in the request's conversation, skipping any id it uses, so they
-    /// never collide with an earlier turn's and are the same for the same request. A
-    /// name that is not an offered tool leaves the text as it is. In a stream, the text
-    /// deltas were already yielded; the tool calls follow as events before
-    /// [`StreamEvent::Done`].
+    /// that writes calls as JSON, `{"name": "get_weather", "arguments": {..}}` (or
+    /// `"parameters"`), becomes tool calls and
+    /// [`StopReason::ToolUse`](crate::StopReason::ToolUse). Taken are a reply made of
+    /// nothing but such calls (one, an array, or several one after the other; bare, in a
+    /// `` ``` ``/`` ```json `` fence or between tags such as `<tool_call>`; also with
+    /// doubled or stray braces around them, `{{"name": .., "arguments": {..}}}`, as
+    /// small models copy the format from their chat template), and a fenced or
+    /// `<tool_call>` block of them inside prose, whose text around it is kept. A call to
+    /// a tool that was not offered is still a call: the dispatch answers it with an error
+    /// naming the tools that are, which the model can correct. The calls get ids
+    /// `call_<n>` numbered after the tool calls already in the request's conversation,
+    /// skipping any id it uses, so they never collide with an earlier turn's and are the
+    /// same for the same request. In a stream, the text deltas were already yielded; the
+    /// tool calls follow as events before [`StreamEvent::Done`].
+    ///
+    /// The conversation is sent back in the same form: each assistant turn's calls as the
+    /// JSON text above (one per line), and their results as a user message that repeats
+    /// each call with what it `returned:` (or why it `failed:`), instead of `tool_calls`
+    /// and `tool` messages. A small model reads that; given the API's own form, which its
+    /// chat template renders in a format it did not write, Qwen2.5-Coder-1.5B asks for
+    /// the same call again instead of answering.
     ///
     /// [`OpenAi::from_env`] turns it on when `OPENAI_TEXT_TOOL_CALLS` is `1` or `true`.
     pub fn text_tool_calls(mut self, enabled: bool) -> Self {
@@ -225,7 +235,12 @@ impl OpenAi {
     }
 
     fn call<'a>(&self, request: &'a ChatRequest, stream: bool) -> Result<Call<'a>, LlmError> {
-        let body = request::encode_request(request, stream, self.token_limit_field(), self.structured_output);
+        let wire = request::Wire {
+            token_limit_field: self.token_limit_field(),
+            structured_output: self.structured_output,
+            text_tool_calls: self.text_tool_calls,
+        };
+        let body = request::encode_request(request, stream, wire);
         self.http.call(&request.model, &body, stream)
     }
 

@@ -1,25 +1,46 @@
 //! Encoding a [`ChatRequest`] as the JSON body of a Chat Completions request.
 
+use std::fmt::Write as _;
+
 use serde_json::{Map, Value, json};
 
 use crate::http;
 use crate::message::{ContentBlock, Message, Role, ToolResult, ToolUse};
 use crate::model::ChatRequest;
 
+/// How a provider's requests are written, from its settings.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wire {
+    /// `max_tokens` or `max_completion_tokens`.
+    pub token_limit_field: &'static str,
+    /// Whether a response schema is sent as a strict `json_schema` response format.
+    pub structured_output: bool,
+    /// Whether tool calls and their results are written as text (see
+    /// [`OpenAi::text_tool_calls`](super::OpenAi::text_tool_calls)).
+    pub text_tool_calls: bool,
+}
+
+impl Default for Wire {
+    fn default() -> Self {
+        Self { token_limit_field: "max_tokens", structured_output: true, text_tool_calls: false }
+    }
+}
+
 /// The JSON body of a Chat Completions request; with `structured_output`, a
 /// [`ChatRequest::response_schema`] is sent as a strict `json_schema` response format.
-pub(super) fn encode_request(
-    request: &ChatRequest,
-    stream: bool,
-    token_limit_field: &str,
-    structured_output: bool,
-) -> Value {
+pub(super) fn encode_request(request: &ChatRequest, stream: bool, wire: Wire) -> Value {
     let mut messages = Vec::new();
     if let Some(system) = &request.settings.system {
         messages.push(json!({"role": "system", "content": system}));
     }
+    let mut previous = None;
     for message in &request.messages {
-        encode_message(message, &mut messages);
+        if wire.text_tool_calls {
+            encode_as_text(message, previous, &mut messages);
+        } else {
+            encode_message(message, &mut messages);
+        }
+        previous = Some(message);
     }
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
@@ -37,7 +58,7 @@ pub(super) fn encode_request(
         body.insert("tools".into(), tools);
     }
     if let Some(max_tokens) = request.settings.max_tokens {
-        body.insert(token_limit_field.into(), max_tokens.into());
+        body.insert(wire.token_limit_field.into(), max_tokens.into());
     }
     if let Some(temperature) = request.settings.temperature {
         body.insert("temperature".into(), http::f32_value(temperature));
@@ -45,7 +66,10 @@ pub(super) fn encode_request(
     if !request.settings.stop_sequences.is_empty() {
         body.insert("stop".into(), request.settings.stop_sequences.clone().into());
     }
-    if let Some(format) = request.response_schema.as_ref().filter(|_| structured_output) {
+    if let Some(key) = &request.settings.prompt_cache_key {
+        body.insert("prompt_cache_key".into(), key.clone().into());
+    }
+    if let Some(format) = request.response_schema.as_ref().filter(|_| wire.structured_output) {
         body.insert(
             "response_format".into(),
             json!({"type": "json_schema", "json_schema": {
@@ -90,6 +114,65 @@ fn encode_message(message: &Message, out: &mut Vec<Value>) {
             out.push(encoded);
         }
     }
+}
+
+/// Appends one message for a model that writes its tool calls as text: the calls stay
+/// the text the model wrote (one `{"name": .., "arguments": ..}` per line), and their
+/// results are a user message that repeats each call beside what it returned.
+///
+/// Sent as `tool_calls` and `tool` messages, a chat template renders a small model's
+/// calls in a format it did not write (Qwen2.5's: `<tool_call>` tags, results in
+/// `<tool_response>`), and Qwen2.5-Coder-1.5B then asks for the same call again instead
+/// of answering (seen against the real model at temperature 0).
+fn encode_as_text(message: &Message, previous: Option<&Message>, out: &mut Vec<Value>) {
+    let mut text = String::new();
+    match message.role {
+        Role::Assistant => {
+            text.push_str(&message.text());
+            for call in message.tool_uses() {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&written_call(call));
+            }
+            out.push(json!({"role": "assistant", "content": text}));
+        }
+        Role::User => {
+            let calls = previous.filter(|p| p.role == Role::Assistant);
+            for result in message.tool_results_iter() {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                match calls.and_then(|m| m.tool_uses().find(|c| c.id == result.tool_use_id)) {
+                    Some(call) => text.push_str(&written_call(call)),
+                    None => {
+                        let _ = write!(text, "The call {}", result.tool_use_id);
+                    }
+                }
+                let outcome = if result.is_error { " failed: " } else { " returned: " };
+                text.push_str(outcome);
+                text.push_str(&result.content);
+            }
+            let own = message.text();
+            if !own.is_empty() {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&own);
+            }
+            out.push(json!({"role": "user", "content": text}));
+        }
+    }
+}
+
+/// A call as a model writes it: `{"name": "get_weather", "arguments": {"location": "Oslo"}}`.
+fn written_call(call: &ToolUse) -> String {
+    let arguments = match &call.invalid_input {
+        Some(invalid) => Value::String(invalid.raw.clone()),
+        None => call.input.clone(),
+    };
+    // Name first, as models write it (a `Value` map would sort the keys).
+    format!(r#"{{"name": {}, "arguments": {arguments}}}"#, Value::String(call.name.clone()))
 }
 
 fn encode_tool_call(tool: &ToolUse) -> Value {
@@ -173,7 +256,7 @@ mod tests {
         .temperature(0.7)
         .stop_sequences(["END"]);
         assert_eq!(
-            encode_request(&request, false, "max_tokens", true),
+            encode_request(&request, false, Wire::default()),
             json!({
                 "model": "gpt-x",
                 "messages": [
@@ -198,9 +281,72 @@ mod tests {
             })
         );
         assert_eq!(
-            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, "max_tokens", true),
+            encode_request(&ChatRequest::new("m", vec![Message::user("hi")]), true, Wire::default()),
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                    "stream": true, "stream_options": {"include_usage": true}})
+        );
+    }
+
+    #[test]
+    fn text_tool_calls_and_their_results_are_sent_as_text() {
+        let request = ChatRequest::new(
+            "qwen",
+            vec![
+                Message::user("Weather in Paris and Rome?"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::ToolUse(ToolUse::new("call_0", "get_weather", json!({"location": "Paris"}))),
+                        ContentBlock::ToolUse(ToolUse::from_raw_arguments(
+                            "call_1",
+                            "get_weather",
+                            "{\"location\": Rome}",
+                        )),
+                    ],
+                },
+                Message::tool_results([
+                    ToolResult { tool_use_id: "call_0".into(), content: "sunny".into(), is_error: false },
+                    ToolResult { tool_use_id: "call_1".into(), content: "invalid arguments".into(), is_error: true },
+                ]),
+                Message::assistant("Paris is sunny."),
+            ],
+        )
+        .system("Be brief.")
+        .tools(vec![spec("get_weather")]);
+        let body = encode_request(&request, false, Wire { text_tool_calls: true, ..Wire::default() });
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Paris and Rome?"},
+                {"role": "assistant", "content": concat!(
+                    r#"{"name": "get_weather", "arguments": {"location":"Paris"}}"#, "\n",
+                    r#"{"name": "get_weather", "arguments": "{\"location\": Rome}"}"#,
+                )},
+                {"role": "user", "content": concat!(
+                    r#"{"name": "get_weather", "arguments": {"location":"Paris"}} returned: sunny"#, "\n\n",
+                    r#"{"name": "get_weather", "arguments": "{\"location\": Rome}"} failed: invalid arguments"#,
+                )},
+                {"role": "assistant", "content": "Paris is sunny."},
+            ])
+        );
+        // The tools are still offered: the chat template lists them for the model.
+        assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+    }
+
+    #[test]
+    fn a_prompt_cache_key_is_sent_and_breakpoints_are_not() {
+        use crate::{CacheBreakpoint, PromptCache};
+        let request = ChatRequest::new("gpt-x", vec![Message::user("hi")])
+            .system("Be brief.")
+            .prompt_cache(PromptCache::At(vec![CacheBreakpoint::System]))
+            .prompt_cache_key("tenant-7");
+        let body = encode_request(&request, false, Wire::default());
+        assert_eq!(body["prompt_cache_key"], "tenant-7");
+        assert!(!body.to_string().contains("cache_control"), "{body}");
+        assert_eq!(
+            encode_request(&ChatRequest::new("m", vec![]), false, Wire::default()).get("prompt_cache_key"),
+            None
         );
     }
 
@@ -209,13 +355,17 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false});
         let request = ChatRequest::new("m", vec![Message::user("hi")])
             .response_schema(crate::model::ResponseSchema::new("city_answer", schema.clone()));
-        let body = encode_request(&request, true, "max_tokens", true);
+        let body = encode_request(&request, true, Wire::default());
         assert_eq!(
             body["response_format"],
             json!({"type": "json_schema", "json_schema": {"name": "city_answer", "schema": schema, "strict": true}})
         );
         assert_eq!(body["stream"], true);
-        assert_eq!(encode_request(&request, false, "max_tokens", false).get("response_format"), None);
+        assert_eq!(
+            encode_request(&request, false, Wire { structured_output: false, ..Wire::default() })
+                .get("response_format"),
+            None
+        );
     }
 }
 

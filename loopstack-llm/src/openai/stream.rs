@@ -123,8 +123,10 @@ impl<'a> Decoder<'a> {
             return;
         }
         let start = text.trim_start();
-        if start.is_empty() || start.starts_with(['{', '[']) || start.starts_with('`') {
-            return; // Could still be a call: held back.
+        // JSON, a fence or a tag (`<tool_call>`, `<tools>`) could still be a call: held
+        // back until the reply ends or shows otherwise.
+        if start.is_empty() || start.starts_with(['{', '[', '`', '<']) {
+            return;
         }
         self.released = true;
         out.push(StreamEvent::TextDelta { index: *index, text: text.clone() });
@@ -356,6 +358,17 @@ mod tests {
                 StreamEvent::ToolInputDelta { index: 0, partial_json: "{}".into() },
             ]
         );
+        // Between tags, as Qwen2.5-Coder writes some calls, and in pieces.
+        let pieces = ["<tools>\n{\"name\": \"get_ti", "me\", \"arguments\": {}}\n</tools>"];
+        let chunks: Vec<String> = pieces
+            .iter()
+            .map(|p| json!({"choices": [{"index": 0, "delta": {"content": p}}]}).to_string())
+            .chain([json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}).to_string()])
+            .collect();
+        let chunks: Vec<&str> = chunks.iter().map(String::as_str).chain(["[DONE]"]).collect();
+        let (events, response) = run_stream(&chunks, vec!["get_time"]);
+        assert_eq!(response.unwrap().stop_reason, StopReason::ToolUse);
+        assert!(!events.iter().any(|e| matches!(e, StreamEvent::TextDelta { .. })), "{events:?}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub(super) fn apply_text_tool_calls(
     if offered.is_empty() || response.message.tool_uses().next().is_some() {
         return Vec::new();
     }
-    let Some((calls, rest)) = parse_text_tool_calls(&response.message.text(), offered) else {
+    let Some((calls, rest)) = parse_text_tool_calls(&response.message.text()) else {
         return Vec::new();
     };
     let mut content = Vec::new();
@@ -39,33 +39,36 @@ pub(super) fn apply_text_tool_calls(
     (first..response.message.content.len()).collect()
 }
 
-/// A tool call written as text, checked: its tool is offered and its arguments are an
-/// object, a string or `null` (kept raw until they are checked for their depth).
+/// A tool call written as text, checked: its arguments are an object, a string or
+/// `null` (kept raw until they are checked for their depth). Its tool may not be
+/// offered: the dispatch then answers the call with an error that names the tools
+/// that are, which a small model can read and correct, where a reply left as text
+/// would end the run.
 #[derive(Debug)]
 struct WrittenCall {
     name: String,
     arguments: Option<Box<RawValue>>,
 }
 
-/// Tool calls written as JSON in `text`, alone or in a fence, with the text left around
-/// them; `None` when there are none (or they name a tool that is not offered).
-fn parse_text_tool_calls(text: &str, offered: &[&str]) -> Option<(Vec<WrittenCall>, String)> {
-    let trimmed = text.trim();
-    if trimmed.starts_with(['{', '['])
-        && let Some(calls) = json_tool_calls(trimmed, offered)
-    {
+/// Tool calls written as JSON in `text`, with the text left around them; `None` when
+/// there are none.
+///
+/// Taken, as small models write them: a reply that is nothing but calls (one object,
+/// an array, or several objects one after the other), bare, in a fence, or between
+/// tags such as `<tool_call>` or `<tools>`, also with stray or doubled braces around
+/// them (`{{"name": .., "arguments": {..}}}`, copied from a chat template that shows
+/// the format with doubled braces); and, inside prose, a fenced block (no info string,
+/// or `json`) or a `<tool_call>` block that holds nothing but calls. A call is an
+/// object with `name` and `arguments` (or `parameters`) and at most `type` and `id`
+/// besides: JSON that merely mentions a name is left alone.
+fn parse_text_tool_calls(text: &str) -> Option<(Vec<WrittenCall>, String)> {
+    if let Some(calls) = calls_only(text) {
         return Some((calls, String::new()));
     }
     let mut search = 0;
-    while let Some(open) = text[search..].find("```").map(|i| search + i) {
-        let info_end = text[open + 3..].find('\n').map(|i| open + 3 + i)?;
-        let info = text[open + 3..info_end].trim();
-        let body_start = info_end + 1;
-        let close = text[body_start..].find("```").map(|i| body_start + i)?;
-        if (info.is_empty() || info.eq_ignore_ascii_case("json"))
-            && let Some(calls) = json_tool_calls(&text[body_start..close], offered)
-        {
-            let (before, after) = (text[..open].trim(), text[close + 3..].trim());
+    while let Some((open, body, close)) = next_block(text, search) {
+        if let Some(calls) = calls_only(&text[body.clone()]) {
+            let (before, after) = (text[..open].trim(), text[close..].trim());
             let rest = match (before.is_empty(), after.is_empty()) {
                 (true, _) => after.to_owned(),
                 (false, true) => before.to_owned(),
@@ -73,9 +76,110 @@ fn parse_text_tool_calls(text: &str, offered: &[&str]) -> Option<(Vec<WrittenCal
             };
             return Some((calls, rest));
         }
-        search = close + 3;
+        search = close;
     }
     None
+}
+
+/// The next fenced block (without an info string, or `json`) or `<tool_call>` block
+/// from `from`: where it opens, its body, where it closes (past the closing marker).
+fn next_block(text: &str, from: usize) -> Option<(usize, std::ops::Range<usize>, usize)> {
+    let fence = text[from..].find("```").map(|i| from + i);
+    let tag = text[from..].find("<tool_call>").map(|i| from + i);
+    let fence_first = match (fence, tag) {
+        (Some(f), Some(t)) => f < t,
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        (None, None) => return None,
+    };
+    match (fence, tag) {
+        (Some(f), _) if fence_first => {
+            let info_end = text[f + 3..].find('\n').map(|i| f + 3 + i)?;
+            let info = text[f + 3..info_end].trim();
+            let body_start = info_end + 1;
+            let close = text[body_start..].find("```").map(|i| body_start + i)?;
+            let body = if info.is_empty() || info.eq_ignore_ascii_case("json") { body_start..close } else { 0..0 };
+            Some((f, body, close + 3))
+        }
+        (_, Some(t)) => {
+            let body_start = t + "<tool_call>".len();
+            let close = text[body_start..].find("</tool_call>").map(|i| body_start + i)?;
+            Some((t, body_start..close, close + "</tool_call>".len()))
+        }
+        _ => None,
+    }
+}
+
+/// The calls `text` consists of, when it holds nothing else: call objects or arrays
+/// of them, with whitespace, commas, stray braces, fence lines and tags between them;
+/// `None` when anything else is there, or no call is.
+fn calls_only(text: &str) -> Option<Vec<WrittenCall>> {
+    let trimmed = text.trim();
+    if !trimmed.contains("\"name\"") {
+        return None;
+    }
+    // As written, or with every brace doubled (`{{"a": {{}}}}`): then the arguments'
+    // own braces are doubled too, which only halving them as a whole undoes.
+    if let Some(calls) = scan_calls(trimmed) {
+        return Some(calls);
+    }
+    scan_calls(&undouble_braces(trimmed)?)
+}
+
+fn scan_calls(text: &str) -> Option<Vec<WrittenCall>> {
+    let mut calls = Vec::new();
+    let mut at = 0;
+    let bytes = text.as_bytes();
+    while at < bytes.len() {
+        match bytes[at] {
+            b' ' | b'\t' | b'\r' | b'\n' | b',' | b']' | b'}' => at += 1,
+            b'[' | b'{' => match next_calls(&text[at..]) {
+                Some((found, len)) => {
+                    calls.extend(found);
+                    at += len;
+                }
+                // A stray opening brace or bracket before a call: `{{"name": ..}}}`.
+                None if text[at + 1..].trim_start().starts_with(['{', '[']) => at += 1,
+                None => return None,
+            },
+            b'<' => at += tag_len(&text[at..])?,
+            // A fence line around the calls: without an info string, or `json`.
+            b'`' if text[at..].starts_with("```") => {
+                let line = text[at..].find('\n').unwrap_or(text.len() - at);
+                let info = text[at + 3..at + line].trim();
+                if !(info.is_empty() || info.eq_ignore_ascii_case("json")) {
+                    return None;
+                }
+                at += line;
+            }
+            _ => return None,
+        }
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// The calls of the JSON value `text` starts with (one call object, or a non-empty
+/// array of them) and the length of that value.
+fn next_calls(text: &str) -> Option<(Vec<WrittenCall>, usize)> {
+    // Not an untagged enum: raw arguments cannot be read from serde's buffered content.
+    let (items, len) = if text.starts_with('[') {
+        let mut values = serde_json::Deserializer::from_str(text).into_iter::<Vec<TextCall>>();
+        let items = values.next()?.ok().filter(|items| !items.is_empty())?;
+        (items, values.byte_offset())
+    } else {
+        let mut values = serde_json::Deserializer::from_str(text).into_iter::<TextCall>();
+        let item = values.next()?.ok()?;
+        (vec![item], values.byte_offset())
+    };
+    let calls = items.into_iter().map(TextCall::checked).collect::<Option<Vec<_>>>()?;
+    Some((calls, len))
+}
+
+/// The length of the tag (`<tool_call>`, `</tools>`) `text` starts with.
+fn tag_len(text: &str) -> Option<usize> {
+    let end = text.find('>')?;
+    let name = text[1..end].strip_prefix('/').unwrap_or(&text[1..end]);
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')).then_some(end + 1)
 }
 
 /// A tool call written as text; the arguments stay raw text until they are checked
@@ -92,33 +196,13 @@ struct TextCall {
     _id: Option<IgnoredAny>,
 }
 
-/// `{"name", "arguments" | "parameters"}` or an array of them, every name offered;
-/// also with every brace doubled (`{{"name": .., "arguments": {{..}}}}`), as some
-/// models copy it from their chat template.
-fn json_tool_calls(json: &str, offered: &[&str]) -> Option<Vec<WrittenCall>> {
-    let json = json.trim();
-    let items = text_calls(json).or_else(|| text_calls(&undouble_braces(json)?))?;
-    items
-        .into_iter()
-        .map(|item| {
-            if !offered.contains(&item.name.as_str()) {
-                return None;
-            }
-            let arguments = item.arguments.or(item.parameters);
-            if arguments.as_deref().is_some_and(|a| !a.get().starts_with(['{', '"', 'n'])) {
-                return None;
-            }
-            Some(WrittenCall { name: item.name, arguments })
-        })
-        .collect()
-}
-
-/// One call object or a non-empty array of them.
-fn text_calls(json: &str) -> Option<Vec<TextCall>> {
-    match json.as_bytes().first()? {
-        b'[' => serde_json::from_str::<Vec<TextCall>>(json).ok().filter(|items| !items.is_empty()),
-        b'{' => Some(vec![serde_json::from_str::<TextCall>(json).ok()?]),
-        _ => None,
+impl TextCall {
+    fn checked(self) -> Option<WrittenCall> {
+        let arguments = self.arguments.or(self.parameters);
+        if arguments.as_deref().is_some_and(|a| !a.get().starts_with(['{', '"', 'n'])) {
+            return None;
+        }
+        Some(WrittenCall { name: self.name, arguments })
     }
 }
 
@@ -172,8 +256,9 @@ mod tests {
     use crate::message::{Message, Role, ToolResult, ToolUse, Usage};
 
     /// The calls in `text` with the ids of a reply that starts a conversation.
-    fn parse_text_tool_calls(text: &str, offered: &[&str]) -> Option<(Vec<ToolUse>, String)> {
-        let (calls, rest) = super::parse_text_tool_calls(text, offered)?;
+    /// (`_offered` says what the reply was offered; calls are parsed whatever it is.)
+    fn parse_text_tool_calls(text: &str, _offered: &[&str]) -> Option<(Vec<ToolUse>, String)> {
+        let (calls, rest) = super::parse_text_tool_calls(text)?;
         let mut ids = CallIds::new(&[]);
         let calls = calls.into_iter().enumerate().map(|(n, c)| tool_use(ids.id(n), c.name, c.arguments.as_deref()));
         Some((calls.collect(), rest))
@@ -212,9 +297,18 @@ mod tests {
         let second_fence = "```rust\nfn main() {}\n```\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```";
         assert_eq!(parse_text_tool_calls(second_fence, &offered).unwrap().1, "```rust\nfn main() {}\n```");
 
+        // A tool that is not offered is still a call: the dispatch answers it with the
+        // names of the tools that are.
+        let (calls, _) = parse_text_tool_calls(r#"{"name": "add", "arguments": {"a": 2}}"#, &offered).unwrap();
+        assert_eq!(calls, vec![ToolUse::new("call_0", "add", json!({"a": 2}))]);
+
         for text in [
-            r#"{"name": "delete_everything", "arguments": {}}"#,
             r#"{"name": "get_time", "arguments": {}, "note": "extra key"}"#,
+            r#"{"name": "get_time", "arguments": 3}"#,
+            r#"{"name": "get_time", "arguments": {}} and then some prose"#,
+            r#"Call {"name": "get_time", "arguments": {}} to see."#,
+            r#"{"city": "Paris"}"#,
+            "<b>{\"name\": \"get_time\"}</b> in bold",
             r#"{"name": "get_time", "arguments": 3}"#,
             r#"[]"#,
             "The answer is 42.",
@@ -224,6 +318,30 @@ mod tests {
         ] {
             assert_eq!(parse_text_tool_calls(text, &offered), None, "{text}");
         }
+    }
+
+    /// Replies Qwen2.5-Coder-1.5B-Instruct wrote at temperature 0 behind llama.cpp's
+    /// server (seen while testing against it), each with two calls or one.
+    #[test]
+    fn forms_a_small_model_writes() {
+        let offered = ["get_weather"];
+        let paris_rome = vec![
+            ToolUse::new("call_0", "get_weather", json!({"location": "Paris"})),
+            ToolUse::new("call_1", "get_weather", json!({"location": "Rome"})),
+        ];
+        for text in [
+            "<tools>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tools>\n<tools>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Rome\"}}\n</tools>\n```",
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Rome\"}}\n</tool_call>",
+            "{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Rome\"}}",
+        ] {
+            let (calls, rest) = parse_text_tool_calls(text, &offered).unwrap();
+            assert_eq!((calls, rest.as_str()), (paris_rome.clone(), ""), "{text}");
+        }
+        let pretty =
+            "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"location\": \"Paris\"\n  }\n}\n```";
+        assert_eq!(parse_text_tool_calls(pretty, &offered).unwrap().0, paris_rome[..1]);
+        let tagged = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>";
+        assert_eq!(parse_text_tool_calls(tagged, &offered).unwrap(), (paris_rome[..1].to_vec(), "Let me look.".into()));
     }
 
     #[test]
@@ -240,8 +358,17 @@ mod tests {
         );
         let array = r#"[{{"name": "get_weather", "arguments": {{"city": "Oslo"}}}}]"#;
         assert_eq!(parse_text_tool_calls(array, &offered).unwrap().0.len(), 1);
-        // Half doubled is neither form.
-        assert_eq!(parse_text_tool_calls(r#"{{"name": "get_weather", "arguments": {}}}"#, &offered), None);
+        // Only the outer braces doubled, as Qwen2.5-Coder writes it after a chat template
+        // that shows the format so, and the closing ones sometimes doubled twice.
+        for text in [
+            r#"{{"name": "get_weather", "arguments": {"location": "Berlin"}}}"#,
+            r#"{{"name": "get_weather", "arguments": {"location": "Berlin"}}}}"#,
+            "```json\n{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Berlin\"}}}\n```",
+        ] {
+            let (calls, rest) = parse_text_tool_calls(text, &offered).unwrap();
+            assert_eq!(calls, vec![ToolUse::new("call_0", "get_weather", json!({"location": "Berlin"}))], "{text}");
+            assert_eq!(rest, "", "{text}");
+        }
     }
 
     #[test]

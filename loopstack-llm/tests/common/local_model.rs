@@ -10,18 +10,30 @@
 //! ```
 //!
 //! What it answers is a function of the request alone (the same request, the same
-//! reply), where the turn is the number of assistant messages in the request:
-//! - Tools offered and no `tool` message yet: a call of the first offered tool,
-//!   written as text, `finish_reason` `stop`. Its arguments fill each required
-//!   property: a string with the last word of the last user message (`"What is the
-//!   weather in Oslo?"` gives `"Oslo"`), a number with 1, a boolean with `true`. The
-//!   form is the [`CallStyle`]: by default a ```` ```json ```` fence on even turns and
-//!   doubled braces (`{{"name": .., "arguments": {{..}}}}`) on odd ones.
-//! - After a tool result, with a system message: a plain answer that quotes the last
-//!   tool result, `The tool says: <result>`.
-//! - After a tool result, with NO system message: the same call again, forever (the
-//!   repeat failure mode of such a model without a system prompt).
+//! reply), following what the real model did at temperature 0 (observed 2026-12-02
+//! behind llama.cpp's server with its own chat template):
 //! - No tools offered: `You said: <last user message>`.
+//! - A question (the conversation ends with a user message that holds no tool results):
+//!   a call written as text, `finish_reason` `stop`. Its arguments fill each required
+//!   property: a string with the place the question names (the words after its last
+//!   ` in `, or its last word: `"What is the weather in Oslo?"` gives `"Oslo"`), a
+//!   number with 1, a boolean with `true`. Two places (`in Paris and Rome`) are two
+//!   calls when the system prompt says `each`, else one call for `"Paris, Rome"`.
+//! - Tool results sent as `tool` messages (the API's own form, which the chat template
+//!   renders as `<tool_response>`): the same call again, whatever the system prompt
+//!   says: the real model does not answer from them.
+//! - Tool results written as text in a user message (`{"name": ..} returned: ..`, as
+//!   `OpenAi::text_tool_calls` sends them): an answer that quotes them, `The tool says:
+//!   <result>`, with a system prompt or without one.
+//! - A server started with [`LocalModel::repeating`] answers every tool result with the
+//!   same call again, however it is sent: a model stuck in a loop, for the guards that
+//!   stop one.
+//!
+//! The form of a call is the [`CallStyle`]: by default as the real model writes it, the
+//! outer braces doubled (`{{"name": .., "arguments": {..}}}`, copied from its chat
+//! template, which shows the format so), and several calls each between `<tools>` tags.
+//! Usage counts about four characters a token and, as llama.cpp's server does, reports
+//! the prompt's prefix it has seen before as cached.
 //!
 //! A stream sends the text in pieces of 8 characters, then a chunk with the
 //! `finish_reason`, a usage chunk when `stream_options.include_usage` is set, and
@@ -47,15 +59,18 @@ pub const MODEL: &str = "qwen2.5-coder-1.5b-instruct";
 /// How the server writes a tool call as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CallStyle {
-    /// A ```` ```json ```` fence on even turns, doubled braces on odd ones.
+    /// As Qwen2.5-Coder-1.5B writes it: `{{"name": .., "arguments": {..}}}` (only the
+    /// outer braces doubled); several calls each in `<tools>\n..\n</tools>`.
     #[default]
-    Alternating,
+    Observed,
     /// Always `` ```json\n{"name": .., "arguments": {..}}\n``` ``.
     Fenced,
-    /// Always `{{"name": .., "arguments": {{..}}}}`, as copied from a chat template.
+    /// Always `{{"name": .., "arguments": {{..}}}}`, every brace doubled.
     DoubledBraces,
     /// Always the bare JSON object.
     Bare,
+    /// Each call in `<tool_call>\n..\n</tool_call>` (the Hermes and Qwen format).
+    Tagged,
 }
 
 /// The running server.
@@ -66,22 +81,39 @@ pub struct LocalModel {
     requests: Arc<Mutex<Vec<Value>>>,
 }
 
-/// Starts the server with [`CallStyle::Alternating`] on 127.0.0.1 and a free port; its
+/// How the server behaves.
+#[derive(Debug, Clone, Copy)]
+struct Behaviour {
+    style: CallStyle,
+    /// Every tool result gets the same call again.
+    repeats: bool,
+}
+
+/// Starts the server with [`CallStyle::Observed`] on 127.0.0.1 and a free port; its
 /// base URL is [`LocalModel::url`].
 pub async fn start() -> LocalModel {
-    LocalModel::start_with(CallStyle::Alternating).await
+    LocalModel::start_with(CallStyle::Observed).await
 }
 
 impl LocalModel {
     /// Starts the server writing tool calls in `style`.
     pub async fn start_with(style: CallStyle) -> Self {
+        Self::serve(Behaviour { style, repeats: false }).await
+    }
+
+    /// Starts a server that answers every tool result with the same call again.
+    pub async fn repeating() -> Self {
+        Self::serve(Behaviour { style: CallStyle::Observed, repeats: true }).await
+    }
+
+    async fn serve(behaviour: Behaviour) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the local model server");
         let addr = listener.local_addr().expect("its address");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve(socket, style, recorded.clone()));
+                tokio::spawn(serve(socket, behaviour, recorded.clone()));
             }
         });
         Self { addr, requests }
@@ -98,19 +130,39 @@ impl LocalModel {
     }
 }
 
-/// The text the model answers to a request body.
+/// The text the model answers to a request body (a server that does not repeat).
 pub fn reply_text(request: &Value, style: CallStyle) -> String {
+    reply(request, Behaviour { style, repeats: false })
+}
+
+fn reply(request: &Value, Behaviour { style, repeats }: Behaviour) -> String {
     let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
     let with_role = |role: &'static str| move |m: &&Value| m["role"] == role;
-    let last_user = messages.iter().rev().find(with_role("user")).map_or(String::new(), content);
-    let has_system = messages.iter().any(|m| m["role"] == "system");
-    let last_tool = messages.iter().rev().find(with_role("tool"));
-    let turn = messages.iter().filter(with_role("assistant")).count();
-    let tool = request["tools"].as_array().and_then(|tools| tools.first()).map(|t| &t["function"]);
-    match (tool, last_tool) {
-        (None, _) => format!("You said: {last_user}"),
-        (Some(_), Some(result)) if has_system => format!("The tool says: {}", content(result)),
-        (Some(tool), _) => tool_call_text(tool, &last_user, style, turn),
+    let has_system = messages.iter().find(with_role("system")).map(content);
+    let Some(tool) = request["tools"].as_array().and_then(|tools| tools.first()).map(|t| &t["function"]) else {
+        let last_user = messages.iter().rev().find(with_role("user")).map_or(String::new(), content);
+        return format!("You said: {last_user}");
+    };
+    let is_results = |m: &Value| content(m).contains("} returned: ") || content(m).contains("} failed: ");
+    // The question: the last user message that is not tool results.
+    let question = messages
+        .iter()
+        .rev()
+        .filter(|m| m["role"] == "user")
+        .map(content)
+        .find(|text| !text.contains("} returned: ") && !text.contains("} failed: "))
+        .unwrap_or_default();
+    let each = has_system.as_deref().is_some_and(|s| s.contains("each"));
+    let calls = || tool_calls_text(tool, &question, each, style);
+    match messages.last() {
+        Some(last) if last["role"] == "user" && is_results(last) && !repeats => {
+            let results: Vec<&str> = content_str(last)
+                .split("\n\n")
+                .filter_map(|r| r.split_once("} returned: ").map(|(_, result)| result))
+                .collect();
+            format!("The tool says: {}", results.join(" "))
+        }
+        _ => calls(),
     }
 }
 
@@ -123,17 +175,50 @@ fn content(message: &Value) -> String {
     }
 }
 
-/// A call of `tool` (a `function` object of the request) written as text.
-fn tool_call_text(tool: &Value, question: &str, style: CallStyle, turn: usize) -> String {
-    let word: String = question
-        .split_whitespace()
-        .last()
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || *c == '-')
-        .collect();
+fn content_str(message: &Value) -> &str {
+    message["content"].as_str().unwrap_or_default()
+}
+
+/// The places a question names: the words after its last ` in ` (or its last word),
+/// split at ` and `.
+fn places(question: &str) -> Vec<String> {
+    let clean = |s: &str| s.chars().filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ').collect::<String>();
+    let tail = match question.rfind(" in ") {
+        Some(at) => &question[at + 4..],
+        None => question.split_whitespace().last().unwrap_or_default(),
+    };
+    let tail = tail.split(" today").next().unwrap_or(tail);
+    tail.split(" and ").map(|p| clean(p).trim().to_owned()).filter(|p| !p.is_empty()).collect()
+}
+
+/// The calls of `tool` (a `function` object of the request) for `question`, written as
+/// text: one per place when `each`, else one.
+fn tool_calls_text(tool: &Value, question: &str, each: bool, style: CallStyle) -> String {
+    let mut places = places(question);
+    if places.is_empty() {
+        places.push(String::new());
+    }
+    if !each && places.len() > 1 {
+        places = vec![places.join(", ")];
+    }
+    let calls: Vec<String> = places.iter().map(|place| call_json(tool, place)).collect();
+    match style {
+        CallStyle::Observed if calls.len() > 1 => {
+            calls.iter().map(|c| format!("<tools>\n{c}\n</tools>")).collect::<Vec<_>>().join("\n")
+        }
+        CallStyle::Observed => calls.iter().map(|c| format!("{{{c}}}")).collect::<Vec<_>>().join("\n"),
+        CallStyle::Fenced => format!("```json\n{}\n```", calls.join("\n")),
+        CallStyle::DoubledBraces => calls.iter().map(|c| double_braces(c)).collect::<Vec<_>>().join("\n"),
+        CallStyle::Bare => calls.join("\n"),
+        CallStyle::Tagged => {
+            calls.iter().map(|c| format!("<tool_call>\n{c}\n</tool_call>")).collect::<Vec<_>>().join("\n")
+        }
+    }
+}
+
+/// `{"name": "get_weather", "arguments": {"location": "Oslo"}}`, as the model writes it.
+fn call_json(tool: &Value, place: &str) -> String {
     let parameters = &tool["parameters"];
-    // Written as the model writes it: `{"name": "get_weather", "arguments": {"location": "Oslo"}}`.
     let arguments: Vec<String> = parameters["required"]
         .as_array()
         .into_iter()
@@ -143,22 +228,12 @@ fn tool_call_text(tool: &Value, question: &str, style: CallStyle, turn: usize) -
             let value = match parameters["properties"][name]["type"].as_str() {
                 Some("integer" | "number") => json!(1),
                 Some("boolean") => json!(true),
-                _ => json!(word),
+                _ => json!(place),
             };
             format!("{}: {value}", json!(name))
         })
         .collect();
-    let call = format!("{{\"name\": {}, \"arguments\": {{{}}}}}", tool["name"], arguments.join(", "));
-    let style = match style {
-        CallStyle::Alternating if turn.is_multiple_of(2) => CallStyle::Fenced,
-        CallStyle::Alternating => CallStyle::DoubledBraces,
-        other => other,
-    };
-    match style {
-        CallStyle::Fenced => format!("```json\n{call}\n```"),
-        CallStyle::DoubledBraces => double_braces(&call),
-        _ => call,
-    }
+    format!("{{\"name\": {}, \"arguments\": {{{}}}}}", tool["name"], arguments.join(", "))
 }
 
 /// `{` as `{{` and `}` as `}}` outside strings.
@@ -221,14 +296,14 @@ fn stream(model: &str, text: &str, usage: &Value, include_usage: bool) -> String
 }
 
 /// Serves the requests of one connection (keep-alive) until it closes.
-async fn serve(mut socket: TcpStream, style: CallStyle, requests: Arc<Mutex<Vec<Value>>>) {
+async fn serve(mut socket: TcpStream, behaviour: Behaviour, requests: Arc<Mutex<Vec<Value>>>) {
     socket.set_nodelay(true).ok();
     let mut buf = Vec::new();
     loop {
         let Some((path, body)) = read_request(&mut socket, &mut buf).await else { return };
         let (status, content_type, body) = if path.trim_end_matches('/').ends_with("/v1/chat/completions") {
             requests.lock().unwrap().push(body.clone());
-            answer(&body, style)
+            answer(&body, behaviour)
         } else {
             let error = json!({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}});
             (404, "application/json", error.to_string())
@@ -244,14 +319,23 @@ async fn serve(mut socket: TcpStream, style: CallStyle, requests: Arc<Mutex<Vec<
 }
 
 /// The status, content type and body answering a chat request.
-fn answer(request: &Value, style: CallStyle) -> (u16, &'static str, String) {
-    let text = reply_text(request, style);
+fn answer(request: &Value, behaviour: Behaviour) -> (u16, &'static str, String) {
+    let text = reply(request, behaviour);
     let model = request["model"].as_str().filter(|m| !m.is_empty()).unwrap_or(MODEL);
-    let prompt_chars: usize = request["messages"].as_array().into_iter().flatten().map(|m| content(m).len()).sum();
+    let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let prompt_chars: usize = messages.iter().map(|m| content(m).len()).sum();
+    // The prefix the server saw in the conversation's earlier turn: all but the newest
+    // message, once there was a turn.
+    let seen = if messages.iter().any(|m| m["role"] == "assistant") {
+        messages[..messages.len() - 1].iter().map(|m| content(m).len()).sum::<usize>() / 4
+    } else {
+        0
+    };
     let usage = json!({
         "prompt_tokens": prompt_chars / 4 + 1,
         "completion_tokens": text.len() / 4 + 1,
         "total_tokens": prompt_chars / 4 + text.len() / 4 + 2,
+        "prompt_tokens_details": {"cached_tokens": seen},
     });
     if request["stream"] == true {
         let include_usage = request["stream_options"]["include_usage"] == true;

@@ -19,6 +19,7 @@ pub(crate) struct ToolModel {
     pub(crate) timeout: Option<u64>,
     pub(crate) concurrent: Option<bool>,
     pub(crate) approve: Option<bool>,
+    pub(crate) needs_run: Option<bool>,
     pub(crate) cfgs: Vec<Attribute>,
     pub(crate) form: Form,
 }
@@ -123,6 +124,7 @@ struct Common {
     timeout: Option<u64>,
     concurrent: Option<bool>,
     approve: Option<bool>,
+    needs_run: Option<bool>,
 }
 
 fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribute], what: &str) -> Option<Common> {
@@ -184,7 +186,25 @@ fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribut
         timeout,
         concurrent: args.concurrent.as_ref().map(|c| c.value),
         approve: args.approve.as_ref().map(|c| c.value),
+        needs_run: args.needs_run.as_ref().map(|c| c.value),
     })
+}
+
+/// `needs_run` hands the call its runtime through the context: a handler that
+/// takes no `&ToolContext` could never read it, so the option is an error there,
+/// at its token.
+fn check_needs_run(cx: &mut Ctxt, args: Option<&ToolArgs>, context_seen: bool, add: &str) {
+    if let Some(flag) = args.and_then(|a| a.needs_run.as_ref()).filter(|f| f.value)
+        && !context_seen
+    {
+        cx.error_spanned_by(
+            flag,
+            format!(
+                "`needs_run` gives the call its runtime through its context, which this tool does not take: add \
+                 {add} and read the runtime with `cx.runtime()?`"
+            ),
+        );
+    }
 }
 
 fn check_sig_basics(cx: &mut Ctxt, sig: &Signature, what: &str) {
@@ -293,6 +313,7 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
         params.push(FnParam::Arg { ident, ty: pat_ty.ty.clone(), attrs: moved });
     }
 
+    check_needs_run(&mut cx, args.as_ref(), context_seen, "a `cx: &ToolContext` parameter");
     let common = args.as_ref().and_then(|args| common(&mut cx, args, &fn_ident, &item.attrs, "fn"));
     let output = Output::of(&item.sig.output, fn_ident.span());
     let stub = ToolStub {
@@ -308,6 +329,7 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
             timeout: c.timeout,
             concurrent: c.concurrent,
             approve: c.approve,
+            needs_run: c.needs_run,
             cfgs,
             form: Form::Fn(FnForm { item, struct_ident, params, output }),
         }),
@@ -358,6 +380,7 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
     let handle_ident = handle.map_or_else(|| Ident::new("handle", Span::call_site()), |sig| sig.ident.clone());
     let mut params = Vec::new();
     let mut output = Output::Value { span: type_ident.span() };
+    let mut context_seen = false;
     match handle {
         None => cx.error_spanned_by(
             &item.self_ty,
@@ -374,7 +397,6 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
                 None => cx.error_spanned_by(&sig.ident, "`handle` takes `&self` first"),
             }
             let mut args_seen = false;
-            let mut context_seen = false;
             for input in inputs {
                 let FnArg::Typed(p) = input else { continue };
                 match reference_kind(&p.ty) {
@@ -400,6 +422,9 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
             }
         }
     }
+    if handle.is_some() {
+        check_needs_run(&mut cx, args.as_ref(), context_seen, "a `cx: &ToolContext` parameter to `handle`");
+    }
     let common = args.as_ref().and_then(|args| common(&mut cx, args, &type_ident, &item.attrs, "`impl` block"));
     match (cx.is_ok(), common) {
         (true, Some(c)) => {
@@ -411,6 +436,7 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
                 timeout: c.timeout,
                 concurrent: c.concurrent,
                 approve: c.approve,
+                needs_run: c.needs_run,
                 cfgs,
                 form: Form::Impl(ImplForm {
                     self_ty: (*item.self_ty).clone(),

@@ -1,0 +1,156 @@
+//! A model fallback chain: which errors move a turn to the next model, what the saved
+//! message and the events say about it, the error when every model fails, and a turn
+//! run again starting from the first model.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use loopstack_core::{EventKind, RunStatus, Runtime, ToolRegistry};
+use loopstack_llm::{Agent, AgentError, AskError, LlmError, Message, ScriptedModel};
+
+mod common;
+
+use common::weather::Weather;
+
+fn tools() -> ToolRegistry {
+    ToolRegistry::new().with(Weather::default()).unwrap()
+}
+
+/// A model that fails with `error` while `failing` is set (counting its calls), and
+/// answers `text` after.
+fn flaky(
+    error: fn(&str) -> LlmError,
+    failing: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+    text: &'static str,
+) -> ScriptedModel {
+    ScriptedModel::from_fn(move |request| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        if failing.load(Ordering::SeqCst) {
+            Err(error(&request.model))
+        } else {
+            Ok(loopstack_llm::ChatResponse::new(
+                Message::assistant(text),
+                loopstack_llm::StopReason::EndTurn,
+                loopstack_llm::Usage::new(10, 2),
+                request.model.clone(),
+            ))
+        }
+    })
+}
+
+fn overloaded(model: &str) -> LlmError {
+    LlmError::Overloaded { provider: "scripted", model: model.to_owned(), message: "overloaded".into() }
+}
+
+fn rate_limited(model: &str) -> LlmError {
+    LlmError::RateLimited {
+        provider: "scripted",
+        model: model.to_owned(),
+        retry_after: None,
+        message: "slow down".into(),
+    }
+}
+
+fn refused(model: &str) -> LlmError {
+    LlmError::InvalidRequest { provider: "scripted", model: model.to_owned(), status: 400, message: "bad".into() }
+}
+
+struct Chain {
+    agent: Agent,
+    failing: [Arc<AtomicBool>; 2],
+    calls: [Arc<AtomicUsize>; 2],
+}
+
+/// A primary (`big`) and a fallback (`small`, registered as `spare`), each failing with
+/// its error until told otherwise.
+fn chain(first: fn(&str) -> LlmError, second: fn(&str) -> LlmError) -> Chain {
+    let failing = [Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false))];
+    let calls = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let primary = flaky(first, failing[0].clone(), calls[0].clone(), "From the big model.");
+    let spare = flaky(second, failing[1].clone(), calls[1].clone(), "From the small model.");
+    let agent = Agent::new(primary, "big", tools()).fallback_named("spare", spare, "small");
+    Chain { agent, failing, calls }
+}
+
+#[tokio::test]
+async fn an_overloaded_model_falls_back_and_the_message_says_which_answered() {
+    let chain = chain(overloaded, refused);
+    let runtime = Runtime::new();
+    let mut events = runtime.subscribe();
+    let reply = chain.agent.ask(&runtime, "Weather?").await.unwrap();
+    assert_eq!(reply.text, "From the small model.");
+    // (Subscribed, the turn streams: a stream that fails is asked once more unstreamed
+    // before the chain moves on, so the first model saw two requests.)
+    assert_eq!(chain.calls[1].load(Ordering::SeqCst), 1);
+
+    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    let answer = docs.last().unwrap();
+    assert_eq!(answer.metadata["model"], "small");
+    assert_eq!(answer.metadata["provider"], "scripted");
+    assert_eq!(
+        answer.metadata["fallbacks"],
+        serde_json::json!([{"provider": "scripted", "model": "big", "error": "scripted (big): overloaded: overloaded"}])
+    );
+    let mut fallbacks = Vec::new();
+    while let Some(event) = events.try_recv() {
+        if let EventKind::Custom { name, data } = &event.unwrap().kind
+            && name == "model_fallback"
+        {
+            fallbacks.push((data["model"].clone(), data["next_provider"].clone(), data["next_model"].clone()));
+        }
+    }
+    assert_eq!(fallbacks, [("big".into(), "spare".into(), "small".into())]);
+}
+
+#[tokio::test]
+async fn a_refused_request_does_not_fall_back() {
+    let chain = chain(refused, overloaded);
+    let err = chain.agent.ask(&Runtime::new(), "Weather?").await.unwrap_err();
+    let AskError::Step { source: AgentError::Llm(LlmError::InvalidRequest { model, .. }), .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(model, "big");
+    assert_eq!(chain.calls[1].load(Ordering::SeqCst), 0, "the fallback was not asked");
+}
+
+#[tokio::test]
+async fn when_every_model_fails_one_error_lists_each_failure() {
+    let chain = chain(overloaded, rate_limited);
+    chain.failing[1].store(true, Ordering::SeqCst);
+    let runtime = Runtime::new();
+    let err = chain.agent.ask(&runtime, "Weather?").await.unwrap_err();
+    let AskError::Step { run_id, source: AgentError::AllModelsFailed { failures }, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(matches!(&failures[..], [LlmError::Overloaded { .. }, LlmError::RateLimited { .. }]), "{failures:?}");
+    assert_eq!(
+        err.to_string().split_once(": ").unwrap().1,
+        "every model failed: scripted (big): overloaded: overloaded; scripted (small): rate limited: slow down"
+    );
+    assert_eq!(runtime.store().load_run(*run_id).await.unwrap().status, RunStatus::Failed);
+
+    // Run again (as after a crash, or a retry), the turn starts from the first model.
+    chain.failing[0].store(false, Ordering::SeqCst);
+    chain.failing[1].store(false, Ordering::SeqCst);
+    runtime.retry(&chain.agent, *run_id).await.unwrap();
+    let docs = runtime.store().documents(*run_id).await.unwrap();
+    assert_eq!(docs.last().unwrap().metadata["model"], "big");
+    assert_eq!(docs.last().unwrap().metadata.get("fallbacks"), None);
+    assert_eq!((chain.calls[0].load(Ordering::SeqCst), chain.calls[1].load(Ordering::SeqCst)), (2, 1));
+}
+
+#[tokio::test]
+async fn a_fallback_that_is_not_registered_is_an_error_before_any_model_is_asked() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let primary = flaky(overloaded, Arc::new(AtomicBool::new(false)), calls.clone(), "ok");
+    let models = loopstack_llm::Models::new().with(primary);
+    let options = loopstack_llm::GenerateOptions::new("scripted", "big").fallback("missing", "m");
+    let agent = Agent::with_models(models, options, tools());
+    let err = agent.ask(&Runtime::new(), "Weather?").await.unwrap_err();
+    assert!(
+        matches!(&err, AskError::Step { source: AgentError::UnknownProvider { provider, .. }, .. } if provider == "missing"),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
