@@ -365,6 +365,12 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
         "document.querySelector('.live-activity').textContent.includes('the model is writing')",
     )
     .await;
+    until(
+        client,
+        "a tool call forming as the model writes it",
+        "document.querySelector('.live-activity').textContent.includes('the model is calling get_weather')",
+    )
+    .await;
     element(client, ".bubble.tools .tool-result").await;
     until(
         client,

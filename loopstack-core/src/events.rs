@@ -80,6 +80,18 @@ pub enum EventKind {
         /// The text.
         text: String,
     },
+    /// A piece of a tool call's arguments, as the model writes them in a streamed
+    /// reply: the first piece of each call (with empty `partial_json`) says the call
+    /// began; joined in order, the pieces are the call's arguments as JSON text. The
+    /// call runs later, as [`EventKind::ToolCallStarted`].
+    ToolCallDelta {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// The next piece of the arguments' JSON text.
+        partial_json: String,
+    },
     /// A tool call began.
     ToolCallStarted {
         /// The call's id.

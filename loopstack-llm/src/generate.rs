@@ -601,11 +601,25 @@ impl Failure {
 /// `stream_restarted` says so.
 async fn streamed(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext) -> Result<ChatResponse, LlmError> {
     let mut stream = model.stream(request);
+    // The calls being written: content index, id and tool name.
+    let mut calls: Vec<(usize, String, String)> = Vec::new();
     let error = loop {
         match stream.next().await {
             Some(Ok(StreamEvent::TextDelta { text, .. })) => cx.emit(|| EventKind::TextDelta { text }),
+            Some(Ok(StreamEvent::ToolUseStart { index, id, name })) => {
+                cx.emit(|| EventKind::ToolCallDelta {
+                    call_id: id.clone(),
+                    name: name.clone(),
+                    partial_json: String::new(),
+                });
+                calls.push((index, id, name));
+            }
+            Some(Ok(StreamEvent::ToolInputDelta { index, partial_json })) => {
+                if let Some((_, id, name)) = calls.iter().find(|(i, ..)| *i == index) {
+                    cx.emit(|| EventKind::ToolCallDelta { call_id: id.clone(), name: name.clone(), partial_json });
+                }
+            }
             Some(Ok(StreamEvent::Done(response))) => return Ok(response),
-            Some(Ok(_)) => {}
             Some(Err(e)) => break e,
             None => {
                 break LlmError::MalformedResponse {

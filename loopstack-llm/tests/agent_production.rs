@@ -86,6 +86,24 @@ async fn events_stream_the_answer_word_by_word_and_report_tool_calls_and_usage()
         .filter_map(|k| if let EventKind::ToolCallStarted { call_id, .. } = k { Some(call_id.as_str()) } else { None })
         .collect();
     assert_eq!(started, ["c1", "c2"]);
+    // The calls' arguments streamed as the model wrote them, before the calls ran.
+    let mut forming: Vec<(String, String, String)> = Vec::new();
+    for kind in &kinds {
+        if let EventKind::ToolCallDelta { call_id, name, partial_json } = kind {
+            match forming.iter_mut().find(|(id, ..)| id == call_id) {
+                Some((_, _, json)) => json.push_str(partial_json),
+                None => forming.push((call_id.clone(), name.clone(), partial_json.clone())),
+            }
+        }
+    }
+    let parsed: Vec<(&str, &str, Value)> = forming
+        .iter()
+        .map(|(id, name, json)| (id.as_str(), name.as_str(), serde_json::from_str(json).unwrap()))
+        .collect();
+    assert_eq!(parsed, [("c1", "get_weather", json!({"location": "Oslo"})), ("c2", "get_weather", json!({"city": 1}))]);
+    let first_forming = kinds.iter().position(|k| matches!(k, EventKind::ToolCallDelta { .. })).unwrap();
+    let first_started = kinds.iter().position(|k| matches!(k, EventKind::ToolCallStarted { .. })).unwrap();
+    assert!(first_forming < first_started);
     let finished: Vec<(&str, Option<&str>)> = kinds
         .iter()
         .filter_map(|k| match k {

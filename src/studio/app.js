@@ -380,6 +380,7 @@
         // A new step: what the model writes now belongs to it.
         view.step = event.step;
         if (view.streaming && view.streaming.step !== event.step) view.streaming = null;
+        view.forming = null;
         line("\u25b6 " + event.transition + ": " + event.from + " \u2192 " + event.to);
         for (const g of document.querySelectorAll(".diagram .edge.running")) g.classList.remove("running");
         const edge = document.querySelector(`.diagram .edge[data-transition="${CSS.escape(event.transition)}"][data-from="${CSS.escape(event.from)}"]`);
@@ -396,6 +397,23 @@
           if (chat) chat.appendChild(bubble);
         }
         view.streaming.text.textContent += event.text;
+        break;
+      }
+      case "tool_call_delta": {
+        // A call the model is writing: its arguments grow in a bubble of their own.
+        view.forming = view.forming || new Map();
+        let forming = view.forming.get(event.call_id);
+        if (!forming) {
+          line("\u270e the model is calling " + event.name + " (" + event.call_id + ")");
+          const args = h("pre", { class: "args" });
+          const bubble = h("div", { class: "bubble assistant streaming", "data-forming": event.call_id },
+            h("div", { class: "who", text: "assistant \u00b7 calling " + event.name + "\u2026" }), args);
+          forming = { bubble, args };
+          view.forming.set(event.call_id, forming);
+          const chat = document.getElementById("conversation");
+          if (chat) chat.appendChild(bubble);
+        }
+        forming.args.textContent += event.partial_json;
         break;
       }
       case "tool_call_started":
