@@ -13,7 +13,8 @@
 //! - `die`: the process exits during the call;
 //! - `meta`: the request's `_meta` back, as structured content;
 //! - `pid`: the process id, to tell a restarted server from the first;
-//! - `grow`: offers one more tool, `extra`, and sends `notifications/tools/list_changed`.
+//! - `grow`: offers one more tool, `extra`, and sends `notifications/tools/list_changed`;
+//! - `shrink`: offers `extra` no more, and sends `notifications/tools/list_changed`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +59,7 @@ impl Faults {
             Tool::new("meta", "Returns the request's _meta.", no_args()),
             Tool::new("pid", "Returns the server's process id.", no_args()),
             Tool::new("grow", "Offers the tool `extra` from now on.", no_args()),
+            Tool::new("shrink", "Offers the tool `extra` no more.", no_args()),
         ];
         if self.grown.load(Ordering::SeqCst) {
             tools.push(Tool::new("extra", "Offered after `grow`.", no_args()));
@@ -111,10 +113,10 @@ impl ServerHandler for Faults {
                 Ok(CallToolResult::structured(Value::Object(meta)))
             }
             "pid" => Ok(CallToolResult::success(vec![Content::text(std::process::id().to_string())])),
-            "grow" => {
-                self.grown.store(true, Ordering::SeqCst);
+            "grow" | "shrink" => {
+                self.grown.store(&*request.name == "grow", Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;
-                Ok(CallToolResult::success(vec![Content::text("grown")]))
+                Ok(CallToolResult::success(vec![Content::text("done")]))
             }
             "extra" if self.grown.load(Ordering::SeqCst) => Ok(CallToolResult::success(vec![Content::text("extra")])),
             other => Err(ErrorData::invalid_params(format!("no tool named {other}"), None)),

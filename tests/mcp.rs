@@ -372,6 +372,16 @@ async fn a_changed_tool_list_is_listed_again() {
     mcp.register(&mut fresh).unwrap();
     let out = patiently("extra", fresh.call("f_extra", json!({}), &cx)).await.unwrap();
     assert_eq!(text(&out), "extra");
+    // Offered no more: its calls are error results that say so.
+    patiently("shrink", registry.call("f_shrink", json!({}), &cx)).await.unwrap();
+    patiently("the second list_changed notification", async {
+        while changes.borrow_and_update().iter().any(|n| n == "f_extra") {
+            changes.changed().await.unwrap();
+        }
+    })
+    .await;
+    let gone = patiently("extra", fresh.call("f_extra", json!({}), &cx)).await.unwrap_err();
+    assert_eq!(gone.to_string(), "the MCP server `faults` no longer offers the tool `extra`");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -416,7 +426,7 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         stdout.contains(
-            "MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, cancelled, die, meta, pid, grow"
+            "MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, cancelled, die, meta, pid, grow, shrink"
         ),
         "{stdout}"
     );
