@@ -9,6 +9,8 @@
 //! cargo run --example weather -- --db runs.db                  # keep runs in runs.db (default weather.db)
 //! cargo run --example weather -- --resume RUN_ID               # resume a run whose process died
 //! cargo run --example weather -- --db memory                   # keep nothing
+//! # the tools of MCP servers too: a command (stdio, repeatable) or a URL (streamable HTTP)
+//! cargo run --example weather -- --mcp "npx -y @modelcontextprotocol/server-everything" --mcp-url http://127.0.0.1:3001/mcp
 //! ANTHROPIC_API_KEY=... cargo run --example weather -- --provider anthropic
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai --model gpt-4o-mini
 //! OPENAI_BASE_URL=http://localhost:11434/v1 cargo run --example weather -- --provider openai --model llama3.2
@@ -148,12 +150,11 @@ impl ToolCallWorkflow {
 
 impl ToolCallWorkflow {
     fn new(models: Models, options: GenerateOptions) -> Result<Self, loopstack::RegistryError> {
-        let tools = ToolRegistry::new().with(GetWeather)?;
-        Ok(Self {
-            llm: LlmGenerateText::new(models, tools.clone()),
-            delegate: LlmDelegateToolCalls::new(tools),
-            options,
-        })
+        Ok(Self::with_tools(models, options, ToolRegistry::new().with(GetWeather)?))
+    }
+
+    fn with_tools(models: Models, options: GenerateOptions, tools: ToolRegistry) -> Self {
+        Self { llm: LlmGenerateText::new(models, tools.clone()), delegate: LlmDelegateToolCalls::new(tools), options }
     }
 }
 
@@ -197,12 +198,17 @@ struct Args {
     text_tool_calls: bool,
     system: Option<String>,
     temperature: Option<f32>,
+    /// MCP servers started as these command lines, their tools given to the agent.
+    mcp: Vec<String>,
+    /// MCP servers at these URLs (streamable HTTP), their tools given to the agent.
+    mcp_urls: Vec<String>,
 }
 
 const USAGE: &str = "\
 usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
                [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
                [--db PATH|memory] [--resume RUN_ID] [--mermaid]
+               [--mcp 'COMMAND ARGS...']... [--mcp-url URL]...
 
   --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
                      openai (OPENAI_API_KEY, OPENAI_BASE_URL for local servers)
@@ -215,6 +221,10 @@ usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question
   --db               the SQLite file runs are kept in (default weather.db), or memory
   --resume           resume the run with this id from the store
   --mermaid          print the workflow's state diagram and exit
+  --mcp              also give the agent the tools of the MCP server this command
+                     line starts (stdio; repeatable)
+  --mcp-url          also give the agent the tools of the MCP server at this URL
+                     (streamable HTTP; repeatable)
 
 Exit status: 0 for a complete answer, 1 when the run failed or its answer is not
 one (empty, a tool call written as text, cut off, a model repeating itself), 2 for
@@ -238,6 +248,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         text_tool_calls: false,
         system: None,
         temperature: None,
+        mcp: Vec::new(),
+        mcp_urls: Vec::new(),
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -260,6 +272,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "--stream" => parsed.stream = true,
             "--mermaid" => parsed.mermaid = true,
             "--db" => parsed.db = value()?,
+            "--mcp" => parsed.mcp.push(value()?),
+            "--mcp-url" => parsed.mcp_urls.push(value()?),
             "--resume" => {
                 let id = value()?;
                 parsed.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
@@ -284,6 +298,19 @@ fn model_for(args: &Args) -> Result<(Models, &'static str), Box<dyn std::error::
         }
         other => return Err(format!("unknown provider `{other}`; use anthropic, openai or scripted").into()),
     })
+}
+
+/// `get_weather`, and the tools of the MCP servers of `--mcp` and `--mcp-url`.
+async fn tools_for(args: &Args) -> Result<ToolRegistry, Box<dyn std::error::Error>> {
+    use loopstack::mcp::{McpRegistryExt as _, McpServer};
+    let mut tools = ToolRegistry::new().with(GetWeather)?;
+    let commands = args.mcp.iter().map(|line| McpServer::command_line(line));
+    let urls = args.mcp_urls.iter().map(|url| Ok(McpServer::http(url)));
+    for server in commands.chain(urls) {
+        let server = tools.add_mcp(server?).await?;
+        println!("MCP server `{}`: {}", server.server_name(), server.tool_names().join(", "));
+    }
+    Ok(tools)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -353,10 +380,11 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     }
     let (models, default_model) = model_for(&args)?;
     let model = args.model.clone().unwrap_or_else(|| default_model.to_owned());
-    let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(["get_weather"]).max_tokens(1024);
+    let tools = tools_for(&args).await?;
+    let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(tools.names()).max_tokens(1024);
     options.settings.system.clone_from(&args.system);
     options.settings.temperature = args.temperature;
-    let workflow = ToolCallWorkflow::new(models, options)?;
+    let workflow = ToolCallWorkflow::with_tools(models, options, tools);
 
     let runtime = if args.db == "memory" {
         Runtime::new()
@@ -527,6 +555,14 @@ mod tests {
             "--temperature `hot` is not a number: invalid float literal"
         );
         assert_eq!(args(&["--bogus"]).err().unwrap(), "unknown flag `--bogus`; see --help");
+    }
+
+    #[test]
+    fn mcp_flags_repeat() {
+        let flags = ["--mcp", "npx -y server-a", "--mcp-url", "http://127.0.0.1:3001/mcp", "--mcp", "server-b"];
+        let Ok(Command::Run(parsed)) = parse_args(flags.map(str::to_owned)) else { panic!("flags") };
+        assert_eq!(parsed.mcp, ["npx -y server-a", "server-b"]);
+        assert_eq!(parsed.mcp_urls, ["http://127.0.0.1:3001/mcp"]);
     }
 
     async fn final_status(model: ScriptedModel) -> AgentStatus {

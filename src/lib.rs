@@ -38,8 +38,9 @@
 //! Features: `macros` (default) for the two macros; `anthropic` and `openai` (default)
 //! for the HTTP providers, which pull in reqwest with rustls; `sqlite` (default) and
 //! `postgres` for the durable stores; `cli` (default) for [`cli`], a command line for
-//! your binary (clap), and `serve` (default) for [`serve`], an HTTP API for the runs
-//! (axum). A build that needs neither turns the defaults off.
+//! your binary (clap), `serve` (default) for [`serve`], an HTTP API for the runs
+//! (axum), and `mcp` (default) for [`mcp`], the tools of MCP servers (rmcp). A build
+//! that needs neither turns the defaults off.
 //!
 //! # A workflow
 //!
@@ -387,6 +388,15 @@ pub mod store {
 /// The LLM layer: messages, providers, the scripted model, tool delegation and the
 /// agent loop.
 pub use loopstack_llm as llm;
+
+/// The MCP client (feature `mcp`): the tools of Model Context Protocol servers, over
+/// stdio or streamable HTTP, as tools of a [`ToolRegistry`]; `loopstack_llm::mcp`.
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp {
+    #[doc(inline)]
+    pub use loopstack_llm::mcp::*;
+}
 
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]

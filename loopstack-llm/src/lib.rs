@@ -32,6 +32,8 @@
 //! # Ok::<(), loopstack_llm::AskError>(()) }).unwrap();
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod agent;
 mod cache;
 mod call_result;
@@ -88,3 +90,7 @@ pub use http::RetryPolicy;
 pub use openai::OpenAi;
 #[cfg(feature = "http")]
 pub use sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};
+
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;

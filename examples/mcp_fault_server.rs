@@ -1,0 +1,140 @@
+//! An MCP server (stdio, written with rmcp) that misbehaves on request, for the MCP
+//! client's tests (tests/mcp.rs): `cargo run --example mcp_fault_server --features mcp`.
+//!
+//! Started with `--exit` it exits before the handshake, with `--hang` it never
+//! answers it. Otherwise it serves these tools:
+//!
+//! - `echo {text}`: the text back;
+//! - `weather {city}`: a structured result (`{"city": .., "temperature": 21}`);
+//! - `fail`: a result with `isError`;
+//! - `reject`: a JSON-RPC error instead of a result;
+//! - `sleep`: no answer until the client cancels the call;
+//! - `cancelled`: how many calls the client has cancelled;
+//! - `die`: the process exits during the call;
+//! - `meta`: the request's `_meta` back, as structured content;
+//! - `pid`: the process id, to tell a restarted server from the first;
+//! - `grow`: offers one more tool, `extra`, and sends `notifications/tools/list_changed`;
+//! - `shrink`: offers `extra` no more, and sends `notifications/tools/list_changed`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, Content, ErrorData, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerInfo, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt as _};
+use serde_json::{Value, json};
+
+#[derive(Clone, Default)]
+struct Faults {
+    grown: Arc<AtomicBool>,
+    cancelled: Arc<AtomicU64>,
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => unreachable!("schemas are objects"),
+    }
+}
+
+fn no_args() -> Arc<JsonObject> {
+    schema(json!({"type": "object", "properties": {}}))
+}
+
+impl Faults {
+    fn tools(&self) -> Vec<Tool> {
+        let text = schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}));
+        let city = schema(json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}));
+        let mut tools = vec![
+            Tool::new("echo", "Echoes the text back.", text),
+            Tool::new("weather", "The weather in a city, as structured content.", city),
+            Tool::new("fail", "Always answers with an error result.", no_args()),
+            Tool::new("reject", "Always answers with a JSON-RPC error.", no_args()),
+            Tool::new("sleep", "Answers only when cancelled.", no_args()),
+            Tool::new("cancelled", "How many calls were cancelled.", no_args()),
+            Tool::new("die", "Exits the server during the call.", no_args()),
+            Tool::new("meta", "Returns the request's _meta.", no_args()),
+            Tool::new("pid", "Returns the server's process id.", no_args()),
+            Tool::new("grow", "Offers the tool `extra` from now on.", no_args()),
+            Tool::new("shrink", "Offers the tool `extra` no more.", no_args()),
+        ];
+        if self.grown.load(Ordering::SeqCst) {
+            tools.push(Tool::new("extra", "Offered after `grow`.", no_args()));
+        }
+        tools
+    }
+}
+
+impl ServerHandler for Faults {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo {
+            capabilities: ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build(),
+            ..ServerInfo::default()
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let arg = |name: &str| args.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+        match &*request.name {
+            "echo" => Ok(CallToolResult::success(vec![Content::text(arg("text"))])),
+            "weather" => Ok(CallToolResult::structured(json!({"city": arg("city"), "temperature": 21}))),
+            "fail" => Ok(CallToolResult::error(vec![Content::text("the disk is full")])),
+            "reject" => Err(ErrorData::invalid_params("the fault server rejects this call", None)),
+            "sleep" => {
+                context.ct.cancelled().await;
+                self.cancelled.fetch_add(1, Ordering::SeqCst);
+                Ok(CallToolResult::error(vec![Content::text("cancelled")]))
+            }
+            "cancelled" => {
+                Ok(CallToolResult::success(vec![Content::text(self.cancelled.load(Ordering::SeqCst).to_string())]))
+            }
+            "die" => std::process::exit(3),
+            "meta" => {
+                let mut meta = context.meta.0.clone();
+                if let Some(own) = request.meta {
+                    meta.extend(own.0);
+                }
+                Ok(CallToolResult::structured(Value::Object(meta)))
+            }
+            "pid" => Ok(CallToolResult::success(vec![Content::text(std::process::id().to_string())])),
+            "grow" | "shrink" => {
+                self.grown.store(&*request.name == "grow", Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                Ok(CallToolResult::success(vec![Content::text("done")]))
+            }
+            "extra" if self.grown.load(Ordering::SeqCst) => Ok(CallToolResult::success(vec![Content::text("extra")])),
+            other => Err(ErrorData::invalid_params(format!("no tool named {other}"), None)),
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    match std::env::args().nth(1).as_deref() {
+        Some("--exit") => std::process::exit(2),
+        Some("--hang") => {
+            // Reads nothing, answers nothing, until it is killed.
+            std::future::pending::<()>().await;
+        }
+        _ => {}
+    }
+    let service = Faults::default().serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
