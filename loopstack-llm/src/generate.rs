@@ -302,6 +302,9 @@ pub struct TurnExtras {
     pub tools: Vec<Arc<ToolSpec>>,
     /// The schema the reply's text must follow.
     pub response_schema: Option<ResponseSchema>,
+    /// What of the conversation is sent, when not all of it (see
+    /// [`ContextPolicy`](crate::ContextPolicy)).
+    pub context: Option<crate::ContextWindow>,
 }
 
 /// What a model turn produced; small and serde, so a workflow keeps it in its state.
@@ -461,7 +464,10 @@ impl LlmGenerateText {
             })
             .collect::<Result<Vec<_>, _>>()?;
         tools.extend(extras.tools.iter().cloned());
-        let messages = conversation_named(cx, options.conversation.as_deref())?;
+        let mut messages = conversation_named(cx, options.conversation.as_deref())?;
+        if let Some(window) = &extras.context {
+            crate::context::apply(&mut messages, window);
+        }
         let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
         request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);

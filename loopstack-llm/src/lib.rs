@@ -37,6 +37,7 @@
 mod agent;
 mod cache;
 mod call_result;
+mod context;
 mod delegate;
 pub mod dispatch;
 pub mod error;
@@ -67,6 +68,7 @@ pub use scripted::ScriptedModel;
 pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 
 pub use cache::{CacheBreakpoint, PromptCache};
+pub use context::{ContextPolicy, ContextWindow, SUMMARY_PROMPT, check_pairing};
 pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,

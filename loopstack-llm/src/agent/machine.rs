@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use loopstack_core::{ChildEnded, RunContext};
+use loopstack_core::{ChildEnded, EventKind, RunContext};
 use loopstack_macros::workflow;
 use serde_json::Value;
 
@@ -11,6 +11,9 @@ use super::answer::{RESPOND_TOOL, feedback};
 use super::{
     Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, RaiseLimit, Repeats, ToolDecisions,
     ToolsCompleted, UserMessage,
+};
+use crate::context::{
+    ContextPolicy, ContextWindow, SUMMARY_PROMPT, estimate_tokens, plan, summary_input, window_tokens,
 };
 use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
@@ -66,10 +69,43 @@ impl Agent {
         Ok(())
     }
 
+    /// Leaves the oldest whole turns out of what is sent (summarized first, with
+    /// [`ContextPolicy::Summarize`]) when the next turn's input would pass the
+    /// policy's threshold; at most once before each turn.
+    #[transition(from = Ready, to = Ready, priority = 5)]
+    #[guard(needs_compaction)]
+    async fn compact(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let (_, target) = self.context.limits().expect("checked by the guard");
+        state.compacted_turn = Some(state.turns);
+        let messages = shared_conversation(cx, self.conversation_name())?;
+        let current = state.context.clone().unwrap_or_default();
+        let Some(from) = plan(&messages, current.from, target) else {
+            tracing::warn!(estimate = state.input_estimate, "the conversation cannot be compacted further");
+            return Ok(());
+        };
+        let summary = match self.context {
+            ContextPolicy::Summarize { .. } => {
+                let left_out = &messages[current.from.max(1)..from];
+                Some(self.summarize(state, left_out, current.summary.as_deref()).await?)
+            }
+            _ => None,
+        };
+        let window = ContextWindow { from, summary };
+        state.input_estimate = window_tokens(&messages, &window);
+        tracing::info!(from, estimate = state.input_estimate, "compacted the conversation sent to the model");
+        let estimate = state.input_estimate;
+        cx.emit(|| EventKind::Custom {
+            name: "context_compacted".into(),
+            data: serde_json::json!({"from": from, "left_out": from - 1, "estimate": estimate}),
+        });
+        state.context = Some(window);
+        Ok(())
+    }
+
     /// One model turn.
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        let result = match self.extras() {
+        let result = match self.extras(state) {
             None => self.generate.call(cx, &self.options).await?,
             Some(extras) => self.generate.call_with(cx, &self.options, &extras).await?,
         };
@@ -82,6 +118,17 @@ impl Agent {
                 .or_else(|| self.prices.cost(&result.model, &result.usage));
             state.last_turn_cost = cost.unwrap_or(0.0);
             state.cost += state.last_turn_cost;
+        }
+        if self.context.limits().is_some() {
+            // The next turn sends what this one did and its reply: the provider's count
+            // of this turn's input, or the estimate of the messages, if that is more.
+            let reported = result.usage.input_tokens
+                + result.usage.cache_read_input_tokens
+                + result.usage.cache_creation_input_tokens;
+            let messages = shared_conversation(cx, self.conversation_name())?;
+            let (reply, sent) = messages.split_last().expect("the turn saved its reply");
+            let window = state.context.clone().unwrap_or_default();
+            state.input_estimate = reported.max(window_tokens(sent, &window)) + estimate_tokens(reply);
         }
         state.last_stop = Some(result.stop_reason.clone());
         state.answer_error = None;
@@ -187,6 +234,7 @@ impl Agent {
         if !answered {
             self.save(cx, &feedback(&error, !self.structured))?;
         }
+        self.count_new_input(state, cx)?;
         Ok(())
     }
 
@@ -315,8 +363,8 @@ impl Agent {
     /// Back to the model once every call has its result.
     #[transition(from = AwaitingTools, to = Ready)]
     #[guard(all_tools_complete)]
-    async fn tools_complete(&self, _state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
-        Ok(())
+    async fn tools_complete(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        self.count_new_input(state, cx)
     }
 
     /// Ends a run whose answer was cut at the token limit.
@@ -348,6 +396,7 @@ impl Agent {
         message: UserMessage,
     ) -> Result<(), AgentError> {
         self.save(cx, &Message::user(message.text))?;
+        self.count_new_input(state, cx)?;
         state.status = None;
         state.output = None;
         Ok(())
@@ -372,6 +421,13 @@ impl Agent {
     /// Whether a limit forbids the next turn: the turn, token or cost budget.
     pub fn over_budget(&self, state: &AgentState) -> bool {
         self.budget_reached(state).is_some()
+    }
+
+    /// Whether the next turn's input would pass the context policy's threshold, and
+    /// the agent has not compacted before this turn yet.
+    pub fn needs_compaction(&self, state: &AgentState) -> bool {
+        self.context.limits().is_some_and(|(max, _)| state.input_estimate > max)
+            && state.compacted_turn != Some(state.turns)
     }
 
     /// Whether a limit forbids the next turn and the run waits for it to be raised
@@ -434,6 +490,36 @@ impl Agent {
 }
 
 impl Agent {
+    /// Adds the newest message (tool results, a user's message) to the estimate of the
+    /// next turn's input, with a context policy.
+    fn count_new_input(&self, state: &mut AgentState, cx: &RunContext) -> Result<(), AgentError> {
+        if self.context.limits().is_some() {
+            state.input_estimate += estimate_tokens(&*last_message(cx, self.conversation_name())?);
+        }
+        Ok(())
+    }
+
+    /// Summarizes the turns left out (and the summary before them) with the agent's
+    /// model; its tokens and cost are the run's.
+    async fn summarize(
+        &self,
+        state: &mut AgentState,
+        left_out: &[Arc<Message>],
+        previous: Option<&str>,
+    ) -> Result<String, AgentError> {
+        let model = self.generate.models().get(&self.options.provider)?;
+        let input = summary_input(previous, left_out);
+        let request = crate::ChatRequest::new(self.options.model.clone(), vec![Message::user(input)])
+            .system(SUMMARY_PROMPT)
+            .max_tokens(1024);
+        let response = model.chat(&request).await?;
+        state.usage += response.usage;
+        if let Some(cost) = self.prices.cost(&self.options.model, &response.usage) {
+            state.cost += cost;
+        }
+        Ok(response.message.text())
+    }
+
     /// The limit that forbids the next turn, if any: the agent's limits, or those a
     /// `raise_limit` signal set. The cost budget counts the next turn at what the last
     /// one cost, so a run stops before the turn that would pass it.
@@ -471,6 +557,12 @@ impl Agent {
     fn table(&self, default: &'static loopstack_core::Definition) -> &'static loopstack_core::Definition {
         self.table.unwrap_or(default)
     }
+}
+
+/// The messages of the conversation, shared (not copied).
+fn shared_conversation(cx: &RunContext, conversation: Option<&str>) -> Result<Vec<Arc<Message>>, AgentError> {
+    let docs = cx.documents().iter().filter(|d| crate::generate::in_conversation(d, conversation));
+    Ok(docs.map(|d| cx.read_shared::<Message>(d)).collect::<Result<_, _>>()?)
 }
 
 pub(super) fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Arc<Message>, AgentError> {

@@ -111,6 +111,8 @@ pub struct Agent {
     tools_need_state: bool,
     /// The table under the agent's own name, set by [`Agent::named`].
     table: Option<&'static loopstack_core::Definition>,
+    /// What each turn sends of a long conversation.
+    context: crate::ContextPolicy,
 }
 
 /// The payload of the agent's `user_message` signal: the user's next message in a
@@ -173,6 +175,7 @@ impl Agent {
             structured,
             tools_need_state,
             table: None,
+            context: crate::ContextPolicy::Full,
         }
     }
 
@@ -221,6 +224,26 @@ impl Agent {
             models.insert(name.clone(), Arc::new(model)).expect("the name is free");
         }
         self.options.fallbacks.push(crate::ModelRef::new(name, model_name));
+        self
+    }
+
+    /// Keeps what each turn sends within the model's context window: past a threshold
+    /// the oldest whole turns are left out (or summarized first), by the agent's
+    /// `compact` transition; the stored conversation keeps every message. Every message
+    /// is sent by default ([`ContextPolicy::Full`](crate::ContextPolicy::Full)); a
+    /// policy costs nothing until its threshold is near.
+    ///
+    /// ```
+    /// use loopstack_core::{ToolRegistry, WorkflowExt};
+    /// use loopstack_llm::{Agent, ContextPolicy, ScriptedModel};
+    ///
+    /// let agent = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new())
+    ///     .context(ContextPolicy::summarize(150_000).target_tokens(60_000));
+    /// assert!(agent.mermaid().contains("compact"));
+    /// ```
+    #[must_use]
+    pub fn context(mut self, policy: crate::ContextPolicy) -> Self {
+        self.context = policy;
         self
     }
 
@@ -488,14 +511,19 @@ impl Agent {
         }
     }
 
-    fn extras(&self) -> Option<TurnExtras> {
-        let answer = self.answer.as_ref()?;
-        let mut extras = TurnExtras::default();
-        if self.structured {
-            extras.response_schema = Some(answer.schema.clone());
-        } else {
-            extras.tools.push(answer.tool.clone());
+    fn extras(&self, state: &AgentState) -> Option<TurnExtras> {
+        if self.answer.is_none() && state.context.is_none() {
+            return None;
         }
+        let mut extras = TurnExtras::default();
+        if let Some(answer) = &self.answer {
+            if self.structured {
+                extras.response_schema = Some(answer.schema.clone());
+            } else {
+                extras.tools.push(answer.tool.clone());
+            }
+        }
+        extras.context.clone_from(&state.context);
         Some(extras)
     }
 

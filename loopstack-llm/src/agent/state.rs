@@ -82,6 +82,17 @@ pub struct AgentState {
     /// the run before a turn that would pass it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub last_turn_cost: f64,
+    /// What of the conversation is sent, once the agent compacted it (see
+    /// [`ContextPolicy`](crate::ContextPolicy)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::ContextWindow>,
+    /// The estimated input tokens of the next turn, kept with a [`ContextPolicy`](crate::ContextPolicy).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub input_estimate: u64,
+    /// The turn (the count of turns taken) at which the agent last compacted: at most
+    /// once before each turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted_turn: Option<u32>,
     /// Budgets raised by the `raise_limit` signal, over the agent's [`Limits`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raised: Option<RaiseLimit>,
@@ -135,6 +146,10 @@ fn is_zero(n: &f64) -> bool {
 }
 
 fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
