@@ -23,6 +23,8 @@ use loopstack::prelude::*;
 use loopstack::{ToolContent, ToolContext};
 use serde_json::{Value, json};
 
+mod common;
+
 /// A bound that only ends a broken run of a test, never a speed goal.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -35,19 +37,7 @@ async fn patiently<F: Future>(what: &str, future: F) -> F::Output {
 
 /// The fault server's executable, built by cargo next to this test's binary.
 fn fault_server() -> PathBuf {
-    let mut dir = std::env::current_exe().unwrap();
-    dir.pop();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "--quiet", "--features", "mcp", "--example", "mcp_fault_server"]);
-    if dir.ends_with("release") {
-        build.arg("--release");
-    }
-    assert!(build.status().unwrap().success(), "building the mcp_fault_server example failed");
-    dir.join("examples").join(format!("mcp_fault_server{}", std::env::consts::EXE_SUFFIX))
+    common::example_with("mcp_fault_server", &["mcp"])
 }
 
 fn faults() -> McpServer {

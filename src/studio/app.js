@@ -676,6 +676,10 @@
     const meta = doc.metadata || {};
     const details = [];
     if (meta.model) details.push(meta.model);
+    // A model of the fallback chain answered: the ones that failed before it.
+    if (Array.isArray(meta.fallbacks) && meta.fallbacks.length) {
+      details.push("after " + meta.fallbacks.map((f) => f.model + " failed").join(", "));
+    }
     if (meta.stop_reason) details.push(meta.stop_reason);
     if (meta.usage) details.push(meta.usage.input_tokens + " in / " + meta.usage.output_tokens + " out");
     const b = h("div", { class: "bubble " + (onlyResults ? "tools" : role), "data-role": role },

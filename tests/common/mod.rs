@@ -5,7 +5,13 @@ use std::process::Command;
 
 /// The example `name`, built (or found up to date) by cargo next to the running
 /// test's binary, in the same profile.
+#[allow(dead_code)] // (not every test crate runs an example without features)
 pub(crate) fn example(name: &str) -> PathBuf {
+    example_with(name, &[])
+}
+
+/// The example `name` built with the crate's `features`, as [`example`] builds it.
+pub(crate) fn example_with(name: &str, features: &[&str]) -> PathBuf {
     let mut dir = std::env::current_exe().unwrap();
     dir.pop();
     if dir.ends_with("deps") {
@@ -14,6 +20,9 @@ pub(crate) fn example(name: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build.args(["build", "--quiet", "--example", name]);
+    if !features.is_empty() {
+        build.args(["--features", &features.join(",")]);
+    }
     if dir.ends_with("release") {
         build.arg("--release");
     }
