@@ -80,20 +80,9 @@ pub(crate) fn breakpoints(
             // The newest message, and the user message before it, where the previous
             // request had its own newest breakpoint (a turn adds an assistant message
             // and a user message).
-            let mut messages = Vec::new();
-            if len > 0 {
-                messages.push(len - 1);
-                let users: Vec<usize> = roles_are_user
-                    .enumerate()
-                    .filter(|(_, user)| *user)
-                    .map(|(i, _)| i)
-                    .filter(|&i| i < len - 1)
-                    .collect();
-                if let Some(&previous) = users.last() {
-                    messages.insert(0, previous);
-                }
-            }
-            (has_tools, has_system, messages)
+            let Some(newest) = len.checked_sub(1) else { return (has_tools, has_system, Vec::new()) };
+            let previous = roles_are_user.take(newest).enumerate().filter(|(_, user)| *user).map(|(i, _)| i).last();
+            (has_tools, has_system, previous.into_iter().chain([newest]).collect())
         }
         PromptCache::At(points) => {
             let (mut tools, mut system, mut messages, mut used) = (false, false, Vec::new(), 0);
