@@ -127,13 +127,9 @@ pub(crate) fn estimate_tokens(message: &Message) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
-/// `messages` as the window sends them.
-pub(crate) fn apply(messages: &mut Vec<Message>, window: &ContextWindow) {
-    if window.from <= 1 || window.from > messages.len() {
-        return;
-    }
-    messages.drain(1..window.from);
-    if let (Some(summary), Some(first)) = (&window.summary, messages.first_mut()) {
+/// Adds the window's summary, if any, to the first user message.
+pub(crate) fn add_summary(first: &mut Message, window: &ContextWindow) {
+    if let Some(summary) = &window.summary {
         first.content.push(ContentBlock::text(format!("\n\n{SUMMARY_HEADING}\n{summary}")));
     }
 }

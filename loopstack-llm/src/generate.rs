@@ -56,6 +56,24 @@ pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Mes
     Ok(messages)
 }
 
+/// What `window` sends of conversation `name`: the messages it leaves out are not read.
+fn conversation_window(
+    cx: &RunContext,
+    name: Option<&str>,
+    window: &crate::ContextWindow,
+) -> Result<Vec<Message>, serde_json::Error> {
+    let docs = cx.documents().iter().filter(|d| in_conversation(d, name));
+    let sent = docs.enumerate().filter(|(i, _)| *i == 0 || *i >= window.from);
+    let mut messages = Vec::new();
+    for (_, doc) in sent {
+        messages.push(Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?));
+    }
+    if let Some(first) = messages.first_mut() {
+        crate::context::add_summary(first, window);
+    }
+    Ok(messages)
+}
+
 /// Whether a document is a message of conversation `name` (the default for `None`).
 pub(crate) fn in_conversation(d: &loopstack_core::Document, name: Option<&str>) -> bool {
     if d.doc_type != MESSAGE_DOCUMENT || !d.has_tag(CONVERSATION_TAG) {
@@ -464,10 +482,10 @@ impl LlmGenerateText {
             })
             .collect::<Result<Vec<_>, _>>()?;
         tools.extend(extras.tools.iter().cloned());
-        let mut messages = conversation_named(cx, options.conversation.as_deref())?;
-        if let Some(window) = &extras.context {
-            crate::context::apply(&mut messages, window);
-        }
+        let messages = match &extras.context {
+            Some(window) => conversation_window(cx, options.conversation.as_deref(), window)?,
+            None => conversation_named(cx, options.conversation.as_deref())?,
+        };
         let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
         request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);
