@@ -5,7 +5,7 @@ use loopstack_core::{RunError, RunId};
 use super::AgentStatus;
 use crate::error::AgentError;
 
-/// Why [`Agent::ask`] (and the other drives of an agent run) failed. The run's
+/// Why [`Agent::ask`](crate::Agent::ask) (and the other drives of an agent run) failed. The run's
 /// documents keep the conversation up to the failure.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -75,7 +75,7 @@ pub struct AgentState {
     /// Tokens used by all turns.
     #[serde(default, skip_serializing_if = "is_default")]
     pub usage: Usage,
-    /// What all turns cost, by the agent's [`Prices`].
+    /// What all turns cost, by the agent's [`Prices`](crate::Prices).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost: f64,
     /// What the last turn cost: the estimate of the next one's, so a cost budget stops
@@ -93,7 +93,7 @@ pub struct AgentState {
     /// once before each turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted_turn: Option<u32>,
-    /// Budgets raised by the `raise_limit` signal, over the agent's [`Limits`].
+    /// Budgets raised by the `raise_limit` signal, over the agent's [`Limits`](crate::Limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raised: Option<RaiseLimit>,
     /// Tool calls run.
@@ -183,7 +183,7 @@ impl Repeats {
     /// Takes in the tool calls of a model turn and returns how many turns in a
     /// row (this one included) asked for exactly these calls; zero for a turn
     /// without calls. For workflows of your own that stop a model that repeats
-    /// itself, as the agent does with [`Limits::max_repeats`].
+    /// itself, as the agent does with [`Limits::max_repeats`](crate::Limits::max_repeats).
     ///
     /// ```
     /// use loopstack_llm::{Message, Repeats, ToolUse, ContentBlock, Role};

@@ -24,14 +24,14 @@ pub enum AgentStatus {
     /// "arguments": ...}`): a local model whose tool calls the provider did not
     /// parse (see `OpenAi::text_tool_calls`).
     UnparsedToolCall,
-    /// A limit of [`Limits`] was reached before the model answered.
+    /// A limit of [`Limits`](crate::Limits) was reached before the model answered.
     LimitReached(Limit),
     /// A turn, token or cost budget was spent and the run waits for it to be raised
     /// ([`Agent::raise`](crate::Agent::raise)), as
-    /// [`Limits::pause_at_limit`] asks.
+    /// [`Limits::pause_at_limit`](crate::Limits::pause_at_limit) asks.
     BudgetSpent(Limit),
     /// The model asked for exactly the same tool calls as the turn before more than
-    /// [`Limits::max_repeats`] times in a row (so `max_repeats + 2` turns asked for
+    /// [`Limits::max_repeats`](crate::Limits::max_repeats) times in a row (so `max_repeats + 2` turns asked for
     /// them; the last one's calls were not run).
     RepeatedToolCalls {
         /// The tools of the repeated calls.
@@ -47,12 +47,12 @@ pub enum AgentStatus {
         retries: u32,
     },
     /// The run waits for a person to approve or deny these calls
-    /// ([`Agent::decide`]).
+    /// ([`Agent::decide`](crate::Agent::decide)).
     AwaitingApproval {
         /// The calls that wait for a decision.
         calls: Vec<PendingCall>,
     },
-    /// The chat run answered and waits for the user's next message ([`Agent::say`]).
+    /// The chat run answered and waits for the user's next message ([`Agent::say`](crate::Agent::say)).
     AwaitingUser,
     /// The signal (a decision, a user message) was stored, but another driver holds
     /// the run: that driver delivers it. The reply's text is the run's last answer,

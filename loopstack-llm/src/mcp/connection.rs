@@ -1,0 +1,378 @@
+//! A live connection to an MCP server, and its tools as loopstack tools.
+
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+
+use loopstack_core::{Tool, ToolContext, ToolError, ToolOptions, ToolOutput};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
+    ClientInfo, ClientRequest, Implementation, Meta, RawContent, Request, RequestId, ResourceContents, ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::{ClientHandler, ServiceExt as _};
+use serde_json::Value;
+use tracing::Instrument as _;
+
+use super::server::{HeaderValue, McpServer, Transport};
+use super::{CALL_ID_META, IDEMPOTENCY_KEY_META, McpError};
+
+/// The tools a connected server offers now (all of them: the allow-list filters
+/// where they are used), shared with the notification handler that refreshes them.
+pub(super) type ToolList = Arc<RwLock<Arc<[rmcp::model::Tool]>>>;
+
+/// Answers the server's notifications: a changed tool list is listed again.
+pub(super) struct Handler {
+    pub(super) server: Arc<str>,
+    pub(super) tools: ToolList,
+    pub(super) changes: tokio::sync::watch::Sender<Vec<String>>,
+    pub(super) config: Arc<McpServer>,
+}
+
+impl Handler {
+    pub(super) fn store(&self, list: Vec<rmcp::model::Tool>) {
+        store_tools(&self.config, &self.tools, &self.changes, list);
+    }
+}
+
+pub(super) fn store_tools(
+    config: &McpServer,
+    tools: &ToolList,
+    changes: &tokio::sync::watch::Sender<Vec<String>>,
+    list: Vec<rmcp::model::Tool>,
+) {
+    // Kept whole, so the option names can be checked against it; the allow-list
+    // filters where tools are used.
+    let names: Vec<String> =
+        list.iter().filter(|t| config.allows(&t.name)).map(|t| config.local_name(&t.name)).collect();
+    *tools.write().unwrap_or_else(|e| e.into_inner()) = list.into();
+    changes.send_replace(names);
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match context.peer.list_all_tools().await {
+            Ok(list) => {
+                tracing::debug!(server = %self.server, tools = list.len(), "MCP tool list changed");
+                self.store(list);
+            }
+            Err(e) => tracing::warn!(server = %self.server, error = %e, "MCP tool list changed, but listing it failed"),
+        }
+    }
+
+    fn get_info(&self) -> ClientInfo {
+        ClientInfo {
+            meta: None,
+            protocol_version: Default::default(),
+            capabilities: ClientCapabilities::default(),
+            client_info: Implementation {
+                name: "loopstack".into(),
+                title: None,
+                version: env!("CARGO_PKG_VERSION").into(),
+                description: None,
+                icons: None,
+                website_url: None,
+            },
+        }
+    }
+}
+
+pub(super) type Live = RunningService<RoleClient, Handler>;
+
+/// One server: its configuration, its live connection (started again when it
+/// died), and the tools it offers now.
+pub(super) struct Connection {
+    pub(super) config: Arc<McpServer>,
+    pub(super) server: Arc<str>,
+    pub(super) live: tokio::sync::Mutex<Option<Live>>,
+    pub(super) tools: ToolList,
+    pub(super) changes: tokio::sync::watch::Sender<Vec<String>>,
+    pub(super) starts: std::sync::atomic::AtomicU64,
+}
+
+impl Connection {
+    /// Starts the server (or opens the HTTP session) and completes the handshake.
+    pub(super) async fn start(&self) -> Result<Live, McpError> {
+        let server = self.server.to_string();
+        let handler = Handler {
+            server: self.server.clone(),
+            tools: self.tools.clone(),
+            changes: self.changes.clone(),
+            config: self.config.clone(),
+        };
+        let handshake_failed = |e: rmcp::service::ClientInitializeError| McpError::Handshake {
+            server: server.clone(),
+            message: e.to_string(),
+        };
+        let connect = async {
+            match &self.config.transport {
+                Transport::Stdio { program, args, env, cwd } => {
+                    let mut command = tokio::process::Command::new(program);
+                    command.args(args).envs(env.iter().map(|(k, v)| (k, v))).kill_on_drop(true);
+                    if let Some(cwd) = cwd {
+                        command.current_dir(cwd);
+                    }
+                    let mut command = process_wrap::tokio::CommandWrap::from(command);
+                    // The server leads a process group, so ending it ends what it
+                    // started (`npx` runs the server as its child).
+                    #[cfg(unix)]
+                    command.wrap(process_wrap::tokio::ProcessGroup::leader());
+                    let (transport, _) = rmcp::transport::TokioChildProcess::builder(command)
+                        .stderr(Stdio::inherit())
+                        .spawn()
+                        .map_err(|source| McpError::Spawn { server: server.clone(), source })?;
+                    handler.serve(transport).await.map_err(handshake_failed)
+                }
+                Transport::Http { url, headers, bearer } => {
+                    let read = |value: &HeaderValue| {
+                        let value = match value {
+                            HeaderValue::Plain(v) => v.clone(),
+                            HeaderValue::Env(var) => std::env::var(var)
+                                .map_err(|_| McpError::MissingEnv { server: server.clone(), var: var.clone() })?,
+                        };
+                        if let Some(secrets) = &self.config.secrets {
+                            secrets.register(&value);
+                        }
+                        Ok::<_, McpError>(value)
+                    };
+                    let mut map = reqwest::header::HeaderMap::new();
+                    for (name, value) in headers {
+                        let invalid = |message: String| McpError::InvalidHeader {
+                            server: server.clone(),
+                            name: name.clone(),
+                            message,
+                        };
+                        let key = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                            .map_err(|e| invalid(e.to_string()))?;
+                        let mut value = reqwest::header::HeaderValue::from_str(&read(value)?)
+                            .map_err(|e| invalid(e.to_string()))?;
+                        value.set_sensitive(true);
+                        map.append(key, value);
+                    }
+                    let client = reqwest::Client::builder().default_headers(map).build().map_err(|e| {
+                        McpError::Handshake { server: server.clone(), message: format!("no HTTP client: {e}") }
+                    })?;
+                    let mut config =
+                        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                            url.as_str(),
+                        );
+                    if let Some(token) = bearer {
+                        config = config.auth_header(read(token)?);
+                    }
+                    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                    handler.serve(transport).await.map_err(handshake_failed)
+                }
+            }
+        };
+        let after = self.config.connect_timeout;
+        let live = tokio::time::timeout(after, connect)
+            .await
+            .map_err(|_| McpError::ConnectTimeout { server: server.clone(), after })??;
+        let list = live
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| McpError::ListTools { server: server.clone(), message: e.to_string() })?;
+        store_tools(&self.config, &self.tools, &self.changes, list);
+        self.starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(live)
+    }
+
+    /// The live connection's peer and which start it is of, starting the server
+    /// again when it died.
+    pub(super) async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
+        let mut live = self.live.lock().await;
+        let start = self.starts.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(current) = live.as_ref()
+            && !current.is_closed()
+            && !current.peer().is_transport_closed()
+        {
+            return Ok((current.peer().clone(), start));
+        }
+        if live.is_some() {
+            tracing::info!(server = %self.server, "the MCP server's connection is closed; starting it again");
+        }
+        // Drop the dead one first (its process is ended, if any is left).
+        *live = None;
+        let started =
+            self.start().instrument(tracing::info_span!("loopstack.mcp.connect", server = %self.server)).await?;
+        let peer = started.peer().clone();
+        *live = Some(started);
+        Ok((peer, self.starts.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
+    /// Drops the connection of start `start` when it is still the live one: a call
+    /// on it lost its answer, and the transport may not know it is broken (an HTTP
+    /// session whose server went away keeps failing each request), so the next call
+    /// connects again.
+    pub(super) async fn discard(&self, start: u64) {
+        let mut live = self.live.lock().await;
+        if self.starts.load(std::sync::atomic::Ordering::Relaxed) == start && live.take().is_some() {
+            tracing::info!(server = %self.server, "the MCP server's connection lost a call's answer; connecting again on the next call");
+        }
+    }
+
+    pub(super) fn current(&self, remote: &str) -> bool {
+        self.config.allows(remote)
+            && self.tools.read().unwrap_or_else(|e| e.into_inner()).iter().any(|t| t.name == remote)
+    }
+
+    pub(super) async fn call(&self, remote: &str, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let server = &*self.server;
+        let arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            _ => {
+                return Err(ToolError::invalid_arguments(format!("the arguments of `{remote}` must be a JSON object")));
+            }
+        };
+        let (peer, start) = self.peer().await.map_err(|e| {
+            ToolError::new(format!("the MCP server `{server}` is not running and could not be started again: {e}"))
+        })?;
+        if !self.current(remote) {
+            return Err(ToolError::new(format!("the MCP server `{server}` no longer offers the tool `{remote}`")));
+        }
+        let mut meta = Meta::new();
+        meta.0.insert(CALL_ID_META.into(), Value::String(cx.call_id().to_owned()));
+        if let Some(key) = cx.idempotency_key() {
+            meta.0.insert(IDEMPOTENCY_KEY_META.into(), Value::String(key));
+        }
+        let params = CallToolRequestParams { meta: None, name: remote.to_owned().into(), arguments, task: None };
+        let request = ClientRequest::CallToolRequest(Request::new(params));
+        let options = PeerRequestOptions { timeout: None, meta: Some(meta) };
+        let closed = || {
+            let again = if matches!(self.config.transport, Transport::Stdio { .. }) { "started" } else { "connected" };
+            ToolError::new(format!(
+                "the MCP server `{server}` closed the connection during the call to `{remote}`; it is {again} again \
+                 for the next call"
+            ))
+        };
+        let handle = match peer.send_cancellable_request(request, options).await {
+            Ok(handle) => handle,
+            Err(_) => {
+                self.discard(start).await;
+                return Err(closed());
+            }
+        };
+        // Dropped before the answer (the call timed out, or its run was cancelled):
+        // the server is told to stop.
+        let mut guard = CancelOnDrop { peer: Some(handle.peer.clone()), id: handle.id.clone() };
+        let mut rx = handle.rx;
+        let answer = tokio::select! {
+            answer = &mut rx => answer,
+            () = cx.cancellation().cancelled() => {
+                return Err(ToolError::new(format!("the call to `{remote}` was cancelled")));
+            }
+        };
+        guard.peer = None;
+        match answer {
+            Err(_) | Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                self.discard(start).await;
+                Err(closed())
+            }
+            Ok(Err(ServiceError::McpError(e))) => Err(ToolError::new(format!(
+                "the MCP server `{server}` answered the call to `{remote}` with an error: {} (code {})",
+                e.message, e.code.0
+            ))),
+            Ok(Err(e)) => {
+                Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}")))
+            }
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(to_output(result)),
+            Ok(Ok(_)) => Err(ToolError::new(format!(
+                "the MCP server `{server}` answered the call to `{remote}` with something other than a tool result"
+            ))),
+        }
+    }
+}
+
+/// Tells the server a call is cancelled when its future is dropped unanswered.
+pub(super) struct CancelOnDrop {
+    pub(super) peer: Option<Peer<RoleClient>>,
+    pub(super) id: RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let notification = CancelledNotification {
+            params: CancelledNotificationParam {
+                request_id: self.id.clone(),
+                reason: Some("the caller stopped waiting (timeout or cancellation)".into()),
+            },
+            method: Default::default(),
+            extensions: Default::default(),
+        };
+        runtime.spawn(async move {
+            let _ = peer.send_notification(notification.into()).await;
+        });
+    }
+}
+
+/// A call's result as the tool's output: the structured content as JSON when there
+/// is some, else the text of the content blocks, one a line; `isError` makes it an
+/// error result.
+pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
+    let is_error = result.is_error.unwrap_or(false);
+    if let Some(structured) = result.structured_content
+        && !is_error
+    {
+        return ToolOutput::json(structured);
+    }
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match &block.raw {
+            RawContent::Text(t) => t.text.clone(),
+            RawContent::Image(i) => format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len()),
+            RawContent::Audio(a) => format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len()),
+            RawContent::Resource(r) => match &r.resource {
+                ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource {uri}]\n{text}"),
+                ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
+                    format!("[resource {uri}: {}]", mime_type.as_deref().unwrap_or("binary"))
+                }
+            },
+            RawContent::ResourceLink(link) => format!("[resource link: {} ({})]", link.uri, link.name),
+        })
+        .collect();
+    let text = text.join("\n");
+    if is_error { ToolOutput::error(text) } else { ToolOutput::text(text) }
+}
+
+/// A tool of an MCP server, registered under its local name.
+pub(super) struct McpTool {
+    pub(super) connection: Arc<Connection>,
+    pub(super) local: String,
+    pub(super) remote: String,
+    pub(super) description: String,
+    pub(super) schema: Value,
+    pub(super) options: ToolOptions,
+}
+
+#[async_trait::async_trait]
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.local
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn options(&self) -> ToolOptions {
+        self.options
+    }
+
+    async fn call(&self, args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let span = tracing::info_span!(
+            "loopstack.mcp.call",
+            server = %self.connection.server,
+            tool = %self.remote,
+            call_id = %cx.call_id(),
+        );
+        self.connection.call(&self.remote, args, cx).instrument(span).await
+    }
+}
