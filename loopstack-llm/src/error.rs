@@ -220,6 +220,16 @@ pub enum AgentError {
         /// Each model's error (which names the provider and model), in the order asked.
         failures: Vec<LlmError>,
     },
+    /// The run was handed to an agent ([`AgentState::agent`](crate::AgentState::agent))
+    /// that the agent driving it does not know: a build whose agent lost a
+    /// handoff the run took.
+    #[error("the run was handed to agent `{agent}`, which this agent does not know; it knows: {}", list(.known))]
+    UnknownAgent {
+        /// The agent the run was handed to.
+        agent: String,
+        /// The agents the driving agent can hand to, itself first.
+        known: Vec<String>,
+    },
     /// A signal decides on one call twice.
     #[error("call `{call_id}` has more than one decision in the signal; give one per call")]
     DuplicateDecision {

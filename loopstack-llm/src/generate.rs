@@ -323,6 +323,9 @@ pub struct TurnExtras {
     /// What of the conversation is sent, when not all of it (see
     /// [`ContextPolicy`](crate::ContextPolicy)).
     pub context: Option<crate::ContextWindow>,
+    /// The agent taking the turn, recorded in the message's metadata (`agent`) when
+    /// a run may be handed between agents.
+    pub agent: Option<&'static str>,
 }
 
 /// What a model turn produced; small and serde, so a workflow keeps it in its state.
@@ -535,6 +538,9 @@ impl LlmGenerateText {
             .meta("stop_reason", response.stop_reason.as_str());
         if !failures.is_empty() {
             meta = meta.meta("fallbacks", serde_json::to_value(&failures)?);
+        }
+        if let Some(agent) = extras.agent {
+            meta = meta.meta("agent", agent);
         }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.

@@ -17,6 +17,7 @@ use crate::model::ChatModel;
 mod answer;
 mod approval;
 mod error;
+mod handoff;
 mod limits;
 mod machine;
 mod state;
@@ -29,6 +30,7 @@ pub use approval::{
     DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
 };
 pub use error::AskError;
+pub use handoff::TRANSFER_PREFIX;
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices, RaiseLimit};
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
@@ -49,6 +51,7 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// ready --stop_at_limit [over_budget] (10)--> end
 /// prompt_executed --stop_repeating [repeats_itself] (40)--> end
 /// prompt_executed --stop_at_tool_limit [over_tool_limit] (35)--> end
+/// prompt_executed --hand_off [hands_off] (33)--> ready
 /// prompt_executed --accept_answer [has_valid_answer] (30)--> end
 /// prompt_executed --reject_answer [can_retry_answer] (25)--> ready
 /// prompt_executed --give_up_answer [answer_rejected] (24)--> end
@@ -76,6 +79,9 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 ///   ([`Agent::say`]) after each answer instead of ending.
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
 ///   deserializes into a Rust type.
+/// - **Handoffs**: [`Agent::handoff`] lets the model hand the conversation to
+///   another named agent (a `transfer_to_<name>` tool), which takes the next turns of
+///   the same run.
 /// - **Agents as tools**: [`Agent::as_tool`] offers a named agent to another as a
 ///   tool ([`AgentTool`]); each call is a child run, and its tokens and cost count
 ///   in the caller's limits.
@@ -113,6 +119,8 @@ pub struct Agent {
     table: Option<&'static loopstack_core::Definition>,
     /// What each turn sends of a long conversation.
     context: crate::ContextPolicy,
+    /// The agents the model may hand the conversation to.
+    handoffs: handoff::Handoffs,
 }
 
 /// The payload of the agent's `user_message` signal: the user's next message in a
@@ -149,6 +157,9 @@ pub struct AgentReply {
     /// or a stop of the provider's. `None` after a plain answer, and for every other
     /// status (which says it itself).
     pub answer_status: Option<AgentStatus>,
+    /// The agent that took the run's last turn: the one asked, or the one it
+    /// handed the conversation to ([`Agent::handoff`]).
+    pub agent: String,
 }
 
 impl Agent {
@@ -176,6 +187,7 @@ impl Agent {
             tools_need_state,
             table: None,
             context: crate::ContextPolicy::Full,
+            handoffs: handoff::Handoffs::default(),
         }
     }
 
@@ -480,6 +492,7 @@ impl Agent {
     /// What a drive's report says, as a reply.
     pub fn reply_of(&self, report: RunReport<AgentState>) -> AgentReply {
         let RunReport { run_id, outcome, state, .. } = report;
+        let agent = state.agent.clone().unwrap_or_else(|| self.name().to_owned());
         let mut answer_status = None;
         let status = match outcome {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingApproval.as_str() => {
@@ -508,22 +521,31 @@ impl Agent {
             tool_calls: state.tool_calls,
             answer: state.answer,
             answer_status,
+            agent,
         }
     }
 
-    fn extras(&self, state: &AgentState) -> Option<TurnExtras> {
-        if self.answer.is_none() && state.context.is_none() {
+    /// What a turn of `agent` (this one, or the one the run was handed to) offers
+    /// besides its tools: the run's answer format and context window, and the
+    /// agent's handoffs; `None` for a plain turn.
+    fn extras(&self, state: &AgentState, agent: &Self) -> Option<TurnExtras> {
+        let team = self.has_team();
+        if self.answer.is_none() && state.context.is_none() && !team {
             return None;
         }
         let mut extras = TurnExtras::default();
         if let Some(answer) = &self.answer {
-            if self.structured {
+            if agent.structured {
                 extras.response_schema = Some(answer.schema.clone());
             } else {
                 extras.tools.push(answer.tool.clone());
             }
         }
+        extras.tools.extend(agent.handoffs.offered.iter().map(|t| t.spec.clone()));
         extras.context.clone_from(&state.context);
+        if team {
+            extras.agent = Some(agent.name());
+        }
         Some(extras)
     }
 

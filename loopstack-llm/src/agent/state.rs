@@ -69,6 +69,14 @@ pub struct AgentState {
     /// The user's prompt, until `setup` saves it as the first message document.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
+    /// The agent that takes the turns, once the run was handed to another one
+    /// ([`Agent::handoff`](crate::Agent::handoff)); `None` for the agent the run started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The agent the last turn asked to hand the conversation to, until the
+    /// `hand_off` transition does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
     /// Model turns taken.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub turns: u32,
