@@ -75,7 +75,7 @@ pub use children::{ChildEnded, ChildError, ChildOptions, DEFAULT_CHILD_TIMEOUT};
 pub use context::{Emitter, RunContext, SHARED_KEPT};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
-pub use events::{EventKind, RunEvent, RunEvents};
+pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{

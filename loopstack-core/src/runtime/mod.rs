@@ -378,8 +378,27 @@ impl Runtime {
     /// Subscribes to the events of every run this runtime (or a clone of it)
     /// drives from now on: transitions, model text as it streams, tool calls,
     /// usage, waits and how each drive ended. See [`events`](crate::events).
+    ///
+    /// Over a store with an event log, this includes the runs that other processes
+    /// drive on the same store, from about [`LISTENER_CHECK`](crate::events::LISTENER_CHECK)
+    /// after subscribing (call it within a tokio runtime).
     pub fn subscribe(&self) -> crate::RunEvents {
         self.inner.events().subscribe()
+    }
+
+    /// Follows the store's event log: the events of run `run` (or of every run) that
+    /// any runtime sharing the store emits, this one's included, each with its id in
+    /// the log, after id `after` (from now on when `None`). Resuming with the
+    /// [`cursor`](crate::events::LogEvents::cursor) of an earlier follower loses and
+    /// repeats nothing. `Ok(None)` when the store keeps no log
+    /// ([`Store::has_event_log`]): then use [`Runtime::subscribe`], which sees this
+    /// process's drives only. See [`events`](crate::events).
+    pub async fn follow_log(
+        &self,
+        run: Option<RunId>,
+        after: Option<u64>,
+    ) -> Result<Option<crate::events::LogEvents>, StoreError> {
+        self.inner.events().follow_log(run, after).await
     }
 
     /// The store.

@@ -78,13 +78,14 @@ impl Shared {
     pub(super) fn new(store: Arc<dyn Store>) -> Self {
         let lease = store.lease_duration();
         let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
+        let events = EventHub::new(&store);
         Self {
             store,
             max_steps: super::DEFAULT_MAX_STEPS,
             owner: owner.into(),
             lease,
             clock: Clock::default(),
-            events: EventHub::new(),
+            events,
             registry: Registry::default(),
             child_concurrency: super::DEFAULT_CHILD_CONCURRENCY,
             secrets: Secrets::new(),

@@ -147,6 +147,9 @@ impl Worker {
         let worker = self;
         let mut inflight: JoinSet<()> = JoinSet::new();
         loop {
+            // Over a store with an event log: keep checking whether anyone listens,
+            // so that the first events of a claimed run are published too.
+            worker.runtime.inner.events().drive_started();
             let free = worker.concurrency.saturating_sub(inflight.len());
             let mut claimed_any = false;
             if free > 0 && !shutdown.is_cancelled() {

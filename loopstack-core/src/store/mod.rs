@@ -39,9 +39,11 @@ use serde_json::value::RawValue;
 use crate::document::Document;
 use crate::error::StoreError;
 
+mod event_log;
 mod memory;
 mod time;
 
+pub use event_log::{EventRetention, LoggedEvent, PRUNE_EVERY};
 pub use memory::MemoryStore;
 pub use time::Timestamp;
 
@@ -901,6 +903,77 @@ pub trait Store: Send + Sync + 'static {
     /// [`MemoryStore`]'s) means no other process can see the runs.
     fn lease_duration(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    // ------------------------------------------------------------ the event log
+    //
+    // The defaults keep no log: events reach only the process that drives a run.
+    // See the `event_log` module docs (re-exported types: [`LoggedEvent`],
+    // [`EventRetention`]).
+
+    /// Whether the store keeps an event log, so that run events reach subscribers
+    /// in every process that shares it. `false` by default: the other `*_events`
+    /// methods are then never called by the runtime.
+    fn has_event_log(&self) -> bool {
+        false
+    }
+
+    /// Appends `events`, written by runtime `origin`, to the log in one write, in
+    /// order: their ids rise in this order, and above every id committed before.
+    /// A store keeps ids in commit order, so that a reader that has read up to id N
+    /// never later finds a new event below N.
+    async fn append_events(&self, origin: &str, events: &[Arc<crate::RunEvent>]) -> Result<(), StoreError> {
+        let _ = (origin, events);
+        Ok(())
+    }
+
+    /// Up to `limit` events after id `after`, oldest first, of run `run` or of
+    /// every run. Rows the store cannot read (an event kind of a newer version)
+    /// are skipped.
+    async fn read_events(&self, after: u64, run: Option<RunId>, limit: u32) -> Result<Vec<LoggedEvent>, StoreError> {
+        let _ = (after, run, limit);
+        Ok(Vec::new())
+    }
+
+    /// The id of the newest event in the log (0 when it is empty).
+    async fn last_event_id(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// Returns when events after `after` may have been appended, or after `max`
+    /// at the latest: at once on a notification (PostgreSQL's `LISTEN`), or after a
+    /// short poll interval. Callers read with [`Store::read_events`] after it.
+    async fn wait_events(&self, after: u64, max: std::time::Duration) -> Result<(), StoreError> {
+        let _ = after;
+        tokio::time::sleep(max).await;
+        Ok(())
+    }
+
+    /// Deletes the events older than `retention.max_age` (by `now`) and all but the
+    /// newest `retention.max_events`; returns how many it deleted.
+    async fn prune_events(&self, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
+        let _ = (now, retention);
+        Ok(0)
+    }
+
+    /// Records (or renews) that runtime `listener` follows events until `until`;
+    /// drops listeners that expired.
+    async fn listen_events(&self, listener: &str, until: Timestamp) -> Result<(), StoreError> {
+        let _ = (listener, until);
+        Ok(())
+    }
+
+    /// Removes listener `listener`.
+    async fn unlisten_events(&self, listener: &str) -> Result<(), StoreError> {
+        let _ = listener;
+        Ok(())
+    }
+
+    /// Whether any listener, in any process, has not expired by `now`: whether
+    /// runtimes should write their events to the log.
+    async fn has_event_listeners(&self, now: Timestamp) -> Result<bool, StoreError> {
+        let _ = now;
+        Ok(false)
     }
 }
 

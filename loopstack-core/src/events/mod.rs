@@ -7,14 +7,48 @@
 //! drive ended; steps report their own work through [`RunContext::emit`]
 //! (the agent reports model text as it streams, tool calls and token usage).
 //!
-//! Events cost nothing when nobody listens: with no subscriber, emitting is one
-//! atomic load, and steps that would do extra work for events (such as streaming a
-//! model's reply) check [`RunContext::events_enabled`] first.
+//! # Across processes
 //!
-//! Events are a live view, not a record: they reach the subscribers of the process
-//! that drives the run, and a subscriber that falls more than the channel's
-//! capacity behind skips the oldest ([`RunEvents::recv`] reports how many). The
-//! durable record of a run is its store: its history, checkpoints and documents.
+//! Over a store that keeps an event log (the SQLite and PostgreSQL stores of
+//! `loopstack-store`; [`Store::has_event_log`](crate::Store::has_event_log)), a
+//! subscriber also receives the events of runs that other processes (workers, a
+//! command line) drive on the same store, the model's streamed text included: a
+//! subscribing runtime records itself in the store's listener table (renewed
+//! while it has subscribers, expiring [`LISTENER_TTL`] after it stops), each driving
+//! runtime checks that table every [`LISTENER_CHECK`] in the background, and while
+//! someone listens it writes its events to the log in batches; the subscriber's
+//! runtime follows the log (PostgreSQL wakes it with `LISTEN`/`NOTIFY`, SQLite is
+//! polled at a short interval) and hands on the events other runtimes wrote (its
+//! own reached its subscribers directly, so none arrives twice). Events of one run
+//! arrive in the order they were emitted. A subscriber sees another process's events
+//! from at most about [`LISTENER_CHECK`] after it subscribed; to read a run's events
+//! from a known point on, with ids that survive a reconnect, follow the log itself
+//! with [`Runtime::follow_log`](crate::Runtime::follow_log) (what the HTTP API's
+//! event stream does). The log is pruned by age and count
+//! ([`EventRetention`](crate::store::EventRetention)).
+//!
+//! Over a store without a log (the [`MemoryStore`](crate::MemoryStore), and a
+//! store of your own unless it implements one), events reach only the subscribers
+//! of the process that drives the run.
+//!
+//! # What it costs
+//!
+//! Events cost nothing when nobody listens: with no subscriber here and no
+//! listener in the store, emitting is one atomic load, and steps that would do
+//! extra work for events (such as streaming a model's reply) check
+//! [`RunContext::events_enabled`] first. Over a store with a log, a runtime that
+//! drives runs reads the listener table once every [`LISTENER_CHECK`], off the
+//! drive's path, and writes nothing while nobody listens.
+//!
+//! # Falling behind
+//!
+//! Events are a live view, not a record: a [`RunEvents`] subscriber that falls more
+//! than [`EVENT_CAPACITY`] behind skips the oldest ([`RunEvents::recv`] reports how
+//! many as [`Lagged`]), whether they came from this process or through the log. A
+//! follower of the log ([`LogEvents`]) does not lag: it reads the log at its own
+//! pace, and loses only events pruned before it read them. Events still queued
+//! for the log when a process exits are not written. The durable record of a run is
+//! its store: its history, checkpoints and documents.
 //!
 //! [`RunContext::emit`]: crate::RunContext::emit
 //! [`RunContext::events_enabled`]: crate::RunContext::events_enabled
@@ -27,7 +61,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::store::{RunId, RunStatus, Timestamp};
+use crate::store::{RunId, RunStatus, Store, Timestamp};
+
+mod follow;
+mod log;
+
+pub use follow::LogEvents;
+pub use log::{LISTENER_CHECK, LISTENER_TTL};
 
 /// How many events a subscriber may fall behind before it skips the oldest.
 pub const EVENT_CAPACITY: usize = 4096;
@@ -171,19 +211,26 @@ mod millis {
 #[derive(Clone)]
 pub(crate) struct EventHub {
     sender: broadcast::Sender<Arc<RunEvent>>,
-    /// Live [`RunEvents`] receivers: checked before anything is built or sent.
-    /// Apart from the sender, so receivers see the channel close when the last
-    /// runtime clone is gone.
+    /// Live [`RunEvents`] receivers, plus one while the store's listener table says
+    /// someone elsewhere listens: checked before anything is built or sent. Apart
+    /// from the sender, so receivers see the channel close when the last runtime
+    /// clone is gone.
     subscribers: Arc<AtomicUsize>,
+    /// The link to the store's event log, if it keeps one.
+    log: Option<Arc<log::LogLink>>,
 }
 
 impl EventHub {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(store: &Arc<dyn Store>) -> Self {
         let (sender, _) = broadcast::channel(EVENT_CAPACITY);
-        Self { sender, subscribers: Arc::new(AtomicUsize::new(0)) }
+        let subscribers = Arc::new(AtomicUsize::new(0));
+        let log = store
+            .has_event_log()
+            .then(|| Arc::new(log::LogLink::new(store.clone(), sender.clone(), subscribers.clone())));
+        Self { sender, subscribers, log }
     }
 
-    /// Whether anyone listens.
+    /// Whether anyone listens, here or (through the store's log) elsewhere.
     #[inline]
     pub(crate) fn enabled(&self) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
@@ -199,13 +246,47 @@ impl EventHub {
 
     #[cold]
     pub(crate) fn send(&self, event: RunEvent) {
+        let event = Arc::new(event);
+        if let Some(log) = &self.log {
+            log.offer(&event);
+        }
         // An error means every receiver is gone: nobody to tell.
-        let _ = self.sender.send(Arc::new(event));
+        let _ = self.sender.send(event);
+    }
+
+    /// A drive begins: over a store with a log, makes sure the publisher runs (it
+    /// checks for listeners elsewhere). A clock read and an atomic load.
+    #[inline]
+    pub(crate) fn drive_started(&self) {
+        if let Some(log) = &self.log {
+            log.ensure_publisher();
+        }
     }
 
     pub(crate) fn subscribe(&self) -> RunEvents {
         self.subscribers.fetch_add(1, Ordering::Relaxed);
-        RunEvents { receiver: self.sender.subscribe(), subscribers: self.subscribers.clone(), run: None }
+        let receiver = self.sender.subscribe();
+        let followers = self.log.as_ref().map(|log| {
+            log.followers.fetch_add(1, Ordering::AcqRel);
+            log.ensure_follower();
+            log.followers.clone()
+        });
+        RunEvents { receiver, subscribers: self.subscribers.clone(), followers, run: None }
+    }
+
+    /// A follower of the log from after `after` (from its newest event when
+    /// `None`); `None` when the store keeps no log.
+    pub(crate) async fn follow_log(
+        &self,
+        run: Option<RunId>,
+        after: Option<u64>,
+    ) -> Result<Option<LogEvents>, crate::StoreError> {
+        let Some(log) = &self.log else { return Ok(None) };
+        let cursor = match after {
+            Some(after) => after,
+            None => log.store().last_event_id().await?,
+        };
+        Ok(Some(LogEvents::new(log, run, cursor)))
     }
 }
 
@@ -247,6 +328,8 @@ impl std::fmt::Debug for EventHub {
 pub struct RunEvents {
     receiver: broadcast::Receiver<Arc<RunEvent>>,
     subscribers: Arc<AtomicUsize>,
+    /// The log's follower count, over a store with a log.
+    followers: Option<Arc<AtomicUsize>>,
     run: Option<RunId>,
 }
 
@@ -305,6 +388,9 @@ impl RunEvents {
 impl Drop for RunEvents {
     fn drop(&mut self) {
         self.subscribers.fetch_sub(1, Ordering::Relaxed);
+        if let Some(followers) = &self.followers {
+            followers.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
