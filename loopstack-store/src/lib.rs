@@ -33,7 +33,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod events;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use events::SQLITE_EVENT_POLL;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use events::{NOTIFY_CHANNEL, POSTGRES_FALLBACK_POLL};
 
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/postgres/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/postgres/0002_parent_signal.sql")),
+    (3, "events", include_str!("../migrations/postgres/0003_events.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes
@@ -23,6 +24,7 @@ pub struct PostgresStore {
     pool: PgPool,
     lease: Option<Duration>,
     last: std::sync::Arc<crate::sql::LastStates>,
+    events: std::sync::Arc<crate::events::EventWake>,
 }
 
 impl PostgresStore {
@@ -61,7 +63,7 @@ impl PostgresStore {
         let pool = pool.connect_with(options).await.map_err(crate::sql::backend)?;
         let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
         migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
-        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() })
+        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default(), events: Default::default() })
     }
 
     /// Sets the lease runtimes and workers take on runs they drive (30 s unless set).
@@ -192,5 +194,92 @@ impl PostgresStore {
             .execute(&self.pool)
             .await;
         Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))
+    }
+}
+
+/// Serializes appends to the event log (`pg_advisory_xact_lock`), so that its ids
+/// are committed in the order they are handed out: "events after id N" then never
+/// misses a smaller id committed later. ASCII `loopevts`.
+const EVENT_LOCK: i64 = 0x6c6f_6f70_6576_7473;
+
+/// The event log's backend part (see `crate::events`).
+impl PostgresStore {
+    async fn begin_append(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<(), loopstack_core::StoreError> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(EVENT_LOCK)
+            .execute(&mut **tx)
+            .await
+            .map_err(crate::sql::backend)?;
+        Ok(())
+    }
+
+    /// Notifies the followers of this schema's log (delivered at commit).
+    async fn end_append(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        newest: i64,
+    ) -> Result<(), loopstack_core::StoreError> {
+        sqlx::query("SELECT pg_notify($1 || ':' || current_schema(), $2)")
+            .bind(crate::events::NOTIFY_CHANNEL)
+            .bind(newest.to_string())
+            .execute(&mut **tx)
+            .await
+            .map_err(crate::sql::backend)?;
+        Ok(())
+    }
+
+    /// Waits for a notification, or [`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL).
+    async fn log_wait(&self, after: u64, max: Duration) -> Result<(), loopstack_core::StoreError> {
+        self.listen_for_events();
+        self.events.wait(after, max.min(crate::events::POSTGRES_FALLBACK_POLL)).await;
+        Ok(())
+    }
+
+    /// Starts, once, the task that `LISTEN`s on this schema's channel and wakes the
+    /// followers; it reconnects after a lost connection (the fallback poll covers
+    /// what was missed) and ends with the store's pool.
+    fn listen_for_events(&self) {
+        if self.events.listening.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let pool = self.pool.clone();
+        let wake = std::sync::Arc::downgrade(&self.events);
+        tokio::spawn(async move {
+            let mut listener = loop {
+                let connected = async {
+                    let schema: String = sqlx::query_scalar("SELECT current_schema()").fetch_one(&pool).await?;
+                    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                    listener.listen(&format!("{}:{schema}", crate::events::NOTIFY_CHANNEL)).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                match connected.await {
+                    Ok(listener) => break listener,
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not LISTEN for run events; polling");
+                        tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
+                    }
+                }
+                if wake.strong_count() == 0 {
+                    return;
+                }
+            };
+            loop {
+                match listener.recv().await {
+                    Ok(notification) => {
+                        let Some(wake) = wake.upgrade() else { return };
+                        if let Ok(id) = notification.payload().parse() {
+                            wake.saw(id);
+                        }
+                    }
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the LISTEN connection failed; reconnecting");
+                        tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
+                    }
+                }
+            }
+        });
     }
 }

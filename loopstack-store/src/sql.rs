@@ -1110,7 +1110,55 @@ macro_rules! sql_store {
             fn lease_duration(&self) -> Option<std::time::Duration> {
                 self.lease
             }
+
+            // The event log: `crate::events`.
+            fn has_event_log(&self) -> bool {
+                true
+            }
+
+            async fn append_events(&self, origin: &str, events: &[Arc<loopstack_core::RunEvent>]) -> Result<(), StoreError> {
+                self.log_append(origin, events).await
+            }
+
+            async fn read_events(
+                &self,
+                after: u64,
+                run: Option<RunId>,
+                limit: u32,
+            ) -> Result<Vec<loopstack_core::store::LoggedEvent>, StoreError> {
+                self.log_read(after, run, limit).await
+            }
+
+            async fn last_event_id(&self) -> Result<u64, StoreError> {
+                self.log_last_id().await
+            }
+
+            async fn wait_events(&self, after: u64, max: std::time::Duration) -> Result<(), StoreError> {
+                self.log_wait(after, max).await
+            }
+
+            async fn prune_events(
+                &self,
+                now: Timestamp,
+                retention: &loopstack_core::store::EventRetention,
+            ) -> Result<u64, StoreError> {
+                self.log_prune(now, retention).await
+            }
+
+            async fn listen_events(&self, listener: &str, until: Timestamp) -> Result<(), StoreError> {
+                self.log_listen(listener, until).await
+            }
+
+            async fn unlisten_events(&self, listener: &str) -> Result<(), StoreError> {
+                self.log_unlisten(listener).await
+            }
+
+            async fn has_event_listeners(&self, now: Timestamp) -> Result<bool, StoreError> {
+                self.log_has_listeners(now).await
+            }
         }
+
+        crate::events::sql_events!($store, $db);
     };
 }
 

@@ -14,6 +14,7 @@ const OPEN_ATTEMPTS: u32 = 5;
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/sqlite/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/sqlite/0002_parent_signal.sql")),
+    (3, "events", include_str!("../migrations/sqlite/0003_events.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in one SQLite file: the embedded default.
@@ -39,6 +40,7 @@ pub struct SqliteStore {
     pool: SqlitePool,
     lease: Option<Duration>,
     last: std::sync::Arc<crate::sql::LastStates>,
+    events: std::sync::Arc<crate::events::EventWake>,
 }
 
 impl SqliteStore {
@@ -81,7 +83,14 @@ impl SqliteStore {
                 Ok::<_, loopstack_core::StoreError>(pool)
             };
             match opened.await {
-                Ok(pool) => return Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default() }),
+                Ok(pool) => {
+                    return Ok(Self {
+                        pool,
+                        lease: Some(crate::DEFAULT_LEASE),
+                        last: Default::default(),
+                        events: Default::default(),
+                    });
+                }
                 Err(_) if attempt < OPEN_ATTEMPTS => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
@@ -128,5 +137,28 @@ impl SqliteStore {
         _: i64,
     ) -> Option<Result<bool, loopstack_core::StoreError>> {
         None
+    }
+}
+
+/// The event log's backend part (see `crate::events`): SQLite has one writer at a
+/// time, so ids are committed in order without a lock, and followers poll.
+impl SqliteStore {
+    #[allow(clippy::unused_async)]
+    async fn begin_append(_: &mut sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<(), loopstack_core::StoreError> {
+        Ok(())
+    }
+
+    #[allow(clippy::unused_async)]
+    async fn end_append(
+        _: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        _newest: i64,
+    ) -> Result<(), loopstack_core::StoreError> {
+        Ok(())
+    }
+
+    /// Waits for an append by this process, or [`SQLITE_EVENT_POLL`](crate::SQLITE_EVENT_POLL).
+    async fn log_wait(&self, after: u64, max: Duration) -> Result<(), loopstack_core::StoreError> {
+        self.events.wait(after, max.min(crate::events::SQLITE_EVENT_POLL)).await;
+        Ok(())
     }
 }
