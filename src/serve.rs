@@ -26,7 +26,7 @@
 //! | `GET /api/runs/{id}/pending` | the tool calls an agent's run (of any name) waits to have decided: id, tool, arguments |
 //! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}` |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
-//! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
+//! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events, with ids that resume after a reconnect (`Last-Event-ID`) over a store with an event log |
 //!
 //! Bad requests get a 4xx with `{"error": reason}` and change nothing: a body
 //! that is not JSON or does not fit (a signal's payload must fit the JSON Schema
@@ -37,18 +37,18 @@
 //! for an address beyond loopback), every request needs `Authorization: Bearer
 //! <token>`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
+
+mod events;
 
 /// How the API is served.
 #[derive(Debug, Clone, Default)]
@@ -106,7 +106,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/resume", post(resume_run))
         .route("/api/runs/{id}/retry", post(retry_run))
         .route("/api/runs/{id}/cancel", post(cancel_run))
-        .route("/api/runs/{id}/events", get(run_events))
+        .route("/api/runs/{id}/events", get(events::run_events))
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
@@ -547,34 +547,4 @@ async fn cancel_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Re
         Ok(()) => ok(&app, StatusCode::OK, json!({ "run_id": id, "status": "cancelled" })),
         Err(e) => store_error(&e),
     }
-}
-
-async fn run_events(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
-    if let Err(e) = app.runtime.store().load_run(id).await {
-        return store_error(&e);
-    }
-    let secrets = app.runtime.secrets().clone();
-    let events = app.runtime.subscribe().run(id).into_stream();
-    // The stream ends with the event that says the drive ended; a run that waits
-    // keeps it open for the drive that answers it.
-    let events = futures::stream::unfold((events, false), |(mut events, ended)| async move {
-        if ended {
-            return None;
-        }
-        let event = futures::StreamExt::next(&mut events).await?;
-        let finished = matches!(&event, Ok(e) if matches!(e.kind, loopstack_core::EventKind::Finished { .. }));
-        Some((event, (events, finished)))
-    });
-    let stream = futures::StreamExt::map(events, move |event| {
-        let data = match event {
-            Ok(event) => {
-                let mut value = serde_json::to_value(&*event).unwrap_or(Value::Null);
-                secrets.redact_value(&mut value);
-                value.to_string()
-            }
-            Err(lagged) => json!({ "type": "lagged", "skipped": lagged.0 }).to_string(),
-        };
-        Ok::<_, Infallible>(Event::default().data(data))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }

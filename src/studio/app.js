@@ -275,14 +275,17 @@
     renderRun(view);
 
     // Follow it live while this page is open, whatever its status (a retry moves
-    // a finished run again): its events, and a slower read of the run for drives
-    // in other processes, whose events do not come here.
+    // a finished run again): its events, whichever process drives it (over a
+    // store with an event log; over the in-memory store only this server's
+    // drives), and a slower read of the run besides. A reconnect resumes right
+    // after the last event received (`Last-Event-ID`), so none is lost or shown twice.
     const onEvent = (event) => liveEvent(view, event);
     const onOpen = () => {
       view.live.dataset.following = "true";
       if (view.run.status === "queued") driveIt();
       else driven = true;
     };
+    const cursor = { last: null };
     (async () => {
       let first = true;
       // Reconnects wait longer after each failure, up to 30 s; an open stream resets it.
@@ -291,7 +294,7 @@
         try {
           if (!first) await view.refresh();
           first = false;
-          await follow(view.path, onEvent, abort.signal, () => {
+          await follow(view.path, onEvent, abort.signal, cursor, () => {
             delay = 1000;
             onOpen();
           });
@@ -340,9 +343,13 @@
     };
   }
 
-  // Reads the run's Server-Sent Events (with fetch, so the token can be sent).
-  async function follow(path, onEvent, signal, onOpen) {
-    const res = await fetch("/api" + path + "/events", { headers: headers(false), signal });
+  // Reads the run's Server-Sent Events (with fetch, so the token can be sent),
+  // from after `cursor.last`, the id of the last event read (as EventSource would
+  // send it), which it keeps up to date.
+  async function follow(path, onEvent, signal, cursor, onOpen) {
+    const hs = headers(false);
+    if (cursor.last !== null) hs["Last-Event-ID"] = cursor.last;
+    const res = await fetch("/api" + path + "/events", { headers: hs, signal });
     if (res.status === 401) askToken();
     if (!res.ok || !res.body) throw new ApiError("no event stream (" + res.status + ")", res.status);
     // The server subscribed before it answered: from here on nothing is missed.
@@ -357,7 +364,10 @@
       while ((end = buffer.indexOf("\n\n")) >= 0) {
         const chunk = buffer.slice(0, end);
         buffer = buffer.slice(end + 2);
-        const data = chunk.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        const lines = chunk.split("\n");
+        const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        const id = lines.find((l) => l.startsWith("id:"));
+        if (id !== undefined) cursor.last = id.slice(3).replace(/^ /, "");
         if (data) {
           try {
             onEvent(JSON.parse(data));
