@@ -24,9 +24,10 @@ pub const SQLITE_EVENT_POLL: Duration = Duration::from_millis(100);
 #[cfg(feature = "postgres")]
 pub const POSTGRES_FALLBACK_POLL: Duration = Duration::from_secs(1);
 
-/// The PostgreSQL channel appends notify, with the newest event id as payload,
-/// followed by `:` and the store's schema (`loopstack_events:public`): stores in
-/// other schemas of the database do not wake each other.
+/// The PostgreSQL channels appends notify, with the newest event id as payload:
+/// this prefix and 16 hex digits of the MD5 of the store's schema
+/// (`loopstack_events_` and those of `public`), so that stores in other schemas of
+/// the database do not wake each other.
 #[cfg(feature = "postgres")]
 pub const NOTIFY_CHANNEL: &str = "loopstack_events";
 
@@ -196,7 +197,7 @@ macro_rules! sql_events {
             }
 
             async fn log_has_listeners(&self, now: loopstack_core::Timestamp) -> Result<bool, loopstack_core::StoreError> {
-                let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM event_listeners WHERE until > $1 LIMIT 1")
+                let found: Option<i64> = sqlx::query_scalar("SELECT CAST(1 AS BIGINT) FROM event_listeners WHERE until > $1 LIMIT 1")
                     .bind(now.as_millis())
                     .fetch_optional(&self.pool)
                     .await

@@ -202,6 +202,13 @@ impl PostgresStore {
 /// misses a smaller id committed later. ASCII `loopevts`.
 const EVENT_LOCK: i64 = 0x6c6f_6f70_6576_7473;
 
+/// This schema's channel ([`NOTIFY_CHANNEL`](crate::NOTIFY_CHANNEL)): a channel
+/// name holds 63 bytes, so the schema is in it as a hash.
+const CHANNEL: &str = "SELECT 'loopstack_events_' || left(md5(current_schema()), 16)";
+
+/// Notifies this schema's channel of the newest id `$1`.
+const NOTIFY: &str = "SELECT pg_notify('loopstack_events_' || left(md5(current_schema()), 16), $1)";
+
 /// The event log's backend part (see `crate::events`).
 impl PostgresStore {
     async fn begin_append(
@@ -220,12 +227,7 @@ impl PostgresStore {
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         newest: i64,
     ) -> Result<(), loopstack_core::StoreError> {
-        sqlx::query("SELECT pg_notify($1 || ':' || current_schema(), $2)")
-            .bind(crate::events::NOTIFY_CHANNEL)
-            .bind(newest.to_string())
-            .execute(&mut **tx)
-            .await
-            .map_err(crate::sql::backend)?;
+        sqlx::query(NOTIFY).bind(newest.to_string()).execute(&mut **tx).await.map_err(crate::sql::backend)?;
         Ok(())
     }
 
@@ -248,9 +250,9 @@ impl PostgresStore {
         tokio::spawn(async move {
             let mut listener = loop {
                 let connected = async {
-                    let schema: String = sqlx::query_scalar("SELECT current_schema()").fetch_one(&pool).await?;
+                    let channel: String = sqlx::query_scalar(CHANNEL).fetch_one(&pool).await?;
                     let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-                    listener.listen(&format!("{}:{schema}", crate::events::NOTIFY_CHANNEL)).await?;
+                    listener.listen(&channel).await?;
                     Ok::<_, sqlx::Error>(listener)
                 };
                 match connected.await {

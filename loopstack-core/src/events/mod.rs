@@ -87,6 +87,14 @@ pub struct RunEvent {
     pub kind: EventKind,
 }
 
+impl RunEvent {
+    /// An event of run `run_id` of `workflow` at `at`: for a store of your own
+    /// (reading its event log back) and for tests.
+    pub fn new(run_id: RunId, workflow: impl Into<Cow<'static, str>>, at: Timestamp, kind: EventKind) -> Self {
+        Self { run_id, workflow: workflow.into(), at, kind }
+    }
+}
+
 /// What happened in a run. Serialized with a `type` tag in snake case
 /// (`{"type": "text_delta", "text": "..."}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
