@@ -520,6 +520,9 @@ impl App {
                 handle(command, cx).await.map_err(CliError::App)
             }
         };
+        // Listeners in other processes (Studio's page of a run) get the last events
+        // of what this command drove.
+        runtime.flush_events().await;
         match done {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&runtime.secrets().redact(&e.to_string())),

@@ -3,7 +3,8 @@
 //! an expense run with the input form, sees it wait, sends a decision the workflow
 //! refuses and sees why, sends one it takes, and sees the run complete on the
 //! diagram; it reads a checkpoint, finds the run in the filtered list, and follows
-//! the weather agent live as its model writes. Screenshots are saved under
+//! the weather agent live as its model writes; and it follows a run that another
+//! process (the command line's `signal`) drives on the same file. Screenshots are saved under
 //! `target/tmp/studio/` for review.
 //!
 //! It needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them), or
@@ -400,6 +401,53 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     until(client, "the retried run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
     until(client, "its form again", "document.querySelector('.signal-card[data-signal=decide]')").await;
 
+    studio.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_follows_a_run_that_another_process_drives() {
+    let Some(studio) = Studio::start("studio-other-process", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+    start_expense(client, base, "Edsger", "17", "Printer paper").await;
+    until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(client, "the live stream", "document.querySelector('.live-activity[data-following=true]')").await;
+    let run_id: Value =
+        client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
+    let run_id = run_id.as_str().unwrap().to_owned();
+
+    // The page's stream counts as a listener in the store, so the other process
+    // publishes what it drives.
+    let db = dir.join("studio.db");
+    let store = loopstack_store::SqliteStore::open(&db).await.unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !loopstack::Store::has_event_listeners(&store, loopstack::Timestamp::now()).await.unwrap() {
+        assert!(tokio::time::Instant::now() < deadline, "the page's stream never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Another process decides, and drives the run to its end.
+    let decision = json!({ "manager": "Grace", "approve": true, "comment": "From the command line" }).to_string();
+    let signalled = Command::new(common::example("studio"))
+        .arg("--db")
+        .arg(&db)
+        .args(["signal", &run_id, "decide", &decision])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+
+    // The page saw its transitions live, through the store's event log: only events
+    // draw these lines (a reread of the run does not).
+    for transition in ["decide", "notify"] {
+        until(
+            client,
+            &format!("the other process's {transition} live"),
+            &format!("document.querySelector('.live-activity').textContent.includes('\\u25b6 {transition}:')"),
+        )
+        .await;
+    }
+    until(client, "the run completed", "document.querySelector('.facts [data-status=completed]')").await;
+    screenshot(client, dir, "other-process.png").await;
     studio.close().await;
 }
 

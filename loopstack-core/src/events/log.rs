@@ -50,6 +50,24 @@ const READ_BATCH: u32 = 512;
 struct Outbox {
     events: Mutex<Vec<Arc<RunEvent>>>,
     wake: Notify,
+    /// Held while a batch is taken and written, so that batches are written in the
+    /// order they were taken, by the publisher or by a flush.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Outbox {
+    /// Writes one batch of what is queued; whether there was any.
+    async fn write_batch(&self, store: &dyn Store, origin: &str) -> bool {
+        let _writing = self.writing.lock().await;
+        let batch = take(self);
+        if batch.is_empty() {
+            return false;
+        }
+        if let Err(e) = store.append_events(origin, &batch).await {
+            tracing::warn!(error = %e, events = batch.len(), "could not write run events to the store's log");
+        }
+        true
+    }
 }
 
 /// What a runtime over a store with an event log shares with its two tasks.
@@ -133,8 +151,29 @@ impl LogLink {
         self.ensure_publisher();
     }
 
-    /// Starts the publisher unless it runs (it checked for listeners lately): once
-    /// per drive, a clock read and an atomic load.
+    /// Before a drive: unless the publisher runs (it checked for listeners
+    /// lately), checks for listeners here, so that the drive's first events are
+    /// published when someone listens, and starts the publisher. While it runs,
+    /// a clock read and an atomic load.
+    pub(super) async fn prepare_drive(self: &Arc<Self>) {
+        if !self.publisher_stale() {
+            return;
+        }
+        let listening = self.store.has_event_listeners(Timestamp::now()).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not read the store's event listeners");
+            false
+        });
+        self.set_publishing(listening || self.log_followers.load(Ordering::Acquire) > 0);
+        self.ensure_publisher();
+    }
+
+    fn publisher_stale(&self) -> bool {
+        let now = Timestamp::now().as_millis();
+        let stale = i64::try_from(3 * LISTENER_CHECK.as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(self.beat.load(Ordering::Relaxed)) >= stale
+    }
+
+    /// Starts the publisher unless it runs (it checked for listeners lately).
     pub(super) fn ensure_publisher(self: &Arc<Self>) {
         let now = Timestamp::now().as_millis();
         let beat = self.beat.load(Ordering::Relaxed);
@@ -154,6 +193,11 @@ impl LogLink {
             self.origin.clone(),
             generation,
         ));
+    }
+
+    /// Writes every event queued so far to the log.
+    pub(super) async fn flush(&self) {
+        while self.outbox.write_batch(&*self.store, &self.origin).await {}
     }
 
     /// Starts the follower unless it runs; called by each new subscriber.
@@ -185,11 +229,7 @@ async fn publish(link: Weak<LogLink>, outbox: Arc<Outbox>, store: Arc<dyn Store>
     let mut next_check = tokio::time::Instant::now();
     let mut next_prune = next_check + PRUNE_EVERY;
     loop {
-        let batch = take(&outbox);
-        if !batch.is_empty() {
-            if let Err(e) = store.append_events(&origin, &batch).await {
-                tracing::warn!(error = %e, events = batch.len(), "could not write run events to the store's log");
-            }
+        if outbox.write_batch(&*store, &origin).await {
             continue;
         }
         let Some(strong) = link.upgrade() else { return };

@@ -263,11 +263,27 @@ impl EventHub {
     }
 
     /// A drive begins: over a store with a log, makes sure the publisher runs (it
-    /// checks for listeners elsewhere). A clock read and an atomic load.
+    /// checks for listeners elsewhere); the first drive checks itself, once. While
+    /// the publisher runs, a clock read and an atomic load.
     #[inline]
-    pub(crate) fn drive_started(&self) {
+    pub(crate) async fn prepare_drive(&self) {
+        if let Some(log) = &self.log {
+            log.prepare_drive().await;
+        }
+    }
+
+    /// Over a store with a log: makes sure the publisher runs, without waiting.
+    #[inline]
+    pub(crate) fn keep_publishing(&self) {
         if let Some(log) = &self.log {
             log.ensure_publisher();
+        }
+    }
+
+    /// Writes the events queued for the log so far.
+    pub(crate) async fn flush(&self) {
+        if let Some(log) = &self.log {
+            log.flush().await;
         }
     }
 

@@ -341,7 +341,7 @@ async fn prepare<W: Workflow>(
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
     let name = wf.definition().name();
-    runtime.inner.events().drive_started();
+    runtime.inner.events().prepare_drive().await;
     let lease = runtime.inner.drive_lease();
     let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
         Prepared::Ready(ready) => ready,

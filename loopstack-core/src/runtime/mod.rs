@@ -386,6 +386,14 @@ impl Runtime {
         self.inner.events().subscribe()
     }
 
+    /// Writes the events this runtime queued for the store's event log so far (a
+    /// background task writes them in batches): call it before a process that drove
+    /// runs exits, so that listeners elsewhere get its last events. Nothing to do
+    /// while nobody listens, or over a store without a log.
+    pub async fn flush_events(&self) {
+        self.inner.events().flush().await;
+    }
+
     /// Follows the store's event log: the events of run `run` (or of every run) that
     /// any runtime sharing the store emits, this one's included, each with its id in
     /// the log, after id `after` (from now on when `None`). Resuming with the

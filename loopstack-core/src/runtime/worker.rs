@@ -149,7 +149,7 @@ impl Worker {
         loop {
             // Over a store with an event log: keep checking whether anyone listens,
             // so that the first events of a claimed run are published too.
-            worker.runtime.inner.events().drive_started();
+            worker.runtime.inner.events().keep_publishing();
             let free = worker.concurrency.saturating_sub(inflight.len());
             let mut claimed_any = false;
             if free > 0 && !shutdown.is_cancelled() {
@@ -166,6 +166,7 @@ impl Worker {
             }
             if shutdown.is_cancelled() {
                 while inflight.join_next().await.is_some() {}
+                worker.runtime.inner.events().flush().await;
                 return Ok(());
             }
             if claimed_any && inflight.len() < worker.concurrency {
