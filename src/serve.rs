@@ -314,7 +314,7 @@ async fn openapi() -> axum::Json<Value> {
             "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
             "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
             "/api/runs/{id}/cancel": { "post": op("Cancel a run and its children") },
-            "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream)") },
+            "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream), whichever process drives it; each has an id over a store with an event log, and a request with Last-Event-ID resumes right after that event") },
             "/api/runs/{id}/checkpoints/{step}": { "get": op("The state at one checkpoint") },
             "/api/runs/{id}/documents/{type}/{key}": { "get": op("Every version of a keyed document") },
         },

@@ -14,6 +14,13 @@
 //! checkpoint's. Queries are checked at run time, so the crate builds without a
 //! database; the schema is embedded and migrated when a store opens.
 //!
+//! Both keep an event log too (`events`, `event_listeners`), so that run events reach
+//! subscribers in every process that shares the store
+//! ([`loopstack_core::events`]): written only while someone listens, in one
+//! `INSERT` per batch, and pruned by age and count. On SQLite a follower polls it
+//! every [`SQLITE_EVENT_POLL`]; on PostgreSQL appends `NOTIFY` the newest id (see
+//! [`NOTIFY_CHANNEL`]) and followers poll every [`POSTGRES_FALLBACK_POLL`] besides.
+//!
 //! What it costs (`cargo run --release --example bench -- --workload W4 --compare`,
 //! the weather agent loop, six checkpointed transitions a run): on SQLite 1.3x the
 //! time of plain sqlx writes of the same steps and about 2 KB of database a run; on

@@ -41,6 +41,11 @@ pub const LISTENER_TTL: Duration = Duration::from_secs(10);
 /// The most events one append writes.
 const MAX_BATCH: usize = 512;
 
+/// The most events queued for the log: beyond it (the store is down, or the
+/// publisher's tokio runtime is gone until the next drive starts another) new
+/// events are not queued, so memory stays bounded; the log misses them.
+const OUTBOX_LIMIT: usize = 64 * MAX_BATCH;
+
 /// How many events the follower reads at a time.
 const READ_BATCH: u32 = 512;
 
@@ -129,7 +134,11 @@ impl LogLink {
     #[inline]
     pub(super) fn offer(&self, event: &Arc<RunEvent>) {
         if self.publishing.load(Ordering::Relaxed) {
-            self.outbox.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event.clone());
+            let mut events = self.outbox.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if events.len() < OUTBOX_LIMIT {
+                events.push(event.clone());
+            }
+            drop(events);
             self.outbox.wake.notify_one();
         }
     }
@@ -193,6 +202,12 @@ impl LogLink {
             self.origin.clone(),
             generation,
         ));
+    }
+
+    /// Records this runtime in the store's listener table now (its follower
+    /// renews the row).
+    pub(super) async fn listen_now(&self) -> Result<(), crate::StoreError> {
+        self.store.listen_events(&self.origin, Timestamp::now() + LISTENER_TTL).await
     }
 
     /// Writes every event queued so far to the log.

@@ -306,6 +306,8 @@ impl EventHub {
         after: Option<u64>,
     ) -> Result<Option<LogEvents>, crate::StoreError> {
         let Some(log) = &self.log else { return Ok(None) };
+        // Listening before it returns: a drive that starts after it publishes.
+        log.listen_now().await?;
         let cursor = match after {
             Some(after) => after,
             None => log.store().last_event_id().await?,
