@@ -316,3 +316,30 @@ async fn the_event_stream_resumes_from_last_event_id_without_gaps_or_repeats() {
     drop(events);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nobody_follows_writes_no_events_and_one_followed_does() {
+    let dir = tempdir("no-listener");
+    let store = SqliteStore::open(dir.join("runs.db")).await.unwrap();
+    let runtime = Runtime::with_store(store);
+    let reply = agent().ask(&runtime, QUESTION).await.unwrap();
+    assert_eq!(reply.text, ANSWER);
+    runtime.flush_events().await;
+    assert_eq!(runtime.store().last_event_id().await.unwrap(), 0, "nobody listened: nothing written");
+
+    // A follower of the log, in this process or any other, makes drives publish.
+    let mut log = runtime.follow_log(None, None).await.unwrap().unwrap();
+    let reply = agent().ask(&runtime, QUESTION).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let logged = tokio::time::timeout(DEADLINE, log.recv()).await.unwrap().unwrap();
+        let end = matches!(logged.event.kind, EventKind::Finished { .. });
+        seen.push(Arc::new(logged.event));
+        if end {
+            break;
+        }
+    }
+    assert!(seen.iter().all(|e| e.run_id == reply.run_id));
+    check_run_events(&seen);
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -289,14 +289,19 @@ async fn follow(link: Weak<LogLink>, store: Arc<dyn Store>, origin: Arc<str>) {
     loop {
         let Some(strong) = link.upgrade() else { break };
         if strong.followers.load(Ordering::Acquire) == 0 {
-            strong.following.store(false, Ordering::Release);
-            // A subscriber that came in between finds `following` false and starts
-            // a new follower; this one leaves.
             drop(strong);
             if let Err(e) = store.unlisten_events(&origin).await {
                 tracing::debug!(error = %e, "could not remove this runtime's event listener row");
             }
-            return;
+            let Some(strong) = link.upgrade() else { return };
+            strong.following.store(false, Ordering::Release);
+            // A subscriber that came while the row was removed found `following`
+            // still set and started no follower: this one goes on, listening again.
+            if strong.followers.load(Ordering::Acquire) == 0 || strong.following.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            renew_at = tokio::time::Instant::now();
+            continue;
         }
         let sender = strong.sender.clone();
         drop(strong);
@@ -312,7 +317,7 @@ async fn follow(link: Weak<LogLink>, store: Arc<dyn Store>, origin: Arc<str>) {
                 Ok(id) => *cursor.insert(id),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read the store's event log");
-                    let _ = store.wait_events(0, renew_every).await;
+                    tokio::time::sleep(LISTENER_CHECK).await;
                     continue;
                 }
             },
