@@ -10,7 +10,7 @@
 //! # Across processes
 //!
 //! Over a store that keeps an event log (the SQLite and PostgreSQL stores of
-//! `loopstack-store`; [`Store::has_event_log`](crate::Store::has_event_log)), a
+//! `loopstack-store`; [`Store::has_event_log`]), a
 //! subscriber also receives the events of runs that other processes (workers, a
 //! command line) drive on the same store, the model's streamed text included: a
 //! subscribing runtime records itself in the store's listener table (renewed
