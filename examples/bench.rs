@@ -755,7 +755,8 @@ impl Db {
     async fn size(&self) -> Result<(i64, i64), String> {
         let e = |e: sqlx::Error| e.to_string();
         let tables: &[&str] = if self.store.is_some() {
-            &["runs", "checkpoints", "documents", "signals"]
+            // The event log's tables too: a run nobody follows writes no row there.
+            &["runs", "checkpoints", "documents", "signals", "events", "event_listeners"]
         } else {
             &["bench_runs", "bench_documents"]
         };
