@@ -25,6 +25,12 @@
 //!   or neither is, and a crash between the two cannot lose it. A finished or
 //!   missing target drops it; the write still succeeds.
 //!
+//! - **An event log, if it keeps one.** A store shared between processes may keep
+//!   run events for subscribers elsewhere ([`Store::has_event_log`] and the
+//!   `*_events` methods; see the [events](crate::events) module): appended in
+//!   batches with ids that rise in commit order, read after an id, pruned by age
+//!   and count, written only while a listener row exists. The defaults keep none.
+//!
 //! The records a store returns ([`RunRecord`], [`StepRecord`], [`CheckpointRecord`],
 //! [`SignalRecord`], [`Document`]) are plain structs with public fields, so a store
 //! of your own can build them.
