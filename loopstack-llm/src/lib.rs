@@ -41,6 +41,7 @@ mod context;
 mod delegate;
 pub mod dispatch;
 pub mod error;
+pub mod eval;
 mod generate;
 pub mod message;
 pub mod model;
