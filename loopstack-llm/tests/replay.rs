@@ -168,3 +168,35 @@ fn an_export_that_does_not_read_is_a_typed_error() {
     let error = RunExport::load("/nonexistent/run.json").unwrap_err();
     assert!(error.to_string().contains("/nonexistent/run.json"), "{error}");
 }
+
+/// A fork after the tool result: the other agent (another system prompt) takes the
+/// next turn with the conversation so far; the source keeps its own, unchanged.
+#[tokio::test]
+async fn a_fork_from_a_checkpoint_goes_on_under_another_prompt() {
+    let model = ScriptedModel::from_fn(|r: &loopstack_llm::ChatRequest| {
+        let script = ScriptedModel::new();
+        Ok(match r.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            None => script.tool_call_response("get_weather", json!({"location": "Oslo"})),
+            Some(result) => {
+                let style = r.settings.system.as_deref().unwrap_or_default();
+                script.text_response(format!("[{style}] {}", result.content))
+            }
+        })
+    });
+    let (tools, calls) = weather("4 C, rain");
+    let runtime = Runtime::new();
+    let source = agent(model.clone(), tools.clone(), "plain").ask(&runtime, "Oslo?").await.unwrap();
+    assert_eq!((source.text.as_str(), calls.load(Ordering::Relaxed)), ("[plain] 4 C, rain", 1));
+    // The step whose checkpoint holds the tool result: `tools_complete`.
+    let history = runtime.store().history(source.run_id).await.unwrap();
+    let step = history.iter().find(|s| s.transition == "tools_complete").unwrap().step;
+
+    let fork = agent(model, tools, "poetic").fork(&runtime, source.run_id, step).await.unwrap();
+    assert_eq!(fork.text, "[poetic] 4 C, rain");
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "the tool's result came with the checkpoint");
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    assert_eq!(docs.len(), 4, "the question, the call, its result and the new answer");
+    let source_docs = runtime.store().documents(source.run_id).await.unwrap();
+    let last: loopstack_llm::Message = source_docs.last().unwrap().read().unwrap();
+    assert_eq!(last.text(), "[plain] 4 C, rain");
+}
