@@ -493,10 +493,11 @@ impl LlmGenerateText {
         request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);
         // What the turn sent besides the conversation, for replays: its fingerprint
-        // with every reply, itself with the first reply sent under it.
+        // and itself, with the first reply sent under it (the replies after it that
+        // sent the same record nothing).
         let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
-        let config = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
-            .then(|| crate::recording::config(&request));
+        let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
+            .then(|| (fingerprint, crate::recording::config(&request)));
 
         let span = tracing::info_span!(
             "loopstack.llm",
@@ -547,9 +548,8 @@ impl LlmGenerateText {
         if let Some(agent) = extras.agent {
             meta = meta.meta("agent", agent);
         }
-        meta = meta.meta(crate::recording::REQUEST_META, fingerprint);
-        if let Some(config) = config {
-            meta = meta.meta(crate::recording::CONFIG_META, config);
+        if let Some((fingerprint, config)) = recorded {
+            meta = meta.meta(crate::recording::REQUEST_META, fingerprint).meta(crate::recording::CONFIG_META, config);
         }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.

@@ -227,7 +227,7 @@ fn fingerprint(calls: &[&ToolUse]) -> u32 {
     for call in calls {
         feed(call.name.as_bytes());
         feed(&[0]);
-        crate::recording::hash_value(&call.input, &mut feed);
+        loopstack_core::fnv::feed_json(&call.input, &mut feed);
         feed(&[0xff]);
     }
     hash.finish()

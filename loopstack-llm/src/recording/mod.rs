@@ -1,8 +1,9 @@
 //! What a model turn records of its request, so a stored run can be replayed: a
-//! fingerprint of what each request sent besides the conversation (model, settings,
-//! tools, response schema) in every assistant message's metadata (`request`), and
-//! that part itself (`request_config`) in the metadata of the first message sent
-//! under it. The conversation is the run's message documents already.
+//! fingerprint of what the request sent besides the conversation (model, settings,
+//! tools, response schema; `request`) and that part itself (`request_config`), in the
+//! metadata of the first assistant message sent under it; the messages after it that
+//! were sent under the same record nothing. The conversation is the run's message
+//! documents already.
 
 use serde_json::{Value, json};
 
@@ -48,15 +49,14 @@ pub(crate) fn fingerprint(request: &ChatRequest) -> u64 {
         text(&mut feed, key);
     }
     for tool in &request.tools {
+        // Each tool's own fingerprint, computed once when it was registered.
         feed(b"T");
-        text(&mut feed, &tool.name);
-        text(&mut feed, &tool.description);
-        hash_value(&tool.input_schema, &mut feed);
+        feed(&tool.fingerprint().to_le_bytes());
     }
     if let Some(schema) = &request.response_schema {
         feed(b"R");
         text(&mut feed, &schema.name);
-        hash_value(&schema.schema, &mut feed);
+        loopstack_core::fnv::feed_json(&schema.schema, &mut feed);
     }
     hash.finish()
 }
@@ -66,8 +66,8 @@ pub(crate) fn fingerprint_text(fingerprint: u64) -> String {
     format!("{fingerprint:016x}")
 }
 
-/// Whether the last assistant message of the conversation `name` was sent under
-/// `fingerprint`: then the turn after it need not record its config again.
+/// Whether the last fingerprint the conversation `name` recorded is `fingerprint`:
+/// then the turn need not record it again.
 pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, fingerprint: &str) -> bool {
     cx.documents()
         .iter()
@@ -83,53 +83,11 @@ pub(crate) fn config(request: &ChatRequest) -> Value {
     let tools: Vec<Value> = request
         .tools
         .iter()
-        .map(|t| {
-            let mut hash = loopstack_core::fnv::Fnv1a::<u64>::default();
-            let mut feed = |bytes: &[u8]| hash.bytes(bytes);
-            feed(t.description.as_bytes());
-            hash_value(&t.input_schema, &mut feed);
-            json!({"name": t.name, "fingerprint": fingerprint_text(hash.finish())})
-        })
+        .map(|t| json!({"name": t.name, "fingerprint": fingerprint_text(t.fingerprint())}))
         .collect();
     let mut config = json!({"model": request.model, "settings": request.settings, "tools": tools});
     if let Some(schema) = &request.response_schema {
         config["response_schema"] = json!(schema.name);
     }
     config
-}
-
-/// Feeds a JSON value to a hash, tagged by kind, without building its text.
-pub(crate) fn hash_value(value: &Value, feed: &mut impl FnMut(&[u8])) {
-    match value {
-        Value::Null => feed(b"n"),
-        Value::Bool(b) => feed(if *b { b"t" } else { b"f" }),
-        Value::Number(n) => {
-            feed(b"#");
-            match (n.as_u64(), n.as_i64(), n.as_f64()) {
-                (Some(u), _, _) => feed(&u.to_le_bytes()),
-                (_, Some(i), _) => feed(&i.to_le_bytes()),
-                (_, _, Some(f)) => feed(&f.to_bits().to_le_bytes()),
-                _ => feed(n.to_string().as_bytes()),
-            }
-        }
-        Value::String(s) => {
-            feed(b"s");
-            feed(&(s.len() as u64).to_le_bytes());
-            feed(s.as_bytes());
-        }
-        Value::Array(items) => {
-            feed(b"[");
-            items.iter().for_each(|v| hash_value(v, feed));
-            feed(b"]");
-        }
-        Value::Object(map) => {
-            feed(b"{");
-            for (k, v) in map {
-                feed(&(k.len() as u64).to_le_bytes());
-                feed(k.as_bytes());
-                hash_value(v, feed);
-            }
-            feed(b"}");
-        }
-    }
 }

@@ -178,17 +178,26 @@ impl Recording {
     pub fn from_export(export: &RunExport) -> Result<Self, ReplayError> {
         let mut conversations: HashMap<Option<String>, Vec<Message>> = HashMap::new();
         let mut configs: HashMap<String, Arc<Value>> = HashMap::new();
+        // By conversation: the fingerprint last recorded, which the turns after it that
+        // record none were sent under.
+        let mut current: HashMap<Option<String>, String> = HashMap::new();
         let (mut turns, mut results) = (Vec::new(), HashMap::new());
         for doc in export.documents.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
             let message: Message = doc.read().map_err(|e| ReplayError::Export(e.to_string()))?;
             let name = doc.tags.iter().find_map(|t| t.strip_prefix(NAMED_CONVERSATION_PREFIX)).map(str::to_owned);
-            let conversation = conversations.entry(name).or_default();
+            let conversation = conversations.entry(name.clone()).or_default();
             for result in message.tool_results_iter() {
                 results.insert(result.tool_use_id.clone(), result.clone());
             }
             if message.role == Role::Assistant {
                 let meta = |name: &str| doc.metadata.get(name);
-                let fingerprint = meta(REQUEST_META).and_then(Value::as_str).map(str::to_owned);
+                let fingerprint = match meta(REQUEST_META).and_then(Value::as_str) {
+                    Some(fp) => {
+                        current.insert(name.clone(), fp.to_owned());
+                        Some(fp.to_owned())
+                    }
+                    None => current.get(&name).cloned(),
+                };
                 let config = match (meta(CONFIG_META), &fingerprint) {
                     (Some(config), Some(fp)) => {
                         let config = Arc::new(config.clone());
