@@ -497,7 +497,7 @@ impl LlmGenerateText {
         // sent the same record nothing).
         let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
         let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
-            .then(|| (fingerprint, crate::recording::config(&request)));
+            .then(|| crate::recording::config(&request, &fingerprint));
 
         let span = tracing::info_span!(
             "loopstack.llm",
@@ -548,8 +548,8 @@ impl LlmGenerateText {
         if let Some(agent) = extras.agent {
             meta = meta.meta("agent", agent);
         }
-        if let Some((fingerprint, config)) = recorded {
-            meta = meta.meta(crate::recording::REQUEST_META, fingerprint).meta(crate::recording::CONFIG_META, config);
+        if let Some(config) = recorded {
+            meta = meta.meta(crate::recording::REQUEST_META, config);
         }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.

@@ -49,10 +49,14 @@ pub(super) fn config(out: &mut String, recorded: &Value, live: &Value) {
         }
     }
     let tools = |v: &Value| -> Vec<(String, String)> {
-        v["tools"]
-            .as_array()
-            .map(|t| t.iter().map(|t| (text(&t["name"]), text(&t["fingerprint"]))).collect())
-            .unwrap_or_default()
+        let split = |t: &Value| {
+            let t = text(t);
+            match t.rsplit_once(':') {
+                Some((name, fp)) => (name.to_owned(), fp.to_owned()),
+                None => (t, String::new()),
+            }
+        };
+        v["tools"].as_array().map(|t| t.iter().map(split).collect()).unwrap_or_default()
     };
     let (old_tools, new_tools) = (tools(recorded), tools(live));
     for (name, fingerprint) in &old_tools {
@@ -74,12 +78,8 @@ pub(super) fn config(out: &mut String, recorded: &Value, live: &Value) {
     if old_names.len() == new_names.len() && old_names != new_names && old_names.iter().all(|n| new_names.contains(n)) {
         let _ = writeln!(out, "  the tools are offered in another order");
     }
-    if recorded["response_schema"] != live["response_schema"] {
-        let _ = writeln!(
-            out,
-            "  the response schema: recorded {}, now {}",
-            recorded["response_schema"], live["response_schema"]
-        );
+    if recorded["schema"] != live["schema"] {
+        let _ = writeln!(out, "  the response schema: recorded {}, now {}", recorded["schema"], live["schema"]);
     }
 }
 

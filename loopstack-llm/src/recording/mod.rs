@@ -1,9 +1,10 @@
-//! What a model turn records of its request, so a stored run can be replayed: a
-//! fingerprint of what the request sent besides the conversation (model, settings,
-//! tools, response schema; `request`) and that part itself (`request_config`), in the
-//! metadata of the first assistant message sent under it; the messages after it that
-//! were sent under the same record nothing. The conversation is the run's message
-//! documents already.
+//! What a model turn records of its request, so a stored run can be replayed: what
+//! the request sent besides the conversation (the model, the settings with the system
+//! prompt, each tool's name and fingerprint, the response schema's name) with a
+//! fingerprint of it all, as the `request` metadata of the first assistant message
+//! sent under it: `{"fp": "…", "model": "…", "settings": {…}, "tools": ["name:fp"]}`.
+//! The messages after it that were sent under the same record nothing. The
+//! conversation is the run's message documents already.
 
 use serde_json::{Value, json};
 
@@ -14,11 +15,9 @@ mod replay;
 
 pub use replay::{RecordedTurn, Recording, ReplayError, ReplayModel, ReplayTools, RunExport};
 
-/// The metadata name of a turn's request fingerprint.
+/// The metadata name of what a turn's request sent besides the conversation, on the
+/// first turn that sent it.
 pub(crate) const REQUEST_META: &str = "request";
-/// The metadata name of the request's settings, tools and model, on the first turn
-/// that sent them.
-pub(crate) const CONFIG_META: &str = "request_config";
 
 /// A 64-bit FNV-1a fingerprint of what `request` sends besides its messages: the
 /// model name, the settings, each tool's name, description and input schema, and
@@ -74,20 +73,21 @@ pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, 
         .rev()
         .filter(|d| crate::generate::in_conversation(d, name))
         .find_map(|d| d.metadata.get(REQUEST_META))
-        .is_some_and(|last| last.as_str() == Some(fingerprint))
+        .is_some_and(|last| last["fp"].as_str() == Some(fingerprint))
 }
 
-/// What `request` sent besides its messages, for a replay's diff: the model, the
-/// settings, and each tool's name with a fingerprint of its description and schema.
-pub(crate) fn config(request: &ChatRequest) -> Value {
-    let tools: Vec<Value> = request
-        .tools
-        .iter()
-        .map(|t| json!({"name": t.name, "fingerprint": fingerprint_text(t.fingerprint())}))
-        .collect();
-    let mut config = json!({"model": request.model, "settings": request.settings, "tools": tools});
+/// What `request` sent besides its messages, for a replay's diff, with its
+/// fingerprint `fp`: the model, the settings (left out when they are the defaults),
+/// each tool as `name:fingerprint`, and the response schema's name.
+pub(crate) fn config(request: &ChatRequest, fp: &str) -> Value {
+    let tools: Vec<String> =
+        request.tools.iter().map(|t| format!("{}:{}", t.name, fingerprint_text(t.fingerprint()))).collect();
+    let mut config = json!({"fp": fp, "model": request.model, "tools": tools});
+    if request.settings != crate::ModelSettings::default() {
+        config["settings"] = json!(request.settings);
+    }
     if let Some(schema) = &request.response_schema {
-        config["response_schema"] = json!(schema.name);
+        config["schema"] = json!(schema.name);
     }
     config
 }

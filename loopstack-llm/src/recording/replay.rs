@@ -15,7 +15,7 @@ use loopstack_core::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{CONFIG_META, REQUEST_META, diff};
+use super::{REQUEST_META, diff};
 use crate::agent::{Agent, AgentReply, AskError};
 use crate::error::{AgentError, LlmError};
 use crate::generate::{MESSAGE_DOCUMENT, NAMED_CONVERSATION_PREFIX};
@@ -177,10 +177,9 @@ impl Recording {
     /// The recording in an export.
     pub fn from_export(export: &RunExport) -> Result<Self, ReplayError> {
         let mut conversations: HashMap<Option<String>, Vec<Message>> = HashMap::new();
-        let mut configs: HashMap<String, Arc<Value>> = HashMap::new();
-        // By conversation: the fingerprint last recorded, which the turns after it that
-        // record none were sent under.
-        let mut current: HashMap<Option<String>, String> = HashMap::new();
+        // By conversation: what was last recorded, which the turns after it that record
+        // nothing were sent under.
+        let mut current: HashMap<Option<String>, Arc<Value>> = HashMap::new();
         let (mut turns, mut results) = (Vec::new(), HashMap::new());
         for doc in export.documents.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
             let message: Message = doc.read().map_err(|e| ReplayError::Export(e.to_string()))?;
@@ -191,21 +190,17 @@ impl Recording {
             }
             if message.role == Role::Assistant {
                 let meta = |name: &str| doc.metadata.get(name);
-                let fingerprint = match meta(REQUEST_META).and_then(Value::as_str) {
-                    Some(fp) => {
-                        current.insert(name.clone(), fp.to_owned());
-                        Some(fp.to_owned())
-                    }
-                    None => current.get(&name).cloned(),
-                };
-                let config = match (meta(CONFIG_META), &fingerprint) {
-                    (Some(config), Some(fp)) => {
+                // A turn that records nothing was sent under the last one recorded.
+                let (fingerprint, config) = match meta(REQUEST_META) {
+                    Some(config) => {
                         let config = Arc::new(config.clone());
-                        configs.insert(fp.clone(), config.clone());
-                        Some(config)
+                        current.insert(name.clone(), config.clone());
+                        (config["fp"].as_str().map(str::to_owned), Some(config))
                     }
-                    (_, Some(fp)) => configs.get(fp).cloned(),
-                    _ => None,
+                    None => match current.get(&name) {
+                        Some(config) => (config["fp"].as_str().map(str::to_owned), Some(config.clone())),
+                        None => (None, None),
+                    },
                 };
                 let stop_reason = meta("stop_reason")
                     .and_then(|s| serde_json::from_value::<StopReason>(s.clone()).ok())
@@ -402,7 +397,7 @@ impl ChatModel for ReplayModel {
     }
 
     fn structured_output(&self) -> bool {
-        self.recording.turns.iter().any(|t| t.config.as_ref().is_some_and(|c| c.get("response_schema").is_some()))
+        self.recording.turns.iter().any(|t| t.config.as_ref().is_some_and(|c| c.get("schema").is_some()))
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
@@ -413,7 +408,7 @@ impl ChatModel for ReplayModel {
             let live = super::fingerprint_text(super::fingerprint(request));
             if live != *recorded {
                 match &turn.config {
-                    Some(config) => diff::config(&mut out, config, &super::config(request)),
+                    Some(config) => diff::config(&mut out, config, &super::config(request, &live)),
                     None => {
                         out.push_str("  the model, settings or tools (the recording keeps only their fingerprint)\n")
                     }
