@@ -123,6 +123,15 @@ pub enum LlmError {
         /// What went wrong.
         message: String,
     },
+    /// A replay's request departs from the recorded one
+    /// ([`ReplayModel`](crate::ReplayModel)): `diff` says how.
+    #[error("{diff}")]
+    Replay {
+        /// The request (1-based) that departs.
+        turn: usize,
+        /// What differs: the system prompt's lines, the settings, tools or messages.
+        diff: String,
+    },
 }
 
 fn fmt_retry_after(d: Option<Duration>) -> String {
@@ -143,6 +152,7 @@ impl LlmError {
             | Self::MalformedResponse { provider, .. }
             | Self::Config { provider, .. } => provider,
             Self::Script { .. } => "scripted",
+            Self::Replay { .. } => "replay",
         }
     }
 

@@ -492,6 +492,12 @@ impl LlmGenerateText {
         let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
         request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);
+        // What the turn sent besides the conversation, for replays: its fingerprint
+        // and itself, with the first reply sent under it (the replies after it that
+        // sent the same record nothing).
+        let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
+        let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
+            .then(|| crate::recording::config(&request, &fingerprint));
 
         let span = tracing::info_span!(
             "loopstack.llm",
@@ -541,6 +547,9 @@ impl LlmGenerateText {
         }
         if let Some(agent) = extras.agent {
             meta = meta.meta("agent", agent);
+        }
+        if let Some(config) = recorded {
+            meta = meta.meta(crate::recording::REQUEST_META, config);
         }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.

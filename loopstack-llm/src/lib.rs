@@ -41,9 +41,11 @@ mod context;
 mod delegate;
 pub mod dispatch;
 pub mod error;
+pub mod eval;
 mod generate;
 pub mod message;
 pub mod model;
+mod recording;
 mod scripted;
 mod workflow_tool;
 
@@ -64,6 +66,7 @@ pub use generate::{
     CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, ModelRef,
     Models, NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
+pub use recording::{RecordedTurn, Recording, ReplayError, ReplayModel, ReplayTools, RunExport};
 pub use scripted::ScriptedModel;
 pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 

@@ -551,7 +551,8 @@ impl Agent {
     }
 
     /// Summarizes the turns left out (and the summary before them) with the agent's
-    /// model; its tokens and cost (by the run's `prices`) are the run's.
+    /// model, or the next of its fallback chain when one is unavailable (as a turn
+    /// falls back); its tokens and cost (by the run's `prices`) are the run's.
     async fn summarize(
         &self,
         prices: &super::Prices,
@@ -559,17 +560,37 @@ impl Agent {
         left_out: &[Arc<Message>],
         previous: Option<&str>,
     ) -> Result<String, AgentError> {
-        let model = self.generate.models().get(&self.options.provider)?;
         let input = summary_input(previous, left_out);
-        let request = crate::ChatRequest::new(self.options.model.clone(), vec![Message::user(input)])
-            .system(SUMMARY_PROMPT)
-            .max_tokens(1024);
-        let response = model.chat(&request).await?;
-        state.usage += response.usage;
-        if let Some(cost) = prices.cost(&self.options.model, &response.usage) {
-            state.cost += cost;
+        let first = (&self.options.provider, &self.options.model);
+        let chain = std::iter::once(first).chain(self.options.fallbacks.iter().map(|f| (&f.provider, &f.model)));
+        let mut failures = Vec::new();
+        for (provider, model_name) in chain {
+            let model = self.generate.models().get(provider)?;
+            let request = crate::ChatRequest::new(model_name.clone(), vec![Message::user(input.clone())])
+                .system(SUMMARY_PROMPT)
+                .max_tokens(1024);
+            match model.chat(&request).await {
+                Ok(response) => {
+                    state.usage += response.usage;
+                    if let Some(cost) = prices.cost(model_name, &response.usage) {
+                        state.cost += cost;
+                    }
+                    return Ok(response.message.text());
+                }
+                Err(error) if self.options.fallbacks.is_empty() || failures.is_empty() && !error.is_unavailable() => {
+                    return Err(error.into());
+                }
+                Err(error) => {
+                    let unavailable = error.is_unavailable();
+                    tracing::warn!(%error, provider, model = %model_name, "the summary's model failed");
+                    failures.push(error);
+                    if !unavailable {
+                        break;
+                    }
+                }
+            }
         }
-        Ok(response.message.text())
+        Err(AgentError::AllModelsFailed { failures })
     }
 
     /// The limit that forbids the next turn, if any: the agent's limits, or those a

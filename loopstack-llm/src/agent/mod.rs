@@ -489,6 +489,36 @@ impl Agent {
         Ok(self.reply_of(runtime.resume(self, run_id).await?))
     }
 
+    /// A what-if: a new run from step `step` of run `source` (its conversation, state
+    /// and place as they were after that step), driven by this agent, which may
+    /// differ from the source's in its system prompt, model, tools or limits (it must
+    /// have the source's name). The source run is left as it is; the fork's record
+    /// says where it came from (`forked_from`).
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, ChatRequest, ScriptedModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// // A model that answers by its system prompt.
+    /// let model = ScriptedModel::from_fn(|r: &ChatRequest| {
+    ///     Ok(ScriptedModel::new().text_response(format!("({})", r.settings.system.as_deref().unwrap_or("-"))))
+    /// });
+    /// let runtime = Runtime::new();
+    /// let terse = Agent::new(model.clone(), "m", ToolRegistry::new()).system("terse");
+    /// let first = terse.ask(&runtime, "Hi").await?;
+    /// // The same run from step 1 (the prompt saved, no turn taken) under another prompt.
+    /// let chatty = Agent::new(model, "m", ToolRegistry::new()).system("chatty");
+    /// let fork = chatty.fork(&runtime, first.run_id, 1).await?;
+    /// assert_eq!((first.text.as_str(), fork.text.as_str()), ("(terse)", "(chatty)"));
+    /// let record = runtime.store().load_run(fork.run_id).await?;
+    /// assert_eq!(record.forked_from, Some((first.run_id, 1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub async fn fork(&self, runtime: &Runtime, source: RunId, step: u64) -> Result<AgentReply, AskError> {
+        Ok(self.reply_of(runtime.fork(self, source, step).await?))
+    }
+
     /// What a drive's report says, as a reply.
     pub fn reply_of(&self, report: RunReport<AgentState>) -> AgentReply {
         let RunReport { run_id, outcome, state, .. } = report;
