@@ -21,6 +21,8 @@ pub(crate) const START: usize = 0;
 pub(crate) struct WorkflowModel {
     pub(crate) krate: Path,
     pub(crate) name: String,
+    /// The impl block's doc comment: the table's description.
+    pub(crate) description: Option<crate::docs::Text>,
     /// The impl block with `#[transition]` and `#[guard]` removed.
     pub(crate) item: ItemImpl,
     /// `ToolCallWorkflowPlace`.
@@ -153,6 +155,7 @@ impl WorkflowModel {
         };
         let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
         let cfgs = cfg_attrs(&item.attrs);
+        let description = crate::docs::doc_text(&item.attrs);
 
         let fail = |cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>| {
             let error = cx.check().expect_err("an error was recorded");
@@ -397,6 +400,7 @@ impl WorkflowModel {
         cx.check().expect("no errors");
         Ok(Self {
             krate,
+            description,
             name,
             definition: args.definition.clone(),
             enum_ident,
