@@ -169,6 +169,12 @@ pub enum Command {
         #[arg(long)]
         worker: bool,
     },
+    /// Serves the registered workflows and agents as the tools of an MCP server over
+    /// stdio (`loopstack::mcp_server`), until the client closes it: for Claude
+    /// Desktop and other MCP clients that start the server. Standard output carries
+    /// only the protocol.
+    #[cfg(feature = "mcp-server")]
+    Mcp,
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
     Worker {
         /// How many runs at once.
@@ -550,6 +556,8 @@ impl Opening {
             Command::Run { .. } | Command::Worker { .. } => Self::Create,
             #[cfg(feature = "serve")]
             Command::Serve { .. } => Self::Create,
+            #[cfg(feature = "mcp-server")]
+            Command::Mcp => Self::Create,
             Command::Runs { .. } => Self::Existing("runs"),
             Command::Show { .. } => Self::Existing("show"),
             Command::Signal { .. } => Self::Existing("signal"),
@@ -819,7 +827,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 .await
                 .map_err(|e| CliError::Serve(format!("could not listen on {bind}:{port}: {e}")))?;
             let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
-            eprintln!("Studio on http://{address}/ and the API under http://{address}/api (Ctrl-C to stop)");
+            let mcp =
+                if cfg!(feature = "mcp-server") { format!(", MCP at http://{address}/mcp") } else { String::new() };
+            eprintln!("Studio on http://{address}/ and the API under http://{address}/api{mcp} (Ctrl-C to stop)");
             let mut options = crate::serve::ServeOptions::new();
             if let Some(token) = token {
                 options = options.token(token.clone());
@@ -845,6 +855,11 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 }
             }
             result?;
+        }
+        #[cfg(feature = "mcp-server")]
+        Command::Mcp => {
+            let handler = crate::mcp_server::McpHandler::new(runtime.clone());
+            crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
         Command::Worker { concurrency, once } => {
             let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);
@@ -924,18 +939,6 @@ fn standing(runtime: &Runtime, record: &loopstack_core::RunRecord, waits: Option
     format!("it waits at {} for {what}; no tool calls wait for a decision (`show` says more)", record.place)
 }
 
-/// The calls waiting for a decision, one line each, indented.
-fn pending_lines(out: &mut String, run_id: RunId, pending: &[loopstack_llm::PendingCall]) {
-    let _ = writeln!(
-        out,
-        "  {} tool call(s) wait for a decision (`approve {run_id} [CALL...]`, `deny {run_id} [CALL...] --reason R`):",
-        pending.len()
-    );
-    for call in pending {
-        let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
-    }
-}
-
 /// How a drive left the run.
 async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, json: bool) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
@@ -966,7 +969,7 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
                 if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
             );
             if let Some(pending) = pending.filter(|p| !p.is_empty()) {
-                pending_lines(&mut out, run_id, &pending);
+                crate::views::pending_lines(&mut out, run_id, &pending, crate::views::Answer::Cli);
             }
             out
         }
@@ -1011,7 +1014,7 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         let _ = writeln!(out, "parent: {parent}");
     }
     if let Some(waits) = &waits {
-        waits_text(&mut out, run_id, waits);
+        crate::views::waits_text(&mut out, run_id, waits, crate::views::Answer::Cli);
     } else if record.status == RunStatus::Waiting {
         let _ = writeln!(
             out,
@@ -1050,66 +1053,9 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     Ok(out)
 }
 
-/// What a waiting run waits for, in words: its pending tool calls, each signal
-/// with its payload's shape, and its timer.
-fn waits_text(out: &mut String, run_id: RunId, waits: &crate::views::Waits) {
-    let _ = writeln!(out, "\nwaits for:");
-    if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
-        pending_lines(out, run_id, pending);
-    }
-    for t in &waits.signals {
-        let payload = match t.payload_schema.map(|f| f()) {
-            Some(schema) => format!("payload {}", crate::views::shape(&schema, &schema, 0)),
-            None => "no payload".to_owned(),
-        };
-        let _ = writeln!(out, "  signal {} -> {}, {payload} (`signal {run_id} {} PAYLOAD`)", t.name, t.to, t.name);
-    }
-    if !waits.timers.is_empty() {
-        let due = waits.wake_at.map_or_else(|| "(no due time stored)".to_owned(), |at| at.to_string());
-        let timers: Vec<String> = waits
-            .timers
-            .iter()
-            .map(|t| format!("{} -> {} after {}", t.name, t.to, t.after.map(words).unwrap_or_default()))
-            .collect();
-        let _ = writeln!(out, "  a timer, due at {due}: {}", timers.join(", "));
-    }
-    if waits.signals.is_empty() && waits.timers.is_empty() {
-        let _ = writeln!(out, "  nothing this build's table knows of: no signal or timer leaves this place");
-    }
-}
-
-/// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
-fn words(duration: std::time::Duration) -> String {
-    let ms = duration.as_millis();
-    if !ms.is_multiple_of(1000) {
-        return format!("{ms}ms");
-    }
-    let mut secs = duration.as_secs();
-    if secs == 0 {
-        return "0s".to_owned();
-    }
-    let mut out = String::new();
-    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
-        if secs >= size {
-            let _ = write!(out, "{}{unit}", secs / size);
-            secs %= size;
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_a_person_says_them() {
-        use std::time::Duration;
-        assert_eq!(words(Duration::from_secs(7 * 86_400)), "7d");
-        assert_eq!(words(Duration::from_secs(5_400)), "1h30m");
-        assert_eq!(words(Duration::from_millis(1_500)), "1500ms");
-        assert_eq!(words(Duration::ZERO), "0s");
-    }
 
     #[derive(Debug, PartialEq, Subcommand)]
     enum Own {
