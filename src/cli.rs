@@ -47,6 +47,9 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[cfg(feature = "mcp")]
+mod mcp;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, Store, StoreError};
 
@@ -63,6 +66,21 @@ pub struct Cli {
     /// Print one JSON object instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Also give the app's agents the tools of the MCP server this command line starts,
+    /// spoken to over stdio (repeatable, before the command): "npx -y @modelcontextprotocol/server-everything".
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "COMMAND ARGS...")]
+    pub mcp: Vec<String>,
+    /// Also give the app's agents the tools of the MCP server at this URL, over
+    /// streamable HTTP (repeatable, before the command).
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "URL")]
+    pub mcp_url: Vec<String>,
+    /// The environment variable that holds the --mcp-url servers' bearer token (kept
+    /// out of what runs record, as one of the runtime's secrets).
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "VAR")]
+    pub mcp_token_env: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -244,6 +262,15 @@ pub enum CliError {
     /// The app's own command failed.
     #[error("{0}")]
     App(#[source] loopstack_core::BoxError),
+    /// An MCP server of `--mcp` or `--mcp-url` could not be started, connected or
+    /// its tools registered.
+    #[cfg(feature = "mcp")]
+    #[error(transparent)]
+    Mcp(#[from] loopstack_llm::mcp::McpError),
+    /// `--mcp` or `--mcp-url` was given to an app whose register closure takes no
+    /// tools ([`App::run`], [`App::run_with`] rather than [`App::run_mcp`]).
+    #[error("this app takes no MCP servers: --mcp and --mcp-url need an app built with App::run_mcp")]
+    NoMcpTools,
     /// The store could not be opened.
     #[error("could not open the store `{db}`: {reason}")]
     Open {
@@ -349,6 +376,8 @@ pub struct App {
     about: Option<&'static str>,
     default_db: String,
     db_env: Option<String>,
+    /// Whether the register closure takes the MCP servers' tools ([`App::run_mcp`]).
+    takes_mcp: bool,
 }
 
 /// The store [`App::default_db`] names when the app does not.
@@ -363,7 +392,14 @@ impl App {
     /// The framework's own command line ([`main`]): named after the binary, no
     /// version, `loopstack.db`.
     fn loopstack() -> Self {
-        Self { name: None, version: None, about: None, default_db: DEFAULT_DB.to_owned(), db_env: None }
+        Self {
+            name: None,
+            version: None,
+            about: None,
+            default_db: DEFAULT_DB.to_owned(),
+            db_env: None,
+            takes_mcp: false,
+        }
     }
 
     /// The app's version, which `--version` prints (`env!("CARGO_PKG_VERSION")`).
@@ -424,7 +460,15 @@ impl App {
         if let Some(var) = &self.db_env {
             let _ = write!(help, " [env: {var}]");
         }
-        command.mut_arg("db", |arg| arg.hide_default_value(true).help(help))
+        let command = command.mut_arg("db", |arg| arg.hide_default_value(true).help(help));
+        // The MCP flags are shown only by an app that takes the servers' tools.
+        #[cfg(feature = "mcp")]
+        let command = if self.takes_mcp {
+            command
+        } else {
+            ["mcp", "mcp_url", "mcp_token_env"].into_iter().fold(command, |c, id| c.mut_arg(id, |a| a.hide(true)))
+        };
+        command
     }
 
     /// Parses `args` (the binary's name first): one of loopstack's commands, or one
@@ -463,9 +507,23 @@ impl App {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
+        self.parse(args).map(|(parsed, _)| parsed)
+    }
+
+    /// [`App::try_parse_from`], and the MCP servers the command line names.
+    fn parse<E, I, T>(&self, args: I) -> Result<(Parsed<E>, McpServers), clap::Error>
+    where
+        E: Subcommand,
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
         use clap::FromArgMatches as _;
         let mut command = self.command::<E>();
         let matches = command.try_get_matches_from_mut(args)?;
+        #[cfg(feature = "mcp")]
+        let servers = mcp::McpFlags::from_matches(&matches);
+        #[cfg(not(feature = "mcp"))]
+        let servers = McpServers;
         let db = match matches.value_source("db") {
             Some(clap::parser::ValueSource::CommandLine) => matches.get_one::<String>("db").cloned(),
             _ => None,
@@ -474,11 +532,11 @@ impl App {
         if matches.subcommand_name().is_some_and(E::has_subcommand) {
             let json = matches.get_flag("json");
             let command = E::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-            return Ok(Parsed::App { command, db, json });
+            return Ok((Parsed::App { command, db, json }, servers));
         }
         let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
         cli.db = db;
-        Ok(Parsed::Loopstack(cli))
+        Ok((Parsed::Loopstack(cli), servers))
     }
 
     /// [`App::run_with`] for an app with no commands of its own.
@@ -499,7 +557,71 @@ impl App {
         F: FnOnce(E, CommandContext) -> Fut,
         Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
     {
-        let parsed = match self.try_parse_from::<E, _, _>(std::env::args_os()) {
+        self.run_inner(move |runtime, _| register(runtime), handle).await
+    }
+
+    /// [`App::run_mcp_with`] for an app with no commands of its own.
+    ///
+    /// ```no_run
+    /// use loopstack::llm::{Agent, anthropic::Anthropic};
+    /// use loopstack::prelude::*;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::process::ExitCode {
+    ///     // my-app --mcp "npx -y @modelcontextprotocol/server-everything" run assistant --input '"Add 2 and 40"' --wait
+    ///     loopstack::cli::App::new("my-app")
+    ///         .run_mcp(|runtime, tools| {
+    ///             let model = Anthropic::from_env().expect("ANTHROPIC_API_KEY");
+    ///             let agent = Agent::new(model, "claude-sonnet-4-5", tools).named("assistant").expect("a valid name");
+    ///             runtime.register(agent)
+    ///         })
+    ///         .await
+    /// }
+    /// ```
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub async fn run_mcp(self, register: impl FnOnce(Runtime, loopstack_core::ToolRegistry) -> Runtime) -> ExitCode {
+        self.run_mcp_with::<NoCommands, _, _>(register, |never, _| async move { match never {} }).await
+    }
+
+    /// [`App::run_with`], and `register` also gets the tools of the MCP servers the
+    /// command line names before the command, connected: `--mcp "COMMAND ARGS..."` (repeatable; a
+    /// server started and spoken to over stdio, ended with the process) and
+    /// `--mcp-url URL` (repeatable; streamable HTTP, its bearer token read from the
+    /// environment variable `--mcp-token-env` names and kept among the runtime's
+    /// secrets). The registry is empty when the command line names none; add your
+    /// own tools to it (`tools.with(MyTool)`) and give it to your agents. A server
+    /// that does not start or answer is one `error:` line, exit status 1.
+    ///
+    /// Apps built with [`App::run`] or [`App::run_with`] hide these flags, and
+    /// refuse them with [`CliError::NoMcpTools`].
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub async fn run_mcp_with<E, F, Fut>(
+        mut self,
+        register: impl FnOnce(Runtime, loopstack_core::ToolRegistry) -> Runtime,
+        handle: F,
+    ) -> ExitCode
+    where
+        E: Subcommand,
+        F: FnOnce(E, CommandContext) -> Fut,
+        Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
+    {
+        self.takes_mcp = true;
+        self.run_inner(register, handle).await
+    }
+
+    async fn run_inner<E, F, Fut>(
+        self,
+        register: impl FnOnce(Runtime, loopstack_core::ToolRegistry) -> Runtime,
+        handle: F,
+    ) -> ExitCode
+    where
+        E: Subcommand,
+        F: FnOnce(E, CommandContext) -> Fut,
+        Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
+    {
+        let (parsed, servers) = match self.parse::<E, _, _>(std::env::args_os()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 let _ = e.print();
@@ -516,9 +638,14 @@ impl App {
             Opening::Existing(command) => open_existing(&db, command).await,
         };
         let runtime = match store {
-            Ok(store) => register(Runtime::with_shared_store(store)),
+            Ok(store) => Runtime::with_shared_store(store),
             Err(e) => return fail(&e.to_string()),
         };
+        let tools = match servers.connect(self.takes_mcp, runtime.secrets()).await {
+            Ok(tools) => tools,
+            Err(e) => return fail(&runtime.secrets().redact(&e.to_string())),
+        };
+        let runtime = register(runtime, tools);
         let done = match parsed {
             Parsed::Loopstack(cli) => execute(&runtime, &cli).await.map(|text| print!("{text}")),
             Parsed::App { command, db, json } => {
@@ -530,6 +657,25 @@ impl App {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&runtime.secrets().redact(&e.to_string())),
         }
+    }
+}
+
+/// The MCP servers a command line names (none without feature `mcp`).
+#[cfg(feature = "mcp")]
+use mcp::McpFlags as McpServers;
+
+/// Without feature `mcp` a command line names no MCP servers.
+#[cfg(not(feature = "mcp"))]
+struct McpServers;
+
+#[cfg(not(feature = "mcp"))]
+impl McpServers {
+    async fn connect(
+        &self,
+        _takes_mcp: bool,
+        _secrets: &loopstack_core::secrets::Secrets,
+    ) -> Result<loopstack_core::ToolRegistry, CliError> {
+        Ok(loopstack_core::ToolRegistry::new())
     }
 }
 
@@ -1096,6 +1242,41 @@ mod tests {
         assert_eq!(version.to_string(), "desk 1.2.3\n");
         let unknown = App::new("desk").try_parse_from::<Own, _, _>(["desk", "frobnicate"]).unwrap_err();
         assert_eq!(unknown.kind(), clap::error::ErrorKind::InvalidSubcommand);
+    }
+
+    #[cfg(feature = "mcp")]
+    #[test]
+    fn mcp_servers_are_named_anywhere_on_the_line_and_shown_only_by_apps_that_take_them() {
+        let app = App::new("desk");
+        let line = [
+            "desk",
+            "--mcp",
+            "npx -y a",
+            "--mcp",
+            "b",
+            "--mcp-url",
+            "http://h/mcp",
+            "--mcp-token-env",
+            "T",
+            "run",
+            "x",
+        ];
+        let (parsed, servers) = app.parse::<Own, _, _>(line).unwrap();
+        assert!(matches!(parsed, Parsed::Loopstack(Cli { command: Command::Run { .. }, .. })));
+        assert_eq!(
+            (servers.commands, servers.urls),
+            (vec!["npx -y a".to_owned(), "b".to_owned()], vec!["http://h/mcp".to_owned()])
+        );
+        assert_eq!(servers.token_env.as_deref(), Some("T"));
+        let (parsed, servers) = app.parse::<Own, _, _>(["desk", "--mcp", "c", "hello", "--to", "ada"]).unwrap();
+        assert!(matches!(parsed, Parsed::App { .. }));
+        assert_eq!(servers.commands, ["c"]);
+        // They are the app's options, before the command (a command's own come after it).
+        assert!(app.parse::<Own, _, _>(["desk", "runs", "--mcp", "c"]).is_err());
+        let hidden =
+            |app: &App| app.command::<Own>().get_arguments().find(|a| a.get_id() == "mcp").unwrap().is_hide_set();
+        assert!(hidden(&app));
+        assert!(!hidden(&App { takes_mcp: true, ..App::new("desk") }));
     }
 
     #[tokio::test]

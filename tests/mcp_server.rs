@@ -17,6 +17,7 @@ use serde_json::Value;
 
 mod common;
 #[path = "../examples/mcp_server/desk.rs"]
+#[allow(dead_code)] // `relay` is the example's, with `--mcp`
 mod desk;
 
 /// The pinned version `.ci/mcp-servers` installs.
@@ -75,7 +76,9 @@ fn assert_session(out: &Value) {
     }
     // Descriptions from the doc comments and from Agent::description.
     assert_eq!(tools["greet"]["description"], "Greets a person by name.");
-    assert!(tools["review"]["description"].as_str().unwrap().starts_with("Publishes a text once a reviewer approves it."));
+    assert!(
+        tools["review"]["description"].as_str().unwrap().starts_with("Publishes a text once a reviewer approves it.")
+    );
     assert!(tools["desk"]["description"].as_str().unwrap().starts_with("The helpdesk: resets the passwords"));
     // An object input is the schema; an agent's prompt (a string) is wrapped.
     assert_eq!(tools["greet"]["input_schema"]["type"], "object");
@@ -179,4 +182,73 @@ async fn the_python_sdk_over_http_with_a_token() {
     // The runs are the runtime's, as the HTTP API and Studio see them.
     let runs = runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap();
     assert_eq!(runs.runs.len(), 3);
+}
+
+/// Runs `program args` on a blocking thread (a server it talks to may be on this
+/// test's runtime), with `env` set: its exit status, stdout and stderr.
+async fn run(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    let output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_line_gives_an_agent_the_tools_of_mcp_servers() {
+    let desk = common::example_with("mcp_server", &["mcp-server", "cli"]);
+    let dir = std::env::temp_dir().join(format!("loopstack-mcp-cli-{}", loopstack::RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("relay.db");
+    let db = db.to_str().unwrap();
+
+    // Over stdio: the example's own `mcp` command, started by `--mcp`, is the server
+    // whose `greet` the agent `relay` calls.
+    let line = format!("\"{}\" --db memory mcp", desk.display());
+    let (ok, out, err) =
+        run(&desk, &["--db", db, "--mcp", &line, "run", "relay", "--input", "\"ada\"", "--wait", "--json"], &[]).await;
+    assert!(ok, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "completed", "{report}");
+    let run_id = report["run_id"].as_str().unwrap();
+    let (ok, shown, err) = run(&desk, &["--db", db, "show", run_id], &[]).await;
+    assert!(ok, "{err}");
+    assert!(shown.contains("tool call greet") && shown.contains("Hello, ada!"), "{shown}");
+
+    // Over HTTP, the bearer token read from the variable `--mcp-token-env` names.
+    let token = "relay-test-token-0123456789";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let options = loopstack::serve::ServeOptions::new().token(token);
+    let server = tokio::spawn(loopstack::serve::serve(listener, desk::register(loopstack::Runtime::new()), options));
+    let relay = [
+        "--db",
+        db,
+        "--mcp-url",
+        &url,
+        "--mcp-token-env",
+        "RELAY_MCP_TOKEN",
+        "run",
+        "relay",
+        "--input",
+        "\"bo\"",
+        "--wait",
+        "--json",
+    ];
+    let (ok, out, err) = run(&desk, &relay, &[("RELAY_MCP_TOKEN", token)]).await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["status"], "completed");
+    // No variable, or the wrong token: one `error:` line, exit status 1.
+    let (ok, _, err) = run(&desk, &relay, &[]).await;
+    assert!(!ok && err.contains("error:") && err.contains("RELAY_MCP_TOKEN"), "{err}");
+    let (ok, _, err) = run(&desk, &relay, &[("RELAY_MCP_TOKEN", "not-the-token-at-all")]).await;
+    assert!(!ok && err.starts_with("error:"), "{err}");
+    assert!(!err.contains("not-the-token-at-all"), "the token is redacted: {err}");
+    server.abort();
+
+    // An app whose register closure takes no tools refuses the flags.
+    let ops = common::example("ops");
+    let (ok, _, err) = run(&ops, &["--db", "memory", "--mcp", "anything", "workflows"], &[]).await;
+    assert!(!ok && err.contains("takes no MCP servers"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

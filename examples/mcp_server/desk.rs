@@ -103,3 +103,22 @@ pub(crate) fn register(runtime: Runtime) -> Runtime {
         .expect("a valid name");
     runtime.register(Greeter).register(Reviewing).register(desk)
 }
+
+/// The relay: an agent whose only tools are those of the MCP servers of `--mcp` and
+/// `--mcp-url` (another server's `greet`, say). Its offline model asks for `greet`
+/// for the name in the prompt, then answers with the result.
+pub(crate) fn relay(tools: ToolRegistry) -> Agent {
+    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().expect("a conversation");
+        let results: Vec<String> = last.tool_results_iter().map(|r| r.content.clone()).collect();
+        if results.is_empty() {
+            let name = last.text();
+            return Ok(ScriptedModel::new().tool_calls_response([("greet", serde_json::json!({ "name": name }))]));
+        }
+        Ok(ScriptedModel::new().text_response(format!("The other server says: {}", results.join("; "))))
+    });
+    Agent::new(model, "scripted-relay", tools)
+        .description("Asks the greet tool of another MCP server, given with --mcp or --mcp-url.")
+        .named("relay")
+        .expect("a valid name")
+}

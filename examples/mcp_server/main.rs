@@ -6,7 +6,12 @@
 //! cargo run --example mcp_server -- mcp              # MCP over stdio, for an MCP client that starts it
 //! cargo run --example mcp_server -- serve            # MCP at http://127.0.0.1:7878/mcp, beside the API and Studio
 //! cargo run --example mcp_server -- --db memory mcp  # nothing kept between sessions
+//! # the agent `relay` calls `greet` of another server: here, this one over stdio
+//! cargo run --example mcp_server -- --mcp "target/debug/examples/mcp_server --db memory mcp" run relay --input '"ada"' --wait
 //! ```
+//!
+//! With `--mcp` or `--mcp-url` (`App::run_mcp`), it also registers `relay`, an
+//! agent whose tools are those servers'.
 //!
 //! `tests/mcp_server.rs` drives it with the official MCP Python SDK.
 
@@ -19,6 +24,9 @@ async fn main() -> ExitCode {
     loopstack::cli::App::new("mcp-desk")
         .version(env!("CARGO_PKG_VERSION"))
         .default_db("mcp-desk.db")
-        .run(desk::register)
+        .run_mcp(|runtime, tools| {
+            let runtime = desk::register(runtime);
+            if tools.is_empty() { runtime } else { runtime.register(desk::relay(tools)) }
+        })
         .await
 }
