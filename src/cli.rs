@@ -29,6 +29,7 @@
 //! my-app deny RUN_ID [CALL_ID...] --reason "not today"    # or refuse them, telling the model why
 //! my-app resume RUN_ID | retry RUN_ID | cancel RUN_ID
 //! my-app worker                                           # drive queued and woken runs until Ctrl-C
+//! my-app mcp                                              # the workflows as an MCP server's tools, over stdio
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
 //! ```
 //!
@@ -305,7 +306,7 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
 /// (`loopstack.db` unless set), for every command, the app's own included.
 ///
 /// A SQLite file is created only by the commands that start or drive runs (`run`,
-/// `worker`, `serve`) and by the app's own commands. The others (`runs`, `show`,
+/// `worker`, `serve`, `mcp`) and by the app's own commands. The others (`runs`, `show`,
 /// `signal`, `approve`, `deny`, `resume`, `retry`, `cancel`) work on runs that
 /// must already be there: on a file that does not exist they fail with
 /// [`CliError::NoDatabase`] (one `error:` line, exit 1) instead of creating an

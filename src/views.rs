@@ -2,12 +2,15 @@
 //! steps and documents as JSON (one shape for all), what a run waits for in words,
 //! and how a drive is kept from being dropped halfway.
 
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
 use std::fmt::Write as _;
 
 use loopstack_core::serde_json::{self, Value, json};
+#[cfg(any(feature = "cli", feature = "serve"))]
 use loopstack_core::{Document, RunSummary, StepRecord};
 
 /// A run's row: id, workflow, status, place, step, parent, times, error.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn run(run: &RunSummary) -> Value {
     json!({
         "run_id": run.run_id,
@@ -23,11 +26,13 @@ pub(crate) fn run(run: &RunSummary) -> Value {
 }
 
 /// One step of a run's history.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn step(s: &StepRecord) -> Value {
     json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() })
 }
 
 /// A document version with its content as JSON.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn document(d: &Document) -> Value {
     json!({
         "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
@@ -105,9 +110,11 @@ impl Waits {
 }
 
 /// Who reads what a run waits for, and so how answering it is written.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// A person at the command line: `signal RUN NAME PAYLOAD`, `approve RUN`.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     Cli,
     /// An MCP client: the tools `loopstack_signal` and `loopstack_decide`.
     #[cfg_attr(not(feature = "mcp-server"), allow(dead_code))]
@@ -115,6 +122,7 @@ pub(crate) enum Answer {
 }
 
 /// The calls waiting for a decision, one line each, indented.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
 pub(crate) fn pending_lines(
     out: &mut String,
     run_id: loopstack_core::RunId,
@@ -133,6 +141,7 @@ pub(crate) fn pending_lines(
 
 /// What a waiting run waits for, in words: its pending tool calls, each signal
 /// with its payload's shape, and its timer.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
 pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits, how: Answer) {
     let _ = writeln!(out, "\nwaits for:");
     if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
@@ -164,6 +173,7 @@ pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits:
 }
 
 /// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
 pub(crate) fn words(duration: std::time::Duration) -> String {
     let ms = duration.as_millis();
     if !ms.is_multiple_of(1000) {
@@ -275,6 +285,7 @@ pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
 mod tests {
     use super::*;
 
+    #[cfg(any(feature = "cli", feature = "mcp-server"))]
     #[test]
     fn durations_read_as_a_person_says_them() {
         use std::time::Duration;

@@ -105,7 +105,7 @@ pub(super) async fn decide(
     let decisions = loopstack_llm::ToolDecisions::new(
         approved
             .iter()
-            .map(|id| loopstack_llm::ToolDecision::approve(id))
+            .map(loopstack_llm::ToolDecision::approve)
             .chain(denied.iter().map(|id| loopstack_llm::ToolDecision::deny(id, reason))),
     );
     let driven = crate::views::detached(runtime, move |rt| async move {

@@ -123,11 +123,12 @@ impl rmcp::ServerHandler for McpHandler {
         implementation.title = None;
         implementation.website_url = None;
         implementation.description = None;
-        let mut info = ServerInfo::default();
-        info.capabilities = ServerCapabilities::builder().enable_tools().build();
-        info.server_info = implementation;
-        info.instructions = Some(tools::INSTRUCTIONS.to_owned());
-        info
+        ServerInfo {
+            capabilities: ServerCapabilities::builder().enable_tools().build(),
+            server_info: implementation,
+            instructions: Some(tools::INSTRUCTIONS.to_owned()),
+            ..ServerInfo::default()
+        }
     }
 
     async fn list_tools(
