@@ -154,7 +154,7 @@ async fn the_python_sdk_over_stdio() {
     let server = common::example_with("mcp_server", &["mcp-server", "cli"]);
     let args = vec!["stdio".to_owned(), server.display().to_string(), "--db".into(), "memory".into(), "mcp".into()];
     let out = client(python, args).await;
-    assert_eq!(out["server"]["name"], "loopstack");
+    assert_eq!(out["server"]["name"], "mcp-desk"); // the app's name
     assert_session(&out);
 }
 

@@ -2,11 +2,64 @@
 //! the command line, connected for the app's register closure
 //! ([`App::run_mcp`](super::App::run_mcp)).
 
-use loopstack_core::ToolRegistry;
+use std::process::ExitCode;
+
+use clap::Subcommand;
 use loopstack_core::secrets::Secrets;
+use loopstack_core::{Runtime, ToolRegistry};
 use loopstack_llm::mcp::{McpRegistryExt as _, McpServer};
 
-use super::CliError;
+use super::{App, CliError, CommandContext, NoCommands};
+
+impl App {
+    /// [`App::run_mcp_with`] for an app with no commands of its own.
+    ///
+    /// ```no_run
+    /// use loopstack::llm::{Agent, anthropic::Anthropic};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::process::ExitCode {
+    ///     // my-app --mcp "npx -y @modelcontextprotocol/server-everything" run assistant --input '"Add 2 and 40"' --wait
+    ///     loopstack::cli::App::new("my-app")
+    ///         .run_mcp(|runtime, tools| {
+    ///             let model = Anthropic::from_env().expect("ANTHROPIC_API_KEY");
+    ///             let agent = Agent::new(model, "claude-sonnet-4-5", tools).named("assistant").expect("a valid name");
+    ///             runtime.register(agent)
+    ///         })
+    ///         .await
+    /// }
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub async fn run_mcp(self, register: impl FnOnce(Runtime, ToolRegistry) -> Runtime) -> ExitCode {
+        self.run_mcp_with::<NoCommands, _, _>(register, |never, _| async move { match never {} }).await
+    }
+
+    /// [`App::run_with`], and `register` also gets the tools of the MCP servers the
+    /// command line names before the command, connected: `--mcp "COMMAND ARGS..."` (repeatable; a
+    /// server started and spoken to over stdio, ended with the process) and
+    /// `--mcp-url URL` (repeatable; streamable HTTP, its bearer token read from the
+    /// environment variable `--mcp-token-env` names and kept among the runtime's
+    /// secrets). The registry is empty when the command line names none; add your
+    /// own tools to it (`tools.with(MyTool)`) and give it to your agents. A server
+    /// that does not start or answer is one `error:` line, exit status 1.
+    ///
+    /// Apps built with [`App::run`] or [`App::run_with`] hide these flags, and
+    /// refuse them with [`CliError::NoMcpTools`].
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub async fn run_mcp_with<E, F, Fut>(
+        mut self,
+        register: impl FnOnce(Runtime, ToolRegistry) -> Runtime,
+        handle: F,
+    ) -> ExitCode
+    where
+        E: Subcommand,
+        F: FnOnce(E, CommandContext) -> Fut,
+        Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
+    {
+        self.takes_mcp = true;
+        self.run_inner(register, handle).await
+    }
+}
 
 /// The MCP servers a command line names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -57,5 +110,54 @@ impl McpFlags {
             tools.add_mcp(server).await?;
         }
         Ok(tools)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command, Parsed};
+    use super::*;
+
+    #[derive(Debug, PartialEq, Subcommand)]
+    enum Own {
+        /// Says hello.
+        Hello {
+            #[arg(long)]
+            to: String,
+        },
+    }
+
+    #[test]
+    fn mcp_servers_are_named_anywhere_on_the_line_and_shown_only_by_apps_that_take_them() {
+        let app = App::new("desk");
+        let line = [
+            "desk",
+            "--mcp",
+            "npx -y a",
+            "--mcp",
+            "b",
+            "--mcp-url",
+            "http://h/mcp",
+            "--mcp-token-env",
+            "T",
+            "run",
+            "x",
+        ];
+        let (parsed, servers) = app.parse::<Own, _, _>(line).unwrap();
+        assert!(matches!(parsed, Parsed::Loopstack(Cli { command: Command::Run { .. }, .. })));
+        assert_eq!(
+            (servers.commands, servers.urls),
+            (vec!["npx -y a".to_owned(), "b".to_owned()], vec!["http://h/mcp".to_owned()])
+        );
+        assert_eq!(servers.token_env.as_deref(), Some("T"));
+        let (parsed, servers) = app.parse::<Own, _, _>(["desk", "--mcp", "c", "hello", "--to", "ada"]).unwrap();
+        assert!(matches!(parsed, Parsed::App { .. }));
+        assert_eq!(servers.commands, ["c"]);
+        // They are the app's options, before the command (a command's own come after it).
+        assert!(app.parse::<Own, _, _>(["desk", "runs", "--mcp", "c"]).is_err());
+        let hidden =
+            |app: &App| app.command::<Own>().get_arguments().find(|a| a.get_id() == "mcp").unwrap().is_hide_set();
+        assert!(hidden(&app));
+        assert!(!hidden(&App { takes_mcp: true, ..App::new("desk") }));
     }
 }
