@@ -27,6 +27,7 @@
 //! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}` |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events |
+//! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //!
 //! With feature `mcp-server` (on by default) it also answers MCP at `/mcp`, over
 //! streamable HTTP: the registered workflows and agents as tools

@@ -89,7 +89,11 @@ pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
                 .description()
                 .map_or_else(|| format!("Runs the workflow `{name}` and answers with its output."), str::to_owned);
             if def.transitions().iter().any(|t| t.waits()) {
-                let how = if loopstack_llm::takes_decisions(def) { DECIDE_TOOL } else { SIGNAL_TOOL };
+                let how = if loopstack_llm::takes_decisions(def) {
+                    format!("{DECIDE_TOOL} (tool calls waiting for approval) or {SIGNAL_TOOL}")
+                } else {
+                    SIGNAL_TOOL.to_owned()
+                };
                 description.push_str(&format!(
                     "\n\nA run may wait: the result then has its run_id and what it waits for; answer with {how}."
                 ));
