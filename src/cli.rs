@@ -29,6 +29,7 @@
 //! my-app deny RUN_ID [CALL_ID...] --reason "not today"    # or refuse them, telling the model why
 //! my-app resume RUN_ID | retry RUN_ID | cancel RUN_ID
 //! my-app worker                                           # drive queued and woken runs until Ctrl-C
+//! my-app mcp                                              # the workflows as an MCP server's tools, over stdio
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
 //! ```
 //!
@@ -47,6 +48,9 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[cfg(feature = "mcp")]
+mod mcp;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, Store, StoreError};
 
@@ -63,6 +67,21 @@ pub struct Cli {
     /// Print one JSON object instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Also give the app's agents the tools of the MCP server this command line starts,
+    /// spoken to over stdio (repeatable, before the command): "npx -y @modelcontextprotocol/server-everything".
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "COMMAND ARGS...")]
+    pub mcp: Vec<String>,
+    /// Also give the app's agents the tools of the MCP server at this URL, over
+    /// streamable HTTP (repeatable, before the command).
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "URL")]
+    pub mcp_url: Vec<String>,
+    /// The environment variable that holds the --mcp-url servers' bearer token (kept
+    /// out of what runs record, as one of the runtime's secrets).
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "VAR")]
+    pub mcp_token_env: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -169,6 +188,12 @@ pub enum Command {
         #[arg(long)]
         worker: bool,
     },
+    /// Serves the registered workflows and agents as the tools of an MCP server over
+    /// stdio (`loopstack::mcp_server`), until the client closes it: for Claude
+    /// Desktop and other MCP clients that start the server. Standard output carries
+    /// only the protocol.
+    #[cfg(feature = "mcp-server")]
+    Mcp,
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
     Worker {
         /// How many runs at once.
@@ -238,6 +263,15 @@ pub enum CliError {
     /// The app's own command failed.
     #[error("{0}")]
     App(#[source] loopstack_core::BoxError),
+    /// An MCP server of `--mcp` or `--mcp-url` could not be started, connected or
+    /// its tools registered.
+    #[cfg(feature = "mcp")]
+    #[error(transparent)]
+    Mcp(#[from] loopstack_llm::mcp::McpError),
+    /// `--mcp` or `--mcp-url` was given to an app whose register closure takes no
+    /// tools ([`App::run`], [`App::run_with`] rather than [`App::run_mcp`]).
+    #[error("this app takes no MCP servers: --mcp and --mcp-url need an app built with App::run_mcp")]
+    NoMcpTools,
     /// The store could not be opened.
     #[error("could not open the store `{db}`: {reason}")]
     Open {
@@ -272,7 +306,7 @@ pub async fn main(register: impl FnOnce(Runtime) -> Runtime) -> ExitCode {
 /// (`loopstack.db` unless set), for every command, the app's own included.
 ///
 /// A SQLite file is created only by the commands that start or drive runs (`run`,
-/// `worker`, `serve`) and by the app's own commands. The others (`runs`, `show`,
+/// `worker`, `serve`, `mcp`) and by the app's own commands. The others (`runs`, `show`,
 /// `signal`, `approve`, `deny`, `resume`, `retry`, `cancel`) work on runs that
 /// must already be there: on a file that does not exist they fail with
 /// [`CliError::NoDatabase`] (one `error:` line, exit 1) instead of creating an
@@ -343,6 +377,8 @@ pub struct App {
     about: Option<&'static str>,
     default_db: String,
     db_env: Option<String>,
+    /// Whether the register closure takes the MCP servers' tools ([`App::run_mcp`]).
+    takes_mcp: bool,
 }
 
 /// The store [`App::default_db`] names when the app does not.
@@ -357,7 +393,14 @@ impl App {
     /// The framework's own command line ([`main`]): named after the binary, no
     /// version, `loopstack.db`.
     fn loopstack() -> Self {
-        Self { name: None, version: None, about: None, default_db: DEFAULT_DB.to_owned(), db_env: None }
+        Self {
+            name: None,
+            version: None,
+            about: None,
+            default_db: DEFAULT_DB.to_owned(),
+            db_env: None,
+            takes_mcp: false,
+        }
     }
 
     /// The app's version, which `--version` prints (`env!("CARGO_PKG_VERSION")`).
@@ -418,7 +461,15 @@ impl App {
         if let Some(var) = &self.db_env {
             let _ = write!(help, " [env: {var}]");
         }
-        command.mut_arg("db", |arg| arg.hide_default_value(true).help(help))
+        let command = command.mut_arg("db", |arg| arg.hide_default_value(true).help(help));
+        // The MCP flags are shown only by an app that takes the servers' tools.
+        #[cfg(feature = "mcp")]
+        let command = if self.takes_mcp {
+            command
+        } else {
+            ["mcp", "mcp_url", "mcp_token_env"].into_iter().fold(command, |c, id| c.mut_arg(id, |a| a.hide(true)))
+        };
+        command
     }
 
     /// Parses `args` (the binary's name first): one of loopstack's commands, or one
@@ -457,9 +508,23 @@ impl App {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
+        self.parse(args).map(|(parsed, _)| parsed)
+    }
+
+    /// [`App::try_parse_from`], and the MCP servers the command line names.
+    fn parse<E, I, T>(&self, args: I) -> Result<(Parsed<E>, McpServers), clap::Error>
+    where
+        E: Subcommand,
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
         use clap::FromArgMatches as _;
         let mut command = self.command::<E>();
         let matches = command.try_get_matches_from_mut(args)?;
+        #[cfg(feature = "mcp")]
+        let servers = mcp::McpFlags::from_matches(&matches);
+        #[cfg(not(feature = "mcp"))]
+        let servers = McpServers;
         let db = match matches.value_source("db") {
             Some(clap::parser::ValueSource::CommandLine) => matches.get_one::<String>("db").cloned(),
             _ => None,
@@ -468,11 +533,11 @@ impl App {
         if matches.subcommand_name().is_some_and(E::has_subcommand) {
             let json = matches.get_flag("json");
             let command = E::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-            return Ok(Parsed::App { command, db, json });
+            return Ok((Parsed::App { command, db, json }, servers));
         }
         let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
         cli.db = db;
-        Ok(Parsed::Loopstack(cli))
+        Ok((Parsed::Loopstack(cli), servers))
     }
 
     /// [`App::run_with`] for an app with no commands of its own.
@@ -493,7 +558,22 @@ impl App {
         F: FnOnce(E, CommandContext) -> Fut,
         Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
     {
-        let parsed = match self.try_parse_from::<E, _, _>(std::env::args_os()) {
+        self.run_inner(move |runtime, _| register(runtime), handle).await
+    }
+
+    /// [`App::run_with`], with the MCP servers' tools (an empty registry unless
+    /// [`App::run_mcp_with`] set `takes_mcp`).
+    async fn run_inner<E, F, Fut>(
+        self,
+        register: impl FnOnce(Runtime, loopstack_core::ToolRegistry) -> Runtime,
+        handle: F,
+    ) -> ExitCode
+    where
+        E: Subcommand,
+        F: FnOnce(E, CommandContext) -> Fut,
+        Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
+    {
+        let (parsed, servers) = match self.parse::<E, _, _>(std::env::args_os()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 let _ = e.print();
@@ -510,10 +590,23 @@ impl App {
             Opening::Existing(command) => open_existing(&db, command).await,
         };
         let runtime = match store {
-            Ok(store) => register(Runtime::with_shared_store(store)),
+            Ok(store) => Runtime::with_shared_store(store),
             Err(e) => return fail(&e.to_string()),
         };
+        let tools = match servers.connect(self.takes_mcp, runtime.secrets()).await {
+            Ok(tools) => tools,
+            Err(e) => return fail(&runtime.secrets().redact(&e.to_string())),
+        };
+        let runtime = register(runtime, tools);
         let done = match parsed {
+            // Served under the app's name and version.
+            #[cfg(feature = "mcp-server")]
+            Parsed::Loopstack(Cli { command: Command::Mcp, .. }) => {
+                let name = self.name.map_or_else(|| self.command::<E>().get_name().to_owned(), str::to_owned);
+                let version = self.version.unwrap_or(env!("CARGO_PKG_VERSION"));
+                let handler = crate::mcp_server::McpHandler::new(runtime.clone()).server_info(name, version);
+                crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))
+            }
             Parsed::Loopstack(cli) => execute(&runtime, &cli).await.map(|text| print!("{text}")),
             Parsed::App { command, db, json } => {
                 let cx = CommandContext { runtime: runtime.clone(), db, json };
@@ -527,6 +620,25 @@ impl App {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&runtime.secrets().redact(&e.to_string())),
         }
+    }
+}
+
+/// The MCP servers a command line names (none without feature `mcp`).
+#[cfg(feature = "mcp")]
+use mcp::McpFlags as McpServers;
+
+/// Without feature `mcp` a command line names no MCP servers.
+#[cfg(not(feature = "mcp"))]
+struct McpServers;
+
+#[cfg(not(feature = "mcp"))]
+impl McpServers {
+    async fn connect(
+        &self,
+        _takes_mcp: bool,
+        _secrets: &loopstack_core::secrets::Secrets,
+    ) -> Result<loopstack_core::ToolRegistry, CliError> {
+        Ok(loopstack_core::ToolRegistry::new())
     }
 }
 
@@ -553,6 +665,8 @@ impl Opening {
             Command::Run { .. } | Command::Worker { .. } => Self::Create,
             #[cfg(feature = "serve")]
             Command::Serve { .. } => Self::Create,
+            #[cfg(feature = "mcp-server")]
+            Command::Mcp => Self::Create,
             Command::Runs { .. } => Self::Existing("runs"),
             Command::Show { .. } => Self::Existing("show"),
             Command::Signal { .. } => Self::Existing("signal"),
@@ -822,7 +936,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 .await
                 .map_err(|e| CliError::Serve(format!("could not listen on {bind}:{port}: {e}")))?;
             let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
-            eprintln!("Studio on http://{address}/ and the API under http://{address}/api (Ctrl-C to stop)");
+            let mcp =
+                if cfg!(feature = "mcp-server") { format!(", MCP at http://{address}/mcp") } else { String::new() };
+            eprintln!("Studio on http://{address}/ and the API under http://{address}/api{mcp} (Ctrl-C to stop)");
             let mut options = crate::serve::ServeOptions::new();
             if let Some(token) = token {
                 options = options.token(token.clone());
@@ -848,6 +964,11 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 }
             }
             result?;
+        }
+        #[cfg(feature = "mcp-server")]
+        Command::Mcp => {
+            let handler = crate::mcp_server::McpHandler::new(runtime.clone());
+            crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
         Command::Worker { concurrency, once } => {
             let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);
@@ -927,18 +1048,6 @@ fn standing(runtime: &Runtime, record: &loopstack_core::RunRecord, waits: Option
     format!("it waits at {} for {what}; no tool calls wait for a decision (`show` says more)", record.place)
 }
 
-/// The calls waiting for a decision, one line each, indented.
-fn pending_lines(out: &mut String, run_id: RunId, pending: &[loopstack_llm::PendingCall]) {
-    let _ = writeln!(
-        out,
-        "  {} tool call(s) wait for a decision (`approve {run_id} [CALL...]`, `deny {run_id} [CALL...] --reason R`):",
-        pending.len()
-    );
-    for call in pending {
-        let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
-    }
-}
-
 /// How a drive left the run.
 async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, json: bool) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
@@ -969,7 +1078,7 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
                 if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
             );
             if let Some(pending) = pending.filter(|p| !p.is_empty()) {
-                pending_lines(&mut out, run_id, &pending);
+                crate::views::pending_lines(&mut out, run_id, &pending, crate::views::Answer::Cli);
             }
             out
         }
@@ -1014,7 +1123,7 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         let _ = writeln!(out, "parent: {parent}");
     }
     if let Some(waits) = &waits {
-        waits_text(&mut out, run_id, waits);
+        crate::views::waits_text(&mut out, run_id, waits, crate::views::Answer::Cli);
     } else if record.status == RunStatus::Waiting {
         let _ = writeln!(
             out,
@@ -1053,66 +1162,9 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     Ok(out)
 }
 
-/// What a waiting run waits for, in words: its pending tool calls, each signal
-/// with its payload's shape, and its timer.
-fn waits_text(out: &mut String, run_id: RunId, waits: &crate::views::Waits) {
-    let _ = writeln!(out, "\nwaits for:");
-    if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
-        pending_lines(out, run_id, pending);
-    }
-    for t in &waits.signals {
-        let payload = match t.payload_schema.map(|f| f()) {
-            Some(schema) => format!("payload {}", crate::views::shape(&schema, &schema, 0)),
-            None => "no payload".to_owned(),
-        };
-        let _ = writeln!(out, "  signal {} -> {}, {payload} (`signal {run_id} {} PAYLOAD`)", t.name, t.to, t.name);
-    }
-    if !waits.timers.is_empty() {
-        let due = waits.wake_at.map_or_else(|| "(no due time stored)".to_owned(), |at| at.to_string());
-        let timers: Vec<String> = waits
-            .timers
-            .iter()
-            .map(|t| format!("{} -> {} after {}", t.name, t.to, t.after.map(words).unwrap_or_default()))
-            .collect();
-        let _ = writeln!(out, "  a timer, due at {due}: {}", timers.join(", "));
-    }
-    if waits.signals.is_empty() && waits.timers.is_empty() {
-        let _ = writeln!(out, "  nothing this build's table knows of: no signal or timer leaves this place");
-    }
-}
-
-/// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
-fn words(duration: std::time::Duration) -> String {
-    let ms = duration.as_millis();
-    if !ms.is_multiple_of(1000) {
-        return format!("{ms}ms");
-    }
-    let mut secs = duration.as_secs();
-    if secs == 0 {
-        return "0s".to_owned();
-    }
-    let mut out = String::new();
-    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
-        if secs >= size {
-            let _ = write!(out, "{}{unit}", secs / size);
-            secs %= size;
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_a_person_says_them() {
-        use std::time::Duration;
-        assert_eq!(words(Duration::from_secs(7 * 86_400)), "7d");
-        assert_eq!(words(Duration::from_secs(5_400)), "1h30m");
-        assert_eq!(words(Duration::from_millis(1_500)), "1500ms");
-        assert_eq!(words(Duration::ZERO), "0s");
-    }
 
     #[derive(Debug, PartialEq, Subcommand)]
     enum Own {

@@ -39,8 +39,9 @@
 //! for the HTTP providers, which pull in reqwest with rustls; `sqlite` (default) and
 //! `postgres` for the durable stores; `cli` (default) for [`cli`], a command line for
 //! your binary (clap), `serve` (default) for [`serve`], an HTTP API for the runs
-//! (axum), and `mcp` (default) for [`mcp`], the tools of MCP servers (rmcp). A build
-//! that needs neither turns the defaults off.
+//! (axum), `mcp` (default) for [`mcp`], the tools of MCP servers (rmcp), and
+//! `mcp-server` (default) for [`mcp_server`], the registered workflows and agents
+//! as an MCP server's tools. A build that needs neither turns the defaults off.
 //!
 //! # A workflow
 //!
@@ -413,10 +414,14 @@ pub mod cli;
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
 
+#[cfg(feature = "mcp-server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp-server")))]
+pub mod mcp_server;
+
 #[cfg(feature = "serve")]
 mod studio;
 
-#[cfg(any(feature = "cli", feature = "serve"))]
+#[cfg(any(feature = "cli", feature = "serve", feature = "mcp-server"))]
 mod views;
 
 /// The names most code needs: `use loopstack::prelude::*;`.

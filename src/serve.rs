@@ -27,6 +27,12 @@
 //! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}` |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events, with ids that resume after a reconnect (`Last-Event-ID`) over a store with an event log |
+//! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
+//!
+//! With feature `mcp-server` (on by default) it also answers MCP at `/mcp`, over
+//! streamable HTTP: the registered workflows and agents as tools
+//! ([`mcp_server`](crate::mcp_server)), under the same token, Host and Origin
+//! rules as every endpoint.
 //!
 //! Bad requests get a 4xx with `{"error": reason}` and change nothing: a body
 //! that is not JSON or does not fit (a signal's payload must fit the JSON Schema
@@ -96,7 +102,14 @@ struct App {
 pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
     let scheme = if options.https { "https" } else { "http" };
     let app = App { runtime, token: options.token.map(Into::into), scheme };
-    Router::new()
+    let router = Router::new();
+    // MCP at `/mcp`, behind the same checks as the API (the layer below).
+    #[cfg(feature = "mcp-server")]
+    let router = router.route_service(
+        "/mcp",
+        crate::mcp_server::http_service(crate::mcp_server::McpHandler::new(app.runtime.clone())),
+    );
+    router
         .route("/api/openapi.json", get(openapi))
         .route("/api/workflows", get(workflows))
         .route("/api/runs", get(list_runs).post(start_run))
@@ -287,17 +300,13 @@ async fn outcome(app: &App, run_id: RunId, outcome: Result<RunOutcome, RunError>
     }
 }
 
-/// Drives a run in a task of its own: a client that goes away drops the response,
-/// not the drive halfway.
+/// Drives a run in a task of its own ([`crate::views::detached`]).
 async fn drive<F, Fut>(app: &App, f: F) -> Result<RunOutcome, RunError>
 where
     F: FnOnce(Runtime) -> Fut,
     Fut: std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'static,
 {
-    match tokio::spawn(f(app.runtime.clone())).await {
-        Ok(result) => result,
-        Err(join) => Err(RunError::Store(StoreError::Backend(format!("the drive's task failed: {join}").into()))),
-    }
+    crate::views::detached(&app.runtime, f).await
 }
 
 async fn openapi() -> axum::Json<Value> {

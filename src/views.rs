@@ -1,10 +1,16 @@
-//! How the command line (`--json`) and the HTTP API write runs, steps and
-//! documents as JSON: one shape for both.
+//! How the command line (`--json`), the HTTP API and the MCP server write runs,
+//! steps and documents as JSON (one shape for all), what a run waits for in words,
+//! and how a drive is kept from being dropped halfway.
+
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
+use std::fmt::Write as _;
 
 use loopstack_core::serde_json::{self, Value, json};
+#[cfg(any(feature = "cli", feature = "serve"))]
 use loopstack_core::{Document, RunSummary, StepRecord};
 
 /// A run's row: id, workflow, status, place, step, parent, times, error.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn run(run: &RunSummary) -> Value {
     json!({
         "run_id": run.run_id,
@@ -20,11 +26,13 @@ pub(crate) fn run(run: &RunSummary) -> Value {
 }
 
 /// One step of a run's history.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn step(s: &StepRecord) -> Value {
     json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() })
 }
 
 /// A document version with its content as JSON.
+#[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn document(d: &Document) -> Value {
     json!({
         "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
@@ -101,6 +109,109 @@ impl Waits {
     }
 }
 
+/// Who reads what a run waits for, and so how answering it is written.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A person at the command line: `signal RUN NAME PAYLOAD`, `approve RUN`.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+    Cli,
+    /// An MCP client: the tools `loopstack_signal` and `loopstack_decide`.
+    #[cfg_attr(not(feature = "mcp-server"), allow(dead_code))]
+    Mcp,
+}
+
+/// The calls waiting for a decision, one line each, indented.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
+pub(crate) fn pending_lines(
+    out: &mut String,
+    run_id: loopstack_core::RunId,
+    pending: &[loopstack_llm::PendingCall],
+    how: Answer,
+) {
+    let hint = match how {
+        Answer::Cli => format!("`approve {run_id} [CALL...]`, `deny {run_id} [CALL...] --reason R`"),
+        Answer::Mcp => format!("`loopstack_decide` with run_id {run_id} and the calls to approve or deny"),
+    };
+    let _ = writeln!(out, "  {} tool call(s) wait for a decision ({hint}):", pending.len());
+    for call in pending {
+        let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
+    }
+}
+
+/// What a waiting run waits for, in words: its pending tool calls, each signal
+/// with its payload's shape, and its timer.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
+pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits, how: Answer) {
+    let _ = writeln!(out, "\nwaits for:");
+    if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
+        pending_lines(out, run_id, pending, how);
+    }
+    for t in &waits.signals {
+        let payload = match t.payload_schema.map(|f| f()) {
+            Some(schema) => format!("payload {}", shape(&schema, &schema, 0)),
+            None => "no payload".to_owned(),
+        };
+        let hint = match how {
+            Answer::Cli => format!("`signal {run_id} {} PAYLOAD`", t.name),
+            Answer::Mcp => format!("`loopstack_signal` with run_id {run_id}, signal \"{}\" and the payload", t.name),
+        };
+        let _ = writeln!(out, "  signal {} -> {}, {payload} ({hint})", t.name, t.to);
+    }
+    if !waits.timers.is_empty() {
+        let due = waits.wake_at.map_or_else(|| "(no due time stored)".to_owned(), |at| at.to_string());
+        let timers: Vec<String> = waits
+            .timers
+            .iter()
+            .map(|t| format!("{} -> {} after {}", t.name, t.to, t.after.map(words).unwrap_or_default()))
+            .collect();
+        let _ = writeln!(out, "  a timer, due at {due}: {}", timers.join(", "));
+    }
+    if waits.signals.is_empty() && waits.timers.is_empty() {
+        let _ = writeln!(out, "  nothing this build's table knows of: no signal or timer leaves this place");
+    }
+}
+
+/// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
+#[cfg(any(feature = "cli", feature = "mcp-server"))]
+pub(crate) fn words(duration: std::time::Duration) -> String {
+    let ms = duration.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let mut secs = duration.as_secs();
+    if secs == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            let _ = write!(out, "{}{unit}", secs / size);
+            secs %= size;
+        }
+    }
+    out
+}
+
+/// Drives a run in a task of its own: a caller that goes away (an HTTP client, an
+/// MCP client that cancels) drops the answer, not the drive halfway.
+#[cfg(any(feature = "serve", feature = "mcp-server"))]
+pub(crate) async fn detached<F, Fut>(
+    runtime: &loopstack_core::Runtime,
+    f: F,
+) -> Result<loopstack_core::RunOutcome, loopstack_core::RunError>
+where
+    F: FnOnce(loopstack_core::Runtime) -> Fut,
+    Fut: std::future::Future<Output = Result<loopstack_core::RunOutcome, loopstack_core::RunError>> + Send + 'static,
+{
+    match tokio::spawn(f(runtime.clone())).await {
+        Ok(result) => result,
+        Err(join) => Err(loopstack_core::RunError::Store(loopstack_core::StoreError::Backend(
+            format!("the drive's task failed: {join}").into(),
+        ))),
+    }
+}
+
 /// A JSON Schema's shape in a line a person reads: `{reviewer: string}`,
 /// `{decisions: [{call_id: string, approved: boolean, reason?: string | null}]}`.
 /// Optional properties end in `?`; references are followed (`root` holds the
@@ -173,6 +284,16 @@ pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(any(feature = "cli", feature = "mcp-server"))]
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        use std::time::Duration;
+        assert_eq!(words(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(words(Duration::from_secs(5_400)), "1h30m");
+        assert_eq!(words(Duration::from_millis(1_500)), "1500ms");
+        assert_eq!(words(Duration::ZERO), "0s");
+    }
 
     #[test]
     fn a_schema_reads_as_its_shape() {

@@ -223,6 +223,7 @@ impl TransitionDef {
 #[derive(Debug)]
 pub struct Definition {
     name: &'static str,
+    description: Option<&'static str>,
     places: &'static [&'static str],
     transitions: &'static [TransitionDef],
     order: OnceLock<Vec<Vec<usize>>>,
@@ -283,7 +284,17 @@ impl Definition {
         places: &'static [&'static str],
         transitions: &'static [TransitionDef],
     ) -> Self {
-        Self { name, places, transitions, order: OnceLock::new(), hash: OnceLock::new() }
+        Self { name, description: None, places, transitions, order: OnceLock::new(), hash: OnceLock::new() }
+    }
+
+    /// The table with a description of the workflow: what it does, for people and
+    /// for clients that list workflows as tools (the MCP server). `#[workflow]`
+    /// sets it from the impl block's doc comment. It is not part of the
+    /// [hash](Definition::hash): rewording it does not change the table.
+    #[must_use]
+    pub const fn with_description(mut self, description: &'static str) -> Self {
+        self.description = Some(description);
+        self
     }
 
     /// The workflow's name.
@@ -291,9 +302,15 @@ impl Definition {
         self.name
     }
 
+    /// What the workflow does, when its table says ([`Definition::with_description`],
+    /// [`Definition::described`]).
+    pub fn description(&self) -> Option<&'static str> {
+        self.description
+    }
+
     /// This table under another name: the same places and transitions, for
     /// values of one workflow type that run as workflows of their own, such as
-    /// named agents (`Agent::named`). Its [hash](Definition::hash) covers the
+    /// named agents (`Agent::named`), with its description. Its [hash](Definition::hash) covers the
     /// name, like any table's. Each name of a table is made once and kept for the
     /// life of the process, so asking again returns the same table.
     ///
@@ -307,19 +324,51 @@ impl Definition {
     /// assert!(std::ptr::eq(TABLE.renamed("agent"), &TABLE));
     /// ```
     pub fn renamed(&'static self, name: &str) -> &'static Self {
-        static RENAMED: std::sync::Mutex<Vec<&'static Definition>> = std::sync::Mutex::new(Vec::new());
-        if name == self.name {
+        self.variant(name, self.description)
+    }
+
+    /// This table with another description ([`Definition::description`]): the same
+    /// name, places and transitions, and so the same hash. Made once per
+    /// description and kept, as [`Definition::renamed`] does.
+    ///
+    /// ```
+    /// use loopstack_core::{Definition, END, START, TransitionDef};
+    ///
+    /// static TABLE: Definition = Definition::new("agent", &[START, END], &[TransitionDef::new("go", &[START], END)]);
+    /// let billing = TABLE.renamed("billing").described("Answers billing questions.");
+    /// assert_eq!((billing.name(), billing.description()), ("billing", Some("Answers billing questions.")));
+    /// assert_eq!(billing.hash(), TABLE.renamed("billing").hash());
+    /// assert_eq!(billing.renamed("billing2").description(), Some("Answers billing questions."));
+    /// ```
+    pub fn described(&'static self, description: &str) -> &'static Self {
+        self.variant(self.name, Some(description))
+    }
+
+    /// This table's places and transitions under `name` and `description`, made
+    /// once and kept.
+    fn variant(&'static self, name: &str, description: Option<&str>) -> &'static Self {
+        static VARIANTS: std::sync::Mutex<Vec<&'static Definition>> = std::sync::Mutex::new(Vec::new());
+        if name == self.name && description == self.description {
             return self;
         }
-        let mut renamed = RENAMED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut variants = VARIANTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let same_table =
             |d: &&&'static Self| std::ptr::eq(d.places, self.places) && std::ptr::eq(d.transitions, self.transitions);
-        if let Some(found) = renamed.iter().filter(same_table).find(|d| d.name == name) {
+        if let Some(found) = variants.iter().filter(same_table).find(|d| d.name == name && d.description == description)
+        {
             return found;
         }
-        let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
-        let table: &'static Self = Box::leak(Box::new(Self::new(name, self.places, self.transitions)));
-        renamed.push(table);
+        let name: &'static str =
+            if name == self.name { self.name } else { Box::leak(name.to_owned().into_boxed_str()) };
+        let description = match description {
+            Some(d) if Some(d) == self.description => self.description,
+            Some(d) => Some(&*Box::leak(d.to_owned().into_boxed_str())),
+            None => None,
+        };
+        let mut table = Self::new(name, self.places, self.transitions);
+        table.description = description;
+        let table: &'static Self = Box::leak(Box::new(table));
+        variants.push(table);
         table
     }
 

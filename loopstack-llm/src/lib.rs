@@ -53,8 +53,8 @@ pub use agent::{
     Agent, AgentPlace, AgentQuestion, AgentReply, AgentSignal, AgentState, AgentStatus, AgentTool, AgentToolError,
     Answer, AskError, DECIDE_TOOLS, DEFAULT_AGENT_TOOL_TIMEOUT, DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS,
     DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL, RaiseLimit, Repeats,
-    TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, decide_by_name,
-    pending_calls, takes_decisions,
+    TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, agent_answer,
+    decide_by_name, pending_calls, takes_decisions,
 };
 pub use delegate::{
     CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,

@@ -35,7 +35,7 @@ pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, P
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
 pub use status::{AgentStatus, PendingTool};
-pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIMEOUT};
+pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIMEOUT, agent_answer};
 
 /// A tool-calling agent: model turn, tool calls, tool results, model turn ... until
 /// a model turn has no tool calls.
@@ -115,8 +115,11 @@ pub struct Agent {
     structured: bool,
     /// Whether a tool needs the run's state (a workflow tool's input mapping).
     tools_need_state: bool,
-    /// The table under the agent's own name, set by [`Agent::named`].
+    /// The table under the agent's own name and description, set by
+    /// [`Agent::named`] and [`Agent::description`].
     table: Option<&'static loopstack_core::Definition>,
+    /// Whether [`Agent::named`] named it.
+    named: bool,
     /// What each turn sends of a long conversation.
     context: crate::ContextPolicy,
     /// The agents the model may hand the conversation to.
@@ -186,6 +189,7 @@ impl Agent {
             structured,
             tools_need_state,
             table: None,
+            named: false,
             context: crate::ContextPolicy::Full,
             handoffs: handoff::Handoffs::default(),
         }
@@ -294,10 +298,34 @@ impl Agent {
         if !loopstack_core::is_valid_tool_name(&name) {
             return Err(loopstack_core::RegistryError::InvalidWorkflowName(name));
         }
-        self.table = None;
         let table = loopstack_core::Workflow::definition(&self);
         self.table = Some(table.renamed(&name));
+        self.named = true;
         Ok(self)
+    }
+
+    /// Says what the agent does, for clients that list it: the MCP server
+    /// (`loopstack::mcp_server`) offers a registered agent as a tool with this
+    /// description. It is kept with the agent's table (under its name, in either
+    /// order with [`Agent::named`]) and does not change the table's hash, so runs
+    /// stored before resume.
+    ///
+    /// ```
+    /// use loopstack_core::ToolRegistry;
+    /// use loopstack_llm::{Agent, ScriptedModel};
+    ///
+    /// let billing = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new())
+    ///     .description("Answers questions about invoices and payments.")
+    ///     .named("billing")?;
+    /// let table = loopstack_core::Workflow::definition(&billing);
+    /// assert_eq!((table.name(), table.description()), ("billing", Some("Answers questions about invoices and payments.")));
+    /// # Ok::<(), loopstack_core::RegistryError>(())
+    /// ```
+    #[must_use]
+    pub fn description(mut self, description: impl AsRef<str>) -> Self {
+        let table = loopstack_core::Workflow::definition(&self);
+        self.table = Some(table.described(description.as_ref()));
+        self
     }
 
     /// The agent's name: its workflow's, `agent` unless [named](Agent::named).

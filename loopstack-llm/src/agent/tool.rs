@@ -130,7 +130,7 @@ impl Agent {
         if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName(name).into());
         }
-        if self.table.is_none() {
+        if !self.named {
             return Err(AgentToolError::Unnamed);
         }
         Ok(AgentTool { name, description: description.into(), agent: self.name(), timeout: DEFAULT_AGENT_TOOL_TIMEOUT })
@@ -304,14 +304,49 @@ pub(crate) async fn agent_child_result(cx: &RunContext, ended: &ChildEnded) -> O
             }
         },
     };
-    let secrets = runtime.secrets();
-    let agent = &ended.workflow;
-    let output = match ended.status {
-        RunStatus::Completed => match (&state.status, state.answer, state.output) {
-            (None | Some(AgentStatus::Completed), Some(answer), _) => ToolOutput::json(answer),
-            (None | Some(AgentStatus::Completed), None, text) => ToolOutput::text(text.unwrap_or_default()),
+    let output = answer_of(&ended.workflow, ended.status, &state, ended.error.as_deref(), runtime.secrets());
+    Some((output, state.usage, state.cost))
+}
+
+/// What a run of an agent (of any name) that ended gives as a tool's result: its
+/// answer (the text, or a typed agent's value as JSON) when it completed with one;
+/// otherwise an error result that says why in words (a limit it reached, an answer
+/// cut at the token limit, a failure with its reason, a cancellation), with
+/// `secrets` redacted. The same result a calling agent reads for
+/// [`Agent::as_tool`]; the MCP server (`loopstack::mcp_server`) returns it for a
+/// call of an agent. `state` is the run's state as stored; `error` its recorded
+/// error.
+///
+/// ```
+/// use loopstack_core::{RunStatus, ToolOutput, secrets::Secrets};
+/// use loopstack_llm::agent_answer;
+/// use serde_json::json;
+///
+/// let done = json!({"output": "Paid on 1 May."});
+/// assert_eq!(agent_answer("billing", RunStatus::Completed, &done, None, &Secrets::new()), ToolOutput::text("Paid on 1 May."));
+/// let failed = agent_answer("billing", RunStatus::Failed, &json!({}), Some("the model is down"), &Secrets::new());
+/// assert!(failed.is_error && failed.to_text().contains("the model is down"));
+/// ```
+pub fn agent_answer(
+    agent: &str,
+    status: RunStatus,
+    state: &Value,
+    error: Option<&str>,
+    secrets: &Secrets,
+) -> ToolOutput {
+    match ChildAgent::deserialize(state) {
+        Ok(state) => answer_of(agent, status, &state, error, secrets),
+        Err(e) => ToolOutput::error(format!("the agent `{agent}` ended, but its answer does not read: {e}")),
+    }
+}
+
+fn answer_of(agent: &str, status: RunStatus, state: &ChildAgent, error: Option<&str>, secrets: &Secrets) -> ToolOutput {
+    match status {
+        RunStatus::Completed => match (&state.status, &state.answer, &state.output) {
+            (None | Some(AgentStatus::Completed), Some(answer), _) => ToolOutput::json(answer.clone()),
+            (None | Some(AgentStatus::Completed), None, text) => ToolOutput::text(text.clone().unwrap_or_default()),
             (Some(status), _, text) => {
-                let partial = text.filter(|t| !t.trim().is_empty()).map(|t| format!("; its last text: {t}"));
+                let partial = text.as_ref().filter(|t| !t.trim().is_empty()).map(|t| format!("; its last text: {t}"));
                 ToolOutput::error(secrets.redact_bounded(
                     &format!("the agent `{agent}` did not answer: {}{}", describe(status), partial.unwrap_or_default()),
                     DEFAULT_MAX_ERROR_CHARS,
@@ -320,14 +355,13 @@ pub(crate) async fn agent_child_result(cx: &RunContext, ended: &ChildEnded) -> O
         },
         status => {
             let what = if status == RunStatus::Cancelled { "was cancelled" } else { "failed" };
-            let detail = ended.error.as_deref().unwrap_or("no reason was recorded");
+            let detail = error.unwrap_or("no reason was recorded");
             ToolOutput::error(format!(
                 "the agent `{agent}` {what}: {}",
                 secrets.redact_bounded(detail, DEFAULT_MAX_ERROR_CHARS)
             ))
         }
-    };
-    Some((output, state.usage, state.cost))
+    }
 }
 
 /// How a child agent that ended without an answer stopped, in the model's words.

@@ -123,6 +123,10 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         quote!(#i => #future,)
     });
     let unknown = format!("workflow `{name}` has no transition with this index");
+    let describe = m.description.as_ref().map(|text| {
+        let text = text.to_tokens();
+        quote!(.with_description(#text))
+    });
     let definition = match &m.definition {
         Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
         None => quote!(&__LOOPSTACK_DEFINITION),
@@ -143,7 +147,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 #name,
                 &[#(#place_names),*],
                 &[#(#defs),*],
-            );
+            )#describe;
 
             #[automatically_derived]
             impl #impl_generics #p::Workflow for #self_ty #where_clause {

@@ -37,6 +37,8 @@ use signature::{Kind, check_guard_sig, check_transition_sig, payload_param, stat
 pub(crate) struct WorkflowModel {
     pub(crate) krate: Path,
     pub(crate) name: String,
+    /// The impl block's doc comment: the table's description.
+    pub(crate) description: Option<crate::docs::Text>,
     /// The impl block with `#[transition]` and `#[guard]` removed.
     pub(crate) item: ItemImpl,
     /// `ToolCallWorkflowPlace`.
@@ -158,6 +160,7 @@ struct Header {
     /// `#[transition]` attributes, parsed or not.
     transition_attrs: usize,
     cfgs: Vec<Attribute>,
+    description: Option<crate::docs::Text>,
 }
 
 fn failure(cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>) -> Box<WorkflowFailure> {
@@ -190,6 +193,7 @@ impl Header {
         };
         let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
         let cfgs = cfg_attrs(&item.attrs);
+        let description = crate::docs::doc_text(&item.attrs);
         if let Some((_, path, _)) = &item.trait_ {
             cx.error_spanned_by(
                 path,
@@ -214,7 +218,7 @@ impl Header {
             }
             None => snake_case(&type_ident.to_string()),
         };
-        let header = Self { args, krate, item, type_ident, enum_ident, name, raw, transition_attrs, cfgs };
+        let header = Self { args, krate, item, type_ident, enum_ident, name, raw, transition_attrs, cfgs, description };
         Ok((cx, header))
     }
 
@@ -356,9 +360,10 @@ impl WorkflowModel {
             return Err(failure(cx, &header.item, Some(header.stub(&places, state, signal))));
         }
         cx.check().expect("no errors");
-        let Header { args, krate, item, enum_ident, name, cfgs, .. } = header;
+        let Header { args, krate, item, enum_ident, name, cfgs, description, .. } = header;
         Ok(Self {
             krate,
+            description,
             name,
             definition: args.definition,
             enum_ident,
