@@ -119,6 +119,8 @@ pub(crate) fn estimate_tokens(message: &Message) -> u64 {
             ContentBlock::ToolUse(call) => call.name.len() + call.input.to_string().len(),
             ContentBlock::ToolResult(result) => result.content.len(),
             ContentBlock::Provider { raw, .. } => raw.to_string().len(),
+            // Anthropic counts a large image as about 1,600 tokens.
+            ContentBlock::Image { .. } => 4 * 1600,
             #[allow(unreachable_patterns)]
             _ => 0,
         })

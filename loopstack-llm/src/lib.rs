@@ -42,6 +42,7 @@ mod delegate;
 pub mod dispatch;
 pub mod error;
 mod generate;
+pub mod image;
 pub mod message;
 pub mod model;
 mod scripted;
@@ -73,6 +74,7 @@ pub use error::LlmError;
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
 };
+pub use image::{DEFAULT_MAX_IMAGE_BYTES, IMAGE_DOCUMENT, Image, ImageDocument, ImageError, MediaType};
 pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent, replay};
 
 #[cfg(feature = "anthropic")]

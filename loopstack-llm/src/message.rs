@@ -5,6 +5,8 @@ use std::ops::{Add, AddAssign};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::image::Image;
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -179,7 +181,7 @@ pub struct ToolResult {
 
 /// One block of a message's content.
 ///
-/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `provider`).
+/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `image`, `provider`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -193,6 +195,15 @@ pub enum ContentBlock {
     ToolUse(ToolUse),
     /// A tool result.
     ToolResult(ToolResult),
+    /// An image: one the user shows the model, or, with `tool_use_id`, one a tool
+    /// returned with the result of that call (see [`crate::image`]).
+    Image {
+        /// The image.
+        source: Image,
+        /// The call whose result it belongs to; `None` for a user's image.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
+    },
     /// A provider's own block (Anthropic `thinking` and `redacted_thinking`, for
     /// instance), kept as received so it can be sent back unchanged to the same provider.
     Provider {
@@ -216,6 +227,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             Text,
             ToolUse,
             ToolResult,
+            Image,
             Provider,
         }
 
@@ -234,6 +246,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             is_error: bool,
             provider: Option<String>,
             raw: Option<Value>,
+            source: Option<Image>,
         }
 
         let f = Flat::deserialize(deserializer)?;
@@ -251,6 +264,10 @@ impl<'de> Deserialize<'de> for ContentBlock {
                 content: need(f.content, "content")?,
                 is_error: f.is_error,
             }),
+            Kind::Image => Self::Image {
+                source: f.source.ok_or_else(|| D::Error::missing_field("source"))?,
+                tool_use_id: f.tool_use_id,
+            },
             Kind::Provider => {
                 Self::Provider { provider: need(f.provider, "provider")?, raw: f.raw.unwrap_or(Value::Null) }
             }
@@ -299,6 +316,7 @@ impl std::fmt::Display for ContentBlock {
                 let kind = if result.is_error { "tool error" } else { "tool result" };
                 write!(f, "{kind} {}: {}", result.tool_use_id, result.content)
             }
+            Self::Image { source, tool_use_id } => crate::image::fmt_image(f, source, tool_use_id.as_deref()),
             Self::Provider { provider, raw } => match raw.get("type").and_then(Value::as_str) {
                 Some(kind) => write!(f, "[{provider} {kind}]"),
                 None => write!(f, "[{provider} block]"),
@@ -610,8 +628,10 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_errors() {
+        let err = serde_json::from_value::<ContentBlock>(json!({"type": "picture"})).unwrap_err();
+        assert!(err.to_string().contains("unknown variant `picture`"), "{err}");
         let err = serde_json::from_value::<ContentBlock>(json!({"type": "image"})).unwrap_err();
-        assert!(err.to_string().contains("unknown variant `image`"), "{err}");
+        assert!(err.to_string().contains("missing field `source`"), "{err}");
         let err = serde_json::from_value::<ContentBlock>(json!({"type": "tool_use", "name": "x"})).unwrap_err();
         assert!(err.to_string().contains("missing field `id`"), "{err}");
     }

@@ -113,6 +113,9 @@ pub struct Agent {
     table: Option<&'static loopstack_core::Definition>,
     /// What each turn sends of a long conversation.
     context: crate::ContextPolicy,
+    /// The images of the prompt of the run this agent starts
+    /// ([`Agent::ask_with_images`]); saved by `setup`, never in a checkpoint.
+    pub(crate) prompt_images: Vec<crate::image::Image>,
 }
 
 /// The payload of the agent's `user_message` signal: the user's next message in a
@@ -176,6 +179,7 @@ impl Agent {
             tools_need_state,
             table: None,
             context: crate::ContextPolicy::Full,
+            prompt_images: Vec::new(),
         }
     }
 
