@@ -89,7 +89,9 @@ impl ToolCallWorkflow {
         let question = Message::user(state.question.as_str());
         match &self.image {
             // The image's data becomes a document of its own; the message refers to it.
-            Some(image) => loopstack::llm::save_message(cx, &question.with_image(image.clone()), None, Default::default())?,
+            Some(image) => {
+                loopstack::llm::save_message(cx, &question.with_image(image.clone()), None, Default::default())?
+            }
             None => cx.save(&question).map(drop)?,
         }
         Ok(())
@@ -461,7 +463,11 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
                 }
                 ContentBlock::Provider { provider, .. } => println!("  ({provider} block)"),
                 ContentBlock::Image { source, .. } => {
-                    println!("  {:?}: [image {}]", message.role, source.media_type().map_or("(a URL)", MediaType::as_str))
+                    println!(
+                        "  {:?}: [image {}]",
+                        message.role,
+                        source.media_type().map_or("(a URL)", MediaType::as_str)
+                    )
                 }
                 _ => {}
             }

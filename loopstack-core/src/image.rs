@@ -264,10 +264,7 @@ mod tests {
         assert_eq!(decoded_len(&STANDARD.encode([1u8; 5])), 5);
         assert_eq!(decoded_len(&STANDARD.encode([1u8; 4])), 4);
         assert!(Image::base64_with_limit("image/png", six.clone(), 6).is_ok());
-        assert_eq!(
-            Image::base64_with_limit("image/png", six, 5),
-            Err(ImageError::TooLarge { bytes: 6, limit: 5 })
-        );
+        assert_eq!(Image::base64_with_limit("image/png", six, 5), Err(ImageError::TooLarge { bytes: 6, limit: 5 }));
         assert!(matches!(Image::base64("image/png", "not base64!"), Err(ImageError::InvalidBase64(_))));
         assert!(matches!(Image::url("file:///etc/passwd"), Err(ImageError::InvalidUrl(_))));
         assert!(Image::url("HTTPS://example.com/a.png").is_ok());

@@ -121,7 +121,10 @@ impl crate::Agent {
 
     /// The prompt's images as blocks.
     pub(crate) fn prompt_image_blocks(&self) -> Vec<ContentBlock> {
-        self.prompt_images.iter().map(|image| ContentBlock::Image { source: image.clone(), tool_use_id: None }).collect()
+        self.prompt_images
+            .iter()
+            .map(|image| ContentBlock::Image { source: image.clone(), tool_use_id: None })
+            .collect()
     }
 }
 
@@ -180,7 +183,10 @@ pub(crate) fn store_image(cx: &mut RunContext, image: &mut Image) -> Result<(), 
 
 /// Stores the images of tool call results (see [`store_image`]), so that what the
 /// state keeps of them between steps is a reference.
-pub(crate) fn store_result_images(cx: &mut RunContext, results: &mut [ToolCallResult]) -> Result<(), serde_json::Error> {
+pub(crate) fn store_result_images(
+    cx: &mut RunContext,
+    results: &mut [ToolCallResult],
+) -> Result<(), serde_json::Error> {
     for result in results {
         for image in &mut result.images {
             store_image(cx, image)?;

@@ -33,7 +33,10 @@ fn request(user: &Image, chart: &Image) -> ChatRequest {
     ChatRequest::new(
         "m",
         vec![
-            Message::user_with_images("What is in these?", [user.clone(), Image::url("https://example.com/a.png").unwrap()]),
+            Message::user_with_images(
+                "What is in these?",
+                [user.clone(), Image::url("https://example.com/a.png").unwrap()],
+            ),
             Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] },
             Message::tool_call_results(&[result]),
         ],
@@ -210,7 +213,8 @@ fn images_over_the_limit_or_of_another_type_are_typed_errors() {
 #[test]
 fn messages_without_images_read_and_write_as_before() {
     // A message saved before images existed reads back unchanged, and writes the same.
-    let old = r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"sunny","is_error":false}]}"#;
+    let old =
+        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"sunny","is_error":false}]}"#;
     let message: Message = serde_json::from_str(old).unwrap();
     assert_eq!(serde_json::to_string(&message).unwrap(), old);
     let with = Message::user("Look").with_image(Image::url("https://example.com/a.png").unwrap());

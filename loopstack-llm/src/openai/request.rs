@@ -203,7 +203,8 @@ fn encode_as_text(message: &Message, previous: Option<&Message>, out: &mut Vec<V
                 text.push_str(&own);
             }
             // The user's own images are sent as parts, for a vision model behind the server.
-            let images: Vec<Value> = message.images().filter(|(_, c)| c.is_none()).map(|(i, _)| image_part(i)).collect();
+            let images: Vec<Value> =
+                message.images().filter(|(_, c)| c.is_none()).map(|(i, _)| image_part(i)).collect();
             if !images.is_empty() {
                 let parts = std::iter::once(json!({"type": "text", "text": text})).chain(images);
                 out.push(json!({"role": "user", "content": parts.collect::<Vec<_>>()}));
