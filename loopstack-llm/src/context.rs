@@ -186,6 +186,9 @@ pub(crate) fn summary_input<M: Borrow<Message>>(previous: Option<&str>, messages
                 ContentBlock::ToolUse(call) => out.push_str(&format!("{who} called {}({})\n", call.name, call.input)),
                 ContentBlock::ToolResult(r) if r.is_error => out.push_str(&format!("Tool error: {}\n", r.content)),
                 ContentBlock::ToolResult(r) => out.push_str(&format!("Tool result: {}\n", r.content)),
+                // The summarizing model reads that there was one, not the image.
+                ContentBlock::Image { tool_use_id: Some(_), .. } => out.push_str("Tool result: (an image)\n"),
+                ContentBlock::Image { tool_use_id: None, .. } => out.push_str(&format!("{who} showed an image\n")),
                 _ => {}
             }
         }

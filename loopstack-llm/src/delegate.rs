@@ -259,20 +259,25 @@ impl LlmDelegateToolCalls {
         conversation: Option<&str>,
     ) -> Result<(), serde_json::Error> {
         let max = self.max_stored_bytes;
-        if results.iter().any(|r| !r.images.is_empty()) {
-            // Results with images: each image saved once, the message referring to it.
-            let message = Message::tool_call_results(results);
-            let stored = match results.iter().all(|r| r.content.len() <= max) {
-                true => message,
-                false => Message::tool_call_results(&truncated(results, max)),
-            };
-            return crate::image::save_with_images(cx, stored, conversation, SaveOptions::new());
-        }
-        let full = Arc::new(Message::tool_results(results.iter().map(ToolResult::from)));
         let options = match conversation {
             Some(name) => SaveOptions::new().tag(format!("{}{name}", crate::generate::NAMED_CONVERSATION_PREFIX)),
             None => SaveOptions::new(),
         };
+        if results.iter().any(|r| !r.images.is_empty()) {
+            // Each image saved once, as a document the message refers to.
+            let mut full = Message::tool_call_results(results);
+            let count = crate::image::store_images(cx, &mut full)?;
+            let options = options.meta(crate::image::IMAGES_META, count);
+            if results.iter().all(|r| r.content.len() <= max) {
+                cx.save_shared(Arc::new(full), options)?;
+            } else {
+                let mut stored = Message::tool_call_results(&truncated(results, max));
+                crate::image::store_images(cx, &mut stored)?;
+                cx.save_shared_as(&stored, Arc::new(full), options)?;
+            }
+            return Ok(());
+        }
+        let full = Arc::new(Message::tool_results(results.iter().map(ToolResult::from)));
         if results.iter().all(|r| r.content.len() <= max) {
             cx.save_shared(full, options)?;
         } else {

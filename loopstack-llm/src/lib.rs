@@ -46,6 +46,7 @@ pub mod image;
 pub mod message;
 pub mod model;
 mod scripted;
+mod usage;
 mod workflow_tool;
 
 pub use agent::{
