@@ -3,7 +3,7 @@
 
 use loopstack::llm::{Agent, AgentStatus, IMAGE_DOCUMENT, Image, ScriptedModel, ToolDecision, ToolDecisions};
 use loopstack::prelude::*;
-use loopstack::{SqliteStore, Store as _};
+use loopstack::SqliteStore;
 
 /// A PNG header and `extra` bytes of a pattern: a payload whose base64 is unique.
 fn png(extra: usize, seed: usize) -> Vec<u8> {

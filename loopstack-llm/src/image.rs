@@ -104,7 +104,8 @@ impl crate::Agent {
     /// let reply = agent.ask_with_images(&Runtime::new(), "What is this?", [image.clone()]).await.unwrap();
     /// assert_eq!(reply.text, "A tiny picture.");
     /// // The model was shown the image's data.
-    /// let (shown, _) = model.requests()[0].messages[0].images().next().unwrap();
+    /// let requests = model.requests();
+    /// let (shown, _) = requests[0].messages[0].images().next().unwrap();
     /// assert_eq!(shown, &image);
     /// # });
     /// ```
