@@ -1,9 +1,9 @@
 //! Images in a SQLite store: saved once however many steps follow, and shown to
 //! the model again by a runtime that reads them back from the file after a restart.
 
+use loopstack::SqliteStore;
 use loopstack::llm::{Agent, AgentStatus, IMAGE_DOCUMENT, Image, ScriptedModel, ToolDecision, ToolDecisions};
 use loopstack::prelude::*;
-use loopstack::SqliteStore;
 
 /// A PNG header and `extra` bytes of a pattern: a payload whose base64 is unique.
 fn png(extra: usize, seed: usize) -> Vec<u8> {
