@@ -153,16 +153,23 @@ async fn reset_password(
 }
 
 /// The helpdesk's offline model: it asks to reset the password of each user the
-/// question names (ada, bob, grace), then answers with the results.
+/// question names (ada, bob, grace), then answers with the results. As the front
+/// desk, it hands every question to the helpdesk.
 fn helpdesk_model() -> ScriptedModel {
     ScriptedModel::from_fn(|request: &ChatRequest| {
-        let last = request.messages.last().ok_or_else(|| LlmError::Script {
-            model: request.model.clone(),
-            message: "the conversation is empty".into(),
-        })?;
-        let results: Vec<String> = last.tool_results_iter().map(|r| r.content.clone()).collect();
+        let (Some(first), Some(last)) = (request.messages.first(), request.messages.last()) else {
+            return Err(LlmError::Script { model: request.model.clone(), message: "the conversation is empty".into() });
+        };
+        if request.settings.system.as_deref() == Some(FRONT_DESK) {
+            return Ok(ScriptedModel::new().tool_call_response("transfer_to_helpdesk", serde_json::json!({})));
+        }
+        let results: Vec<String> = last
+            .tool_results_iter()
+            .filter(|r| !r.content.starts_with("transferred to"))
+            .map(|r| r.content.clone())
+            .collect();
         if results.is_empty() {
-            let question = last.text();
+            let question = first.text();
             let calls = ["ada", "bob", "grace"]
                 .into_iter()
                 .filter(|user| question.contains(user))
@@ -179,6 +186,17 @@ fn helpdesk_agent() -> Result<Agent, BoxError> {
     Ok(Agent::new(helpdesk_model(), "scripted-helpdesk", tools)
         .system("You reset passwords. Use reset_password.")
         .named("helpdesk")?)
+}
+
+const FRONT_DESK: &str = "You greet the caller and hand the question to who can answer it.";
+
+/// The front desk, the workflow `frontdesk`: it hands each question to the helpdesk
+/// agent, which continues the run.
+fn front_desk_agent(helpdesk: &Agent) -> Result<Agent, BoxError> {
+    Ok(Agent::new(helpdesk_model(), "scripted-helpdesk", ToolRegistry::new())
+        .system(FRONT_DESK)
+        .named("frontdesk")?
+        .handoff(helpdesk, "Resets passwords.")?)
 }
 
 /// An expense report, as the run keeps it.
@@ -298,7 +316,8 @@ fn file(expense: &Expense, cx: &mut RunContext) -> Result<()> {
 fn register(runtime: Runtime) -> Runtime {
     let agent = weather_agent().expect("the weather tool has a valid name");
     let helpdesk = helpdesk_agent().expect("the helpdesk's tool and name are valid");
-    runtime.register(agent).register(helpdesk).register(ExpenseApproval)
+    let front = front_desk_agent(&helpdesk).expect("the front desk's handoff is valid");
+    runtime.register(agent).register(helpdesk).register(front).register(ExpenseApproval)
 }
 
 /// Starts the demo runs on an empty store, so a first `serve` shows some.

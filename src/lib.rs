@@ -389,6 +389,13 @@ pub mod store {
 /// agent loop.
 pub use loopstack_llm as llm;
 
+/// Evals: an agent on a dataset of cases, each a run in the store, scored and
+/// reported; `loopstack_llm::eval`.
+pub mod eval {
+    #[doc(inline)]
+    pub use loopstack_llm::eval::*;
+}
+
 /// The MCP client (feature `mcp`): the tools of Model Context Protocol servers, over
 /// stdio or streamable HTTP, as tools of a [`ToolRegistry`]; `loopstack_llm::mcp`.
 #[cfg(feature = "mcp")]

@@ -311,6 +311,59 @@ async fn an_agent_tool_whose_child_waits_survives_a_restart(open: impl AsyncFn()
     assert_eq!(state.usage.all_tokens(), 80, "two turns each, 20 tokens a turn");
 }
 
+/// A handoff (triage to password) whose target's call waits for approval: the new
+/// runtime, which holds nothing of the first, goes on with the agent the run was
+/// handed to (its prompt and tools), and the conversation says who wrote what.
+async fn a_handoff_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
+    let model = || {
+        ScriptedModel::from_fn(|req| {
+            let script = ScriptedModel::new();
+            let last = req.messages.last().unwrap();
+            Ok(match (req.settings.system.as_deref(), last.tool_results_iter().next()) {
+                (Some("Triage."), _) => script.tool_call_response("transfer_to_password", serde_json::json!({})),
+                (Some("Passwords."), Some(r)) if !r.content.starts_with("transferred") => {
+                    script.text_response(format!("Done: {}", r.content))
+                }
+                (Some("Passwords."), _) => {
+                    script.tool_call_response("reset_password", serde_json::json!({"user": "ada"}))
+                }
+                (other, _) => panic!("no script for {other:?}"),
+            })
+        })
+    };
+    let triage = move || {
+        let password = Agent::new(model(), "scripted", ToolRegistry::new().with(ResetPassword).unwrap())
+            .system("Passwords.")
+            .named("password")
+            .unwrap();
+        Agent::new(model(), "scripted", ToolRegistry::new())
+            .system("Triage.")
+            .named("triage")
+            .unwrap()
+            .handoff(&password, "Resets passwords.")
+            .unwrap()
+    };
+    let runtime = |store| Runtime::with_shared_store(store).register(triage());
+
+    let first = runtime(open().await);
+    let reply = triage().ask(&first, "I forgot my password").await.unwrap();
+    assert!(matches!(reply.status, AgentStatus::AwaitingApproval { .. }), "{:?}", reply.status);
+    assert_eq!(reply.agent, "password");
+    drop(first);
+
+    let second = runtime(open().await);
+    let pending = triage().pending(&second, reply.run_id).await.unwrap();
+    assert_eq!(pending[0].name, "reset_password");
+    let done = triage().decide(&second, reply.run_id, ToolDecisions::approve_all(&pending)).await.unwrap();
+    assert_eq!(
+        (done.status, done.text.as_str(), done.agent.as_str()),
+        (AgentStatus::Completed, "Done: password of ada reset", "password")
+    );
+    let docs = second.store().documents(reply.run_id).await.unwrap();
+    let writers: Vec<_> = docs.iter().filter_map(|d| d.metadata.get("agent").and_then(|a| a.as_str())).collect();
+    assert_eq!(writers, ["triage", "password", "password"]);
+}
+
 fn sqlite_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("loopstack-agent-{}.db", RunId::new()))
 }
@@ -330,6 +383,7 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
     a_paused_budget_survives_a_restart(open).await;
     a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
     an_agent_tool_whose_child_waits_survives_a_restart(open).await;
+    a_handoff_survives_a_restart(open).await;
     let _ = std::fs::remove_file(&path);
 }
 
@@ -352,6 +406,7 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
     a_paused_budget_survives_a_restart(open).await;
     a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
     an_agent_tool_whose_child_waits_survives_a_restart(open).await;
+    a_handoff_survives_a_restart(open).await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
 }

@@ -173,7 +173,7 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
     let help = desk(&dir, None, &["--help"]);
     assert!(help.status.success(), "{help:?}");
     let help = String::from_utf8(help.stdout).unwrap();
-    assert!(help.starts_with("The helpdesk: open tickets") && help.contains("Usage: helpdesk "), "{help}");
+    assert!(help.starts_with("The helpdesk: three agents") && help.contains("Usage: helpdesk "), "{help}");
     let commands: Vec<&str> = help
         .lines()
         .skip_while(|l| *l != "Commands:")
@@ -182,7 +182,7 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let ours = ["workflows", "run", "runs", "show", "signal", "approve", "deny", "resume", "retry", "cancel", "worker"];
-    for ours in ours.into_iter().chain(["open"]) {
+    for ours in ours.into_iter().chain(["open", "ask"]) {
         assert!(commands.contains(&ours), "{ours} missing from {commands:?}");
     }
     assert!(help.contains("[default: helpdesk.db] [env: HELPDESK_DB]"), "{help}");
@@ -194,7 +194,7 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
     let missing = error_line(&desk(&dir, None, &["show", &RunId::new().to_string()]));
     assert!(missing.contains("no database at `helpdesk.db`") && missing.contains("`show`"), "{missing}");
     let workflows = desk(&dir, None, &["workflows"]);
-    assert_eq!(String::from_utf8(workflows.stdout).unwrap(), "ticket\n");
+    assert_eq!(String::from_utf8(workflows.stdout).unwrap(), "billing\nticket\ntriage\n");
     assert!(!dir.join("helpdesk.db").exists() && !dir.join("loopstack.db").exists());
 
     // The app's own command runs the app's code, over the app's database.
@@ -312,4 +312,50 @@ fn a_person_answers_an_agents_tool_calls_from_the_shell_knowing_no_call_id_befor
     let due = json(&run(&db, &["show", review, "--json"]))["waits_for"]["timer"]["due_at"].as_str().unwrap().to_owned();
     assert!(shown.contains(&format!("  a timer, due at {due}: expire -> end after 7d\n")), "{shown}");
     let _ = std::fs::remove_file(&db);
+}
+
+/// The helpdesk's agents across processes: `ask` runs triage, which asks billing (a
+/// child run) and hands the conversation to password, whose reset waits for
+/// approval; the process ends. A second process approves (loopstack's `approve`),
+/// and the run ends with the password agent's answer; a third shows who said what.
+#[test]
+fn the_helpdesk_hands_off_waits_for_approval_and_answers_in_another_process() {
+    let dir = std::env::temp_dir().join(format!("loopstack-helpdesk-agents-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let question = "I'm ada@example.com. I'm locked out of my account, and was I charged twice in May?";
+
+    let asked = desk(&dir, None, &["ask", question]);
+    assert!(asked.status.success(), "{asked:?}");
+    let out = String::from_utf8(asked.stdout).unwrap();
+    assert!(out.contains("[triage] calls billing"), "{out}");
+    assert!(out.contains("No, only once"), "billing's answer is the call's result: {out}");
+    assert!(out.contains("[triage] hands the conversation to password"), "{out}");
+    assert!(out.contains(r#"[password] calls reset_password {"email":"ada@example.com"}"#), "{out}");
+    let waits = out.lines().find(|l| l.contains("waits for approval of reset_password")).expect(&out);
+    let run = waits.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(!out.contains("is reset"), "nothing is reset before the approval: {out}");
+
+    let approved = desk(&dir, None, &["approve", &run]);
+    assert!(approved.status.success(), "{approved:?}");
+    assert!(String::from_utf8(approved.stdout).unwrap().contains("completed"));
+
+    let shown = json(&desk(&dir, None, &["show", &run, "--json"]));
+    assert_eq!((shown["status"].as_str(), shown["workflow"].as_str()), (Some("completed"), Some("triage")));
+    assert_eq!(shown["state"]["agent"].as_str(), Some("password"));
+    let answer = shown["state"]["output"].as_str().unwrap();
+    assert!(answer.starts_with("Done: the password of ada@example.com is reset"), "{answer}");
+    assert!(answer.contains("About your bill: No, only once"), "{answer}");
+    // The billing agent's run is a child of the triage run, in the same database.
+    let runs = json(&desk(&dir, None, &["runs", "--workflow", "billing", "--json"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+
+    // The same story in one process, approved there: `cargo run --example helpdesk`.
+    let story = desk(&dir, None, &[]);
+    assert!(story.status.success(), "{story:?}");
+    let story = String::from_utf8(story.stdout).unwrap();
+    let at = |text: &str| story.find(text).unwrap_or_else(|| panic!("{text:?} missing from {story}"));
+    assert!(at("hands the conversation to password") < at("waits for approval"));
+    assert!(at("waits for approval") < at("-- approving") && at("-- approving") < at("[password] Done:"));
+    assert!(story.contains("completed"), "{story}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -495,6 +495,28 @@ async fn an_agents_waiting_calls_show_their_tool_and_arguments_and_are_approved_
         ]
     );
     screenshot(client, dir, "approvals-2-completed.png").await;
+
+    // A run of the front desk, handed to the helpdesk: the page says which agent has
+    // the conversation, shows the handoff, and names the agent of each answer.
+    client.goto(&format!("{base}#/start/frontdesk")).await.unwrap();
+    fill(client, "form[data-form=input] textarea[data-path='']", "Reset the password of grace").await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+    until(client, "the handed run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    until(client, "the agent fact", "document.querySelector('.facts dd.agent')?.textContent === 'helpdesk'").await;
+    until(
+        client,
+        "the handoff in the conversation",
+        "document.querySelector(\".bubble[data-agent=frontdesk] .handoff\")?.textContent.includes('hands the conversation to helpdesk')",
+    )
+    .await;
+    until(
+        client,
+        "the helpdesk's call, under its name",
+        "[...document.querySelectorAll('.bubble[data-agent=helpdesk] .tool-title')].some((t) => t.textContent.includes('reset_password'))",
+    )
+    .await;
+    until(client, "one call to decide", "document.querySelectorAll('.signal-card.approval').length === 1").await;
+    screenshot(client, dir, "approvals-3-handoff.png").await;
     studio.close().await;
 }
 

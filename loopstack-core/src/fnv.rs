@@ -46,6 +46,44 @@ fnv1a!(u32, 0x811c_9dc5, 0x0100_0193);
 fnv1a!(u64, 0xcbf2_9ce4_8422_2325, 0x0000_0100_0000_01b3);
 fnv1a!(u128, 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d, 0x0000_0000_0100_0000_0000_0000_0000_013b);
 
+/// Feeds a JSON value to a hash, tagged by kind, without building its text: object
+/// keys in their stored order, numbers by their value's bytes.
+pub fn feed_json(value: &serde_json::Value, feed: &mut impl FnMut(&[u8])) {
+    use serde_json::Value;
+    match value {
+        Value::Null => feed(b"n"),
+        Value::Bool(b) => feed(if *b { b"t" } else { b"f" }),
+        Value::Number(n) => {
+            feed(b"#");
+            match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => feed(&u.to_le_bytes()),
+                (_, Some(i), _) => feed(&i.to_le_bytes()),
+                (_, _, Some(f)) => feed(&f.to_bits().to_le_bytes()),
+                _ => feed(n.to_string().as_bytes()),
+            }
+        }
+        Value::String(s) => {
+            feed(b"s");
+            feed(&(s.len() as u64).to_le_bytes());
+            feed(s.as_bytes());
+        }
+        Value::Array(items) => {
+            feed(b"[");
+            items.iter().for_each(|v| feed_json(v, feed));
+            feed(b"]");
+        }
+        Value::Object(map) => {
+            feed(b"{");
+            for (k, v) in map {
+                feed(&(k.len() as u64).to_le_bytes());
+                feed(k.as_bytes());
+                feed_json(v, feed);
+            }
+            feed(b"}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Fnv1a;

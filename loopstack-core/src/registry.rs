@@ -19,6 +19,8 @@ pub struct ToolSpec {
     pub input_schema: Value,
     /// How the tool is run.
     pub options: ToolOptions,
+    /// The fingerprint, once computed.
+    fingerprint: FingerprintCell,
 }
 
 impl ToolSpec {
@@ -26,7 +28,47 @@ impl ToolSpec {
     /// without registering them (such as an agent's `respond` tool), whose calls it
     /// answers itself.
     pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> Self {
-        Self { name: name.into(), description: description.into(), input_schema, options: ToolOptions::new() }
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            options: ToolOptions::new(),
+            fingerprint: FingerprintCell::default(),
+        }
+    }
+
+    /// A 64-bit FNV-1a fingerprint of what a model is told about the tool (its
+    /// name, description and input schema, not its options), computed on first use
+    /// and kept: a model turn records the fingerprint of what it offered, so a replay
+    /// tells a changed tool from the recorded one. A spec changed after its first
+    /// fingerprint keeps the first; specs in a registry do not change.
+    pub fn fingerprint(&self) -> u64 {
+        *self.fingerprint.0.get_or_init(|| {
+            let mut hash = crate::fnv::Fnv1a::<u64>::default();
+            let mut feed = |bytes: &[u8]| hash.bytes(bytes);
+            for text in [&self.name, &self.description] {
+                feed(&(text.len() as u64).to_le_bytes());
+                feed(text.as_bytes());
+            }
+            crate::fnv::feed_json(&self.input_schema, &mut feed);
+            hash.finish()
+        })
+    }
+}
+
+/// A computed fingerprint: not part of a spec's equality or its debug output.
+#[derive(Clone, Default)]
+struct FingerprintCell(std::sync::OnceLock<u64>);
+
+impl PartialEq for FingerprintCell {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for FingerprintCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
     }
 }
 
@@ -164,7 +206,10 @@ impl ToolRegistry {
             description: tool.description().to_owned(),
             input_schema,
             options: tool.options(),
+            fingerprint: FingerprintCell::default(),
         });
+        // Computed here, once, rather than in the first model turn that offers it.
+        spec.fingerprint();
         let key: Arc<str> = Arc::from(name.as_str());
         let inner = Arc::make_mut(&mut self.inner);
         inner.order.push(key.clone());

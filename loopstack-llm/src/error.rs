@@ -123,6 +123,15 @@ pub enum LlmError {
         /// What went wrong.
         message: String,
     },
+    /// A replay's request departs from the recorded one
+    /// ([`ReplayModel`](crate::ReplayModel)): `diff` says how.
+    #[error("{diff}")]
+    Replay {
+        /// The request (1-based) that departs.
+        turn: usize,
+        /// What differs: the system prompt's lines, the settings, tools or messages.
+        diff: String,
+    },
 }
 
 fn fmt_retry_after(d: Option<Duration>) -> String {
@@ -143,6 +152,7 @@ impl LlmError {
             | Self::MalformedResponse { provider, .. }
             | Self::Config { provider, .. } => provider,
             Self::Script { .. } => "scripted",
+            Self::Replay { .. } => "replay",
         }
     }
 
@@ -219,6 +229,16 @@ pub enum AgentError {
     AllModelsFailed {
         /// Each model's error (which names the provider and model), in the order asked.
         failures: Vec<LlmError>,
+    },
+    /// The run was handed to an agent ([`AgentState::agent`](crate::AgentState::agent))
+    /// that the agent driving it does not know: a build whose agent lost a
+    /// handoff the run took.
+    #[error("the run was handed to agent `{agent}`, which this agent does not know; it knows: {}", list(.known))]
+    UnknownAgent {
+        /// The agent the run was handed to.
+        agent: String,
+        /// The agents the driving agent can hand to, itself first.
+        known: Vec<String>,
     },
     /// A signal decides on one call twice.
     #[error("call `{call_id}` has more than one decision in the signal; give one per call")]

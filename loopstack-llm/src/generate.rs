@@ -337,6 +337,9 @@ pub struct TurnExtras {
     /// What of the conversation is sent, when not all of it (see
     /// [`ContextPolicy`](crate::ContextPolicy)).
     pub context: Option<crate::ContextWindow>,
+    /// The agent taking the turn, recorded in the message's metadata (`agent`) when
+    /// a run may be handed between agents.
+    pub agent: Option<&'static str>,
 }
 
 /// What a model turn produced; small and serde, so a workflow keeps it in its state.
@@ -503,6 +506,12 @@ impl LlmGenerateText {
         let mut request = ChatRequest::new(options.model.clone(), messages).tools(tools);
         request.settings.clone_from(&options.settings);
         request.response_schema.clone_from(&extras.response_schema);
+        // What the turn sent besides the conversation, for replays: its fingerprint
+        // and itself, with the first reply sent under it (the replies after it that
+        // sent the same record nothing).
+        let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
+        let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
+            .then(|| crate::recording::config(&request, &fingerprint));
 
         let span = tracing::info_span!(
             "loopstack.llm",
@@ -549,6 +558,12 @@ impl LlmGenerateText {
             .meta("stop_reason", response.stop_reason.as_str());
         if !failures.is_empty() {
             meta = meta.meta("fallbacks", serde_json::to_value(&failures)?);
+        }
+        if let Some(agent) = extras.agent {
+            meta = meta.meta("agent", agent);
+        }
+        if let Some(config) = recorded {
+            meta = meta.meta(crate::recording::REQUEST_META, config);
         }
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.

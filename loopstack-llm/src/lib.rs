@@ -41,10 +41,12 @@ mod context;
 mod delegate;
 pub mod dispatch;
 pub mod error;
+pub mod eval;
 mod generate;
 pub mod image;
 pub mod message;
 pub mod model;
+mod recording;
 mod scripted;
 mod usage;
 mod workflow_tool;
@@ -53,8 +55,8 @@ pub use agent::{
     Agent, AgentPlace, AgentQuestion, AgentReply, AgentSignal, AgentState, AgentStatus, AgentTool, AgentToolError,
     Answer, AskError, DECIDE_TOOLS, DEFAULT_AGENT_TOOL_TIMEOUT, DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS,
     DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL, RaiseLimit, Repeats,
-    ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, decide_by_name, pending_calls,
-    takes_decisions,
+    TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, decide_by_name,
+    pending_calls, takes_decisions,
 };
 pub use delegate::{
     CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,
@@ -66,6 +68,7 @@ pub use generate::{
     CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, ModelRef,
     Models, NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
 };
+pub use recording::{RecordedTurn, Recording, ReplayError, ReplayModel, ReplayTools, RunExport};
 pub use scripted::ScriptedModel;
 pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
 

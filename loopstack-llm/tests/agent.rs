@@ -61,12 +61,22 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
         assert_eq!(doc.tags, ["conversation"]);
     }
     assert_eq!(docs[0].metadata.len(), 0);
+    let mut meta = docs[1].metadata.clone();
+    // What the turn sent besides the conversation, for replays: the model, settings
+    // and tools, with a fingerprint of them.
+    let config = meta.remove("request").unwrap();
+    assert_eq!(config["fp"].as_str().map(str::len), Some(16));
+    assert_eq!(config["model"], "m-1");
+    assert_eq!(config["settings"], json!({"system": "You are terse.", "max_tokens": 256}));
+    assert!(config["tools"][0].as_str().unwrap().starts_with("get_weather:"));
     assert_eq!(
-        Value::Object(docs[1].metadata.clone()),
+        Value::Object(meta),
         json!({"provider": "scripted", "model": "m-1", "stop_reason": "tool_use",
                "usage": {"input_tokens": 50, "output_tokens": 10}})
     );
     assert_eq!(docs[3].metadata["stop_reason"], "end_turn");
+    // The same model, settings and tools: recorded once, with the first turn.
+    assert!(!docs[3].metadata.contains_key("request"));
 
     // Requests: the conversation so far, the system prompt, the offered tool's schema.
     let requests = model.requests();

@@ -154,3 +154,42 @@ async fn a_fallback_that_is_not_registered_is_an_error_before_any_model_is_asked
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+/// The summary of a context policy goes down the chain like a turn: the first model
+/// is overloaded for it, the spare summarizes, and the run goes on compacted.
+#[tokio::test]
+async fn a_summary_falls_back_like_a_turn() {
+    use loopstack_llm::{ContextPolicy, SUMMARY_PROMPT};
+    let overloaded =
+        |model: &str| LlmError::Overloaded { provider: "scripted", model: model.into(), message: "busy".into() };
+    // The first model: a long tool call each turn (so the context fills), but no summaries.
+    let turns = Arc::new(AtomicUsize::new(0));
+    let first = ScriptedModel::from_fn(move |request| {
+        if request.settings.system.as_deref() == Some(SUMMARY_PROMPT) {
+            return Err(overloaded(&request.model));
+        }
+        let turn = turns.fetch_add(1, Ordering::SeqCst);
+        let script = ScriptedModel::new();
+        Ok(if turn < 6 {
+            script.tool_call_response(
+                "get_weather",
+                serde_json::json!({"location": format!("{turn}{}", "x".repeat(400))}),
+            )
+        } else {
+            script.text_response("Done.")
+        })
+    })
+    .record_requests(true);
+    let spare = ScriptedModel::from_fn(|_| Ok(ScriptedModel::new().text_response("the summary"))).record_requests(true);
+    let agent = Agent::new(first.clone(), "big", tools())
+        .max_turns(12)
+        .context(ContextPolicy::summarize(600))
+        .fallback_named("spare", spare.clone(), "small");
+    let reply = agent.ask(&Runtime::new(), "Go").await.unwrap();
+    assert_eq!(reply.text, "Done.", "{:?}", reply.status);
+    let summaries = spare.requests();
+    assert!(!summaries.is_empty(), "the spare was asked for the summary");
+    assert!(summaries.iter().all(|r| r.settings.system.as_deref() == Some(SUMMARY_PROMPT) && r.model == "small"));
+    let after = first.requests().into_iter().rev().find(|r| r.messages[0].content.len() > 1).expect("a compacted turn");
+    assert!(after.messages[0].text().contains("the summary"), "{:?}", after.messages[0]);
+}

@@ -479,6 +479,8 @@
       h("dt", { text: "updated" }), h("dd", {}, time(run.updated_at)));
     if (run.parent) facts.append(h("dt", { text: "parent" }), h("dd", {}, h("a", { href: "#/run/" + run.parent, text: short(run.parent) })));
     if (run.wake_at) facts.append(h("dt", { text: "timer" }), h("dd", {}, time(run.wake_at)));
+    // An agent run handed to another agent: the one that has the conversation.
+    if (run.state && typeof run.state.agent === "string") facts.append(h("dt", { text: "agent" }), h("dd", { class: "agent", text: run.state.agent }));
 
     const header = h("div", { class: "run-header" },
       h("h1", {}, h("span", { text: run.workflow + " " }), h("code", { class: "run-id", title: run.run_id, text: run.run_id })),
@@ -674,8 +676,9 @@
     const role = msg.role || "user";
     const blocks = Array.isArray(msg.content) ? msg.content : [];
     const onlyResults = blocks.length && blocks.every((b) => b.type === "tool_result" || (b.type === "image" && b.tool_use_id));
-    const who = onlyResults ? "tool results" : role;
     const meta = doc.metadata || {};
+    // In a run handed between agents, each answer names the agent that wrote it.
+    const who = onlyResults ? "tool results" : role === "assistant" && meta.agent ? meta.agent : role;
     const details = [];
     if (meta.model) details.push(meta.model);
     // A model of the fallback chain answered: the ones that failed before it.
@@ -684,11 +687,13 @@
     }
     if (meta.stop_reason) details.push(meta.stop_reason);
     if (meta.usage) details.push(meta.usage.input_tokens + " in / " + meta.usage.output_tokens + " out");
-    const b = h("div", { class: "bubble " + (onlyResults ? "tools" : role), "data-role": role },
+    const b = h("div", { class: "bubble " + (onlyResults ? "tools" : role), "data-role": role, "data-agent": meta.agent || "" },
       h("div", { class: "who" }, h("span", { text: who }), h("span", { class: "muted", text: "step " + doc.step + (details.length ? " \u00b7 " + details.join(" \u00b7 ") : "") })));
     for (const block of blocks) {
       if (block.type === "text") b.appendChild(h("div", { class: "text", text: block.text }));
-      else if (block.type === "tool_use") {
+      else if (block.type === "tool_use" && block.name.startsWith("transfer_to_")) {
+        b.appendChild(h("div", { class: "handoff", text: "\u21e2 hands the conversation to " + block.name.slice(12) }));
+      } else if (block.type === "tool_use") {
         b.appendChild(h("div", { class: "tool-call" }, h("div", { class: "tool-title", text: "\u2192 " + block.name + " \u00b7 " + block.id }), json(block.input)));
       } else if (block.type === "tool_result") {
         const name = tools.get(block.tool_use_id) || "tool";

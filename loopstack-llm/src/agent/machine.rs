@@ -92,7 +92,8 @@ impl Agent {
         let summary = match self.context {
             ContextPolicy::Summarize { .. } => {
                 let left_out = &messages[current.from.max(1)..from];
-                Some(self.summarize(state, left_out, current.summary.as_deref()).await?)
+                let agent = self.active(state)?;
+                Some(agent.summarize(&self.prices, state, left_out, current.summary.as_deref()).await?)
             }
             _ => None,
         };
@@ -111,16 +112,17 @@ impl Agent {
     /// One model turn.
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        let result = match self.extras(state) {
-            None => self.generate.call(cx, &self.options).await?,
-            Some(extras) => self.generate.call_with(cx, &self.options, &extras).await?,
+        let agent = self.active(state)?;
+        let result = match self.extras(state, agent) {
+            None => agent.generate.call(cx, &agent.options).await?,
+            Some(extras) => agent.generate.call_with(cx, &agent.options, &extras).await?,
         };
         state.turns = state.turns.saturating_add(1);
         state.usage += result.usage;
         if !self.prices.is_empty() {
             let cost = self
                 .prices
-                .cost(&self.options.model, &result.usage)
+                .cost(&agent.options.model, &result.usage)
                 .or_else(|| self.prices.cost(&result.model, &result.usage));
             state.last_turn_cost = cost.unwrap_or(0.0);
             state.cost += state.last_turn_cost;
@@ -141,6 +143,15 @@ impl Agent {
         state.tools_completed = None;
         state.pending_approval.clear();
         state.denied.clear();
+
+        if let Some(transfer) = agent.transfer_in(&result.message) {
+            // A handoff: the turn's calls are answered by `hand_off`, none is run,
+            // and the streak of repeated calls is broken.
+            state.handoff = Some(transfer.target.clone());
+            state.last_tool_calls = 0;
+            state.repeats = Repeats::default();
+            return Ok(());
+        }
 
         let respond =
             self.answer.is_some().then(|| result.message.tool_uses().find(|c| c.name == RESPOND_TOOL)).flatten();
@@ -168,7 +179,7 @@ impl Agent {
             }
             return Ok(());
         }
-        let tools = self.generate.tools();
+        let tools = agent.generate.tools();
         state.pending_approval = calls
             .iter()
             .filter(|c| tools.spec(&c.name).is_some_and(|s| s.options.approve))
@@ -203,6 +214,40 @@ impl Agent {
         self.answer_unrun(cx, &format!("not run: the run reached {limit}"))?;
         self.end(state, AgentStatus::LimitReached(limit));
         Ok(())
+    }
+
+    /// Hands the conversation to the agent the last turn's transfer call names: it
+    /// takes the next turn. The turn's calls are answered (the transfer, and the others
+    /// as not run); a name the run does not know is an error result, and the agent
+    /// that asked goes on.
+    #[transition(from = PromptExecuted, to = Ready, priority = 33)]
+    #[guard(hands_off)]
+    async fn hand_off(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let target = state.handoff.take().expect("checked by the guard");
+        let from = self.active(state)?.name();
+        let transfer = format!("{}{target}", super::TRANSFER_PREFIX);
+        let Some(to) = self.member(&target).map(Self::name) else {
+            tracing::warn!(from, to = %target, "a handoff to an agent this run does not know");
+            self.answer_calls(cx, |call| {
+                if call.name == transfer {
+                    (format!("no agent `{target}` takes handoffs in this run; carry on yourself"), true)
+                } else {
+                    ("not run: the turn asked for a handoff".to_owned(), true)
+                }
+            })?;
+            return self.count_new_input(state, cx);
+        };
+        tracing::info!(from, to, "the conversation is handed to another agent");
+        self.answer_calls(cx, |call| {
+            if call.name == transfer {
+                (format!("transferred to {to}: {to} takes the conversation from here"), false)
+            } else {
+                (format!("not run: the conversation was handed to {to}, who decides what to do"), true)
+            }
+        })?;
+        state.agent = (to != self.name()).then(|| to.to_owned());
+        cx.emit(|| EventKind::Custom { name: "handoff".into(), data: serde_json::json!({"from": from, "to": to}) });
+        self.count_new_input(state, cx)
     }
 
     /// Ends the run with a typed answer that fits.
@@ -298,14 +343,15 @@ impl Agent {
     #[guard(has_tool_calls)]
     async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let message = last_message(cx, self.conversation_name())?;
+        let agent = self.active(state)?;
         let denied = std::mem::take(&mut state.denied);
         // The state as JSON only when a tool's input mapping may read it.
-        let snapshot = if self.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
+        let snapshot = if agent.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
         let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
         if let Some(snapshot) = &snapshot {
             options = options.state(snapshot);
         }
-        let result = self.delegate.call_with(cx, &message, &self.options.tools, &options).await?;
+        let result = agent.delegate.call_with(cx, &message, &agent.options.tools, &options).await?;
         let run = result.results.len().saturating_sub(denied.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
         state.tools_completed =
@@ -359,7 +405,7 @@ impl Agent {
         }
         if state.pending_tools.is_empty() {
             let results = std::mem::take(&mut state.tool_results);
-            self.delegate.save_results(cx, &results, self.conversation_name())?;
+            self.active(state)?.delegate.save_results(cx, &results, self.conversation_name())?;
             let errors = results.iter().filter(|r| r.is_error).count();
             state.tools_completed = Some(ToolsCompleted { all_completed: true, errors });
         }
@@ -452,6 +498,11 @@ impl Agent {
         self.limits.max_tool_calls.is_some_and(|max| state.tool_calls as usize + state.last_tool_calls > max as usize)
     }
 
+    /// Whether the last turn asked to hand the conversation to another agent.
+    pub fn hands_off(&self, state: &AgentState) -> bool {
+        state.handoff.is_some()
+    }
+
     /// Whether the last turn gave a typed answer that fits.
     pub fn has_valid_answer(&self, state: &AgentState) -> bool {
         state.answer.is_some()
@@ -506,24 +557,46 @@ impl Agent {
     }
 
     /// Summarizes the turns left out (and the summary before them) with the agent's
-    /// model; its tokens and cost are the run's.
+    /// model, or the next of its fallback chain when one is unavailable (as a turn
+    /// falls back); its tokens and cost (by the run's `prices`) are the run's.
     async fn summarize(
         &self,
+        prices: &super::Prices,
         state: &mut AgentState,
         left_out: &[Arc<Message>],
         previous: Option<&str>,
     ) -> Result<String, AgentError> {
-        let model = self.generate.models().get(&self.options.provider)?;
         let input = summary_input(previous, left_out);
-        let request = crate::ChatRequest::new(self.options.model.clone(), vec![Message::user(input)])
-            .system(SUMMARY_PROMPT)
-            .max_tokens(1024);
-        let response = model.chat(&request).await?;
-        state.usage += response.usage;
-        if let Some(cost) = self.prices.cost(&self.options.model, &response.usage) {
-            state.cost += cost;
+        let first = (&self.options.provider, &self.options.model);
+        let chain = std::iter::once(first).chain(self.options.fallbacks.iter().map(|f| (&f.provider, &f.model)));
+        let mut failures = Vec::new();
+        for (provider, model_name) in chain {
+            let model = self.generate.models().get(provider)?;
+            let request = crate::ChatRequest::new(model_name.clone(), vec![Message::user(input.clone())])
+                .system(SUMMARY_PROMPT)
+                .max_tokens(1024);
+            match model.chat(&request).await {
+                Ok(response) => {
+                    state.usage += response.usage;
+                    if let Some(cost) = prices.cost(model_name, &response.usage) {
+                        state.cost += cost;
+                    }
+                    return Ok(response.message.text());
+                }
+                Err(error) if self.options.fallbacks.is_empty() || failures.is_empty() && !error.is_unavailable() => {
+                    return Err(error.into());
+                }
+                Err(error) => {
+                    let unavailable = error.is_unavailable();
+                    tracing::warn!(%error, provider, model = %model_name, "the summary's model failed");
+                    failures.push(error);
+                    if !unavailable {
+                        break;
+                    }
+                }
+            }
         }
-        Ok(response.message.text())
+        Err(AgentError::AllModelsFailed { failures })
     }
 
     /// The limit that forbids the next turn, if any: the agent's limits, or those a

@@ -17,6 +17,7 @@ use crate::model::ChatModel;
 mod answer;
 mod approval;
 mod error;
+mod handoff;
 mod limits;
 mod machine;
 mod state;
@@ -29,6 +30,7 @@ pub use approval::{
     DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
 };
 pub use error::AskError;
+pub use handoff::TRANSFER_PREFIX;
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices, RaiseLimit};
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
@@ -49,6 +51,7 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// ready --stop_at_limit [over_budget] (10)--> end
 /// prompt_executed --stop_repeating [repeats_itself] (40)--> end
 /// prompt_executed --stop_at_tool_limit [over_tool_limit] (35)--> end
+/// prompt_executed --hand_off [hands_off] (33)--> ready
 /// prompt_executed --accept_answer [has_valid_answer] (30)--> end
 /// prompt_executed --reject_answer [can_retry_answer] (25)--> ready
 /// prompt_executed --give_up_answer [answer_rejected] (24)--> end
@@ -76,6 +79,9 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 ///   ([`Agent::say`]) after each answer instead of ending.
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
 ///   deserializes into a Rust type.
+/// - **Handoffs**: [`Agent::handoff`] lets the model hand the conversation to
+///   another named agent (a `transfer_to_<name>` tool), which takes the next turns of
+///   the same run.
 /// - **Agents as tools**: [`Agent::as_tool`] offers a named agent to another as a
 ///   tool ([`AgentTool`]); each call is a child run, and its tokens and cost count
 ///   in the caller's limits.
@@ -116,6 +122,8 @@ pub struct Agent {
     /// The images of the prompt of the run this agent starts
     /// ([`Agent::ask_with_images`]); saved by `setup`, never in a checkpoint.
     pub(crate) prompt_images: Vec<crate::image::Image>,
+    /// The agents the model may hand the conversation to.
+    handoffs: handoff::Handoffs,
 }
 
 /// The payload of the agent's `user_message` signal: the user's next message in a
@@ -152,6 +160,9 @@ pub struct AgentReply {
     /// or a stop of the provider's. `None` after a plain answer, and for every other
     /// status (which says it itself).
     pub answer_status: Option<AgentStatus>,
+    /// The agent that took the run's last turn: the one asked, or the one it
+    /// handed the conversation to ([`Agent::handoff`]).
+    pub agent: String,
 }
 
 impl Agent {
@@ -180,6 +191,7 @@ impl Agent {
             table: None,
             context: crate::ContextPolicy::Full,
             prompt_images: Vec::new(),
+            handoffs: handoff::Handoffs::default(),
         }
     }
 
@@ -481,9 +493,40 @@ impl Agent {
         Ok(self.reply_of(runtime.resume(self, run_id).await?))
     }
 
+    /// A what-if: a new run from step `step` of run `source` (its conversation, state
+    /// and place as they were after that step), driven by this agent, which may
+    /// differ from the source's in its system prompt, model, tools or limits (it must
+    /// have the source's name). The source run is left as it is; the fork's record
+    /// says where it came from (`forked_from`).
+    ///
+    /// ```
+    /// use loopstack_core::{Runtime, ToolRegistry};
+    /// use loopstack_llm::{Agent, ChatRequest, ScriptedModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// // A model that answers by its system prompt.
+    /// let model = ScriptedModel::from_fn(|r: &ChatRequest| {
+    ///     Ok(ScriptedModel::new().text_response(format!("({})", r.settings.system.as_deref().unwrap_or("-"))))
+    /// });
+    /// let runtime = Runtime::new();
+    /// let terse = Agent::new(model.clone(), "m", ToolRegistry::new()).system("terse");
+    /// let first = terse.ask(&runtime, "Hi").await?;
+    /// // The same run from step 1 (the prompt saved, no turn taken) under another prompt.
+    /// let chatty = Agent::new(model, "m", ToolRegistry::new()).system("chatty");
+    /// let fork = chatty.fork(&runtime, first.run_id, 1).await?;
+    /// assert_eq!((first.text.as_str(), fork.text.as_str()), ("(terse)", "(chatty)"));
+    /// let record = runtime.store().load_run(fork.run_id).await?;
+    /// assert_eq!(record.forked_from, Some((first.run_id, 1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub async fn fork(&self, runtime: &Runtime, source: RunId, step: u64) -> Result<AgentReply, AskError> {
+        Ok(self.reply_of(runtime.fork(self, source, step).await?))
+    }
+
     /// What a drive's report says, as a reply.
     pub fn reply_of(&self, report: RunReport<AgentState>) -> AgentReply {
         let RunReport { run_id, outcome, state, .. } = report;
+        let agent = state.agent.clone().unwrap_or_else(|| self.name().to_owned());
         let mut answer_status = None;
         let status = match outcome {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingApproval.as_str() => {
@@ -512,22 +555,31 @@ impl Agent {
             tool_calls: state.tool_calls,
             answer: state.answer,
             answer_status,
+            agent,
         }
     }
 
-    fn extras(&self, state: &AgentState) -> Option<TurnExtras> {
-        if self.answer.is_none() && state.context.is_none() {
+    /// What a turn of `agent` (this one, or the one the run was handed to) offers
+    /// besides its tools: the run's answer format and context window, and the
+    /// agent's handoffs; `None` for a plain turn.
+    fn extras(&self, state: &AgentState, agent: &Self) -> Option<TurnExtras> {
+        let team = self.has_team();
+        if self.answer.is_none() && state.context.is_none() && !team {
             return None;
         }
         let mut extras = TurnExtras::default();
         if let Some(answer) = &self.answer {
-            if self.structured {
+            if agent.structured {
                 extras.response_schema = Some(answer.schema.clone());
             } else {
                 extras.tools.push(answer.tool.clone());
             }
         }
+        extras.tools.extend(agent.handoffs.offered.iter().map(|t| t.spec.clone()));
         extras.context.clone_from(&state.context);
+        if team {
+            extras.agent = Some(agent.name());
+        }
         Some(extras)
     }
 

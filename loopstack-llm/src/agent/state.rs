@@ -69,6 +69,14 @@ pub struct AgentState {
     /// The user's prompt, until `setup` saves it as the first message document.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
+    /// The agent that takes the turns, once the run was handed to another one
+    /// ([`Agent::handoff`](crate::Agent::handoff)); `None` for the agent the run started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The agent the last turn asked to hand the conversation to, until the
+    /// `hand_off` transition does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
     /// Model turns taken.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub turns: u32,
@@ -219,44 +227,8 @@ fn fingerprint(calls: &[&ToolUse]) -> u32 {
     for call in calls {
         feed(call.name.as_bytes());
         feed(&[0]);
-        hash_value(&call.input, &mut feed);
+        loopstack_core::fnv::feed_json(&call.input, &mut feed);
         feed(&[0xff]);
     }
     hash.finish()
-}
-
-/// Feeds a JSON value to a hash, tagged by kind, without building its text.
-fn hash_value(value: &Value, feed: &mut impl FnMut(&[u8])) {
-    match value {
-        Value::Null => feed(b"n"),
-        Value::Bool(b) => feed(if *b { b"t" } else { b"f" }),
-        Value::Number(n) => {
-            feed(b"#");
-            match (n.as_u64(), n.as_i64(), n.as_f64()) {
-                (Some(u), _, _) => feed(&u.to_le_bytes()),
-                (_, Some(i), _) => feed(&i.to_le_bytes()),
-                (_, _, Some(f)) => feed(&f.to_bits().to_le_bytes()),
-                _ => feed(n.to_string().as_bytes()),
-            }
-        }
-        Value::String(s) => {
-            feed(b"s");
-            feed(&(s.len() as u64).to_le_bytes());
-            feed(s.as_bytes());
-        }
-        Value::Array(items) => {
-            feed(b"[");
-            items.iter().for_each(|v| hash_value(v, feed));
-            feed(b"]");
-        }
-        Value::Object(map) => {
-            feed(b"{");
-            for (k, v) in map {
-                feed(&(k.len() as u64).to_le_bytes());
-                feed(k.as_bytes());
-                hash_value(v, feed);
-            }
-            feed(b"}");
-        }
-    }
 }

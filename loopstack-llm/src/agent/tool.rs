@@ -29,7 +29,7 @@ pub struct AgentQuestion {
     pub question: String,
 }
 
-/// Why [`Agent::as_tool`] refused to make a tool.
+/// Why [`Agent::as_tool`] refused to make a tool, or [`Agent::handoff`] a handoff.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentToolError {
@@ -43,6 +43,16 @@ pub enum AgentToolError {
          which the calling agent may be too)"
     )]
     Unnamed,
+    /// The target of a handoff has no name of its own ([`Agent::handoff`]): its
+    /// transfer tool and the run's record of who has the conversation need one.
+    #[error("only a named agent can take a handoff: name it with `Agent::named` (its tool is `transfer_to_<name>`)")]
+    UnnamedHandoff,
+    /// An agent cannot hand the conversation to itself.
+    #[error("agent `{name}` cannot hand the conversation to itself")]
+    HandoffToSelf {
+        /// The agent's name.
+        name: String,
+    },
 }
 
 /// A named agent offered to another agent as a tool ([`Agent::as_tool`]).

@@ -1,0 +1,285 @@
+//! Evals: run an agent on a dataset of cases, score each outcome, and compare two
+//! evals case by case.
+//!
+//! Each case is a run of the agent in the runtime's store, with an id derived from
+//! the eval's id, the case and the repeat: run an eval again with the same
+//! [`Eval::id`] (after a crash, say) and the cases that ended are read back, not run
+//! again, and the ones left running are resumed. Any case's run opens in Studio
+//! like any other run.
+//!
+//! ```
+//! use loopstack_core::{Runtime, ToolRegistry};
+//! use loopstack_llm::eval::{Case, Contains, Dataset, Eval};
+//! use loopstack_llm::{Agent, ChatRequest, Message, ScriptedModel};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let model = ScriptedModel::from_fn(|r: &ChatRequest| {
+//!     let question = r.messages[0].text();
+//!     let answer = if question.contains("Oslo") { "Rain in Oslo." } else { "I do not know." };
+//!     Ok(ScriptedModel::new().text_response(answer))
+//! });
+//! let agent = Agent::new(model, "m", ToolRegistry::new()).named("weather")?;
+//! let dataset = Dataset::new("weather")
+//!     .case(Case::new("oslo", "Weather in Oslo?").expected("rain"))
+//!     .case(Case::new("rome", "Weather in Rome?").expected("sun"));
+//! let report = Eval::new(dataset, &agent).scorer(Contains::expected()).run(&Runtime::new()).await?;
+//! assert_eq!((report.summary.passed, report.summary.cases), (1, 2));
+//! println!("{}", report.table());
+//! # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use loopstack_core::{RunId, RunStatus, Runtime, StoreError};
+use serde_json::Value;
+
+use crate::agent::{Agent, AgentState, AgentStatus, AskError};
+use crate::message::{Message, ToolUse, Usage};
+
+mod dataset;
+mod report;
+mod score;
+
+pub use dataset::{Case, Dataset};
+pub use report::{CaseReport, Comparison, EvalReport, Summary};
+pub use score::{
+    CalledTool, Contains, Custom, Exact, FitsSchema, JUDGE_PROMPT, Judge, Matches, Score, Scorer, Verdict, custom,
+};
+
+/// Why an eval could not run, or a scorer could not score.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvalError {
+    /// The dataset does not read (a line of JSONL, two cases with one id).
+    #[error("the dataset: {0}")]
+    Dataset(String),
+    /// A scorer cannot score (its regex or schema, an `expected` value it lacks).
+    #[error("a scorer: {0}")]
+    Scorer(String),
+    /// The judge model failed, or its verdict does not read.
+    #[error("the judge: {0}")]
+    Judge(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A case's run could not be driven (not a run that failed: that is an outcome).
+    #[error(transparent)]
+    Run(#[from] AskError),
+}
+
+/// What a case's run did, for the scorers.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Outcome {
+    /// The run.
+    pub run_id: RunId,
+    /// How the run stands: completed, waiting (for an approval, say), failed ...
+    pub status: RunStatus,
+    /// How the agent ended, or what it waits for.
+    pub agent_status: Option<AgentStatus>,
+    /// The final answer's text (empty when there is none).
+    pub text: String,
+    /// A typed agent's answer.
+    pub answer: Option<Value>,
+    /// Every tool call of the run, in order.
+    pub tool_calls: Vec<ToolUse>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// What it cost, by the agent's prices.
+    pub cost: f64,
+    /// Model turns taken.
+    pub turns: u32,
+    /// From the run's start to its last change.
+    pub latency: Duration,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// What an eval reports as it goes: cases done, of how many, and the last one.
+pub type Progress = dyn Fn(usize, usize, &CaseReport) + Send + Sync;
+
+/// An eval of an agent on a dataset: see the [module docs](self).
+pub struct Eval {
+    name: String,
+    id: RunId,
+    dataset: Dataset,
+    agent: Agent,
+    scorers: Vec<Arc<dyn Scorer>>,
+    repeats: u32,
+    concurrency: usize,
+    progress: Option<Arc<Progress>>,
+}
+
+impl std::fmt::Debug for Eval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eval")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .field("agent", &self.agent.name())
+            .field("cases", &self.dataset.cases().len())
+            .field("repeats", &self.repeats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Eval {
+    /// An eval of `agent` on `dataset`, named after the dataset, with a new id, each
+    /// case once, four at a time.
+    pub fn new(dataset: Dataset, agent: &Agent) -> Self {
+        Self {
+            name: dataset.name().to_owned(),
+            id: RunId::new(),
+            dataset,
+            agent: agent.clone(),
+            scorers: Vec::new(),
+            repeats: 1,
+            concurrency: 4,
+            progress: None,
+        }
+    }
+
+    /// Names the eval in its report.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the eval's id: the same id over the same store reads back the cases that
+    /// ended and resumes the rest.
+    #[must_use]
+    pub fn id(mut self, id: RunId) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// Adds a scorer.
+    #[must_use]
+    pub fn scorer(mut self, scorer: impl Scorer) -> Self {
+        self.scorers.push(Arc::new(scorer));
+        self
+    }
+
+    /// Runs each case `repeats` times (at least once), for models that answer
+    /// differently each time.
+    #[must_use]
+    pub fn repeats(mut self, repeats: u32) -> Self {
+        self.repeats = repeats.max(1);
+        self
+    }
+
+    /// Runs up to `concurrency` cases at once (at least one).
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Calls `progress` after each case, with the cases done and their number.
+    #[must_use]
+    pub fn on_progress(mut self, progress: impl Fn(usize, usize, &CaseReport) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(progress));
+        self
+    }
+
+    /// The run id of `case`'s `repeat` (from 0) in this eval.
+    pub fn case_run_id(&self, case: usize, repeat: u32) -> RunId {
+        let mut hash = loopstack_core::fnv::Fnv1a::<u128>::default();
+        hash.bytes(self.id.0.as_bytes());
+        hash.bytes(b"eval-case");
+        hash.bytes(&(case as u64).to_le_bytes());
+        hash.bytes(&repeat.to_le_bytes());
+        let mut bytes = hash.finish().to_be_bytes();
+        bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
+        bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+        RunId(uuid::Uuid::from_bytes(bytes))
+    }
+
+    /// Runs every case (those of an earlier run of this eval that ended are read
+    /// back), scores them, and reports.
+    pub async fn run(&self, runtime: &Runtime) -> Result<EvalReport, EvalError> {
+        let jobs: Vec<(usize, u32)> =
+            (0..self.dataset.cases().len()).flat_map(|c| (0..self.repeats).map(move |r| (c, r))).collect();
+        let total = jobs.len();
+        let mut done = 0;
+        let mut cases = Vec::with_capacity(total);
+        let mut stream =
+            futures::stream::iter(jobs).map(|(c, r)| self.case(runtime, c, r)).buffer_unordered(self.concurrency);
+        while let Some(report) = stream.next().await {
+            let report = report?;
+            done += 1;
+            if let Some(progress) = &self.progress {
+                progress(done, total, &report);
+            }
+            cases.push(report);
+        }
+        drop(stream);
+        cases.sort_by_key(|c: &CaseReport| (self.dataset.cases().iter().position(|d| d.id == c.case), c.repeat));
+        let scorers = self.scorers.iter().map(|s| s.name().to_owned()).collect();
+        Ok(EvalReport::new(&self.name, self.id, self.dataset.name(), self.agent.name(), self.repeats, scorers, cases))
+    }
+
+    async fn case(&self, runtime: &Runtime, index: usize, repeat: u32) -> Result<CaseReport, EvalError> {
+        let case = &self.dataset.cases()[index];
+        let run_id = self.case_run_id(index, repeat);
+        let outcome = self.outcome(runtime, run_id, case).await?;
+        let mut scores = Vec::with_capacity(self.scorers.len());
+        for scorer in &self.scorers {
+            let score = match scorer.score(case, &outcome).await {
+                Ok(score) => score,
+                Err(e) => Score::fail(e.to_string()),
+            };
+            scores.push((scorer.name().to_owned(), score));
+        }
+        Ok(CaseReport::new(case, repeat, &outcome, scores))
+    }
+
+    /// The case's run, started, resumed or read back, as an outcome.
+    async fn outcome(&self, runtime: &Runtime, run_id: RunId, case: &Case) -> Result<Outcome, EvalError> {
+        match runtime.store().load_run(run_id).await {
+            Ok(record) if matches!(record.status, RunStatus::Queued | RunStatus::Running) => {
+                run_failure(self.agent.resume(runtime, run_id).await)?;
+            }
+            Ok(_) => {}
+            Err(StoreError::RunNotFound(_)) => {
+                let started = runtime.start(&self.agent, case.input.clone()).run_id(run_id).await;
+                run_failure(started.map(|r| self.agent.reply_of(r)).map_err(AskError::from))?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let record = runtime.store().load_run(run_id).await?;
+        let state: AgentState = serde_json::from_str(record.state.get()).unwrap_or_default();
+        let documents = runtime.store().documents(run_id).await?;
+        let tool_calls = documents
+            .iter()
+            .filter(|d| d.doc_type == crate::MESSAGE_DOCUMENT)
+            .filter_map(|d| d.read::<Message>().ok())
+            .flat_map(|m| m.tool_uses().cloned().collect::<Vec<_>>())
+            .collect();
+        Ok(Outcome {
+            run_id,
+            status: record.status,
+            agent_status: state.status,
+            text: state.output.unwrap_or_default(),
+            answer: state.answer,
+            tool_calls,
+            usage: state.usage,
+            cost: state.cost,
+            turns: state.turns,
+            latency: record.updated_at.since(record.created_at),
+            error: record.error,
+        })
+    }
+}
+
+/// A run that failed is an outcome (its error in the report); a runtime that could
+/// not drive it is the eval's error.
+fn run_failure<T>(result: Result<T, AskError>) -> Result<(), EvalError> {
+    match result {
+        Ok(_) | Err(AskError::Step { .. } | AskError::InvalidAnswer { .. } | AskError::NoAnswer { .. }) => Ok(()),
+        Err(AskError::Run(e)) if e.run_id().is_some() && !matches!(e, loopstack_core::RunError::Store(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,202 @@
+//! Replay: a stored run, exported to a file and loaded again, replays offline with a
+//! model built from its turns; tool results come from the recording (nothing runs)
+//! or from the live tool, chosen per tool; the first request that departs from the
+//! recorded one fails with a readable diff.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loopstack_core::{Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use loopstack_llm::{Agent, AgentStatus, ChatModel, Recording, ReplayError, RunExport, ScriptedModel, ToolDecisions};
+use serde_json::{Value, json};
+
+/// The weather, counting its calls.
+#[derive(Clone)]
+struct Weather {
+    calls: Arc<AtomicUsize>,
+    answer: &'static str,
+}
+
+#[async_trait::async_trait]
+impl Tool for Weather {
+    fn name(&self) -> &str {
+        "get_weather"
+    }
+    fn description(&self) -> &str {
+        "The weather in a city."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]})
+    }
+    async fn call(&self, _args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(ToolOutput::text(self.answer))
+    }
+}
+
+fn weather(answer: &'static str) -> (ToolRegistry, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let tools = ToolRegistry::new().with(Weather { calls: calls.clone(), answer }).unwrap();
+    (tools, calls)
+}
+
+const SYSTEM: &str = "You answer weather questions.\nCall get_weather once for each city.";
+
+fn agent(model: impl ChatModel, tools: ToolRegistry, system: &str) -> Agent {
+    Agent::new(model, "m", tools).system(system)
+}
+
+/// A recorded run of the weather agent, exported and written to a file: the file.
+async fn recorded_run() -> std::path::PathBuf {
+    let model = ScriptedModel::new().tool_call("get_weather", json!({"location": "Oslo"})).text("Oslo: 4 C, rain.");
+    let (tools, calls) = weather("4 C, rain");
+    let runtime = Runtime::new();
+    let reply = agent(model, tools, SYSTEM).ask(&runtime, "Weather in Oslo?").await.unwrap();
+    assert_eq!((reply.text.as_str(), calls.load(Ordering::Relaxed)), ("Oslo: 4 C, rain.", 1));
+    let export = RunExport::of(runtime.store().as_ref(), reply.run_id).await.unwrap();
+    let path = std::env::temp_dir().join(format!("loopstack-replay-{}.json", reply.run_id));
+    std::fs::write(&path, export.to_json()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn an_exported_run_replays_unchanged_with_its_tool_results_from_the_recording() {
+    let path = recorded_run().await;
+    let recording = Recording::from_export(&RunExport::load(&path).unwrap()).unwrap();
+    assert_eq!((recording.turns().len(), recording.prompt().as_str()), (2, "Weather in Oslo?"));
+    assert_eq!(recording.output(), Some("Oslo: 4 C, rain."));
+
+    let model = recording.model();
+    let (live, calls) = weather("this tool should not run");
+    let tools = recording.tools(&live).registry().unwrap();
+    let reply = model.replay(&agent(model.clone(), tools, SYSTEM), &Runtime::new()).await.unwrap();
+    assert_eq!((reply.text.as_str(), model.served()), ("Oslo: 4 C, rain.", 2));
+    assert_eq!(calls.load(Ordering::Relaxed), 0, "the tool's result came from the recording");
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn a_live_tool_runs_and_a_changed_result_is_the_diff() {
+    let path = recorded_run().await;
+    let recording = Recording::from_export(&RunExport::load(&path).unwrap()).unwrap();
+    let model = recording.model();
+
+    // Live, with the same answer: it runs, and the replay matches.
+    let (live, calls) = weather("4 C, rain");
+    let tools = recording.tools(&live).live(["get_weather"]).registry().unwrap();
+    model.replay(&agent(model.clone(), tools, SYSTEM), &Runtime::new()).await.unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+
+    // Live, answering otherwise: the second request carries another tool result.
+    let (live, _) = weather("30 C, sun");
+    let tools = recording.tools(&live).live(["get_weather"]).registry().unwrap();
+    let error = model.replay(&agent(model.clone(), tools, SYSTEM), &Runtime::new()).await.unwrap_err();
+    let ReplayError::Diverged(diff) = error else { panic!("{error:?}") };
+    assert!(diff.starts_with("request 2 of 2 departs from the recording"), "{diff}");
+    assert!(diff.contains("message 3 (User)"), "{diff}");
+    assert!(diff.contains(r#"-       "content": "4 C, rain","#), "{diff}");
+    assert!(diff.contains(r#"+       "content": "30 C, sun","#), "{diff}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn a_changed_system_prompt_or_tool_set_fails_at_the_first_request_with_a_diff() {
+    let path = recorded_run().await;
+    let recording = Recording::from_export(&RunExport::load(&path).unwrap()).unwrap();
+    let model = recording.model();
+    let (live, _) = weather("4 C");
+
+    let tools = recording.tools(&live).registry().unwrap();
+    let changed = "You answer weather questions.\nCall get_weather once for each city, in Celsius.";
+    let error = model.replay(&agent(model.clone(), tools, changed), &Runtime::new()).await.unwrap_err();
+    let ReplayError::Diverged(diff) = error else { panic!("{error:?}") };
+    assert!(diff.starts_with("request 1 of 2 departs"), "{diff}");
+    assert!(diff.contains("the system prompt:"), "{diff}");
+    assert!(diff.contains("    - Call get_weather once for each city.\n"), "{diff}");
+    assert!(diff.contains("    + Call get_weather once for each city, in Celsius."), "{diff}");
+    assert!(diff.contains("      You answer weather questions."), "the unchanged line, for context: {diff}");
+    assert!(!diff.contains("message"), "the conversation is the same: {diff}");
+
+    // Without the tool, and on another model name.
+    let bare = Agent::new(model.clone(), "m2", ToolRegistry::new()).system(SYSTEM);
+    let error = model.replay(&bare, &Runtime::new()).await.unwrap_err();
+    let diff = error.to_string();
+    assert!(diff.contains("the tool `get_weather` is no longer offered"), "{diff}");
+    assert!(diff.contains(r#"the model: recorded "m", now "m2""#), "{diff}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn a_replay_that_stops_early_or_answers_otherwise_fails() {
+    let path = recorded_run().await;
+    let recording = Recording::from_export(&RunExport::load(&path).unwrap()).unwrap();
+    let model = recording.model();
+    let (live, _) = weather("4 C");
+    let tools = recording.tools(&live).registry().unwrap();
+    let short = agent(model.clone(), tools, SYSTEM).max_turns(1);
+    let error = model.replay(&short, &Runtime::new()).await.unwrap_err();
+    assert!(matches!(error, ReplayError::Unfinished { answered: 1, recorded: 2 }), "{error:?}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn a_run_that_waited_for_approval_replays_with_the_recorded_decision() {
+    let model = ScriptedModel::new().tool_call("get_weather", json!({"location": "Oslo"})).text("I may not look.");
+    let (mut tools, calls) = weather("4 C");
+    tools.require_approval("get_weather").unwrap();
+    let runtime = Runtime::new();
+    let recorded = agent(model, tools, SYSTEM);
+    let reply = recorded.ask(&runtime, "Weather in Oslo?").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls: pending } = reply.status else { panic!() };
+    let decisions = ToolDecisions::new([loopstack_llm::ToolDecision::deny(&pending[0].call_id, "not today")]);
+    recorded.decide(&runtime, reply.run_id, decisions).await.unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+
+    // The replay does not wait: the recorded denial is the call's result.
+    let recording = Recording::of_run(runtime.store().as_ref(), reply.run_id).await.unwrap();
+    let model = recording.model();
+    let (live, calls) = weather("4 C");
+    let tools = recording.tools(&live).registry().unwrap();
+    let replayed = model.replay(&agent(model.clone(), tools, SYSTEM), &Runtime::new()).await.unwrap();
+    assert_eq!((replayed.status, replayed.text.as_str()), (AgentStatus::Completed, "I may not look."));
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn an_export_that_does_not_read_is_a_typed_error() {
+    assert!(matches!(RunExport::from_json("{"), Err(ReplayError::Export(_))));
+    let error = RunExport::load("/nonexistent/run.json").unwrap_err();
+    assert!(error.to_string().contains("/nonexistent/run.json"), "{error}");
+}
+
+/// A fork after the tool result: the other agent (another system prompt) takes the
+/// next turn with the conversation so far; the source keeps its own, unchanged.
+#[tokio::test]
+async fn a_fork_from_a_checkpoint_goes_on_under_another_prompt() {
+    let model = ScriptedModel::from_fn(|r: &loopstack_llm::ChatRequest| {
+        let script = ScriptedModel::new();
+        Ok(match r.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            None => script.tool_call_response("get_weather", json!({"location": "Oslo"})),
+            Some(result) => {
+                let style = r.settings.system.as_deref().unwrap_or_default();
+                script.text_response(format!("[{style}] {}", result.content))
+            }
+        })
+    });
+    let (tools, calls) = weather("4 C, rain");
+    let runtime = Runtime::new();
+    let source = agent(model.clone(), tools.clone(), "plain").ask(&runtime, "Oslo?").await.unwrap();
+    assert_eq!((source.text.as_str(), calls.load(Ordering::Relaxed)), ("[plain] 4 C, rain", 1));
+    // The step whose checkpoint holds the tool result: `tools_complete`.
+    let history = runtime.store().history(source.run_id).await.unwrap();
+    let step = history.iter().find(|s| s.transition == "tools_complete").unwrap().step;
+
+    let fork = agent(model, tools, "poetic").fork(&runtime, source.run_id, step).await.unwrap();
+    assert_eq!(fork.text, "[poetic] 4 C, rain");
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "the tool's result came with the checkpoint");
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    assert_eq!(docs.len(), 4, "the question, the call, its result and the new answer");
+    let source_docs = runtime.store().documents(source.run_id).await.unwrap();
+    let last: loopstack_llm::Message = source_docs.last().unwrap().read().unwrap();
+    assert_eq!(last.text(), "[plain] 4 C, rain");
+}

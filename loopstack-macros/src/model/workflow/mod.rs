@@ -1,0 +1,375 @@
+//! The model of `#[workflow]`: an impl block whose methods carry `#[transition]` and
+//! `#[guard]`, checked as a state machine.
+//!
+//! [`WorkflowModel::from_syn`] works in stages, as serde's `check.rs` and statig's
+//! `analyze.rs` do, each recording its errors and the next going on where it can, so
+//! one expansion reports every independent mistake: the header (arguments, the impl
+//! block, the names), the methods' shapes and timers ([`signature`]), the guards,
+//! the places ([`places`]), the transitions, the signal enum ([`signal`]) and the
+//! graph check ([`graph`]). A failure keeps what the stages before it found (the
+//! place enum, a stub `Workflow` impl), so code using the workflow adds no errors of
+//! its own.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::spanned::Spanned as _;
+use syn::{Attribute, Ident, ImplItem, ItemImpl, Path, Signature, Type};
+
+use super::{cfg_attrs, default_crate, error_type_span, last_segment};
+use crate::ctxt::Ctxt;
+use crate::duration::parse_millis;
+use crate::names::snake_case;
+use crate::parse::{self, TransitionArgs, WorkflowArgs};
+
+mod graph;
+mod places;
+mod signal;
+mod signature;
+#[cfg(test)]
+mod tests;
+
+use places::{Named, PlaceId, Places};
+use signature::{Kind, check_guard_sig, check_transition_sig, payload_param, state_param, strip_helpers, typed_input};
+
+/// A checked `#[workflow]`.
+pub(crate) struct WorkflowModel {
+    pub(crate) krate: Path,
+    pub(crate) name: String,
+    /// The impl block with `#[transition]` and `#[guard]` removed.
+    pub(crate) item: ItemImpl,
+    /// `ToolCallWorkflowPlace`.
+    pub(crate) enum_ident: Ident,
+    pub(crate) state: Type,
+    /// `input = T`; `None` means the state type.
+    pub(crate) input: Option<Type>,
+    /// `definition = path`: a method `fn(&self, &'static Definition) -> &'static
+    /// Definition` that picks the table a value uses (the macro's own, or one
+    /// renamed from it).
+    pub(crate) definition: Option<syn::Path>,
+    /// `Start` first, `End` last, the others in order of first appearance.
+    pub(crate) places: Vec<Place>,
+    pub(crate) transitions: Vec<Transition>,
+    pub(crate) guards: Vec<GuardMethod>,
+    /// The `<Type>Signal` enum; `None` when it is not generated (a payload names one of
+    /// the impl's generic parameters).
+    pub(crate) signal: Option<SignalEnum>,
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+#[derive(Clone)]
+#[cfg_attr(test, derive(Debug))]
+pub(crate) struct Place {
+    /// The identifier as first written (`Start` when defaulted, spanned at the attribute).
+    pub(crate) ident: Ident,
+    /// The stored name: `prompt_executed`.
+    pub(crate) name: String,
+}
+
+pub(crate) struct Transition {
+    pub(crate) method: Ident,
+    pub(crate) from: Vec<usize>,
+    pub(crate) to: usize,
+    pub(crate) priority: Option<i32>,
+    /// An index into [`WorkflowModel::guards`].
+    pub(crate) guard: Option<usize>,
+    /// Whether it fires on a signal.
+    pub(crate) wait: bool,
+    /// A wait transition's payload type, with `Self` written as the workflow type (the
+    /// table and the signal enum are outside the impl); `None` for one that takes no
+    /// payload.
+    pub(crate) payload: Option<Type>,
+    /// A timer transition's delay, in milliseconds.
+    pub(crate) after: Option<u64>,
+    /// Spans of the user's state and context parameter types and of the return type.
+    pub(crate) state_span: Span,
+    pub(crate) cx_span: Span,
+    pub(crate) output_span: Span,
+}
+
+/// The typed signals of a workflow: `RefundDeskSignal`, one variant per wait transition.
+#[derive(Clone)]
+pub(crate) struct SignalEnum {
+    pub(crate) ident: Ident,
+    pub(crate) variants: Vec<SignalVariant>,
+}
+
+#[derive(Clone)]
+pub(crate) struct SignalVariant {
+    /// `HumanReview`, from the method `human_review`.
+    pub(crate) ident: Ident,
+    /// The signal's name: the method's, without `r#`.
+    pub(crate) signal: String,
+    /// The payload type (as [`Transition::payload`]); `None` for a unit variant.
+    pub(crate) payload: Option<Type>,
+    /// The stored names of the places it leaves from and reaches, for its docs.
+    pub(crate) from: Vec<String>,
+    pub(crate) to: String,
+}
+
+pub(crate) struct GuardMethod {
+    /// The method's name where it is defined.
+    pub(crate) method: Ident,
+    /// Its name in the first `#[guard(..)]` naming it.
+    pub(crate) reference: Ident,
+}
+
+/// What is emitted when a check failed: the stripped impl block plus, as far as they are
+/// known, the place enum and a stub `Workflow` impl, so that code using the workflow does
+/// not add errors of its own.
+pub(crate) struct WorkflowFailure {
+    pub(crate) error: syn::Error,
+    pub(crate) item: TokenStream,
+    pub(crate) stub: Option<WorkflowStub>,
+}
+
+pub(crate) struct WorkflowStub {
+    pub(crate) krate: Path,
+    pub(crate) item: ItemImpl,
+    pub(crate) enum_ident: Ident,
+    pub(crate) places: Vec<Place>,
+    pub(crate) state: Option<Type>,
+    pub(crate) input: Option<Type>,
+    /// Known once every transition checked out (the table itself failed).
+    pub(crate) signal: Option<SignalEnum>,
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+/// One `#[transition]` as written, before places are numbered.
+struct RawTransition {
+    method: Ident,
+    args: TransitionArgs,
+    attr: Attribute,
+    guard: Option<Ident>,
+    sig: Signature,
+}
+
+/// What the first stage reads: the arguments, the impl block without the helper
+/// attributes, the names, and each `#[transition]` as written.
+struct Header {
+    args: WorkflowArgs,
+    krate: Path,
+    item: ItemImpl,
+    type_ident: Ident,
+    enum_ident: Ident,
+    name: String,
+    raw: Vec<RawTransition>,
+    /// `#[transition]` attributes, parsed or not.
+    transition_attrs: usize,
+    cfgs: Vec<Attribute>,
+}
+
+fn failure(cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>) -> Box<WorkflowFailure> {
+    let error = cx.check().expect_err("an error was recorded");
+    Box::new(WorkflowFailure { error, item: item.to_token_stream(), stub })
+}
+
+impl Header {
+    /// Stage 1: the arguments and the impl block. An impl that is not an inherent
+    /// impl of a named type ends the expansion here.
+    fn read(mut cx: Ctxt, args: TokenStream, item: TokenStream) -> Result<(Ctxt, Self), Box<WorkflowFailure>> {
+        let args = match syn::parse2::<WorkflowArgs>(args) {
+            Ok(a) => a,
+            Err(e) => {
+                cx.syn_error(e);
+                WorkflowArgs::default()
+            }
+        };
+        let krate = args.krate.as_ref().map_or_else(default_crate, |k| k.clone());
+        let mut item = match parse::item(item.clone()) {
+            parse::Item::Impl(imp) => imp,
+            parse::Item::Fn(_) | parse::Item::Other => {
+                cx.error_at(
+                    Span::call_site(),
+                    "`#[workflow]` goes on an inherent `impl` block whose methods carry `#[transition(..)]`",
+                );
+                let error = cx.check().expect_err("just recorded");
+                return Err(Box::new(WorkflowFailure { error, item, stub: None }));
+            }
+        };
+        let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
+        let cfgs = cfg_attrs(&item.attrs);
+        if let Some((_, path, _)) = &item.trait_ {
+            cx.error_spanned_by(
+                path,
+                "`#[workflow]` goes on an inherent impl block (`impl MyWorkflow { .. }`); it writes the \
+                 `Workflow` impl itself",
+            );
+            return Err(failure(cx, &item, None));
+        }
+        let Some(type_ident) = last_segment(&item.self_ty).map(|s| s.ident.clone()) else {
+            cx.error_spanned_by(&item.self_ty, "`#[workflow]` needs a named type here, such as `impl MyWorkflow`");
+            return Err(failure(cx, &item, None));
+        };
+        let enum_ident =
+            Ident::new(&format!("{}Place", type_ident.to_string().trim_start_matches("r#")), type_ident.span());
+        let name = match &args.name {
+            Some(lit) => {
+                let name = lit.value();
+                if name.is_empty() {
+                    cx.error_spanned_by(lit, "the workflow name is empty");
+                }
+                name
+            }
+            None => snake_case(&type_ident.to_string()),
+        };
+        let header = Self { args, krate, item, type_ident, enum_ident, name, raw, transition_attrs, cfgs };
+        Ok((cx, header))
+    }
+
+    /// A stub of the workflow with what is known, for a failure.
+    fn stub(&self, places: &[Place], state: Option<Type>, signal: Option<SignalEnum>) -> WorkflowStub {
+        WorkflowStub {
+            krate: self.krate.clone(),
+            item: self.item.clone(),
+            enum_ident: self.enum_ident.clone(),
+            places: places.to_vec(),
+            state,
+            input: self.args.input.clone(),
+            signal,
+            cfgs: self.cfgs.clone(),
+        }
+    }
+}
+
+/// Stage 2: each transition method's shape, and its timer's delay in milliseconds.
+fn timers(cx: &mut Ctxt, raw: &[RawTransition]) -> Vec<Option<u64>> {
+    raw.iter()
+        .map(|t| {
+            let kind = match (&t.args.wait, &t.args.after) {
+                (Some(()), _) => Kind::Wait,
+                (None, Some(_)) => Kind::Timer,
+                (None, None) => Kind::Plain,
+            };
+            check_transition_sig(cx, &t.sig, kind);
+            t.args.after.as_ref().and_then(|after| {
+                if t.args.wait.is_some() {
+                    cx.error_at(
+                        after.key,
+                        "a transition fires on a signal (`wait`) or after a delay (`after`), not both; a timer \
+                         beside a wait transition is a transition of its own from the same place",
+                    );
+                    return None;
+                }
+                parse_millis(&after.value.value()).map_err(|e| cx.error_spanned_by(&after.value, e)).ok()
+            })
+        })
+        .collect()
+}
+
+/// Stage 3: the guard methods the transitions name, each once, and each
+/// transition's guard (an index into them).
+fn resolve_guards(cx: &mut Ctxt, item: &ItemImpl, raw: &[RawTransition]) -> (Vec<GuardMethod>, Vec<Option<usize>>) {
+    let methods: HashMap<String, &Signature> = item
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            ImplItem::Fn(f) => Some((f.sig.ident.to_string(), &f.sig)),
+            _ => None,
+        })
+        .collect();
+    let mut guards: Vec<GuardMethod> = Vec::new();
+    let guard_of = raw
+        .iter()
+        .map(|t| {
+            let reference = t.guard.as_ref()?;
+            if let Some(i) = guards.iter().position(|g| g.method == *reference) {
+                return Some(i);
+            }
+            let Some(sig) = methods.get(&reference.to_string()) else {
+                cx.error_spanned_by(
+                    reference,
+                    format!(
+                        "no method `{reference}` in this impl; a guard names a `fn(&self, &State) -> bool` method \
+                         of the `#[workflow]` impl block"
+                    ),
+                );
+                return None;
+            };
+            check_guard_sig(cx, sig);
+            guards.push(GuardMethod { method: sig.ident.clone(), reference: reference.clone() });
+            Some(guards.len() - 1)
+        })
+        .collect();
+    (guards, guard_of)
+}
+
+/// Stage 5: one transition, its places numbered (`End` at `end`).
+fn transition(
+    t: &RawTransition,
+    named: &Named,
+    guard: Option<usize>,
+    after: Option<u64>,
+    end: usize,
+    item: &ItemImpl,
+) -> Transition {
+    Transition {
+        method: t.method.clone(),
+        from: named.from.iter().map(|(p, _)| p.index(end)).collect(),
+        to: named.to.expect("checked").index(end),
+        priority: t.args.priority,
+        guard,
+        wait: t.args.wait.is_some(),
+        payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig)).map(|ty| signal::spell_out_self(ty, item)),
+        after,
+        state_span: typed_input(&t.sig, 1).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
+        cx_span: typed_input(&t.sig, 2).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
+        output_span: error_type_span(&t.sig.output, t.sig.ident.span()),
+    }
+}
+
+impl WorkflowModel {
+    pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<WorkflowFailure>> {
+        let (mut cx, header) = Header::read(Ctxt::new(), args, item)?;
+        let after = timers(&mut cx, &header.raw);
+        let (guards, guard_of) = resolve_guards(&mut cx, &header.item, &header.raw);
+        let (places, end, named) = Places::of(&mut cx, &header.raw);
+
+        let state = match &header.args.state {
+            Some(s) => Some(s.clone()),
+            None => header.raw.iter().find_map(|t| state_param(&t.sig)).cloned(),
+        };
+        if header.transition_attrs == 0 {
+            cx.error_spanned_by(
+                &header.item.self_ty,
+                "this `#[workflow]` impl has no `#[transition(..)]` method; the first one leaves `Start`, \
+                 e.g. `#[transition(to = Ready)]`",
+            );
+        }
+        if !cx.is_ok() {
+            return Err(failure(cx, &header.item, Some(header.stub(&places, state, None))));
+        }
+
+        let transitions: Vec<Transition> = (0..header.raw.len())
+            .map(|i| transition(&header.raw[i], &named[i], guard_of[i], after[i], end, &header.item))
+            .collect();
+        let signal = signal::signal_enum(&mut cx, &header.type_ident, &header.item, &transitions, &places);
+
+        // Stage 6: the graph.
+        let end_refs: Vec<Option<Ident>> = named
+            .iter()
+            .map(|n| n.from.iter().find(|(p, _)| *p == PlaceId::End).map(|(_, ident)| ident.clone()))
+            .collect();
+        graph::check(&mut cx, &places, &transitions, &end_refs, &header.item);
+        if !cx.is_ok() {
+            return Err(failure(cx, &header.item, Some(header.stub(&places, state, signal))));
+        }
+        cx.check().expect("no errors");
+        let Header { args, krate, item, enum_ident, name, cfgs, .. } = header;
+        Ok(Self {
+            krate,
+            name,
+            definition: args.definition,
+            enum_ident,
+            state: state.expect("a transition exists"),
+            input: args.input,
+            places,
+            transitions,
+            guards,
+            signal,
+            cfgs,
+            item,
+        })
+    }
+}
