@@ -37,6 +37,68 @@ async fn get_weather(
     Ok(format!("{location}: mostly sunny, 14C, rain in the afternoon."))
 }
 
+/// Draws the week's temperatures as a bar chart: a tool that returns an image, which
+/// Studio shows in the conversation.
+#[tool]
+async fn forecast_chart(
+    /// City or location name
+    location: String,
+) -> Result<ToolOutput, ToolError> {
+    let temperatures = [14u32, 16, 11, 9, 13, 17, 18];
+    let chart = png(140, 70, |x, y| {
+        let day = (x / 20) as usize;
+        let bar = x % 20 >= 4 && x % 20 < 16 && 70 - y <= temperatures[day] * 3;
+        if bar { [0x3b, 0x82, 0xf6] } else { [0xff, 0xff, 0xff] }
+    });
+    let image = loopstack::llm::Image::from_bytes(&chart).map_err(ToolError::new)?;
+    Ok(ToolOutput::text(format!("{location}: the week's temperatures, 9C to 18C.")).with_image(image))
+}
+
+/// A PNG of `width` x `height` RGB pixels (uncompressed: zlib's stored blocks).
+fn png(width: u32, height: u32, pixel: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { 0xedb8_8320 ^ (crc >> 1) } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+    let mut raw = Vec::new();
+    for y in 0..height {
+        raw.push(0); // no filter
+        (0..width).for_each(|x| raw.extend(pixel(x, y)));
+    }
+    let mut zlib = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65_535).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        zlib.push(u8::from(i + 1 == blocks.len()));
+        let len = block.len() as u16;
+        zlib.extend(len.to_le_bytes());
+        zlib.extend((!len).to_le_bytes());
+        zlib.extend(*block);
+    }
+    let (a, b) =
+        raw.iter().fold((1u32, 0u32), |(a, b), &x| ((a + u32::from(x)) % 65_521, (b + a + u32::from(x)) % 65_521));
+    zlib.extend(((b << 16) | a).to_be_bytes());
+    let mut header = Vec::new();
+    header.extend(width.to_be_bytes());
+    header.extend(height.to_be_bytes());
+    header.extend([8, 2, 0, 0, 0]); // 8 bits, RGB
+    let mut out = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    for (kind, data) in [(b"IHDR", header), (b"IDAT", zlib), (b"IEND", Vec::new())] {
+        out.extend((data.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.extend(kind);
+        out.extend(&data);
+        let crc = crc32(&out[start..]);
+        out.extend(crc.to_be_bytes());
+    }
+    out
+}
+
 /// The offline model: it asks for the weather of the city in the question, then
 /// answers from the tool's result. It takes a moment per turn, as a real one would,
 /// so Studio's live view has something to follow.
@@ -57,12 +119,13 @@ fn weather_model() -> ScriptedModel {
             ));
         }
         let question = last.text();
+        let tool = if question.contains("chart") { "forecast_chart" } else { "get_weather" };
         let city = question
             .rsplit_once(" in ")
             .map(|(_, rest)| rest.trim_matches(|c: char| !c.is_alphanumeric() && c != ' ').to_owned())
             .filter(|c| !c.is_empty())
             .unwrap_or_else(|| "Berlin".to_owned());
-        let call = ToolUse::new("call_0", "get_weather", serde_json::json!({ "location": city }));
+        let call = ToolUse::new("call_0", tool, serde_json::json!({ "location": city }));
         let message = Message {
             role: Role::Assistant,
             content: vec![ContentBlock::text("Let me look that up."), ContentBlock::ToolUse(call)],
@@ -74,7 +137,7 @@ fn weather_model() -> ScriptedModel {
 
 /// The weather agent, registered as the workflow `agent` (its input is the question).
 fn weather_agent() -> Result<Agent, BoxError> {
-    let tools = ToolRegistry::new().with(GetWeather)?;
+    let tools = ToolRegistry::new().with(GetWeather)?.with(ForecastChart)?;
     Ok(Agent::new(weather_model(), "scripted-weather", tools)
         .system("You answer questions about the weather. Use get_weather.")
         .prices(Prices::new().model("scripted-weather", Price::per_million(3.0, 15.0))))

@@ -5,6 +5,7 @@
 //! cargo run --example weather                                  # offline, scripted model
 //! cargo run --example weather -- --question "How is the weather in Oslo?"
 //! cargo run --example weather -- --stream                      # print the answer as it streams
+//! cargo run --example weather -- --image chart.png              # show the model an image with the question
 //! cargo run --example weather -- --mermaid                     # print the diagram and exit
 //! cargo run --example weather -- --db runs.db                  # keep runs in runs.db (default weather.db)
 //! cargo run --example weather -- --resume RUN_ID               # resume a run whose process died
@@ -26,9 +27,9 @@
 use std::process::ExitCode;
 
 use loopstack::llm::{
-    AgentStatus, ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult,
-    LlmDelegateToolCalls, LlmError, LlmGenerateText, Message, Models, Repeats, Role, ScriptedModel, StopReason,
-    ToolResult, ToolUse, Usage,
+    AgentStatus, ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, Image,
+    LlmDelegateToolCalls, LlmError, LlmGenerateText, MESSAGE_DOCUMENT, MediaType, Message, Models, Repeats, Role,
+    ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -77,13 +78,22 @@ struct ToolCallWorkflow {
     llm: LlmGenerateText,
     delegate: LlmDelegateToolCalls,
     options: GenerateOptions,
+    /// An image shown with the question (`--image`); saved once with the run.
+    image: Option<Image>,
 }
 
 #[workflow(input = String)]
 impl ToolCallWorkflow {
     #[transition(to = Ready)]
     async fn setup(&self, state: &mut ToolCallState, cx: &mut RunContext) -> Result<()> {
-        cx.save(&Message::user(state.question.as_str()))?;
+        let question = Message::user(state.question.as_str());
+        match &self.image {
+            // The image's data becomes a document of its own; the message refers to it.
+            Some(image) => {
+                loopstack::llm::save_message(cx, &question.with_image(image.clone()), None, Default::default())?
+            }
+            None => cx.save(&question).map(drop)?,
+        }
         Ok(())
     }
 
@@ -154,7 +164,8 @@ impl ToolCallWorkflow {
     }
 
     fn with_tools(models: Models, options: GenerateOptions, tools: ToolRegistry) -> Self {
-        Self { llm: LlmGenerateText::new(models, tools.clone()), delegate: LlmDelegateToolCalls::new(tools), options }
+        let (llm, delegate) = (LlmGenerateText::new(models, tools.clone()), LlmDelegateToolCalls::new(tools));
+        Self { llm, delegate, options, image: None }
     }
 }
 
@@ -202,12 +213,14 @@ struct Args {
     mcp: Vec<String>,
     /// MCP servers at these URLs (streamable HTTP), their tools given to the agent.
     mcp_urls: Vec<String>,
+    /// An image file shown to the model with the question.
+    image: Option<std::path::PathBuf>,
 }
 
 const USAGE: &str = "\
 usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
                [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
-               [--db PATH|memory] [--resume RUN_ID] [--mermaid]
+               [--db PATH|memory] [--resume RUN_ID] [--mermaid] [--image PATH]
                [--mcp 'COMMAND ARGS...']... [--mcp-url URL]...
 
   --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
@@ -221,6 +234,8 @@ usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question
   --db               the SQLite file runs are kept in (default weather.db), or memory
   --resume           resume the run with this id from the store
   --mermaid          print the workflow's state diagram and exit
+  --image            show the model this image (PNG, JPEG, GIF or WebP, at most 5 MB)
+                     with the question
   --mcp              also give the agent the tools of the MCP server this command
                      line starts (stdio; repeatable)
   --mcp-url          also give the agent the tools of the MCP server at this URL
@@ -250,6 +265,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         temperature: None,
         mcp: Vec::new(),
         mcp_urls: Vec::new(),
+        image: None,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -274,6 +290,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "--db" => parsed.db = value()?,
             "--mcp" => parsed.mcp.push(value()?),
             "--mcp-url" => parsed.mcp_urls.push(value()?),
+            "--image" => parsed.image = Some(value()?.into()),
             "--resume" => {
                 let id = value()?;
                 parsed.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
@@ -371,6 +388,11 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
         println!("{}", workflow.mermaid());
         return Ok(None);
     }
+    // A missing, too large or unknown image is an error before anything runs.
+    let image = match &args.image {
+        Some(path) => Some(load_image(path.clone()).await?),
+        None => None,
+    };
     if args.provider == "scripted" {
         println!(
             "Running offline with the scripted model: no API key or network needed (use --provider anthropic|openai for a real model)."
@@ -384,7 +406,8 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(tools.names()).max_tokens(1024);
     options.settings.system.clone_from(&args.system);
     options.settings.temperature = args.temperature;
-    let workflow = ToolCallWorkflow::with_tools(models, options, tools);
+    let mut workflow = ToolCallWorkflow::with_tools(models, options, tools);
+    workflow.image = image;
 
     let runtime = if args.db == "memory" {
         Runtime::new()
@@ -424,7 +447,8 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
 
     println!("\nConversation:");
     let mut usage = Usage::default();
-    for doc in store.documents(run_id).await? {
+    // The conversation's messages (an image's data is a document of its own).
+    for doc in store.documents(run_id).await?.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
         let message: Message = doc.read()?;
         if let Some(u) = doc.metadata.get("usage") {
             usage += serde_json::from_value::<Usage>(u.clone())?;
@@ -438,6 +462,13 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
                     println!("  {kind} {}: {}", r.tool_use_id, r.content);
                 }
                 ContentBlock::Provider { provider, .. } => println!("  ({provider} block)"),
+                ContentBlock::Image { source, .. } => {
+                    println!(
+                        "  {:?}: [image {}]",
+                        message.role,
+                        source.media_type().map_or("(a URL)", MediaType::as_str)
+                    )
+                }
                 _ => {}
             }
         }
@@ -456,6 +487,18 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
         eprintln!("\n{problem}");
     }
     Ok(Some(status))
+}
+
+/// The image file at `path` (read off the async runtime), its format from its first
+/// bytes; a file that is missing, over 5 MB or not PNG, JPEG, GIF or WebP is an error
+/// that says so.
+async fn load_image(path: std::path::PathBuf) -> Result<Image, String> {
+    let shown = path.display().to_string();
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+        .await
+        .map_err(|e| format!("--image {shown}: {e}"))?
+        .map_err(|e| format!("--image {shown}: cannot read the file: {e}"))?;
+    Image::from_bytes(&bytes).map_err(|e| format!("--image {shown}: {e}"))
 }
 
 /// What to tell the user about an answer that is not a complete one.
@@ -619,6 +662,37 @@ mod tests {
         assert_eq!(city_in("How is the weather in Berlin?"), "Berlin");
         assert_eq!(city_in("Weather in New York today"), "New York today");
         assert_eq!(city_in("Hello"), "Berlin");
+    }
+
+    #[tokio::test]
+    async fn an_image_is_shown_with_the_question_and_a_bad_file_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("weather-image-{}", RunId::new()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let png = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d];
+        std::fs::write(dir.join("sky.png"), png).unwrap();
+        let image = load_image(dir.join("sky.png")).await.unwrap();
+        assert_eq!(image.media_type(), Some(MediaType::Png));
+
+        let model = scripted_weather_model();
+        let mut wf = workflow(model.clone());
+        wf.image = Some(image.clone());
+        let runtime = Runtime::new();
+        let report = runtime.start(&wf, "Will it rain in Oslo?".to_owned()).await.unwrap();
+        assert_eq!(report.outcome, RunOutcome::Completed);
+        assert_eq!(model.requests()[0].messages[0].images().next(), Some((&image, None)));
+
+        let missing = load_image(dir.join("missing.png")).await.unwrap_err();
+        assert!(missing.starts_with("--image ") && missing.contains("cannot read the file"), "{missing}");
+        std::fs::write(dir.join("notes.png"), b"not an image").unwrap();
+        let unknown = load_image(dir.join("notes.png")).await.unwrap_err();
+        assert!(unknown.ends_with("the bytes are not a PNG, JPEG, GIF or WebP image"), "{unknown}");
+        let mut big = png.to_vec();
+        big.resize(loopstack::llm::DEFAULT_MAX_IMAGE_BYTES + 1, 0);
+        std::fs::write(dir.join("big.png"), big).unwrap();
+        let big = load_image(dir.join("big.png")).await.unwrap_err();
+        assert!(big.contains("over the limit of 5242880 bytes"), "{big}");
+        assert!(matches!(parse_args(["--image".to_owned()]), Err(e) if e == "--image needs a value"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -1154,12 +1154,25 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         let _ = writeln!(out, "\ndocuments:");
         for doc in others {
             let key = doc.key.as_deref().map(|k| format!(" {k}")).unwrap_or_default();
-            let _ =
-                writeln!(out, "  {}{key} v{} (step {}): {}", doc.doc_type, doc.version, doc.step, doc.content.get());
+            // An image's data is no text for a terminal: its type and size instead.
+            let content = match doc.doc_type == loopstack_llm::IMAGE_DOCUMENT {
+                true => format!("{} image, {} bytes", meta_text(doc, "media_type"), meta_text(doc, "bytes")),
+                false => doc.content.get().to_owned(),
+            };
+            let _ = writeln!(out, "  {}{key} v{} (step {}): {content}", doc.doc_type, doc.version, doc.step);
         }
     }
     let _ = writeln!(out, "\nstate: {}", serde_json::to_string_pretty(&state).unwrap_or_default());
     Ok(out)
+}
+
+/// A metadata entry of a document as text (`?` when it has none).
+fn meta_text(doc: &loopstack_core::Document, name: &str) -> String {
+    match doc.metadata.get(name) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "?".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -381,6 +381,25 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     .await;
     screenshot(client, dir, "4-agent.png").await;
 
+    // A tool that returns an image (a chart): the conversation shows it, from the
+    // run's image document, as a picture the browser decoded.
+    client.goto(&format!("{base}#/start/agent")).await.unwrap();
+    fill(client, "form[data-form=input] textarea[data-path='']", "Draw a forecast chart of the week in Oslo").await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+    until(client, "the chart run's answer", "document.querySelector('.facts [data-status=completed]')").await;
+    until(
+        client,
+        "the chart, decoded, in the tool results",
+        "[...document.querySelectorAll('.bubble.tools figure.image img')].some((i) => i.complete && i.naturalWidth === 140 && i.naturalHeight === 70 && i.src.startsWith('data:image/png;base64,'))",
+    )
+    .await;
+    let caption: Value = client
+        .execute("return document.querySelector('.bubble.tools figure.image figcaption').textContent;", vec![])
+        .await
+        .unwrap();
+    assert!(caption.as_str().unwrap().contains("forecast_chart"), "{caption}");
+    screenshot(client, dir, "5-image.png").await;
+
     // A report the workflow refuses at its first step: the run fails, with why.
     start_expense(client, base, "Ada", "0", "Nothing").await;
     until(client, "the run failed", "document.querySelector('.facts [data-status=failed]')").await;

@@ -54,6 +54,7 @@ mod error;
 pub mod events;
 #[doc(hidden)]
 pub mod fnv;
+pub mod image;
 mod registry;
 mod runtime;
 mod schema;

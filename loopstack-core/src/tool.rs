@@ -364,22 +364,47 @@ pub struct ToolOutput {
     /// the child's [`ChildEnded`](crate::ChildEnded) signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<RunId>,
+    /// Images the model is shown with the result (a chart, a screenshot), after its
+    /// text; see [`ToolOutput::with_image`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::image::Image>,
 }
 
 impl ToolOutput {
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(text.into()), is_error: false, pending: None }
+        Self { content: ToolContent::Text(text.into()), is_error: false, pending: None, images: Vec::new() }
     }
 
     /// A structured result.
     pub fn json(value: Value) -> Self {
-        Self { content: ToolContent::Json(value), is_error: false, pending: None }
+        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new() }
     }
 
     /// A call whose result is not there yet: it comes when child run `child` ends.
     pub fn pending(child: RunId) -> Self {
-        Self { content: ToolContent::Text(format!("pending: run {child}")), is_error: false, pending: Some(child) }
+        Self {
+            content: ToolContent::Text(format!("pending: run {child}")),
+            is_error: false,
+            pending: Some(child),
+            images: Vec::new(),
+        }
+    }
+
+    /// Adds an image the model is shown with the result, after its text: a chart,
+    /// a screenshot. A result without images is sent as it always was.
+    ///
+    /// ```
+    /// use loopstack_core::{ToolOutput, image::Image};
+    ///
+    /// let png = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d];
+    /// let output = ToolOutput::text("the chart of May").with_image(Image::from_bytes(&png).unwrap());
+    /// assert_eq!(output.images.len(), 1);
+    /// ```
+    #[must_use]
+    pub fn with_image(mut self, image: crate::image::Image) -> Self {
+        self.images.push(image);
+        self
     }
 
     /// Whether the call has no result yet (see [`ToolOutput::pending`]).
@@ -389,7 +414,7 @@ impl ToolOutput {
 
     /// An error result with a message for the model.
     pub fn error(message: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(message.into()), is_error: true, pending: None }
+        Self { content: ToolContent::Text(message.into()), is_error: true, pending: None, images: Vec::new() }
     }
 
     /// The content as the text sent to a model: text as it is, JSON serialized.

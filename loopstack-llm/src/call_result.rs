@@ -7,6 +7,7 @@ use loopstack_core::{RunId, ToolContent, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::image::Image;
 use crate::message::ToolResult;
 
 /// The result of one tool call: which call it answers, the text the model reads,
@@ -49,17 +50,22 @@ pub struct ToolCallResult {
     /// result comes with the child's end (see [`ToolOutput::pending`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<RunId>,
+    /// The images the tool returned with its result ([`ToolOutput::with_image`]),
+    /// shown to the model after `content`; once the run saved them, references to
+    /// its image documents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
 impl ToolCallResult {
     /// The result of call `tool_use_id` of tool `name` that gave `output`.
     pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
-        let ToolOutput { content, is_error, pending, .. } = output;
+        let ToolOutput { content, is_error, pending, images, .. } = output;
         let (content, value) = match content {
             ToolContent::Text(text) => (text, None),
             ToolContent::Json(value) => (value.to_string(), Some(value)),
         };
-        Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending }
+        Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending, images }
     }
 
     /// An error result: the model reads `message`.

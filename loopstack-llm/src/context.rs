@@ -119,6 +119,8 @@ pub(crate) fn estimate_tokens(message: &Message) -> u64 {
             ContentBlock::ToolUse(call) => call.name.len() + call.input.to_string().len(),
             ContentBlock::ToolResult(result) => result.content.len(),
             ContentBlock::Provider { raw, .. } => raw.to_string().len(),
+            // Anthropic counts a large image as about 1,600 tokens.
+            ContentBlock::Image { .. } => 4 * 1600,
             #[allow(unreachable_patterns)]
             _ => 0,
         })
@@ -184,6 +186,9 @@ pub(crate) fn summary_input<M: Borrow<Message>>(previous: Option<&str>, messages
                 ContentBlock::ToolUse(call) => out.push_str(&format!("{who} called {}({})\n", call.name, call.input)),
                 ContentBlock::ToolResult(r) if r.is_error => out.push_str(&format!("Tool error: {}\n", r.content)),
                 ContentBlock::ToolResult(r) => out.push_str(&format!("Tool result: {}\n", r.content)),
+                // The summarizing model reads that there was one, not the image.
+                ContentBlock::Image { tool_use_id: Some(_), .. } => out.push_str("Tool result: (an image)\n"),
+                ContentBlock::Image { tool_use_id: None, .. } => out.push_str(&format!("{who} showed an image\n")),
                 _ => {}
             }
         }

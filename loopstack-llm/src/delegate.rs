@@ -89,8 +89,23 @@ pub fn save_results(
     results: &[ToolCallResult],
     conversation: Option<&str>,
 ) -> Result<(), serde_json::Error> {
+    if results.iter().any(|r| !r.images.is_empty()) {
+        let message = Message::tool_call_results(results);
+        return crate::image::save_with_images(cx, message, conversation, SaveOptions::new());
+    }
     let message = Message::tool_results(results.iter().map(ToolResult::from));
     crate::generate::save_message(cx, &message, conversation, SaveOptions::new())
+}
+
+/// Results with their long contents cut to `max` bytes with a marker.
+fn truncated(results: &[ToolCallResult], max: usize) -> Vec<ToolCallResult> {
+    let mut cut = results.to_vec();
+    for result in &mut cut {
+        if result.content.len() > max {
+            result.content = crate::dispatch::truncate_bytes(&result.content, max).into_owned();
+        }
+    }
+    cut
 }
 
 /// A tool call a person denied: it is not run, and the model reads
@@ -244,11 +259,25 @@ impl LlmDelegateToolCalls {
         conversation: Option<&str>,
     ) -> Result<(), serde_json::Error> {
         let max = self.max_stored_bytes;
-        let full = Arc::new(Message::tool_results(results.iter().map(ToolResult::from)));
         let options = match conversation {
             Some(name) => SaveOptions::new().tag(format!("{}{name}", crate::generate::NAMED_CONVERSATION_PREFIX)),
             None => SaveOptions::new(),
         };
+        if results.iter().any(|r| !r.images.is_empty()) {
+            // Each image saved once, as a document the message refers to.
+            let mut full = Message::tool_call_results(results);
+            let count = crate::image::store_images(cx, &mut full)?;
+            let options = options.meta(crate::image::IMAGES_META, count);
+            if results.iter().all(|r| r.content.len() <= max) {
+                cx.save_shared(Arc::new(full), options)?;
+            } else {
+                let mut stored = Message::tool_call_results(&truncated(results, max));
+                crate::image::store_images(cx, &mut stored)?;
+                cx.save_shared_as(&stored, Arc::new(full), options)?;
+            }
+            return Ok(());
+        }
+        let full = Arc::new(Message::tool_results(results.iter().map(ToolResult::from)));
         if results.iter().all(|r| r.content.len() <= max) {
             cx.save_shared(full, options)?;
         } else {
@@ -297,7 +326,10 @@ impl LlmDelegateToolCalls {
         offered: &[String],
         options: &CallOptions<'_>,
     ) -> Result<DelegateResult, AgentError> {
-        let result = self.run_with(cx, message, offered, options).await;
+        let mut result = self.run_with(cx, message, offered, options).await;
+        // What the results keep of their images (in the state, between steps) is a
+        // reference to the run's image document, saved once.
+        crate::image::store_result_images(cx, &mut result.results)?;
         if self.policy == ErrorPolicy::FailFast
             && let Some(failed) = result.results.iter().find(|r| r.is_error)
         {

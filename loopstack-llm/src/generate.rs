@@ -51,7 +51,11 @@ pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Mes
     let mut messages = Vec::with_capacity(docs().count());
     for doc in docs() {
         // Messages saved in this drive are at hand; older ones are read.
-        messages.push(Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?));
+        let mut message = Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?);
+        if crate::image::shows_images(doc) {
+            crate::image::resolve_images(cx, &mut message)?;
+        }
+        messages.push(message);
     }
     Ok(messages)
 }
@@ -66,7 +70,11 @@ fn conversation_window(
     let sent = docs.enumerate().filter(|(i, _)| *i == 0 || *i >= window.from);
     let mut messages = Vec::new();
     for (_, doc) in sent {
-        messages.push(Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?));
+        let mut message = Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?);
+        if crate::image::shows_images(doc) {
+            crate::image::resolve_images(cx, &mut message)?;
+        }
+        messages.push(message);
     }
     if let Some(first) = messages.first_mut() {
         crate::context::add_summary(first, window);
@@ -100,12 +108,18 @@ pub fn turn_usage(documents: &[Arc<loopstack_core::Document>]) -> Vec<Usage> {
 }
 
 /// Saves `message` to conversation `name` of the run (the default for `None`).
+///
+/// The data of its images is saved once as image documents of the run, which the
+/// message refers to (see [`crate::image`]).
 pub fn save_message(
     cx: &mut RunContext,
     message: &Message,
     name: Option<&str>,
     options: SaveOptions,
 ) -> Result<(), serde_json::Error> {
+    if message.content.iter().any(|b| matches!(b, crate::ContentBlock::Image { .. })) {
+        return crate::image::save_with_images(cx, message.clone(), name, options);
+    }
     save_shared_message(cx, Arc::new(message.clone()), name, options)
 }
 

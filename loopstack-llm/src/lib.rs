@@ -43,10 +43,12 @@ pub mod dispatch;
 pub mod error;
 pub mod eval;
 mod generate;
+pub mod image;
 pub mod message;
 pub mod model;
 mod recording;
 mod scripted;
+mod usage;
 mod workflow_tool;
 
 pub use agent::{
@@ -73,6 +75,7 @@ pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, Workf
 pub use cache::{CacheBreakpoint, PromptCache};
 pub use context::{ContextPolicy, ContextWindow, SUMMARY_PROMPT, check_pairing};
 pub use error::LlmError;
+pub use image::{DEFAULT_MAX_IMAGE_BYTES, IMAGE_DOCUMENT, Image, ImageDocument, ImageError, MediaType};
 pub use message::{
     ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
 };

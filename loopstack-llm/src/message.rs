@@ -1,9 +1,10 @@
 //! Provider-neutral messages.
 
-use std::ops::{Add, AddAssign};
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+
+use crate::image::Image;
+pub use crate::usage::{StopReason, Usage};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -179,7 +180,7 @@ pub struct ToolResult {
 
 /// One block of a message's content.
 ///
-/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `provider`).
+/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `image`, `provider`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -193,6 +194,15 @@ pub enum ContentBlock {
     ToolUse(ToolUse),
     /// A tool result.
     ToolResult(ToolResult),
+    /// An image: one the user shows the model, or, with `tool_use_id`, one a tool
+    /// returned with the result of that call (see [`crate::image`]).
+    Image {
+        /// The image.
+        source: Image,
+        /// The call whose result it belongs to; `None` for a user's image.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
+    },
     /// A provider's own block (Anthropic `thinking` and `redacted_thinking`, for
     /// instance), kept as received so it can be sent back unchanged to the same provider.
     Provider {
@@ -216,6 +226,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             Text,
             ToolUse,
             ToolResult,
+            Image,
             Provider,
         }
 
@@ -234,6 +245,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             is_error: bool,
             provider: Option<String>,
             raw: Option<Value>,
+            source: Option<Image>,
         }
 
         let f = Flat::deserialize(deserializer)?;
@@ -251,6 +263,10 @@ impl<'de> Deserialize<'de> for ContentBlock {
                 content: need(f.content, "content")?,
                 is_error: f.is_error,
             }),
+            Kind::Image => Self::Image {
+                source: f.source.ok_or_else(|| D::Error::missing_field("source"))?,
+                tool_use_id: f.tool_use_id,
+            },
             Kind::Provider => {
                 Self::Provider { provider: need(f.provider, "provider")?, raw: f.raw.unwrap_or(Value::Null) }
             }
@@ -277,7 +293,8 @@ impl std::fmt::Display for Role {
 
 /// The block as a person reads it: text as written, `tool call get_weather({"location":"Oslo"})`
 /// (the arguments as compact JSON, or as the model wrote them when they are not JSON),
-/// `tool result call_1: Sunny` (`tool error ...` for a failed call), and
+/// `tool result call_1: Sunny` (`tool error ...` for a failed call), `image image/png`
+/// (`image image/png for call_1` for a tool's, `image <url>` for one at a URL), and
 /// `[anthropic thinking]` for a provider's own block.
 ///
 /// ```
@@ -299,6 +316,7 @@ impl std::fmt::Display for ContentBlock {
                 let kind = if result.is_error { "tool error" } else { "tool result" };
                 write!(f, "{kind} {}: {}", result.tool_use_id, result.content)
             }
+            Self::Image { source, tool_use_id } => crate::image::fmt_image(f, source, tool_use_id.as_deref()),
             Self::Provider { provider, raw } => match raw.get("type").and_then(Value::as_str) {
                 Some(kind) => write!(f, "[{provider} {kind}]"),
                 None => write!(f, "[{provider} block]"),
@@ -465,127 +483,6 @@ pub(crate) fn rename_duplicate_ids(message: &mut Message) -> Vec<(String, String
     changes
 }
 
-/// Why the model stopped.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum StopReason {
-    /// It finished its answer.
-    EndTurn,
-    /// It wants tools called.
-    ToolUse,
-    /// It ran out of output tokens.
-    MaxTokens,
-    /// It wrote a stop sequence.
-    StopSequence,
-    /// A provider value with no variant of its own, kept as it came.
-    Other(String),
-}
-
-impl StopReason {
-    /// The snake_case name (`end_turn`, `tool_use`, ...) or the provider's own value.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::EndTurn => "end_turn",
-            Self::ToolUse => "tool_use",
-            Self::MaxTokens => "max_tokens",
-            Self::StopSequence => "stop_sequence",
-            Self::Other(s) => s,
-        }
-    }
-
-    /// Parses the snake_case name; anything else is [`StopReason::Other`].
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "end_turn" => Self::EndTurn,
-            "tool_use" => Self::ToolUse,
-            "max_tokens" => Self::MaxTokens,
-            "stop_sequence" => Self::StopSequence,
-            other => Self::Other(other.to_owned()),
-        }
-    }
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for StopReason {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for StopReason {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
-        Ok(Self::parse(&s))
-    }
-}
-
-/// Token usage of one or more model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Usage {
-    /// Input (prompt) tokens not read from or written to the provider's prompt
-    /// cache; those are counted apart, below, for every provider.
-    pub input_tokens: u64,
-    /// Output (completion) tokens.
-    pub output_tokens: u64,
-    /// Input tokens written to the provider's prompt cache (left out of the JSON
-    /// when zero: usage is stored with every model turn and checkpoint).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cache_creation_input_tokens: u64,
-    /// Input tokens read from the provider's prompt cache (left out when zero).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cache_read_input_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-impl Usage {
-    /// Usage with input and output tokens only.
-    pub const fn new(input_tokens: u64, output_tokens: u64) -> Self {
-        Self { input_tokens, output_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 }
-    }
-
-    /// Input plus output tokens, at most `u64::MAX` (cached input not counted).
-    pub const fn total(&self) -> u64 {
-        self.input_tokens.saturating_add(self.output_tokens)
-    }
-
-    /// Every token: input, cached input (read and written) and output, at most
-    /// `u64::MAX`; what a token budget counts.
-    pub const fn all_tokens(&self) -> u64 {
-        self.input_tokens
-            .saturating_add(self.cache_read_input_tokens)
-            .saturating_add(self.cache_creation_input_tokens)
-            .saturating_add(self.output_tokens)
-    }
-}
-
-/// Sums each count, saturating at `u64::MAX`: a provider or script reporting absurd
-/// counts never panics (debug builds) or wraps around (release builds).
-impl Add for Usage {
-    type Output = Self;
-    fn add(mut self, rhs: Self) -> Self {
-        self += rhs;
-        self
-    }
-}
-
-/// Adds each count, saturating at `u64::MAX`, as [`Add`] does.
-impl AddAssign for Usage {
-    fn add_assign(&mut self, rhs: Self) {
-        self.input_tokens = self.input_tokens.saturating_add(rhs.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(rhs.output_tokens);
-        self.cache_creation_input_tokens =
-            self.cache_creation_input_tokens.saturating_add(rhs.cache_creation_input_tokens);
-        self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(rhs.cache_read_input_tokens);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,8 +507,10 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_errors() {
+        let err = serde_json::from_value::<ContentBlock>(json!({"type": "picture"})).unwrap_err();
+        assert!(err.to_string().contains("unknown variant `picture`"), "{err}");
         let err = serde_json::from_value::<ContentBlock>(json!({"type": "image"})).unwrap_err();
-        assert!(err.to_string().contains("unknown variant `image`"), "{err}");
+        assert!(err.to_string().contains("missing field `source`"), "{err}");
         let err = serde_json::from_value::<ContentBlock>(json!({"type": "tool_use", "name": "x"})).unwrap_err();
         assert!(err.to_string().contains("missing field `id`"), "{err}");
     }
@@ -703,20 +602,5 @@ mod tests {
         assert_eq!(thinking.to_string(), "assistant: [anthropic thinking]; [other block]; Sunny.");
         assert_eq!(Message { role: Role::Assistant, content: vec![] }.to_string(), "assistant: (empty)");
         assert_eq!(format!("{} {}", Role::User, Role::Assistant), "user assistant");
-    }
-
-    #[test]
-    fn usage_saturates() {
-        let max = Usage::new(u64::MAX, u64::MAX);
-        assert_eq!(max + Usage::new(1, 2), max);
-        assert_eq!(max.total(), u64::MAX);
-    }
-
-    #[test]
-    fn stop_reasons_keep_unknown_values() {
-        let r: StopReason = serde_json::from_value(json!("pause_turn")).unwrap();
-        assert_eq!(r, StopReason::Other("pause_turn".into()));
-        assert_eq!(serde_json::to_value(&r).unwrap(), json!("pause_turn"));
-        assert_eq!(serde_json::from_value::<StopReason>(json!("tool_use")).unwrap(), StopReason::ToolUse);
     }
 }

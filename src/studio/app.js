@@ -665,6 +665,8 @@
     // Tool names by call id, to title the results.
     const tools = new Map();
     for (const m of messages) for (const b of (m.content && m.content.content) || []) if (b.type === "tool_use") tools.set(b.id, b.name);
+    // The run's images by key: a message refers to each image it shows.
+    const images = new Map(run.documents.filter((d) => d.type === "llm_image" && d.key).map((d) => [d.key, d.content]));
     const named = new Set(messages.flatMap((m) => (m.tags || []).filter((t) => t.startsWith("conversation:"))));
     let last = null;
     for (const m of messages) {
@@ -673,17 +675,17 @@
         box.appendChild(h("div", { class: "conversation-name", text: conv ? conv.slice(13) : "default" }));
         last = conv;
       }
-      box.appendChild(bubble(m, tools));
+      box.appendChild(bubble(m, tools, images));
     }
     if (streaming) box.appendChild(streaming.bubble);
     return box;
   }
 
-  function bubble(doc, tools) {
+  function bubble(doc, tools, images) {
     const msg = doc.content || {};
     const role = msg.role || "user";
     const blocks = Array.isArray(msg.content) ? msg.content : [];
-    const onlyResults = blocks.length && blocks.every((b) => b.type === "tool_result");
+    const onlyResults = blocks.length && blocks.every((b) => b.type === "tool_result" || (b.type === "image" && b.tool_use_id));
     const meta = doc.metadata || {};
     // In a run handed between agents, each answer names the agent that wrote it.
     const who = onlyResults ? "tool results" : role === "assistant" && meta.agent ? meta.agent : role;
@@ -709,11 +711,32 @@
         b.appendChild(h("div", { class: "tool-result" + (block.is_error ? " error" : "") },
           h("div", { class: "tool-title", text: (block.is_error ? "\u2717 " : "\u2190 ") + name + " \u00b7 " + block.tool_use_id }),
           h("pre", { text: content })));
+      } else if (block.type === "image") {
+        b.appendChild(picture(block, tools, images || new Map()));
       } else {
         b.appendChild(json(block));
       }
     }
     return b;
+  }
+
+  const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+  // An image block: its data (from the run's image document it refers to) as a data
+  // URL; an image at a URL is a link, since the page fetches nothing from elsewhere.
+  function picture(block, tools, images) {
+    const source = block.source || {};
+    const saved = source.type === "stored" ? images.get(source.key) : source.type === "base64" ? source : null;
+    const title = block.tool_use_id ? "\u2190 " + (tools.get(block.tool_use_id) || "tool") + " \u00b7 " + block.tool_use_id + " \u00b7 image" : "image";
+    const figure = h("figure", { class: "image" }, h("figcaption", { class: "muted", text: title }));
+    if (saved && IMAGE_TYPES.includes(saved.media_type) && typeof saved.data === "string") {
+      figure.appendChild(h("img", { src: "data:" + saved.media_type + ";base64," + saved.data, alt: title, "data-key": source.key || "" }));
+    } else if (source.type === "url" && /^https?:\/\//i.test(source.url || "")) {
+      figure.appendChild(h("a", { href: source.url, rel: "noreferrer noopener", target: "_blank", text: source.url }));
+    } else {
+      figure.appendChild(h("span", { class: "muted", text: "(the image is not in the run)" }));
+    }
+    return figure;
   }
 
   function documents(view) {

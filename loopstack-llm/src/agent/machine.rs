@@ -26,6 +26,12 @@ impl Agent {
     async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         // The prompt lives on in the documents; the state stays small.
         let prompt = Message::user(std::mem::take(&mut state.prompt));
+        if !self.prompt_images.is_empty() {
+            // Saved once, as image documents the message refers to.
+            let prompt = Message { content: [prompt.content, self.prompt_image_blocks()].concat(), ..prompt };
+            crate::image::save_with_images(cx, prompt, self.conversation_name(), Default::default())?;
+            return Ok(());
+        }
         crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
         Ok(())
     }

@@ -122,6 +122,9 @@ pub struct Agent {
     named: bool,
     /// What each turn sends of a long conversation.
     context: crate::ContextPolicy,
+    /// The images of the prompt of the run this agent starts
+    /// ([`Agent::ask_with_images`]); saved by `setup`, never in a checkpoint.
+    pub(crate) prompt_images: Vec<crate::image::Image>,
     /// The agents the model may hand the conversation to.
     handoffs: handoff::Handoffs,
 }
@@ -191,6 +194,7 @@ impl Agent {
             table: None,
             named: false,
             context: crate::ContextPolicy::Full,
+            prompt_images: Vec::new(),
             handoffs: handoff::Handoffs::default(),
         }
     }

@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 use super::PROVIDER;
 use crate::cache;
 use crate::http;
+use crate::image::Image;
 use crate::message::{ContentBlock, Message, Role};
 use crate::model::ChatRequest;
 
@@ -89,8 +90,44 @@ fn encode_message(message: &Message) -> Value {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
-    let content: Vec<Value> = message.content.iter().filter_map(encode_block).collect();
+    let mut content: Vec<Value> = Vec::with_capacity(message.content.len());
+    for block in &message.content {
+        match block {
+            ContentBlock::Image { source, tool_use_id } => add_image(&mut content, source, tool_use_id.as_deref()),
+            block => content.extend(encode_block(block)),
+        }
+    }
     json!({"role": role, "content": content})
+}
+
+/// Adds an image block: a tool's inside the content of its call's `tool_result`
+/// (which becomes a list of blocks, its text first), a user's as a block of its own.
+fn add_image(content: &mut Vec<Value>, image: &Image, call: Option<&str>) {
+    let encoded = match image {
+        Image::Base64 { media_type, data } => {
+            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": &**data}})
+        }
+        Image::Url { url } => json!({"type": "image", "source": {"type": "url", "url": url}}),
+        // Not resolved: the request was built from stored messages by hand.
+        _ => json!({"type": "text", "text": "[an image that was not loaded]"}),
+    };
+    let result = call.and_then(|call| {
+        content.iter_mut().rev().find(|b| b["type"] == "tool_result" && b["tool_use_id"].as_str() == Some(call))
+    });
+    let Some(result) = result else {
+        content.push(encoded);
+        return;
+    };
+    match &mut result["content"] {
+        Value::Array(blocks) => blocks.push(encoded),
+        text => {
+            let blocks = match text.take() {
+                Value::String(s) if s.is_empty() => vec![encoded],
+                other => vec![json!({"type": "text", "text": other}), encoded],
+            };
+            *text = Value::Array(blocks);
+        }
+    }
 }
 
 fn encode_block(block: &ContentBlock) -> Option<Value> {
@@ -111,7 +148,7 @@ fn encode_block(block: &ContentBlock) -> Option<Value> {
             "is_error": result.is_error,
         }),
         ContentBlock::Provider { provider, raw } if provider == PROVIDER => raw.clone(),
-        ContentBlock::Provider { .. } => return None,
+        ContentBlock::Provider { .. } | ContentBlock::Image { .. } => return None,
     })
 }
 

@@ -108,7 +108,9 @@ impl Decoder {
                 Block::Tool { tool, json: String::new() }
             }
             ContentBlock::Provider { raw, .. } => Block::Raw { value: raw, json: String::new() },
-            ContentBlock::ToolResult(_) => unreachable!("decode_block makes no tool results"),
+            ContentBlock::ToolResult(_) | ContentBlock::Image { .. } => {
+                unreachable!("decode_block makes no tool results or images")
+            }
         };
         // Blocks arrive in order; an index far beyond them is a broken stream, not a
         // reason to allocate.

@@ -309,8 +309,9 @@ impl Drop for CancelOnDrop {
 }
 
 /// A call's result as the tool's output: the structured content as JSON when there
-/// is some, else the text of the content blocks, one a line; `isError` makes it an
-/// error result.
+/// is some, else the text of the content blocks, one a line, with the images among
+/// them (PNG, JPEG, GIF, WebP, up to the size limit) shown to the model too;
+/// `isError` makes it an error result.
 pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
     if let Some(structured) = result.structured_content
@@ -318,12 +319,17 @@ pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
     {
         return ToolOutput::json(structured);
     }
+    // An image of a type and size a model takes is also shown to the model.
+    let mut images = Vec::new();
     let text: Vec<String> = result
         .content
         .iter()
         .map(|block| match &block.raw {
             RawContent::Text(t) => t.text.clone(),
-            RawContent::Image(i) => format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len()),
+            RawContent::Image(i) => {
+                images.extend(crate::image::Image::base64(&i.mime_type, i.data.clone()).ok());
+                format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len())
+            }
             RawContent::Audio(a) => format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len()),
             RawContent::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource {uri}]\n{text}"),
@@ -335,7 +341,8 @@ pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
         })
         .collect();
     let text = text.join("\n");
-    if is_error { ToolOutput::error(text) } else { ToolOutput::text(text) }
+    let output = if is_error { ToolOutput::error(text) } else { ToolOutput::text(text) };
+    images.into_iter().fold(output, ToolOutput::with_image)
 }
 
 /// A tool of an MCP server, registered under its local name.

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 
 use crate::http;
+use crate::image::{Image, MediaType};
 use crate::message::{ContentBlock, Message, Role, ToolResult, ToolUse};
 use crate::model::ChatRequest;
 
@@ -89,6 +90,7 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool, wire: Wire) ->
 fn encode_message(message: &Message, out: &mut Vec<Value>) {
     let has_text = message.content.iter().any(|b| matches!(b, ContentBlock::Text { .. }));
     match message.role {
+        Role::User if message.images().next().is_some() => encode_with_images(message, out),
         Role::User => {
             let mut results = 0;
             for result in message.tool_results_iter() {
@@ -114,6 +116,42 @@ fn encode_message(message: &Message, out: &mut Vec<Value>) {
             out.push(encoded);
         }
     }
+}
+
+/// Appends a user message that shows images: its tool results as `tool` messages
+/// (text only, all the API takes there), then one `user` message with the images of
+/// each result, each after a line naming its call, and the message's own text and
+/// images as content parts.
+fn encode_with_images(message: &Message, out: &mut Vec<Value>) {
+    let mut parts = Vec::new();
+    for result in message.tool_results_iter() {
+        out.push(json!({"role": "tool", "tool_call_id": result.tool_use_id, "content": tool_result_text(result)}));
+        let mut images = message.images().filter(|(_, call)| *call == Some(result.tool_use_id.as_str())).peekable();
+        if images.peek().is_some() {
+            let intro = format!("The result of call {} came with this image:", result.tool_use_id);
+            parts.push(json!({"type": "text", "text": intro}));
+            parts.extend(images.map(|(image, _)| image_part(image)));
+        }
+    }
+    for block in &message.content {
+        match block {
+            ContentBlock::Text { text } if !text.is_empty() => parts.push(json!({"type": "text", "text": text})),
+            ContentBlock::Image { source, tool_use_id: None } => parts.push(image_part(source)),
+            _ => {}
+        }
+    }
+    if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts}));
+    }
+}
+
+/// An `image_url` content part: a data URL for base64 data, else the URL.
+fn image_part(image: &Image) -> Value {
+    let url = match image {
+        Image::Url { url } => url.clone(),
+        other => other.data_url().unwrap_or_default(),
+    };
+    json!({"type": "image_url", "image_url": {"url": url}})
 }
 
 /// Appends one message for a model that writes its tool calls as text: the calls stay
@@ -152,6 +190,10 @@ fn encode_as_text(message: &Message, previous: Option<&Message>, out: &mut Vec<V
                 let outcome = if result.is_error { " failed: " } else { " returned: " };
                 text.push_str(outcome);
                 text.push_str(&result.content);
+                // A small text model reads of a tool's image, and is not sent it.
+                for (image, _) in message.images().filter(|(_, c)| *c == Some(result.tool_use_id.as_str())) {
+                    let _ = write!(text, " [{} image, not shown]", image.media_type().map_or("an", MediaType::as_str));
+                }
             }
             let own = message.text();
             if !own.is_empty() {
@@ -159,6 +201,14 @@ fn encode_as_text(message: &Message, previous: Option<&Message>, out: &mut Vec<V
                     text.push_str("\n\n");
                 }
                 text.push_str(&own);
+            }
+            // The user's own images are sent as parts, for a vision model behind the server.
+            let images: Vec<Value> =
+                message.images().filter(|(_, c)| c.is_none()).map(|(i, _)| image_part(i)).collect();
+            if !images.is_empty() {
+                let parts = std::iter::once(json!({"type": "text", "text": text})).chain(images);
+                out.push(json!({"role": "user", "content": parts.collect::<Vec<_>>()}));
+                return;
             }
             out.push(json!({"role": "user", "content": text}));
         }
