@@ -215,13 +215,16 @@ struct Args {
     mcp_urls: Vec<String>,
     /// An image file shown to the model with the question.
     image: Option<std::path::PathBuf>,
+    /// Models tried in order when the model is rate limited, overloaded or down:
+    /// (provider, model name).
+    fallbacks: Vec<(String, String)>,
 }
 
 const USAGE: &str = "\
 usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
                [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
                [--db PATH|memory] [--resume RUN_ID] [--mermaid] [--image PATH]
-               [--mcp 'COMMAND ARGS...']... [--mcp-url URL]...
+               [--mcp 'COMMAND ARGS...']... [--mcp-url URL]... [--fallback PROVIDER:MODEL]...
 
   --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
                      openai (OPENAI_API_KEY, OPENAI_BASE_URL for local servers)
@@ -240,6 +243,9 @@ usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question
                      line starts (stdio; repeatable)
   --mcp-url          also give the agent the tools of the MCP server at this URL
                      (streamable HTTP; repeatable)
+  --fallback         when the model is rate limited, overloaded, failing or timing
+                     out, ask this one instead (anthropic:claude-haiku-4-5,
+                     openai:gpt-4o-mini ...; repeatable, tried in order)
 
 Exit status: 0 for a complete answer, 1 when the run failed or its answer is not
 one (empty, a tool call written as text, cut off, a model repeating itself), 2 for
@@ -266,6 +272,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         mcp: Vec::new(),
         mcp_urls: Vec::new(),
         image: None,
+        fallbacks: Vec::new(),
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -291,6 +298,18 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
             "--mcp" => parsed.mcp.push(value()?),
             "--mcp-url" => parsed.mcp_urls.push(value()?),
             "--image" => parsed.image = Some(value()?.into()),
+            "--fallback" => {
+                let v = value()?;
+                let Some((provider, model)) = v.split_once(':').filter(|(p, m)| !p.is_empty() && !m.is_empty()) else {
+                    return Err(format!("--fallback `{v}` is not PROVIDER:MODEL, such as openai:gpt-4o-mini"));
+                };
+                if !["scripted", "anthropic", "openai"].contains(&provider) {
+                    return Err(format!(
+                        "--fallback: unknown provider `{provider}`; use anthropic, openai or scripted"
+                    ));
+                }
+                parsed.fallbacks.push((provider.to_owned(), model.to_owned()));
+            }
             "--resume" => {
                 let id = value()?;
                 parsed.resume = Some(id.parse().map_err(|e| format!("--resume `{id}` is not a run id: {e}"))?);
@@ -302,8 +321,22 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
     Ok(Command::Run(Box::new(parsed)))
 }
 
+/// The models of the provider and of each fallback, and the provider's default model.
 fn model_for(args: &Args) -> Result<(Models, &'static str), Box<dyn std::error::Error>> {
-    Ok(match args.provider.as_str() {
+    let (mut models, default) = provider_model(args, &args.provider)?;
+    for (provider, _) in &args.fallbacks {
+        if !models.contains(provider) {
+            let (other, _) = provider_model(args, provider)?;
+            for name in ["scripted", "anthropic", "openai"].into_iter().filter(|n| other.contains(n)) {
+                models.insert(name.to_owned(), other.get(name)?.clone())?;
+            }
+        }
+    }
+    Ok((models, default))
+}
+
+fn provider_model(args: &Args, provider: &str) -> Result<(Models, &'static str), Box<dyn std::error::Error>> {
+    Ok(match provider {
         "scripted" => (Models::new().with(scripted_weather_model()), "scripted-weather"),
         "anthropic" => (Models::new().with(loopstack::llm::anthropic::Anthropic::from_env()?), "claude-sonnet-4-5"),
         "openai" => {
@@ -406,6 +439,9 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     let mut options = GenerateOptions::new(args.provider.as_str(), model).tools(tools.names()).max_tokens(1024);
     options.settings.system.clone_from(&args.system);
     options.settings.temperature = args.temperature;
+    for (provider, model) in &args.fallbacks {
+        options = options.fallback(provider.as_str(), model.as_str());
+    }
     let mut workflow = ToolCallWorkflow::with_tools(models, options, tools);
     workflow.image = image;
 
@@ -598,6 +634,19 @@ mod tests {
             "--temperature `hot` is not a number: invalid float literal"
         );
         assert_eq!(args(&["--bogus"]).err().unwrap(), "unknown flag `--bogus`; see --help");
+    }
+
+    #[test]
+    fn fallbacks_repeat_in_order_and_are_checked() {
+        let args = |a: &[&str]| parse_args(a.iter().map(|s| (*s).to_owned()));
+        let Ok(Command::Run(parsed)) = args(&["--fallback", "openai:gpt-4o-mini", "--fallback", "scripted:spare"])
+        else {
+            panic!("flags")
+        };
+        let expected = [("openai".to_owned(), "gpt-4o-mini".to_owned()), ("scripted".to_owned(), "spare".to_owned())];
+        assert_eq!(parsed.fallbacks, expected);
+        assert!(args(&["--fallback", "gpt-4o"]).err().unwrap().contains("is not PROVIDER:MODEL"));
+        assert!(args(&["--fallback", "mistral:small"]).err().unwrap().contains("unknown provider `mistral`"));
     }
 
     #[test]
