@@ -124,6 +124,12 @@ pub enum Command {
         /// The run.
         run: RunId,
     },
+    /// Prints a run as JSON (its record and every document) for replaying it
+    /// offline: `loopstack::llm::RunExport::load` and `Recording::from_export` read it.
+    Export {
+        /// The run.
+        run: RunId,
+    },
     /// Sends a signal (a wait transition's name) with an optional JSON payload, and drives the run on.
     Signal {
         /// The run.
@@ -669,6 +675,7 @@ impl Opening {
             Command::Mcp => Self::Create,
             Command::Runs { .. } => Self::Existing("runs"),
             Command::Show { .. } => Self::Existing("show"),
+            Command::Export { .. } => Self::Existing("export"),
             Command::Signal { .. } => Self::Existing("signal"),
             Command::Approve { .. } => Self::Existing("approve"),
             Command::Deny { .. } => Self::Existing("deny"),
@@ -894,6 +901,10 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             }
         }
         Command::Show { run } => out = show(runtime, *run, json).await?,
+        Command::Export { run } => {
+            let export = loopstack_llm::RunExport::of(runtime.store().as_ref(), *run).await?;
+            out = export.to_json() + "\n";
+        }
         Command::Signal { run, name, payload } => {
             let payload = parse_json(payload.as_deref(), "the payload")?;
             let outcome = runtime.signal_by_name(*run, name, payload).await?;

@@ -181,7 +181,20 @@ fn an_app_names_its_command_line_versions_it_and_adds_its_own_commands() {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    let ours = ["workflows", "run", "runs", "show", "signal", "approve", "deny", "resume", "retry", "cancel", "worker"];
+    let ours = [
+        "workflows",
+        "run",
+        "runs",
+        "show",
+        "export",
+        "signal",
+        "approve",
+        "deny",
+        "resume",
+        "retry",
+        "cancel",
+        "worker",
+    ];
     for ours in ours.into_iter().chain(["open", "ask"]) {
         assert!(commands.contains(&ours), "{ours} missing from {commands:?}");
     }
@@ -348,6 +361,16 @@ fn the_helpdesk_hands_off_waits_for_approval_and_answers_in_another_process() {
     // The billing agent's run is a child of the triage run, in the same database.
     let runs = json(&desk(&dir, None, &["runs", "--workflow", "billing", "--json"]));
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+
+    // The run, exported for replaying offline: the record and every document, as a
+    // recording of its model turns.
+    let exported = desk(&dir, None, &["export", &run]);
+    assert!(exported.status.success(), "{exported:?}");
+    let export = loopstack::llm::RunExport::from_json(std::str::from_utf8(&exported.stdout).unwrap()).unwrap();
+    assert_eq!((export.workflow.as_str(), export.run_id.to_string()), ("triage", run.clone()));
+    let recording = loopstack::llm::Recording::from_export(&export).unwrap();
+    assert_eq!(recording.turns().len(), 4, "two of triage's turns and two of password's");
+    assert_eq!(recording.prompt(), question);
 
     // The same story in one process, approved there: `cargo run --example helpdesk`.
     let story = desk(&dir, None, &[]);
