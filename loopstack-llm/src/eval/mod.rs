@@ -184,17 +184,12 @@ impl Eval {
         self
     }
 
-    /// The run id of `case`'s `repeat` (from 0) in this eval.
+    /// The run id of `case`'s `repeat` (from 0) in this eval: derived from the eval's
+    /// id as a child run's is from its parent's
+    /// ([`child_run_id`](loopstack_core::children::child_run_id)), so the same eval
+    /// finds its cases again.
     pub fn case_run_id(&self, case: usize, repeat: u32) -> RunId {
-        let mut hash = loopstack_core::fnv::Fnv1a::<u128>::default();
-        hash.bytes(self.id.0.as_bytes());
-        hash.bytes(b"eval-case");
-        hash.bytes(&(case as u64).to_le_bytes());
-        hash.bytes(&repeat.to_le_bytes());
-        let mut bytes = hash.finish().to_be_bytes();
-        bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
-        bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
-        RunId(uuid::Uuid::from_bytes(bytes))
+        loopstack_core::children::child_run_id(self.id, case as u64, u64::from(repeat))
     }
 
     /// Runs every case (those of an earlier run of this eval that ended are read
