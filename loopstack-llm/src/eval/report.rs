@@ -253,15 +253,38 @@ impl EvalReport {
         for (name, mean, pass) in &s.scorers {
             let _ = writeln!(out, "  {name}: mean {mean:.2}, {:.0}% pass", pass * 100.0);
         }
-        // A failing case's reasons, so the table says why.
+        // A failing case's reasons, so the table says why (cut: an answer quoted in a
+        // reason may be long; the JSON keeps them whole).
         for c in self.cases.iter().filter(|c| !c.passed) {
             for (name, score) in c.scores.iter().filter(|(_, s)| !s.passed) {
-                let _ = writeln!(out, "  {} {name}: {}", c.case, score.reason.as_deref().unwrap_or("failed"));
+                let _ = writeln!(out, "  {} {name}: {}", c.case, cut(score.reason.as_deref().unwrap_or("failed")));
             }
             if let Some(error) = &c.error {
-                let _ = writeln!(out, "  {}: {error}", c.case);
+                let _ = writeln!(out, "  {}: {}", c.case, cut(error));
             }
         }
         out
+    }
+}
+
+/// The longest reason a table line shows, in characters.
+const REASON_CHARS: usize = 200;
+
+/// `text` on one line, at most [`REASON_CHARS`] characters, cut with `...`.
+fn cut(text: &str) -> String {
+    let line = text.replace('\n', " ");
+    match line.char_indices().nth(REASON_CHARS) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_reason_is_cut_on_one_line() {
+        assert_eq!(super::cut("a\nb"), "a b");
+        let long = "x".repeat(500);
+        assert_eq!(super::cut(&long).chars().count(), super::REASON_CHARS + 3);
     }
 }
