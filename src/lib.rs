@@ -418,6 +418,10 @@ pub mod serve;
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp-server")))]
 pub mod mcp_server;
 
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
+
 #[cfg(feature = "serve")]
 mod studio;
 

@@ -101,17 +101,27 @@ async fn runs_transitions_model_requests_and_tool_calls_have_spans() {
 
     let requests = recorder.spans("loopstack.llm");
     assert_eq!(requests.len(), 2);
+    // Fields named after OpenTelemetry's GenAI conventions.
     for r in &requests {
-        assert_eq!((r["provider"].as_str(), r["model"].as_str()), ("scripted", "m-1"));
-        assert_eq!((r["input_tokens"].as_str(), r["output_tokens"].as_str()), ("10", "10"));
+        assert_eq!(r["otel.name"], "chat m-1");
+        assert_eq!(r["gen_ai.operation.name"], "chat");
+        assert_eq!((r["gen_ai.provider.name"].as_str(), r["gen_ai.request.model"].as_str()), ("scripted", "m-1"));
+        assert_eq!(r["gen_ai.response.model"], "scripted", "the scripted model answers as `scripted`");
+        let tokens = (r["gen_ai.usage.input_tokens"].as_str(), r["gen_ai.usage.output_tokens"].as_str());
+        assert_eq!(tokens, ("10", "10"));
         assert!(r.contains_key("latency_ms"), "{r:?}");
+        assert_eq!(r["gen_ai.agent.name"], "agent", "an unnamed agent is `agent`");
     }
-    assert_eq!(requests[0]["stop_reason"], "tool_use");
+    assert_eq!(requests[0]["gen_ai.response.finish_reasons"], "tool_use");
 
     let tools = recorder.spans("loopstack.tool");
     assert_eq!(tools.len(), 1);
-    assert_eq!((tools[0]["tool"].as_str(), tools[0]["call_id"].as_str()), ("get_weather", "call_0"));
+    assert_eq!(tools[0]["otel.name"], "execute_tool get_weather");
+    assert_eq!(tools[0]["gen_ai.operation.name"], "execute_tool");
+    let tool = (tools[0]["gen_ai.tool.name"].as_str(), tools[0]["gen_ai.tool.call.id"].as_str());
+    assert_eq!(tool, ("get_weather", "call_0"));
     assert_eq!(tools[0]["outcome"], "ok");
+    assert!(!tools[0].contains_key("otel.status_code"), "{:?}", tools[0]);
     assert!(tools[0].contains_key("duration_ms"));
 
     // The unknown argument was dropped with a warning naming it.

@@ -170,6 +170,7 @@ impl RunContext {
                 let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
                     .queued()
                     .child_of(self.run_id, signal);
+                let new = crate::trace::traced(new);
                 runtime.store().create_run(new).await?;
             }
             Err(e) => return Err(e.into()),

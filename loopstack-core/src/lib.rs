@@ -64,6 +64,7 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod tool;
+mod trace;
 mod workflow;
 
 /// The schemars loopstack builds tool schemas with; derive `JsonSchema` from this version.

@@ -205,6 +205,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(&store).await;
     a_notification_for_a_finished_or_missing_run_is_dropped(&store).await;
     racing_commits_of_one_child_notify_its_parent_once(&store).await;
+    a_run_keeps_the_trace_context_it_was_created_with(&store).await;
     if let Some(spoil) = &spoil {
         a_listing_reads_no_state(&store, &**spoil).await;
         an_unreadable_run_fails_alone_when_it_is_claimed(&store, &**spoil).await;
@@ -267,6 +268,30 @@ async fn waiting_parent(store: &Arc<dyn Store>, workflow: &'static str) -> RunRe
 fn finishing(child: RunId, fence: Fence) -> Checkpoint {
     let step = StepRecord::new(fence.step + 1, "finish", START, END);
     Checkpoint::new(child, fence, step, RunStatus::Completed, json_raw(json!({"done": true})))
+}
+
+async fn a_run_keeps_the_trace_context_it_was_created_with(store: &Arc<dyn Store>) {
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let new = || NewRun::new(RunId::new(), "traced", "h", json_raw(json!({})));
+    let traced = store.create_run(new().trace_parent(Some(TRACEPARENT.into()))).await.unwrap();
+    assert_eq!(traced.trace_parent.as_deref(), Some(TRACEPARENT));
+    assert_eq!(store.load_run(traced.run_id).await.unwrap().trace_parent.as_deref(), Some(TRACEPARENT));
+    let claimed = store.claim(traced.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+    assert_eq!(claimed.trace_parent.as_deref(), Some(TRACEPARENT));
+    let queued = store.create_run(new().trace_parent(Some(TRACEPARENT.into())).queued()).await.unwrap();
+    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
+    let claimed = store.claim_runnable(&["traced"], &lease, Timestamp::now(), 10).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|r| (r.run_id, r.trace_parent.as_deref())).collect::<Vec<_>>(),
+        [(queued.run_id, Some(TRACEPARENT))]
+    );
+    let listed = store.list_runs(&RunQuery::new().workflow("traced")).await.unwrap();
+    assert!(listed.runs.iter().all(|r| r.trace_parent.as_deref() == Some(TRACEPARENT)), "{listed:?}");
+    // None unless given; a fork is a trace of its own.
+    let plain = store.create_run(new()).await.unwrap();
+    assert_eq!(store.load_run(plain.run_id).await.unwrap().trace_parent, None);
+    let fork = store.fork(traced.run_id, 0, RunId::new()).await.unwrap();
+    assert_eq!(store.load_run(fork.run_id).await.unwrap().trace_parent, None);
 }
 
 async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Store>) {

@@ -447,12 +447,18 @@ impl LlmDelegateToolCalls {
                 ),
             );
         }
+        // Named after OpenTelemetry's GenAI conventions: a span `execute_tool {name}`.
         let span = tracing::info_span!(
             "loopstack.tool",
-            tool = %call.name,
-            call_id = %call.id,
+            otel.name = format!("execute_tool {}", call.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
             duration_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
         let started = Instant::now();
         if let Some(events) = events {
@@ -473,9 +479,11 @@ impl LlmDelegateToolCalls {
                 error: output.is_error.then(|| output.to_text().into_owned()),
             });
         }
-        span.record("duration_ms", duration.as_millis() as u64);
+        span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
         span.record("outcome", if output.is_error { "error" } else { "ok" });
         if output.is_error {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", "tool_error");
             span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
         }
         ToolCallResult::new(&call.id, &call.name, output)

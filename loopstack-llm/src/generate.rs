@@ -513,13 +513,21 @@ impl LlmGenerateText {
         let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
             .then(|| crate::recording::config(&request, &fingerprint));
 
+        // Named after OpenTelemetry's GenAI conventions, so an OTLP exporter (the
+        // `otel` feature) sends what trace backends read: a span `chat {model}`.
         let span = tracing::info_span!(
             "loopstack.llm",
-            provider = model.provider(),
-            model = %options.model,
-            input_tokens = tracing::field::Empty,
-            output_tokens = tracing::field::Empty,
-            stop_reason = tracing::field::Empty,
+            otel.name = format!("chat {}", options.model),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = model.provider(),
+            gen_ai.request.model = %options.model,
+            // The agent that has the conversation (a team's member), else the run's workflow.
+            gen_ai.agent.name = extras.agent.unwrap_or(cx.workflow()),
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
         );
         let started = Instant::now();
@@ -537,10 +545,12 @@ impl LlmGenerateText {
         for (old, new) in rename_duplicate_ids(&mut response.message) {
             span.in_scope(|| tracing::warn!(id = %old, new_id = %new, "the model repeated a tool call id; renamed"));
         }
-        span.record("input_tokens", response.usage.input_tokens);
-        span.record("output_tokens", response.usage.output_tokens);
-        span.record("stop_reason", response.stop_reason.as_str());
-        span.record("latency_ms", started.elapsed().as_millis() as u64);
+        // As i64: tracing-opentelemetry exports a u64 field as a string.
+        span.record("gen_ai.response.model", response.model.as_str());
+        span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(response.usage.input_tokens));
+        span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(response.usage.output_tokens));
+        span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
+        span.record("latency_ms", crate::usage::as_i64(started.elapsed().as_millis()));
 
         let provider = model.provider().to_owned();
         cx.emit(|| EventKind::Usage {

@@ -242,7 +242,7 @@ pub(crate) const RUN: &str = "(SELECT id FROM runs WHERE run_id = $1)";
 /// `state_at`), not a column.
 pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, error, definition_hash, parent, \
      parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
-     lease_until, created_at, updated_at";
+     lease_until, created_at, updated_at, trace_parent";
 
 pub(crate) const DOC_COLUMNS: &str = "seq, version, doc_type, doc_key, tags, metadata, content, step";
 
@@ -358,8 +358,8 @@ macro_rules! sql_store {
 
         const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
             definition_hash, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
-            place_since, wake_at, lease_owner, lease_until, created_at, updated_at) \
-            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9) \
+            place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $11) \
             ON CONFLICT (run_id) DO NOTHING";
         // The signal's run id comes from the update that counted it, in the same transaction.
         const INSERT_SIGNAL: &str = "INSERT INTO signals (run, id, name, payload, status, step, reason, \
@@ -429,6 +429,7 @@ macro_rules! sql_store {
                 lease_until: lease_until.map(Timestamp::from_millis),
                 created_at: Timestamp::from_millis(row.try_get("created_at").map_err(get_err)?),
                 updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(get_err)?),
+                trace_parent: row.try_get("trace_parent").map_err(get_err)?,
             };
             if let (Some(id), Some(step)) = (forked_from, forked_step) {
                 record.forked_from = Some((RunId(id), to_u64(step)?));
@@ -590,6 +591,7 @@ macro_rules! sql_store {
                     .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
                     .bind(now)
                     .bind(run.parent_signal.as_deref())
+                    .bind(run.trace_parent.as_deref())
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
@@ -674,6 +676,7 @@ macro_rules! sql_store {
                     lease_until: run.lease.map(|l| l.until),
                     created_at: at,
                     updated_at: at,
+                    trace_parent: run.trace_parent,
                 })
             }
 

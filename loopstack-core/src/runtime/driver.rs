@@ -72,7 +72,7 @@ struct Ready<S> {
 }
 
 /// What the loop needs of a claimed run's record.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct ClaimedRun {
     run_id: RunId,
     /// The steps it has taken.
@@ -81,10 +81,18 @@ struct ClaimedRun {
     epoch: u64,
     /// When it reached its place: what its timers count from.
     place_since: crate::Timestamp,
+    /// The trace context its drives continue (always `None` without `otel`).
+    trace_parent: Option<String>,
 }
 
 fn parts(record: &RunRecord) -> ClaimedRun {
-    ClaimedRun { run_id: record.run_id, step: record.step, epoch: record.epoch, place_since: record.place_since }
+    ClaimedRun {
+        run_id: record.run_id,
+        step: record.step,
+        epoch: record.epoch,
+        place_since: record.place_since,
+        trace_parent: record.trace_parent.clone(),
+    }
 }
 
 /// The children of `parent` that are queued or running: those a dead drive of it
@@ -185,7 +193,7 @@ async fn prepare<W: Workflow>(
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
             let value = runtime.redact(checkpoint_state(&state, name, run_id, None)?);
-            let mut new = NewRun::new(run_id, name, def.hash(), value);
+            let mut new = crate::trace::traced(NewRun::new(run_id, name, def.hash(), value));
             if let Some(l) = new_lease() {
                 new = new.lease(l);
             }
@@ -348,7 +356,7 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Done(report) => return Ok(report),
     };
     let Ready {
-        run: ClaimedRun { run_id, step, epoch, place_since },
+        run: ClaimedRun { run_id, step, epoch, place_since, trace_parent },
         place,
         mut state,
         documents,
@@ -361,7 +369,9 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(run_id, name, (place, step), documents, cancellation, runtime.clone());
-    let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
+    let span =
+        tracing::info_span!("loopstack.run", otel.name = format!("run {name}"), workflow = name, run_id = %run_id);
+    crate::trace::join(&span, run_id, trace_parent.as_deref());
     async move {
         let run_loop = RunLoop {
             wf,

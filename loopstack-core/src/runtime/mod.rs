@@ -486,7 +486,7 @@ impl Runtime {
         let value = self.redact(state::checkpoint_state(&state, def.name(), run_id, None)?);
         self.inner
             .store()
-            .create_run(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued())
+            .create_run(crate::trace::traced(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()))
             .await?;
         Ok(run_id)
     }

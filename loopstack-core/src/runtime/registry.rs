@@ -186,6 +186,7 @@ impl<W: Workflow> Drivable for Registered<W> {
             let state =
                 runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
             let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
+            let new = crate::trace::traced(new);
             runtime.store().create_run(new).await?;
             Ok(())
         })

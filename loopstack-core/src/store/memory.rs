@@ -219,6 +219,7 @@ impl Store for MemoryStore {
             lease_until: run.lease.map(|l| l.until),
             created_at: now,
             updated_at: now,
+            trace_parent: run.trace_parent,
         };
         inner.runs.insert(
             run.run_id,
@@ -461,6 +462,8 @@ impl Store for MemoryStore {
             lease_until: None,
             created_at: now,
             updated_at: now,
+            // A fork is a trace of its own.
+            trace_parent: None,
         };
         let mut run = MemRun {
             record: record.clone(),

@@ -263,6 +263,11 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When the run row last changed.
     pub updated_at: Timestamp,
+    /// The W3C `traceparent` of the span that created the run, which every drive of
+    /// it continues (feature `otel` of the runtime); `None` for a run created
+    /// outside a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 impl RunRecord {
@@ -293,6 +298,7 @@ impl RunRecord {
             lease_until: self.lease_until,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            trace_parent: self.trace_parent.clone(),
         }
     }
 }
@@ -344,6 +350,11 @@ pub struct RunSummary {
     pub created_at: Timestamp,
     /// When the run row last changed.
     pub updated_at: Timestamp,
+    /// The W3C `traceparent` of the span that created the run, which every drive of
+    /// it continues (feature `otel` of the runtime); `None` for a run created
+    /// outside a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 impl RunSummary {
@@ -376,6 +387,7 @@ impl RunSummary {
             lease_until: self.lease_until,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            trace_parent: self.trace_parent,
         }
     }
 }
@@ -407,6 +419,8 @@ pub struct NewRun {
     pub parent_signal: Option<Cow<'static, str>>,
     /// The lease the creator holds while it drives.
     pub lease: Option<Lease>,
+    /// The W3C `traceparent` its drives continue ([`RunRecord::trace_parent`]).
+    pub trace_parent: Option<String>,
 }
 
 impl NewRun {
@@ -426,6 +440,7 @@ impl NewRun {
             parent: None,
             parent_signal: None,
             lease: None,
+            trace_parent: None,
         }
     }
 
@@ -456,6 +471,13 @@ impl NewRun {
     #[must_use]
     pub fn lease(mut self, lease: Lease) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// Records the W3C `traceparent` its drives continue.
+    #[must_use]
+    pub fn trace_parent(mut self, traceparent: Option<String>) -> Self {
+        self.trace_parent = traceparent;
         self
     }
 }
