@@ -125,6 +125,12 @@ impl AddAssign for Usage {
     }
 }
 
+/// `n` as a span field: tracing-opentelemetry exports `u64` fields as strings and
+/// `i64` ones as integers, which is what trace backends sum and chart.
+pub(crate) fn as_i64<N: TryInto<i64>>(n: N) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,10 +150,4 @@ mod tests {
         assert_eq!(serde_json::to_value(&r).unwrap(), json!("pause_turn"));
         assert_eq!(serde_json::from_value::<StopReason>(json!("tool_use")).unwrap(), StopReason::ToolUse);
     }
-}
-
-/// `n` as a span field: tracing-opentelemetry exports `u64` fields as strings and
-/// `i64` ones as integers, which is what trace backends sum and chart.
-pub(crate) fn as_i64<N: TryInto<i64>>(n: N) -> i64 {
-    n.try_into().unwrap_or(i64::MAX)
 }
