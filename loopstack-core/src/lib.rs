@@ -84,8 +84,9 @@ pub use runtime::{
     panic_message,
 };
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
-    RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId, RunPage,
+    RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,
+    Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
@@ -93,8 +94,8 @@ pub use tool::{
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{
-    Definition, END, IntoSignal, PayloadCheck, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow,
-    WorkflowExt, input_schema,
+    Definition, END, FromPlaceName, IntoMigration, IntoSignal, PayloadCheck, Route, START, TransitionDef,
+    TransitionError, UnknownPlace, Workflow, WorkflowExt, input_schema,
 };
 
 /// What generated code reaches for. Not public API: it may change in any release.
