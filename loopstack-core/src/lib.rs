@@ -166,6 +166,25 @@ pub mod __private {
         serde_path_to_error::deserialize(payload).map_err(|e| TransitionError::InvalidPayload(e.to_string()))
     }
 
+    /// Reads the stored state of a run of an older version as that version's state type.
+    pub fn migration_state<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, BoxError> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| format!("the stored state does not read as `{}`: {e}", std::any::type_name::<T>()).into())
+    }
+
+    /// Reads the stored place of a run of an older version as that version's place type.
+    pub fn migration_place<P: FromPlaceName>(name: &str) -> Result<P, BoxError> {
+        P::from_place_name(name).ok_or_else(|| {
+            format!("the stored place `{name}` is not a place of `{}`", std::any::type_name::<P>()).into()
+        })
+    }
+
+    /// What a migration method returned, as its new state and place.
+    pub fn migrated<S, P, T: IntoMigration<S, P>>(returned: T) -> Result<(S, P), BoxError> {
+        returned.into_migration()
+    }
+
     /// Whether a payload reads as `T`, and why not.
     pub fn payload_check<T: serde::de::DeserializeOwned>(payload: &serde_json::Value) -> Result<(), String> {
         serde_path_to_error::deserialize::<_, T>(payload).map(drop).map_err(|e| e.to_string())
