@@ -413,7 +413,7 @@ impl RunError {
     }
 }
 
-/// `, and migrates from versions 1, 2` (nothing when it migrates from none).
+/// `, and migrates from versions 1, 2`, or from no other version.
 fn fmt_migrates(from: &[u32]) -> String {
     match from {
         [] => ", and migrates from no other version".to_owned(),

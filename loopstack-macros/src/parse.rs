@@ -468,6 +468,20 @@ mod tests {
     }
 
     #[test]
+    fn migrate_and_version_args() {
+        let args: MigrateArgs = syn::parse_str("from = 2").unwrap();
+        assert_eq!(args.from.base10_parse::<u32>().unwrap(), 2);
+        let err = syn::parse_str::<MigrateArgs>("from = 1, from = 2").err().unwrap();
+        assert_eq!(err.to_string(), "duplicate `from`; each option is given once");
+        let err = syn::parse_str::<MigrateArgs>("to = 1").err().unwrap();
+        assert_eq!(err.to_string(), "expected `from`");
+        let err = syn::parse_str::<MigrateArgs>("").err().unwrap();
+        assert_eq!(err.to_string(), "write the older version: `#[migrate(from = 1)]`");
+        let args: WorkflowArgs = syn::parse_str(r#"name = "triage", version = 3"#).unwrap();
+        assert_eq!(args.version.unwrap().base10_parse::<u32>().unwrap(), 3);
+    }
+
+    #[test]
     fn priority_range() {
         let err = syn::parse_str::<TransitionArgs>("to = A, priority = 3000000000").err().unwrap();
         assert_eq!(err.to_string(), "`priority` is an `i32`, such as `10` or `-1`");

@@ -25,6 +25,12 @@
 //!   or neither is, and a crash between the two cannot lose it. A finished or
 //!   missing target drops it; the write still succeeds.
 //!
+//! - **Versions.** A run keeps the version of its workflow it was created with
+//!   ([`NewRun::version`], 1 by default and for rows stored before versions), a
+//!   fork its source's; only a commit that carries [`Checkpoint::migration`] changes
+//!   it (with the table hash, in the same write). [`Store::claim_runnable`] takes a
+//!   run only if its name and version are among the worker's ([`WorkflowVersions`]).
+//!
 //! - **An event log, if it keeps one.** A store shared between processes may keep
 //!   run events for subscribers elsewhere ([`Store::has_event_log`] and the
 //!   `*_events` methods; see the [events](crate::events) module): appended in

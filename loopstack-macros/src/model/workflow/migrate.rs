@@ -83,18 +83,14 @@ pub(super) fn check(cx: &mut Ctxt, raw: &[RawMigration], version: u32) -> Vec<Mi
             continue;
         }
         if from >= version {
-            let hint = if version == 1 {
-                "; this workflow is of version 1 (the default): raise it with `#[workflow(version = 2)]`".to_owned()
+            let message = if version == 1 {
+                "a migration comes from an older version, and this workflow is of version 1 (the default): raise \
+                 it with `#[workflow(version = 2)]`"
+                    .to_owned()
             } else {
-                String::new()
+                format!("a migration comes from an older version: `from` is below this workflow's version {version}")
             };
-            cx.error_spanned_by(
-                lit,
-                format!(
-                    "a migration comes from an older version: `from` is below this workflow's version \
-                     {version}{hint}"
-                ),
-            );
+            cx.error_spanned_by(lit, message);
             continue;
         }
         if migrations.iter().any(|other| other.from == from) {

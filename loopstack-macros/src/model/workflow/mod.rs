@@ -203,16 +203,20 @@ impl Header {
             }
         };
         let migrations = strip_migrations(&mut cx, &mut item);
-        let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
-        for m in &migrations {
-            if let Some(t) = raw.iter().find(|t| t.method == *m.method()) {
+        let (mut raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
+        // A method that is both is reported once, here: its transition is not read
+        // further (its shape is a migration's).
+        raw.retain(|t| {
+            let both = migrations.iter().any(|m| *m.method() == t.method);
+            if both {
                 cx.error_spanned_by(
                     &t.attr,
                     "a method is a transition or a migration, not both: a migration converts a run of an older \
                      version before it goes on",
                 );
             }
-        }
+            !both
+        });
         let version = match &args.version {
             None => 1,
             Some(lit) => match lit.base10_parse::<u32>() {
