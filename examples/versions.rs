@@ -81,7 +81,7 @@ mod v2 {
 
         /// A ticket version 1 left waiting at `filed` waits at `open`, unassigned.
         #[migrate(from = 1)]
-        fn from_v1(&self, old: super::v1::Ticket, place: super::v1::TriagePlace) -> (Ticket, TriagePlace) {
+        fn from_v1(old: super::v1::Ticket, place: super::v1::TriagePlace) -> (Ticket, TriagePlace) {
             use super::v1::TriagePlace as Old;
             let place = match place {
                 Old::Start => TriagePlace::Start,

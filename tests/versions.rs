@@ -86,7 +86,7 @@ mod v2 {
         }
 
         #[migrate(from = 1)]
-        fn from_v1(&self, old: super::v1::Ticket, place: super::v1::TriagePlace) -> (Ticket, TriagePlace) {
+        fn upgrade_v1(&self, old: super::v1::Ticket, place: super::v1::TriagePlace) -> (Ticket, TriagePlace) {
             use super::v1::TriagePlace as Old;
             let place = match place {
                 Old::Start => TriagePlace::Start,

@@ -63,7 +63,10 @@ pub trait Workflow: Send + Sync + 'static {
     /// build stored) and its place become a state and a place of this table.
     /// `#[workflow]` writes it from the impl's `#[migrate(from = N)]` methods; the
     /// runtime calls it when it claims such a run, and commits the result as a step
-    /// of its own before the run goes on. The default migrates nothing.
+    /// of its own before the run goes on. It may be called more than once for one
+    /// run (a resume checks the run before it claims it, and a migration whose
+    /// commit is refused runs again at the next claim): keep it a pure function of
+    /// its arguments. The default migrates nothing.
     fn migrate(&self, from: u32, place: &str, state: &str) -> Result<(Self::State, &'static str), BoxError> {
         let _ = (place, state);
         Err(format!("version {from} has no migration").into())

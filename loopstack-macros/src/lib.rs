@@ -77,6 +77,10 @@ use model::workflow::WorkflowModel;
 /// of its own (`migrate v1 -> v2` in the run's history) with the run's new version,
 /// fenced like every step; a migration that errs or panics fails the run with
 /// `RunError::Migration` naming both versions, and the run keeps its stored state.
+/// It may run more than once for a run, so keep it a pure function of its arguments.
+/// (A `from_v1` takes no `&self`: clippy's `wrong_self_convention` expects that of a
+/// `from_*` method; one that needs the workflow's fields takes `&self` under another
+/// name, such as `upgrade_v1`.)
 /// It fills in `Workflow::migrate` and `Definition::with_migrations`.
 ///
 /// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the
@@ -114,7 +118,7 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     async fn expire(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
 ///     fn has_question(&self, state: &S) -> bool { .. }
 ///     #[migrate(from = 1)]                                       // runs of version 1 resume under this one
-///     fn from_v1(&self, old: v1::State, place: v1::ToolCallWorkflowPlace) -> (S, ToolCallWorkflowPlace) { .. }
+///     fn from_v1(old: v1::State, place: v1::ToolCallWorkflowPlace) -> (S, ToolCallWorkflowPlace) { .. }
 /// }
 /// ```
 ///

@@ -192,7 +192,7 @@ pub mod public {
         }
 
         #[migrate(from = 1)]
-        fn from_v1(&self, old: FlowState, place: FlowPlace) -> (FlowState, Flow2Place) {
+        fn upgrade_v1(&self, old: FlowState, place: FlowPlace) -> (FlowState, Flow2Place) {
             let _ = place;
             (old, Flow2Place::Working)
         }

@@ -46,7 +46,7 @@ impl Publishing {
 
     // With the old place as the old build's enum, infallible.
     #[migrate(from = 1)]
-    fn from_v1(&self, old: v1::Draft, place: v1::PublishingPlace) -> (Article, PublishingPlace) {
+    fn upgrade_v1(&self, old: v1::Draft, place: v1::PublishingPlace) -> (Article, PublishingPlace) {
         let place = match place {
             v1::PublishingPlace::Start => PublishingPlace::Start,
             v1::PublishingPlace::Drafted => PublishingPlace::Written,
