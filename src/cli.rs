@@ -886,10 +886,11 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 for run in &page.runs {
                     let _ = writeln!(
                         out,
-                        "{}  {:<10} {:<20} {:<16} step {:<4} {}",
+                        "{}  {:<10} {:<20} v{:<3} {:<16} step {:<4} {}",
                         run.run_id,
                         run.status.as_str(),
                         run.workflow,
+                        run.version,
                         run.place,
                         run.step,
                         run.updated_at
@@ -1121,10 +1122,11 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "run {run_id}: {} at {} (workflow {}, step {})",
+        "run {run_id}: {} at {} (workflow {} v{}, step {})",
         record.status.as_str(),
         record.place,
         record.workflow,
+        record.version,
         record.step
     );
     if let Some(error) = &record.error {

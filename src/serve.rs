@@ -17,7 +17,7 @@
 //! | method and path | what |
 //! |---|---|
 //! | `GET /api/openapi.json` | this API, described (OpenAPI 3.1) |
-//! | `GET /api/workflows` | the registered workflows: places, transitions, signals with their payload schemas, the input schema, diagram |
+//! | `GET /api/workflows` | the registered workflows: version and the versions they migrate from, places, transitions, signals with their payload schemas, the input schema, diagram |
 //! | `GET /api/runs?workflow=&status=&place=&parent=&limit=&before=` | runs, newest first, a page at a time |
 //! | `POST /api/runs` `{"workflow", "input", "wait", "drive"}` | starts a run: queued; driven to its end or first wait with `"wait": true`; driven in the background, answering at once, with `"drive": true` |
 //! | `GET /api/runs/{id}` | a run: status, history with times, state, documents, signals, and what it waits for (`waits_for`: each signal with its payload schema and shape, the timer, an agent's `pending_calls`) |
@@ -352,7 +352,8 @@ async fn workflows(State(app): State<App>) -> Response {
                             "priority": t.priority, "after_ms": t.after.map(|a| a.as_millis() as u64) })
                 })
                 .collect();
-            json!({ "name": def.name(), "places": def.places(), "transitions": transitions, "signals": signals,
+            json!({ "name": def.name(), "version": def.version(), "migrates_from": def.migrates_from(),
+                    "places": def.places(), "transitions": transitions, "signals": signals,
                     "input_schema": input_schema, "mermaid": def.mermaid() })
         })
         .collect();

@@ -9,12 +9,13 @@ use loopstack_core::serde_json::{self, Value, json};
 #[cfg(any(feature = "cli", feature = "serve"))]
 use loopstack_core::{Document, RunSummary, StepRecord};
 
-/// A run's row: id, workflow, status, place, step, parent, times, error.
+/// A run's row: id, workflow and its version, status, place, step, parent, times, error.
 #[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn run(run: &RunSummary) -> Value {
     json!({
         "run_id": run.run_id,
         "workflow": run.workflow,
+        "version": run.version,
         "status": run.status.as_str(),
         "place": run.place,
         "step": run.step,

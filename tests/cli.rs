@@ -382,3 +382,50 @@ fn the_helpdesk_hands_off_waits_for_approval_and_answers_in_another_process() {
     assert!(story.contains("completed"), "{story}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The example `versions`: one binary, two deploys of the `triage` workflow by
+/// `TRIAGE_BUILD`.
+fn triage(db: &PathBuf, build: &str, args: &[&str]) -> Output {
+    static VERSIONS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = VERSIONS.get_or_init(|| common::example("versions"));
+    Command::new(bin).env("TRIAGE_BUILD", build).arg("--db").arg(db).args(args).output().unwrap()
+}
+
+#[test]
+fn a_run_parked_by_one_deploy_is_migrated_and_finished_by_the_next() {
+    let db = std::env::temp_dir().join(format!("loopstack-versions-{}.db", RunId::new()));
+    let started = json(&triage(&db, "1", &["run", "triage", "--input", r#"{"title": "printer"}"#, "--wait", "--json"]));
+    assert_eq!((started["place"].as_str(), started["version"].as_u64()), (Some("filed"), Some(1)), "{started}");
+    let run_id = started["run_id"].as_str().unwrap().to_owned();
+
+    // The next deploy lists the run with the version it was started under.
+    let listed = triage(&db, "2", &["runs"]);
+    let line = String::from_utf8(listed.stdout).unwrap();
+    assert!(line.starts_with(&run_id) && line.contains(" triage ") && line.contains(" v1 "), "{line}");
+    assert_eq!(json(&triage(&db, "2", &["runs", "--json"]))["runs"][0]["version"], 1);
+
+    // Its signal migrates the run (a step of its own) and finishes it on version 2.
+    let done = json(&triage(&db, "2", &["signal", &run_id, "assign", r#"{"to": "ada"}"#, "--json"]));
+    assert_eq!(done["status"].as_str(), Some("completed"), "{done}");
+    let shown = json(&triage(&db, "2", &["show", &run_id, "--json"]));
+    assert_eq!((shown["version"].as_u64(), shown["state"]["assignee"].as_str()), (Some(2), Some("ada")));
+    let steps: Vec<&str> =
+        shown["history"].as_array().unwrap().iter().map(|s| s["transition"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["file", "migrate v1 -> v2", "assign", "close"]);
+    let text = String::from_utf8(triage(&db, "2", &["show", &run_id]).stdout).unwrap();
+    assert!(
+        text.contains("(workflow triage v2, step 4)") && text.contains("filed -> open (migrate v1 -> v2)"),
+        "{text}"
+    );
+
+    // The old deploy, still running somewhere, refuses a run of the new version.
+    let newer = json(&triage(&db, "2", &["run", "triage", "--input", r#"{"title": "desk"}"#, "--wait", "--json"]));
+    let newer_id = newer["run_id"].as_str().unwrap().to_owned();
+    let refused = triage(&db, "1", &["resume", &newer_id]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(stderr.contains("is of version 2, which this build cannot drive: it drives version 1"), "{stderr}");
+    let still = json(&triage(&db, "2", &["show", &newer_id, "--json"]));
+    assert_eq!((still["status"].as_str(), still["place"].as_str()), (Some("waiting"), Some("open")));
+    std::fs::remove_file(&db).ok();
+}

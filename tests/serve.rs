@@ -112,6 +112,10 @@ async fn a_run_is_started_waits_is_answered_and_read_back_over_http() {
     let (status, workflows) = call(&address, "GET", "/api/workflows", None).await;
     assert_eq!(status, 200);
     assert_eq!(workflows["workflows"][0]["signals"][0]["name"], "approve");
+    assert_eq!(
+        (&workflows["workflows"][0]["version"], &workflows["workflows"][0]["migrates_from"]),
+        (&json!(1), &json!([]))
+    );
     assert_eq!(workflows["workflows"][0]["signals"][0]["payload_schema"]["required"], json!(["reviewer"]));
 
     let (status, run) =
@@ -134,6 +138,7 @@ async fn a_run_is_started_waits_is_answered_and_read_back_over_http() {
     assert_eq!(status, 404);
     let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
     assert_eq!((shown["status"].as_str(), shown["step"].as_u64()), (Some("waiting"), Some(1)));
+    assert_eq!(shown["version"].as_u64(), Some(1), "a run shows the version it started under");
 
     let (status, done) =
         call(&address, "POST", &format!("/api/runs/{id}/signals/approve"), Some(r#"{"reviewer": "ada"}"#)).await;

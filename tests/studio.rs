@@ -275,6 +275,7 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     // Its page: waiting at `submitted` for a decision, on the diagram too.
     until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
     until(client, "the live stream", "document.querySelector('.live-activity[data-following=true]')").await;
+    until(client, "the run's version", "document.querySelector('.facts dd.version')?.textContent === '1'").await;
     let run_id: Value =
         client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
     let run_id = run_id.as_str().unwrap().to_owned();

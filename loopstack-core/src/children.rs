@@ -168,6 +168,7 @@ impl RunContext {
                 })?;
                 let state = runtime.redact(state);
                 let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
+                    .version(def.version())
                     .queued()
                     .child_of(self.run_id, signal);
                 let new = crate::trace::traced(new);

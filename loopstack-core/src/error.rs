@@ -290,6 +290,44 @@ pub enum RunError {
         /// The hash of this build's table.
         current_hash: String,
     },
+    /// The run is of a version of its workflow that this build neither drives nor
+    /// migrates from (a newer build's run, or an older one without a migration):
+    /// nothing was changed, and a worker of this build never claims it.
+    #[error(
+        "run {run_id} of workflow `{workflow}` is of version {version}, which this build cannot drive: it drives \
+         version {current}{}",
+        fmt_migrates(migrates_from)
+    )]
+    UnsupportedVersion {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The run's version.
+        version: u32,
+        /// The version this build drives.
+        current: u32,
+        /// The versions this build migrates runs from.
+        migrates_from: &'static [u32],
+    },
+    /// The migration of a run from an older version of its workflow failed: it
+    /// returned an error, panicked, or the stored state or place did not read as the
+    /// older version's. The run keeps its stored state, place and version.
+    #[error(
+        "run {run_id} of workflow `{workflow}` could not be migrated from version {from} to version {to}: {reason}"
+    )]
+    Migration {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run.
+        run_id: RunId,
+        /// The run's version.
+        from: u32,
+        /// The version it was migrated to.
+        to: u32,
+        /// Why it failed.
+        reason: String,
+    },
     /// A guard panicked while the run was routed at `place`; the run keeps its last
     /// checkpoint and is marked failed.
     #[error("workflow `{workflow}` (run {run_id}): a guard panicked at place `{place}`: {message}")]
@@ -346,6 +384,8 @@ impl RunError {
             | Self::InvalidStatus { run_id, .. }
             | Self::Mismatch { run_id, .. }
             | Self::DefinitionChanged { run_id, .. }
+            | Self::UnsupportedVersion { run_id, .. }
+            | Self::Migration { run_id, .. }
             | Self::GuardPanicked { run_id, .. }
             | Self::SignalRefused { run_id, .. }
             | Self::State { run_id, .. }
@@ -369,6 +409,18 @@ impl RunError {
         match self {
             Self::Transition { source, .. } | Self::SignalRefused { source, .. } => Some(source.as_ref()),
             _ => None,
+        }
+    }
+}
+
+/// `, and migrates from versions 1, 2`, or from no other version.
+fn fmt_migrates(from: &[u32]) -> String {
+    match from {
+        [] => ", and migrates from no other version".to_owned(),
+        [one] => format!(", and migrates from version {one}"),
+        more => {
+            let list: Vec<String> = more.iter().map(u32::to_string).collect();
+            format!(", and migrates from versions {}", list.join(", "))
         }
     }
 }

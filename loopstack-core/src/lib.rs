@@ -85,8 +85,9 @@ pub use runtime::{
     panic_message,
 };
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, NewRun, Park, RunId, RunPage, RunQuery,
-    RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp,
+    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId, RunPage,
+    RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,
+    Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
@@ -94,8 +95,8 @@ pub use tool::{
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{
-    Definition, END, IntoSignal, PayloadCheck, Route, START, TransitionDef, TransitionError, UnknownPlace, Workflow,
-    WorkflowExt, input_schema,
+    Definition, END, FromPlaceName, IntoMigration, IntoSignal, PayloadCheck, Route, START, TransitionDef,
+    TransitionError, UnknownPlace, Workflow, WorkflowExt, input_schema,
 };
 
 /// What generated code reaches for. Not public API: it may change in any release.
@@ -164,6 +165,25 @@ pub mod __private {
     ) -> Result<T, TransitionError> {
         let payload = payload.unwrap_or(serde_json::Value::Null);
         serde_path_to_error::deserialize(payload).map_err(|e| TransitionError::InvalidPayload(e.to_string()))
+    }
+
+    /// Reads the stored state of a run of an older version as that version's state type.
+    pub fn migration_state<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, BoxError> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| format!("the stored state does not read as `{}`: {e}", std::any::type_name::<T>()).into())
+    }
+
+    /// Reads the stored place of a run of an older version as that version's place type.
+    pub fn migration_place<P: FromPlaceName>(name: &str) -> Result<P, BoxError> {
+        P::from_place_name(name).ok_or_else(|| {
+            format!("the stored place `{name}` is not a place of `{}`", std::any::type_name::<P>()).into()
+        })
+    }
+
+    /// What a migration method returned, as its new state and place.
+    pub fn migrated<S, P, T: IntoMigration<S, P>>(returned: T) -> Result<(S, P), BoxError> {
+        returned.into_migration()
     }
 
     /// Whether a payload reads as `T`, and why not.

@@ -199,6 +199,8 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
     workers_claim_only_workflows_named_exactly(&store).await;
+    workers_claim_only_the_versions_they_drive(&store).await;
+    a_migration_commit_moves_the_run_to_its_version_behind_the_fence(&store).await;
     a_worker_drives_submitted_runs_and_fires_due_timers_once(&store).await;
     a_child_records_its_parent_and_the_signal_it_sends(&store).await;
     a_finished_child_tells_its_waiting_parent_in_the_same_commit(&store).await;
@@ -307,7 +309,7 @@ async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Stor
     is_child(&store.claim(child.run_id, &Claim::new([RunStatus::Running])).await.unwrap().summary());
     let queued = store.create_run(new().child_of(parent.run_id, "child_done").queued()).await.unwrap();
     let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["child_record"], &lease, Timestamp::now(), 10).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&["child_record"]), &lease, Timestamp::now(), 10).await.unwrap();
     assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [queued.run_id]);
     is_child(&claimed[0].summary());
     let children = store.list_runs(&RunQuery::new().parent(parent.run_id)).await.unwrap();
@@ -346,7 +348,7 @@ async fn a_finished_child_tells_its_waiting_parent_in_the_same_commit(store: &Ar
     inbox_is_empty().await;
     assert!(store.history(child.run_id).await.unwrap().is_empty());
     let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    assert!(store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap().is_empty());
+    assert!(store.claim_runnable(&v1(&["parent_commit"]), &lease, Timestamp::now(), 10).await.unwrap().is_empty());
 
     // The commit that ends the child puts exactly one signal in the parent's inbox.
     store.commit(finishing(child.run_id, taken.fence()).notify(notify.clone())).await.unwrap();
@@ -373,7 +375,7 @@ async fn a_finished_child_tells_its_waiting_parent_in_the_same_commit(store: &Ar
     let park = Park { fence: parent.fence(), inbox_seq: parent.signal_seq, signals: &["child_done"], wake_at: None };
     let err = store.park(parent.run_id, &park).await.unwrap_err();
     assert!(matches!(err, StoreError::SignalArrived { .. }), "{err:?}");
-    let claimed = store.claim_runnable(&["parent_commit"], &lease, Timestamp::now(), 10).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&["parent_commit"]), &lease, Timestamp::now(), 10).await.unwrap();
     assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
     assert_eq!(claimed[0].signal_seq, 1);
     let park = Park { fence: claimed[0].fence(), inbox_seq: 0, signals: &["child_done"], wake_at: None };
@@ -418,7 +420,7 @@ async fn a_failed_or_cancelled_child_tells_its_parent_in_the_same_status_change(
     store.set_status(other.run_id, other.fence(), RunStatus::Queued, None, Some(notify)).await.unwrap();
     assert_eq!(store.signals(parent.run_id).await.unwrap().len(), 3);
     let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["parent_status"], &lease, Timestamp::now(), 10).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&["parent_status"]), &lease, Timestamp::now(), 10).await.unwrap();
     assert_eq!(claimed.iter().map(|r| r.run_id).collect::<Vec<_>>(), [parent.run_id]);
 }
 
@@ -498,8 +500,8 @@ async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
     let (signalled, due) = (parked[1], parked[2]);
 
     let mine = Lease { owner: "worker-b".into(), until: now + secs(30) };
-    let first = store.claim_runnable(&["claimable"], &mine, now, 2).await.unwrap();
-    let rest = store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap();
+    let first = store.claim_runnable(&v1(&["claimable"]), &mine, now, 2).await.unwrap();
+    let rest = store.claim_runnable(&v1(&["claimable"]), &mine, now, 100).await.unwrap();
     assert_eq!(first.len(), 2, "the limit holds");
     let mut claimed: Vec<RunId> = first.iter().chain(&rest).map(|r| r.run_id).collect();
     claimed.sort();
@@ -510,9 +512,79 @@ async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
         assert_eq!((r.status, r.lease_owner.as_deref(), r.wake_at), (RunStatus::Running, Some("worker-b"), None));
     }
     assert_eq!(first.iter().chain(&rest).find(|r| r.run_id == queued.run_id).unwrap().epoch, 1);
-    assert!(store.claim_runnable(&["claimable"], &mine, now, 100).await.unwrap().is_empty(), "claimed once");
-    assert!(store.claim_runnable(&["other"], &mine, now + secs(7200), 100).await.unwrap().is_empty());
+    assert!(store.claim_runnable(&v1(&["claimable"]), &mine, now, 100).await.unwrap().is_empty(), "claimed once");
+    assert!(store.claim_runnable(&v1(&["other"]), &mine, now + secs(7200), 100).await.unwrap().is_empty());
     assert_eq!(store.load_run(live.run_id).await.unwrap().lease_owner.as_deref(), Some("gone"));
+}
+
+/// A run keeps the version it was created with (1 by default), in its record, its
+/// listing and its forks; a worker claims a run only with its name and one of the
+/// versions listed with it, so the runs of a version it cannot drive stay as they
+/// were (a newer build's, during a rollout).
+async fn workers_claim_only_the_versions_they_drive(store: &Arc<dyn Store>) {
+    let new = |version: u32| NewRun::new(RunId::new(), "versioned", "h", json_raw(json!({}))).version(version).queued();
+    let default = store.create_run(NewRun::new(RunId::new(), "versioned", "h", json_raw(json!({}))).queued()).await;
+    let v1 = default.unwrap();
+    let v2 = store.create_run(new(2)).await.unwrap();
+    let v3 = store.create_run(new(3)).await.unwrap();
+    assert_eq!((v1.version, v2.version, v3.version), (1, 2, 3), "as created");
+    assert_eq!(store.load_run(v2.run_id).await.unwrap().version, 2, "as loaded");
+    let listed = store.list_runs(&RunQuery::new().workflow("versioned")).await.unwrap();
+    let mut versions: Vec<u32> = listed.runs.iter().map(|r| r.version).collect();
+    versions.sort_unstable();
+    assert_eq!(versions, [1, 2, 3], "as listed");
+
+    let now = Timestamp::now();
+    let lease = Lease { owner: "w".into(), until: now + std::time::Duration::from_secs(30) };
+    // A worker of version 2 that migrates from 1 takes both, never version 3.
+    let claimed = store.claim_runnable(&[WorkflowVersions::new("versioned", &[2, 1])], &lease, now, 100).await;
+    let mut claimed: Vec<RunId> = claimed.unwrap().iter().map(|r| r.run_id).collect();
+    claimed.sort();
+    assert_eq!(claimed, [v1.run_id, v2.run_id]);
+    let newer = store.load_run(v3.run_id).await.unwrap();
+    assert_eq!((newer.status, newer.epoch), (RunStatus::Queued, 0), "the newer version's run is left alone");
+    // The version goes with the name: version 3 of another workflow takes nothing.
+    let other = [WorkflowVersions::new("versioned_other", &[3]), WorkflowVersions::first("versioned")];
+    assert!(store.claim_runnable(&other, &lease, now, 100).await.unwrap().is_empty());
+    let claimed = store.claim_runnable(&[WorkflowVersions::new("versioned", &[3])], &lease, now, 100).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| (r.run_id, r.version)).collect::<Vec<_>>(), [(v3.run_id, 3)]);
+
+    let fork = store.fork(v3.run_id, 0, RunId::new()).await.unwrap();
+    assert_eq!(fork.version, 3, "a fork is of its source's version");
+}
+
+/// A migration's commit moves the run row to its new version and table hash with the
+/// step, all or nothing: a stale fence writes neither.
+async fn a_migration_commit_moves_the_run_to_its_version_behind_the_fence(store: &Arc<dyn Store>) {
+    let run = store.create_run(NewRun::new(RunId::new(), "migrating", "old", json_raw(json!({"n": 1})))).await.unwrap();
+    let claimed = store.claim(run.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+    let step = StepRecord::new(1, crate::store::migration_step_name(1, 2), START, "ready");
+    let migrated = crate::store::Migrated { version: 2, definition_hash: "new".into() };
+    let cp = |fence| {
+        Checkpoint::new(run.run_id, fence, step.clone(), RunStatus::Running, json_raw(json!({"count": 1})))
+            .migrate(migrated.clone())
+    };
+    let err = store.commit(cp(run.fence())).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let before = store.load_run(run.run_id).await.unwrap();
+    assert_eq!(
+        (before.version, &*before.definition_hash, before.step),
+        (1, "old", 0),
+        "a refused migration writes nothing"
+    );
+
+    store.commit(cp(claimed.fence())).await.unwrap();
+    let after = store.load_run(run.run_id).await.unwrap();
+    assert_eq!((after.version, &*after.definition_hash, &*after.place, after.step), (2, "new", "ready", 1));
+    assert_eq!(after.state.get(), r#"{"count":1}"#);
+    let history = store.history(run.run_id).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!((&*history[0].transition, &*history[0].from, &*history[0].to), ("migrate v1 -> v2", START, "ready"));
+    // Later commits keep the version.
+    let next = StepRecord::new(2, "finish", "ready", END);
+    let fence = Fence { epoch: claimed.epoch, step: 1 };
+    store.commit(Checkpoint::new(run.run_id, fence, next, RunStatus::Completed, json_raw(json!({})))).await.unwrap();
+    assert_eq!(store.load_run(run.run_id).await.unwrap().version, 2);
 }
 
 /// Workflow names are matched exactly: `_` and `%` (`LIKE` wildcards) and `,` in a
@@ -527,7 +599,7 @@ async fn workers_claim_only_workflows_named_exactly(store: &Arc<dyn Store>) {
     let now = Timestamp::now();
     let lease = Lease { owner: "w".into(), until: now + std::time::Duration::from_secs(30) };
     let others = ["wildXcard", "wildcat", "comma", "name", "back\\\\slash", "backXslash"];
-    let claimed = store.claim_runnable(&others, &lease, now, 100).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&others), &lease, now, 100).await.unwrap();
     assert!(
         claimed.is_empty(),
         "runs of other workflows: {:?}",
@@ -537,7 +609,7 @@ async fn workers_claim_only_workflows_named_exactly(store: &Arc<dyn Store>) {
         assert_eq!(store.load_run(*run_id).await.unwrap().status, RunStatus::Queued, "{name}");
     }
     let mut claimed: Vec<RunId> =
-        store.claim_runnable(&names, &lease, now, 100).await.unwrap().iter().map(|r| r.run_id).collect();
+        store.claim_runnable(&v1(&names), &lease, now, 100).await.unwrap().iter().map(|r| r.run_id).collect();
     claimed.sort();
     runs.sort();
     assert_eq!(claimed, runs);
@@ -946,7 +1018,7 @@ async fn an_unreadable_run_fails_alone_when_it_is_claimed(store: &Arc<dyn Store>
     spoil(bad).await;
     let now = Timestamp::now();
     let lease = Lease { owner: "w".into(), until: now + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["spoiled"], &lease, now, 10).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&["spoiled"]), &lease, now, 10).await.unwrap();
     let mut ids: Vec<RunId> = claimed.iter().map(|r| r.run_id).collect();
     ids.sort();
     assert_eq!(ids, good, "the readable runs are claimed, with their states");
@@ -956,7 +1028,7 @@ async fn an_unreadable_run_fails_alone_when_it_is_claimed(store: &Arc<dyn Store>
     let (_, status, error) = runs.iter().find(|r| r.0 == bad).unwrap();
     assert_eq!(*status, RunStatus::Failed);
     assert!(error.as_deref().is_some_and(|e| e.contains("cannot be read")), "{error:?}");
-    assert!(store.claim_runnable(&["spoiled"], &lease, now, 10).await.unwrap().is_empty(), "nothing is left");
+    assert!(store.claim_runnable(&v1(&["spoiled"]), &lease, now, 10).await.unwrap().is_empty(), "nothing is left");
     // Its parent hears that it failed, as of any failed child.
     let signals = store.signals(parent.run_id).await.unwrap();
     assert_eq!(signals.len(), 1, "{signals:?}");
@@ -972,4 +1044,9 @@ async fn an_unreadable_run_fails_alone_when_it_is_claimed(store: &Arc<dyn Store>
     let runs = listed(store, "spoiled").await;
     assert_eq!(runs[0].0, bad);
     assert_eq!(runs[0].1, RunStatus::Failed);
+}
+
+/// The workflows `names`, version 1 each, for [`Store::claim_runnable`].
+fn v1<'a>(names: &'a [&'a str]) -> Vec<WorkflowVersions<'a>> {
+    names.iter().map(|n| WorkflowVersions::first(n)).collect()
 }

@@ -57,6 +57,64 @@ pub trait Workflow: Send + Sync + 'static {
     fn input_schema(&self) -> Option<Value> {
         None
     }
+
+    /// Converts a run stored under an older version of this workflow (one listed in
+    /// [`Definition::migrates_from`]) to this one: its state (as the JSON the older
+    /// build stored) and its place become a state and a place of this table.
+    /// `#[workflow]` writes it from the impl's `#[migrate(from = N)]` methods; the
+    /// runtime calls it when it claims such a run, and commits the result as a step
+    /// of its own before the run goes on. It may be called more than once for one
+    /// run (a resume checks the run before it claims it, and a migration whose
+    /// commit is refused runs again at the next claim): keep it a pure function of
+    /// its arguments. The default migrates nothing.
+    fn migrate(&self, from: u32, place: &str, state: &str) -> Result<(Self::State, &'static str), BoxError> {
+        let _ = (place, state);
+        Err(format!("version {from} has no migration").into())
+    }
+}
+
+/// A place of an older version read back from its stored name, for the place
+/// parameter of a `#[migrate(from = N)]` method: the older workflow type's place
+/// enum (`<Type>Place`, which `#[workflow]` makes implement it), or `String` for any
+/// name.
+#[diagnostic::on_unimplemented(
+    message = "a migration's place parameter cannot be `{Self}`",
+    note = "take the older workflow's place enum (`<OldType>Place`) or a `String`"
+)]
+pub trait FromPlaceName: Sized {
+    /// The place named `name`, or `None` when there is no such place.
+    fn from_place_name(name: &str) -> Option<Self>;
+}
+
+impl FromPlaceName for String {
+    fn from_place_name(name: &str) -> Option<Self> {
+        Some(name.to_owned())
+    }
+}
+
+/// What a `#[migrate(from = N)]` method returns: the new state and a place of the
+/// new table, as `(State, <Type>Place)`, or `Result<(State, <Type>Place), E>` for a
+/// migration that can fail (the run then fails with an error naming both versions,
+/// and keeps its stored state).
+#[diagnostic::on_unimplemented(
+    message = "a migration returns `({S}, {P})` or `Result<({S}, {P}), E>`, not `{Self}`",
+    note = "the place is one of the new table's, as its place enum; `E: Into<BoxError>`"
+)]
+pub trait IntoMigration<S, P> {
+    /// The state and place, or why the migration failed.
+    fn into_migration(self) -> Result<(S, P), BoxError>;
+}
+
+impl<S, P> IntoMigration<S, P> for (S, P) {
+    fn into_migration(self) -> Result<(S, P), BoxError> {
+        Ok(self)
+    }
+}
+
+impl<S, P, E: Into<BoxError>> IntoMigration<S, P> for Result<(S, P), E> {
+    fn into_migration(self) -> Result<(S, P), BoxError> {
+        self.map_err(Into::into)
+    }
 }
 
 /// The JSON Schema of a workflow's input type, inlined (no `$defs`), without the
@@ -226,6 +284,8 @@ pub struct Definition {
     description: Option<&'static str>,
     places: &'static [&'static str],
     transitions: &'static [TransitionDef],
+    version: u32,
+    migrates_from: &'static [u32],
     order: OnceLock<Vec<Vec<usize>>>,
     hash: OnceLock<String>,
 }
@@ -284,7 +344,51 @@ impl Definition {
         places: &'static [&'static str],
         transitions: &'static [TransitionDef],
     ) -> Self {
-        Self { name, description: None, places, transitions, order: OnceLock::new(), hash: OnceLock::new() }
+        Self {
+            name,
+            description: None,
+            places,
+            transitions,
+            version: 1,
+            migrates_from: &[],
+            order: OnceLock::new(),
+            hash: OnceLock::new(),
+        }
+    }
+
+    /// The table as version `version` of its workflow (1 by default): each run
+    /// records the version it was started under, and a build drives the runs of its
+    /// own version and of those it [migrates from](Definition::with_migrations).
+    /// `#[workflow(version = N)]` sets it. It is not part of the
+    /// [hash](Definition::hash).
+    #[must_use]
+    pub const fn with_version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The older versions whose runs [`Workflow::migrate`] converts to this one
+    /// (`#[workflow]` lists its `#[migrate(from = N)]` methods here).
+    #[must_use]
+    pub const fn with_migrations(mut self, from: &'static [u32]) -> Self {
+        self.migrates_from = from;
+        self
+    }
+
+    /// The workflow's version ([`Definition::with_version`]).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The older versions this table migrates runs from ([`Definition::with_migrations`]).
+    pub fn migrates_from(&self) -> &'static [u32] {
+        self.migrates_from
+    }
+
+    /// Whether a run of `version` is one this table drives: its own version, or
+    /// one it migrates from.
+    pub fn drives_version(&self, version: u32) -> bool {
+        version == self.version || self.migrates_from.contains(&version)
     }
 
     /// The table with a description of the workflow: what it does, for people and
@@ -367,6 +471,8 @@ impl Definition {
         };
         let mut table = Self::new(name, self.places, self.transitions);
         table.description = description;
+        table.version = self.version;
+        table.migrates_from = self.migrates_from;
         let table: &'static Self = Box::leak(Box::new(table));
         variants.push(table);
         table

@@ -99,7 +99,8 @@ async fn a_long_transition_renews_its_lease_and_no_worker_takes_the_run() {
     tokio::time::advance(Duration::from_secs(40)).await;
     until(async || store.load_run(run_id).await.unwrap().lease_until.is_some_and(|l| l > first + LEASE)).await;
     let lease = Lease { owner: "other".into(), until: rt.now() + LEASE };
-    let taken = store.claim_runnable(&["slow"], &lease, rt.now(), 10).await.unwrap();
+    let taken =
+        store.claim_runnable(&[loopstack_core::WorkflowVersions::first("slow")], &lease, rt.now(), 10).await.unwrap();
     assert!(taken.is_empty(), "a live lease keeps workers off the run");
 
     wf.release.notify_one();

@@ -59,7 +59,29 @@ use model::workflow::WorkflowModel;
 ///   its run, read with `cx.runtime()?` from the `&ToolContext` parameter (which the
 ///   tool must then take), for a tool that starts or reads runs. Without it
 ///   `cx.runtime()` is an error saying to add this option; default off.
+/// - `version = N`: the workflow's version, an integer of at least 1; default 1. Each
+///   run records the version it started under; a build drives runs of its own version
+///   and of those it has a `#[migrate]` method for, and its workers claim no others.
+///   Raise it when a deploy changes the table or the state so that waiting runs
+///   cannot simply go on.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
+///
+/// `#[migrate(from = N)]` marks a plain (not `async`, not generic) method that converts
+/// a run of older version `N` (below `version`, one method per version) when this
+/// build first claims it: `fn(&self?, old: OldState, place: OldPlace?) -> R`. `OldState`
+/// is the older version's state type (`DeserializeOwned`), read from the stored
+/// JSON; the optional `OldPlace` is the older build's place enum (`<OldType>Place`,
+/// kept in the build beside the old state type) or a `String`; `R` is
+/// `(State, <Type>Place)` or `Result<(State, <Type>Place), E>` with `E: Into<BoxError>`,
+/// so the target is a place of this table. The runtime commits the result as a step
+/// of its own (`migrate v1 -> v2` in the run's history) with the run's new version,
+/// fenced like every step; a migration that errs or panics fails the run with
+/// `RunError::Migration` naming both versions, and the run keeps its stored state.
+/// It may run more than once for a run, so keep it a pure function of its arguments.
+/// (A `from_v1` takes no `&self`: clippy's `wrong_self_convention` expects that of a
+/// `from_*` method; one that needs the workflow's fields takes `&self` under another
+/// name, such as `upgrade_v1`.)
+/// It fills in `Workflow::migrate` and `Definition::with_migrations`.
 ///
 /// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the
 /// arguments' schema. A `Result<T, E>` return (`E: Into<ToolError>`) sends `T`;
@@ -79,7 +101,7 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// state machine whose transitions are the block's `#[transition]` methods.
 ///
 /// ```text
-/// #[workflow]                       // or #[workflow(name = "..", input = T, state = S, crate = path)]
+/// #[workflow]                       // or #[workflow(name = "..", version = 2, input = T, state = S, crate = path)]
 /// impl ToolCallWorkflow {
 ///     #[transition(to = Ready)]                                   // from = Start
 ///     async fn setup(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
@@ -95,6 +117,8 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     #[transition(from = Asked, to = Expired, after = "48h")]   // fires after 48 hours at `Asked`
 ///     async fn expire(&self, state: &mut S, cx: &mut RunContext) -> Result<()> { .. }
 ///     fn has_question(&self, state: &S) -> bool { .. }
+///     #[migrate(from = 1)]                                       // runs of version 1 resume under this one
+///     fn from_v1(old: v1::State, place: v1::ToolCallWorkflowPlace) -> (S, ToolCallWorkflowPlace) { .. }
 /// }
 /// ```
 ///
@@ -126,8 +150,8 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// Besides the `Workflow` impl, it generates:
 ///
-/// - `pub enum <Type>Place` listing every place (with `as_str`, `ALL`, `AsRef<str>` and
-///   `Display`).
+/// - `pub enum <Type>Place` listing every place (with `as_str`, `ALL`, `AsRef<str>`,
+///   `Display` and `FromPlaceName`, which reads a place back from its stored name).
 /// - `pub enum <Type>Signal` with a variant per wait transition in declaration order,
 ///   named in UpperCamelCase after its method (`human_review` -> `HumanReview`), a
 ///   tuple variant carrying the payload (`HumanReview(Review)`) or a unit variant when

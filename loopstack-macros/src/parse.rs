@@ -26,6 +26,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(priority);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(after);
+    syn::custom_keyword!(version);
 }
 
 /// The one helper every option goes through: a key may be given once.
@@ -109,10 +110,12 @@ impl Parse for ToolArgs {
     }
 }
 
-/// `#[workflow(name = "..", input = Type, state = Type, definition = path, crate = path)]`
+/// `#[workflow(name = "..", version = N, input = Type, state = Type, definition = path, crate = path)]`
 #[derive(Default)]
 pub(crate) struct WorkflowArgs {
     pub(crate) name: Option<LitStr>,
+    /// `version = N`; `model` checks it is a `u32` of at least 1.
+    pub(crate) version: Option<LitInt>,
     pub(crate) input: Option<Type>,
     pub(crate) state: Option<Type>,
     pub(crate) definition: Option<Path>,
@@ -127,6 +130,9 @@ impl Parse for WorkflowArgs {
             if lh.peek(kw::name) {
                 let key = input.parse::<kw::name>()?.span;
                 set_once(&mut args.name, key, "name", value(input)?)
+            } else if lh.peek(kw::version) {
+                let key = input.parse::<kw::version>()?.span;
+                set_once(&mut args.version, key, "version", value(input)?)
             } else if lh.peek(kw::input) {
                 let key = input.parse::<kw::input>()?.span;
                 set_once(&mut args.input, key, "input", value(input)?)
@@ -252,6 +258,36 @@ impl Parse for GuardArgs {
             ));
         }
         Ok(Self { method })
+    }
+}
+
+/// `#[migrate(from = N)]`: the older version whose runs the method migrates.
+pub(crate) struct MigrateArgs {
+    pub(crate) from: LitInt,
+}
+
+impl Parse for MigrateArgs {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut from = None;
+        parse_list(input, |input| {
+            let lh = input.lookahead1();
+            if lh.peek(kw::from) {
+                let key = input.parse::<kw::from>()?.span;
+                set_once(&mut from, key, "from", value(input)?)
+            } else {
+                Err(lh.error())
+            }
+        })?;
+        from.map(|from| Self { from })
+            .ok_or_else(|| syn::Error::new(input.span(), "write the older version: `#[migrate(from = 1)]`"))
+    }
+}
+
+/// The arguments of `#[migrate(from = N)]`.
+pub(crate) fn migrate_args(attr: &syn::Attribute) -> syn::Result<MigrateArgs> {
+    match &attr.meta {
+        syn::Meta::List(list) => list.parse_args(),
+        _ => Err(syn::Error::new_spanned(attr, "write the older version: `#[migrate(from = 1)]`")),
     }
 }
 
@@ -429,6 +465,20 @@ mod tests {
         assert!(text.contains("let x = ;"), "{text}");
         let Item::Fn(f) = item(quote::quote!(async fn f() { let x = ; })) else { panic!("raw fn body") };
         assert_eq!(f.sig.ident, "f");
+    }
+
+    #[test]
+    fn migrate_and_version_args() {
+        let args: MigrateArgs = syn::parse_str("from = 2").unwrap();
+        assert_eq!(args.from.base10_parse::<u32>().unwrap(), 2);
+        let err = syn::parse_str::<MigrateArgs>("from = 1, from = 2").err().unwrap();
+        assert_eq!(err.to_string(), "duplicate `from`; each option is given once");
+        let err = syn::parse_str::<MigrateArgs>("to = 1").err().unwrap();
+        assert_eq!(err.to_string(), "expected `from`");
+        let err = syn::parse_str::<MigrateArgs>("").err().unwrap();
+        assert_eq!(err.to_string(), "write the older version: `#[migrate(from = 1)]`");
+        let args: WorkflowArgs = syn::parse_str(r#"name = "triage", version = 3"#).unwrap();
+        assert_eq!(args.version.unwrap().base10_parse::<u32>().unwrap(), 3);
     }
 
     #[test]

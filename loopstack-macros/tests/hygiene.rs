@@ -175,6 +175,38 @@ pub mod public {
         }
     }
 
+    /// A later version of a workflow, with migrations from two older ones.
+    #[derive(Debug)]
+    pub struct Flow2;
+
+    #[workflow(name = "flow2", version = 3)]
+    impl Flow2 {
+        #[transition(to = Working)]
+        async fn begin(&self, _state: &mut FlowState, _cx: &mut RunContext) -> loopstack::Result {
+            std::result::Result::Ok(())
+        }
+
+        #[transition(from = Working, to = End)]
+        async fn done(&self, _state: &mut FlowState, _cx: &mut RunContext) -> loopstack::Result {
+            std::result::Result::Ok(())
+        }
+
+        #[migrate(from = 1)]
+        fn upgrade_v1(&self, old: FlowState, place: FlowPlace) -> (FlowState, Flow2Place) {
+            let _ = place;
+            (old, Flow2Place::Working)
+        }
+
+        #[migrate(from = 2)]
+        fn from_v2(
+            old: FlowState,
+            place: std::string::String,
+        ) -> std::result::Result<(FlowState, Flow2Place), std::string::String> {
+            let _ = place;
+            std::result::Result::Ok((old, Flow2Place::End))
+        }
+    }
+
     /// A workflow whose payload is private to the crate.
     #[derive(Debug)]
     pub struct Quiet;
@@ -236,6 +268,9 @@ async fn shadowed_expansions_work() {
     assert_eq!(report.state.n, 23);
     let run_id = rt.start(&public::Flow, types::FlowState::default()).await.unwrap().run_id;
     assert_eq!(rt.signal(&public::Flow, run_id, public::FlowSignal::Stop).await.unwrap().state.n, 3);
+    let (state, place) = loopstack::Workflow::migrate(&public::Flow2, 1, "working", r#"{"n": 2}"#).unwrap();
+    assert_eq!((state.n, place), (2, "working"));
+    assert_eq!(loopstack::Workflow::migrate(&public::Flow2, 2, "x", r#"{"n": 1}"#).unwrap().1, "end");
     let timer = loopstack::Workflow::definition(&public::Flow).transition("time_out").unwrap().1;
     assert_eq!(timer.after, Some(std::time::Duration::from_secs(5400)));
     let run_id = rt.start(&public::Quiet, types::FlowState::default()).await.unwrap().run_id;

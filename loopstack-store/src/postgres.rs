@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/postgres/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/postgres/0002_parent_signal.sql")),
     (3, "events", include_str!("../migrations/postgres/0003_events.sql")),
+    (5, "versions", include_str!("../migrations/postgres/0005_versions.sql")),
     (6, "trace parent", include_str!("../migrations/postgres/0006_trace_parent.sql")),
 ];
 
@@ -84,7 +85,8 @@ crate::sql::sql_store!(
     PostgresStore,
     sqlx::Postgres,
     " FOR UPDATE SKIP LOCKED",
-    "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))"
+    "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))",
+    "(r.workflow || ':' || r.version) IN (SELECT jsonb_array_elements_text(CAST($6 AS TEXT)::jsonb))"
 );
 
 /// A whole commit in one statement: the fenced run row update, the checkpoint, the
@@ -108,9 +110,9 @@ const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, stat
 
 /// A run and its step-0 checkpoint in one statement.
 const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status, place, step, error, \
-    definition_hash, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
-    wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
-    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12) \
+    definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
+    place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
+    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $12, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $13) \
     ON CONFLICT (run_id) DO NOTHING RETURNING id) \
     INSERT INTO checkpoints (run, step, transition, to_place, state, at) SELECT id, 0, '', 'start', $10, $9 FROM r";
 
@@ -192,6 +194,7 @@ impl PostgresStore {
             .bind(now)
             .bind(run.state.get())
             .bind(run.parent_signal.as_deref())
+            .bind(i64::from(run.version))
             .bind(run.trace_parent.as_deref())
             .execute(&self.pool)
             .await;

@@ -240,8 +240,8 @@ pub(crate) const RUN: &str = "(SELECT id FROM runs WHERE run_id = $1)";
 
 /// The run row's columns; a run's state is its latest checkpoint's (see
 /// `state_at`), not a column.
-pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, error, definition_hash, parent, \
-     parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
+pub(crate) const RUN_COLUMNS: &str = "run_id, workflow, status, place, step, error, definition_hash, version, \
+     parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
      lease_until, created_at, updated_at, trace_parent";
 
 pub(crate) const DOC_COLUMNS: &str = "seq, version, doc_type, doc_key, tags, metadata, content, step";
@@ -258,11 +258,12 @@ macro_rules! sql_static {
 pub(crate) use sql_static;
 
 /// Writes the `Store` impl for `$store`, whose `pool` field is a `sqlx::Pool<$db>`;
-/// `$lock` ends the worker's pick of runs, and `$workflow_in` says that `r.workflow`
+/// `$lock` ends the worker's pick of runs, `$workflow_in` says that `r.workflow`
 /// is one of the names in the JSON array `$4` (an exact match, in the dialect's
-/// words).
+/// words), and `$version_in` that `r.workflow:r.version` is one of the keys in the
+/// JSON array `$6` (`WorkflowVersions::keys`).
 macro_rules! sql_store {
-    ($store:ident, $db:ty, $lock:literal, $workflow_in:literal) => {
+    ($store:ident, $db:ty, $lock:literal, $workflow_in:literal, $version_in:literal) => {
         use std::sync::{Arc, LazyLock};
 
         use loopstack_core::serde_json;
@@ -289,7 +290,7 @@ macro_rules! sql_store {
         crate::sql::sql_static!(CLAIM_RUNNABLE = "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
             WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
-            AND ", $workflow_in, " AND (r.status = 'queued' \
+            AND ", $workflow_in, " AND ", $version_in, " AND (r.status = 'queued' \
             OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
             OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
             OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending')))) \
@@ -357,9 +358,9 @@ macro_rules! sql_store {
             tags, metadata, content, step FROM documents WHERE run = ", RUN, " AND step <= $3");
 
         const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
-            definition_hash, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
+            definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
             place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
-            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $11) \
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12) \
             ON CONFLICT (run_id) DO NOTHING";
         // The signal's run id comes from the update that counted it, in the same transaction.
         const INSERT_SIGNAL: &str = "INSERT INTO signals (run, id, name, payload, status, step, reason, \
@@ -368,11 +369,14 @@ macro_rules! sql_store {
         const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
         // A fork is nobody's child: `parent` and `parent_signal` stay NULL.
         const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
-            definition_hash, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+            definition_hash, version, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
             wake_at, lease_owner, lease_until, created_at, updated_at) \
-            SELECT $2, workflow, 'running', $3, $4, NULL, definition_hash, NULL, run_id, $4, 1, 0, '[]', $5, \
+            SELECT $2, workflow, 'running', $3, $4, NULL, definition_hash, version, NULL, run_id, $4, 1, 0, '[]', $5, \
             NULL, NULL, NULL, $5, $5 FROM runs WHERE run_id = $1";
         const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
+        // A migration's commit moves the run row to its new version and table, in the
+        // commit's transaction and behind the same fence.
+        const MIGRATE_RUN: &str = "UPDATE runs SET version = $3, definition_hash = $4 WHERE run_id = $1 AND epoch = $2";
 
         const ENDED: &str = loopstack_core::store::SIGNAL_OUTLIVED_RUN;
 
@@ -414,6 +418,8 @@ macro_rules! sql_store {
                 step: to_u64(row.try_get("step").map_err(get_err)?)?,
                 error: row.try_get("error").map_err(get_err)?,
                 definition_hash: std::borrow::Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
+                version: u32::try_from(row.try_get::<i64, _>("version").map_err(get_err)?)
+                    .map_err(|_| corrupt("a run's version is out of range"))?,
                 parent: parent.map(RunId),
                 parent_signal: row
                     .try_get::<Option<String>, _>("parent_signal")
@@ -591,6 +597,7 @@ macro_rules! sql_store {
                     .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
                     .bind(now)
                     .bind(run.parent_signal.as_deref())
+                    .bind(i64::from(run.version))
                     .bind(run.trace_parent.as_deref())
                     .execute(&mut *tx)
                     .await
@@ -664,6 +671,7 @@ macro_rules! sql_store {
                     state: run.state,
                     error: None,
                     definition_hash: run.definition_hash,
+                    version: run.version,
                     parent: run.parent,
                     parent_signal: run.parent_signal,
                     forked_from: None,
@@ -741,6 +749,7 @@ macro_rules! sql_store {
                 // child run), takes the transaction below.
                 if cp.signal.is_none()
                     && cp.notify.is_none()
+                    && cp.migration.is_none()
                     && let Some(done) = self.one_statement_commit(&cp, unchanged, patch.as_deref()).await
                 {
                     if !done? {
@@ -792,6 +801,16 @@ macro_rules! sql_store {
                 if done.rows_affected() == 0 {
                     drop(tx);
                     return Err(self.fence_error(cp.run_id, cp.fence).await);
+                }
+                if let Some(migrated) = &cp.migration {
+                    sqlx::query(MIGRATE_RUN)
+                        .bind(cp.run_id.0)
+                        .bind(to_i64(cp.fence.epoch))
+                        .bind(i64::from(migrated.version))
+                        .bind(&*migrated.definition_hash)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
                 }
                 for doc in &cp.documents {
                     sqlx::query(&INSERT_DOCUMENT)
@@ -887,18 +906,21 @@ macro_rules! sql_store {
 
             async fn claim_runnable(
                 &self,
-                workflows: &[&str],
+                workflows: &[loopstack_core::WorkflowVersions<'_>],
                 lease: &Lease,
                 now: Timestamp,
                 limit: u32,
             ) -> Result<Vec<RunRecord>, StoreError> {
-                let names = serde_json::to_string(workflows).map_err(corrupt)?;
+                let names: Vec<&str> = workflows.iter().map(|w| w.workflow).collect();
+                let names = serde_json::to_string(&names).map_err(corrupt)?;
+                let keys = serde_json::to_string(&loopstack_core::WorkflowVersions::keys(workflows)).map_err(corrupt)?;
                 let rows = sqlx::query(&CLAIM_RUNNABLE)
                     .bind(&lease.owner)
                     .bind(lease.until.as_millis())
                     .bind(now.as_millis())
                     .bind(names)
                     .bind(i64::from(limit))
+                    .bind(keys)
                     .fetch_all(&self.pool)
                     .await
                     .map_err(backend)?;

@@ -95,6 +95,11 @@
     for (const stop of app.cleanups.splice(0)) stop();
   }
 
+  // A run's workflow, with its version when it is not the first (`triage v2`).
+  function workflowName(run) {
+    return run.version && run.version !== 1 ? run.workflow + " v" + run.version : run.workflow;
+  }
+
   function short(id) {
     return String(id).slice(0, 8) + "\u2026" + String(id).slice(-4);
   }
@@ -204,7 +209,7 @@
   function runRow(run) {
     const link = h("a", { href: "#/run/" + encodeURIComponent(run.run_id), title: run.run_id, text: short(run.run_id) });
     const row = h("tr", { "data-run": run.run_id, "data-status": run.status },
-      h("td", {}, link), h("td", { text: run.workflow }), h("td", {}, badge(run.status)), h("td", { text: run.place }),
+      h("td", {}, link), h("td", { text: workflowName(run) }), h("td", {}, badge(run.status)), h("td", { text: run.place }),
       h("td", { text: String(run.step) }), h("td", {}, time(run.updated_at)),
       h("td", {}, run.parent ? h("a", { href: "#/run/" + run.parent, text: short(run.parent) }) : ""));
     row.addEventListener("click", (e) => {
@@ -484,6 +489,7 @@
     const facts = h("dl", { class: "facts" },
       h("dt", { text: "status" }), h("dd", {}, badge(run.status)),
       h("dt", { text: "place" }), h("dd", { class: "place", text: run.place }),
+      h("dt", { text: "version" }), h("dd", { class: "version", text: String(run.version ?? 1) }),
       h("dt", { text: "step" }), h("dd", { text: String(run.step) }),
       h("dt", { text: "started" }), h("dd", {}, time(run.created_at)),
       h("dt", { text: "updated" }), h("dd", {}, time(run.updated_at)));

@@ -19,9 +19,18 @@ use crate::events::EventKind;
 use crate::store::{Claim, NewRun, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
-/// Checks that a stored run can be driven by `wf`: its workflow, its place (naming
-/// both table hashes when the place is gone) and its state.
-fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(&'static str, W::State), RunError> {
+/// A stored run as this build reads it: its place and state in this build's table,
+/// and, for a run of an older version, the version it was migrated from.
+struct Checked<S> {
+    place: &'static str,
+    state: S,
+    migrated_from: Option<u32>,
+}
+
+/// Checks that a stored run can be driven by `wf`: its workflow, its version (a run
+/// of a version this build migrates from is migrated, in memory), its place
+/// (naming both table hashes when the place is gone) and its state.
+fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<Checked<W::State>, RunError> {
     let def = wf.definition();
     let (name, run_id) = (def.name(), record.run_id);
     if record.workflow != name {
@@ -30,6 +39,19 @@ fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(&'static str, W
             run_id,
             reason: format!("the run belongs to workflow `{}`", record.workflow),
         });
+    }
+    if record.version != def.version() {
+        if !def.migrates_from().contains(&record.version) {
+            return Err(RunError::UnsupportedVersion {
+                workflow: name,
+                run_id,
+                version: record.version,
+                current: def.version(),
+                migrates_from: def.migrates_from(),
+            });
+        }
+        let (state, place) = migrate(wf, record)?;
+        return Ok(Checked { place, state, migrated_from: Some(record.version) });
     }
     let place = def.place(&record.place).map_err(|e| {
         if record.definition_hash == def.hash() {
@@ -45,7 +67,61 @@ fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(&'static str, W
         }
     })?;
     let state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
-    Ok((place, state))
+    Ok(Checked { place, state, migrated_from: None })
+}
+
+/// Runs `wf`'s migration of a run of an older version: its error, or its panic,
+/// becomes [`RunError::Migration`] naming both versions, and the stored run is left
+/// as it was.
+fn migrate<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(W::State, &'static str), RunError> {
+    let def = wf.definition();
+    let failed = |reason: String| RunError::Migration {
+        workflow: def.name(),
+        run_id: record.run_id,
+        from: record.version,
+        to: def.version(),
+        reason,
+    };
+    let migrated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wf.migrate(record.version, &record.place, record.state.get())
+    }));
+    match migrated {
+        Ok(Ok((state, place))) => {
+            // A hand-written migration may name any place: only the table's are driven.
+            let place = def.place(place).map_err(|e| failed(e.to_string()))?;
+            Ok((state, place))
+        }
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(panic) => Err(failed(format!("the migration panicked: {}", super::panic_message(&*panic)))),
+    }
+}
+
+/// Commits the migration of a claimed run as a step of its own: the migrated state at
+/// its new place, with the run row's version and table hash, fenced by the claim.
+async fn commit_migration<W: Workflow>(
+    runtime: &Runtime,
+    wf: &W,
+    run: &mut ClaimedRun,
+    record: &RunRecord,
+    checked: &Checked<W::State>,
+    lease: Option<&LeaseCfg>,
+) -> Result<(), RunError> {
+    let Some(from) = checked.migrated_from else { return Ok(()) };
+    let def = wf.definition();
+    let value = runtime.redact(checkpoint_state(&checked.state, def.name(), run.run_id, None)?);
+    let at = runtime.inner.clock().now();
+    let step = run.step + 1;
+    let transition = crate::store::migration_step_name(from, def.version());
+    let record = crate::store::StepRecord::at(step, transition, record.place.clone(), checked.place, at);
+    let fence = crate::store::Fence { epoch: run.epoch, step: run.step };
+    let mut checkpoint = crate::store::Checkpoint::new(run.run_id, fence, record, RunStatus::Running, value)
+        .migrate(crate::store::Migrated { version: def.version(), definition_hash: def.hash().to_owned().into() });
+    checkpoint.lease_until = lease.map(|l| at + l.duration);
+    runtime.inner.store().commit(checkpoint).await?;
+    tracing::info!(run_id = %run.run_id, from, to = def.version(), place = checked.place, "run migrated");
+    run.step = step;
+    run.place_since = at;
+    Ok(())
 }
 
 fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(StoreError) -> RunError {
@@ -193,7 +269,7 @@ async fn prepare<W: Workflow>(
             let run_id = run_id.unwrap_or_default();
             let state = wf.init(input);
             let value = runtime.redact(checkpoint_state(&state, name, run_id, None)?);
-            let mut new = crate::trace::traced(NewRun::new(run_id, name, def.hash(), value));
+            let mut new = crate::trace::traced(NewRun::new(run_id, name, def.hash(), value).version(def.version()));
             if let Some(l) = new_lease() {
                 new = new.lease(l);
             }
@@ -228,54 +304,39 @@ async fn prepare<W: Workflow>(
                 // finished run; their ends are sent again, once.
                 redeliver_child_ends(store.as_ref(), id).await?;
             }
-            let (place, state) = check_run(wf, &record)?;
+            let checked = check_run(wf, &record)?;
+            let mut run = parts(&record);
+            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            let Checked { place, state, .. } = checked;
             let documents = store.documents(id).await?;
             // A drive that died left the children it started queued, or running
             // without a driver: this one drives them, as the dead one would have.
             let children = if resume { left_children(store.as_ref(), id).await? } else { Vec::new() };
-            Ready {
-                run: parts(&record),
-                place,
-                state,
-                documents,
-                own_signal: None,
-                parent: parent_of(&record),
-                children,
-            }
+            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children }
         }
         Mode::Claimed(record) => {
-            let (place, state) = check_run(wf, &record)?;
+            let checked = check_run(wf, &record)?;
+            let mut run = parts(&record);
+            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
-            Ready {
-                run: parts(&record),
-                place,
-                state,
-                documents,
-                own_signal: None,
-                parent: parent_of(&record),
-                children: Vec::new(),
-            }
+            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children: Vec::new() }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
             let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
-            let (place, state) = check_run(wf, &record)?;
+            let checked = check_run(wf, &record)?;
+            let mut run = parts(&record);
+            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
-            Ready {
-                run: parts(&record),
-                place,
-                state,
-                documents,
-                own_signal: None,
-                parent: parent_of(&record),
-                children: Vec::new(),
-            }
+            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children: Vec::new() }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
             let signal = signal.into_owned();
             let stored = store.load_run(id).await?;
-            let (place, state) = check_run(wf, &stored)?;
+            let Checked { place, state, .. } = check_run(wf, &stored)?;
             if stored.status.is_finished() {
                 return Err(RunError::InvalidStatus {
                     workflow: name,
@@ -316,18 +377,13 @@ async fn prepare<W: Workflow>(
             let receipt = store.send_signal(id, &signal, raw).await.map_err(invalid_status(name, "take a signal"))?;
             match store.claim(id, &claim(&[RunStatus::Waiting])).await {
                 Ok(record) => {
-                    let (place, state) = check_run(wf, &record)?;
+                    let checked = check_run(wf, &record)?;
+                    let mut run = parts(&record);
+                    commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+                    let Checked { place, state, .. } = checked;
                     let documents = store.documents(id).await?;
                     let parent = parent_of(&record);
-                    Ready {
-                        run: parts(&record),
-                        place,
-                        state,
-                        documents,
-                        own_signal: Some(receipt.id),
-                        parent,
-                        children: Vec::new(),
-                    }
+                    Ready { run, place, state, documents, own_signal: Some(receipt.id), parent, children: Vec::new() }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.

@@ -486,7 +486,9 @@ impl Runtime {
         let value = self.redact(state::checkpoint_state(&state, def.name(), run_id, None)?);
         self.inner
             .store()
-            .create_run(crate::trace::traced(crate::store::NewRun::new(run_id, def.name(), def.hash(), value).queued()))
+            .create_run(crate::trace::traced(
+                crate::store::NewRun::new(run_id, def.name(), def.hash(), value).version(def.version()).queued(),
+            ))
             .await?;
         Ok(run_id)
     }

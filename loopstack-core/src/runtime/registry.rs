@@ -185,7 +185,10 @@ impl<W: Workflow> Drivable for Registered<W> {
             let input = self.input(child, input)?;
             let state =
                 runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
-            let new = crate::store::NewRun::new(child, def.name(), def.hash(), state).queued().child_of(parent, signal);
+            let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
+                .version(def.version())
+                .queued()
+                .child_of(parent, signal);
             let new = crate::trace::traced(new);
             runtime.store().create_run(new).await?;
             Ok(())
@@ -220,6 +223,21 @@ impl Registry {
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Drivable>> {
         self.by_name.get(name)
+    }
+
+    /// Each workflow's name with the versions of its runs it drives: its own and
+    /// those it migrates from, sorted by name.
+    pub(crate) fn versions(&self) -> Vec<(&'static str, Vec<u32>)> {
+        let mut versions: Vec<(&'static str, Vec<u32>)> = self
+            .by_name
+            .iter()
+            .map(|(name, w)| {
+                let def = w.definition();
+                (*name, std::iter::once(def.version()).chain(def.migrates_from().iter().copied()).collect())
+            })
+            .collect();
+        versions.sort_unstable_by_key(|(name, _)| *name);
+        versions
     }
 
     pub(crate) fn names(&self) -> Vec<&'static str> {

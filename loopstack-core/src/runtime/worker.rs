@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 
 use super::Runtime;
 use crate::error::{RunError, StoreError};
-use crate::store::RunRecord;
+use crate::store::{RunRecord, WorkflowVersions};
 use crate::workflow::Workflow;
 
 /// Drives the runs of its registered workflows that can move: queued runs (from
@@ -84,10 +84,15 @@ impl Worker {
 
     /// Claims what can move now, up to `limit` runs.
     async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        let names: Vec<&str> = self.runtime.workflows();
+        // Each workflow's own version and those it migrates from: runs of any other
+        // version (a newer build's, during a rollout) are left to the workers that
+        // can drive them.
+        let versions: Vec<(&'static str, Vec<u32>)> = self.runtime.inner.registry().versions();
+        let workflows: Vec<WorkflowVersions<'_>> =
+            versions.iter().map(|(name, versions)| WorkflowVersions::new(name, versions)).collect();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let lease = self.runtime.inner.worker_lease();
-        self.runtime.inner.store().claim_runnable(&names, &lease, self.runtime.now(), limit).await
+        self.runtime.inner.store().claim_runnable(&workflows, &lease, self.runtime.now(), limit).await
     }
 
     /// Claims and drives, to their next wait or end, the runs that can move now;
@@ -110,7 +115,14 @@ impl Worker {
             // reads) would otherwise be claimed again at every lease: it fails with
             // the reason, and `retry` picks it up under a build that can. Like any
             // failed run, it tells its parent and takes its children with it.
-            Err(e @ (RunError::Mismatch { .. } | RunError::DefinitionChanged { .. } | RunError::State { .. })) => {
+            // A migration that failed fails the run the same way, its stored state
+            // kept for a retry under a build whose migration works.
+            Err(
+                e @ (RunError::Mismatch { .. }
+                | RunError::DefinitionChanged { .. }
+                | RunError::State { .. }
+                | RunError::Migration { .. }),
+            ) => {
                 let error = self.runtime.secrets().redact(&e.to_string()).into_owned();
                 tracing::warn!(run_id = %run_id, %error, "this build cannot drive the run");
                 let status = crate::store::RunStatus::Failed;

@@ -8,7 +8,8 @@ use serde_json::value::RawValue;
 
 use super::{
     CheckpointRecord, Claim, Fence, Inbox, Lease, NewRun, OutSignal, Park, RunId, RunPage, RunQuery, RunRecord,
-    RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp, check_claim, check_fence,
+    RunStatus, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store, Timestamp, WorkflowVersions, check_claim,
+    check_fence,
 };
 use crate::document::Document;
 use crate::error::StoreError;
@@ -207,6 +208,7 @@ impl Store for MemoryStore {
             state: run.state,
             error: None,
             definition_hash: run.definition_hash,
+            version: run.version,
             parent: run.parent,
             parent_signal: run.parent_signal,
             forked_from: None,
@@ -252,7 +254,7 @@ impl Store for MemoryStore {
 
     async fn claim_runnable(
         &self,
-        workflows: &[&str],
+        workflows: &[WorkflowVersions<'_>],
         lease: &Lease,
         now: Timestamp,
         limit: u32,
@@ -263,7 +265,8 @@ impl Store for MemoryStore {
             .values_mut()
             .filter(|r| {
                 let pending = r.signals.iter().any(|s| s.status == SignalStatus::Pending);
-                workflows.contains(&&*r.record.workflow) && super::is_runnable(&r.record, now, pending)
+                workflows.iter().any(|w| w.matches(&r.record.workflow, r.record.version))
+                    && super::is_runnable(&r.record, now, pending)
             })
             .collect();
         runnable.sort_by_key(|r| (r.record.updated_at, r.record.run_id));
@@ -313,6 +316,10 @@ impl Store for MemoryStore {
             last.state = Some(before);
         }
         let r = &mut run.record;
+        if let Some(migrated) = cp.migration {
+            r.version = migrated.version;
+            r.definition_hash = migrated.definition_hash;
+        }
         r.updated_at = cp.transition.at;
         r.place_since = cp.transition.at;
         if cp.lease_until.is_some() {
@@ -449,6 +456,7 @@ impl Store for MemoryStore {
             state: checkpoint.state.clone(),
             error: None,
             definition_hash: src.record.definition_hash.clone(),
+            version: src.record.version,
             // A fork is nobody's child (see `Store::fork`).
             parent: None,
             parent_signal: None,

@@ -25,6 +25,12 @@
 //!   or neither is, and a crash between the two cannot lose it. A finished or
 //!   missing target drops it; the write still succeeds.
 //!
+//! - **Versions.** A run keeps the version of its workflow it was created with
+//!   ([`NewRun::version`], 1 by default and for rows stored before versions), a
+//!   fork its source's; only a commit that carries [`Checkpoint::migration`] changes
+//!   it (with the table hash, in the same write). [`Store::claim_runnable`] takes a
+//!   run only if its name and version are among the worker's ([`WorkflowVersions`]).
+//!
 //! - **An event log, if it keeps one.** A store shared between processes may keep
 //!   run events for subscribers elsewhere ([`Store::has_event_log`] and the
 //!   `*_events` methods; see the [events](crate::events) module): appended in
@@ -236,6 +242,11 @@ pub struct RunRecord {
     /// The hash of the transition table the run was started (or last driven) with:
     /// [`Definition::hash`](crate::Definition::hash).
     pub definition_hash: Cow<'static, str>,
+    /// The version of its workflow the run was started under, or migrated to last
+    /// ([`Definition::version`](crate::Definition::version)); 1 for runs stored
+    /// before versions were recorded.
+    #[serde(default = "first_version")]
+    pub version: u32,
     /// The run that started this one, for child runs.
     pub parent: Option<RunId>,
     /// The signal this child run sends its parent when it finishes (the wait
@@ -286,6 +297,7 @@ impl RunRecord {
             step: self.step,
             error: self.error.clone(),
             definition_hash: self.definition_hash.clone(),
+            version: self.version,
             parent: self.parent,
             parent_signal: self.parent_signal.clone(),
             forked_from: self.forked_from,
@@ -325,6 +337,9 @@ pub struct RunSummary {
     pub error: Option<String>,
     /// The hash of the transition table the run was started (or last driven) with.
     pub definition_hash: Cow<'static, str>,
+    /// The version of its workflow the run was started under, or migrated to last.
+    #[serde(default = "first_version")]
+    pub version: u32,
     /// The run that started this one, for child runs.
     pub parent: Option<RunId>,
     /// The signal this child run sends its parent when it finishes
@@ -375,6 +390,7 @@ impl RunSummary {
             state,
             error: self.error,
             definition_hash: self.definition_hash,
+            version: self.version,
             parent: self.parent,
             parent_signal: self.parent_signal,
             forked_from: self.forked_from,
@@ -408,6 +424,8 @@ pub struct NewRun {
     pub workflow: Cow<'static, str>,
     /// The hash of the workflow's transition table.
     pub definition_hash: Cow<'static, str>,
+    /// The version of the workflow it starts under (1 unless [`NewRun::version`] says).
+    pub version: u32,
     /// The initial state, as JSON.
     pub state: Box<RawValue>,
     /// [`RunStatus::Running`] for a run its creator drives at once (epoch 1), or
@@ -435,6 +453,7 @@ impl NewRun {
             run_id,
             workflow: workflow.into(),
             definition_hash: definition_hash.into(),
+            version: 1,
             state,
             status: RunStatus::Running,
             parent: None,
@@ -442,6 +461,13 @@ impl NewRun {
             lease: None,
             trace_parent: None,
         }
+    }
+
+    /// Starts it under version `version` of its workflow.
+    #[must_use]
+    pub fn version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
     }
 
     /// Makes it a queued run, for a worker to claim.
@@ -573,6 +599,19 @@ pub struct Checkpoint {
     /// that run's inbox in the same transaction as the commit ([`OutSignal`]): both
     /// are written, or, when the commit is refused, neither.
     pub notify: Option<OutSignal>,
+    /// For the step that migrates a run to another version of its workflow: the
+    /// version and table hash the run row takes with the commit.
+    pub migration: Option<Migrated>,
+}
+
+/// The version and table a run moves to with a migration's commit
+/// ([`Checkpoint::migration`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// The version the run is of after the commit.
+    pub version: u32,
+    /// The hash of that version's table.
+    pub definition_hash: Cow<'static, str>,
 }
 
 impl Checkpoint {
@@ -588,7 +627,16 @@ impl Checkpoint {
             signal: None,
             lease_until: None,
             notify: None,
+            migration: None,
         }
+    }
+
+    /// Moves the run to another version of its workflow with the commit
+    /// ([`Checkpoint::migration`]).
+    #[must_use]
+    pub fn migrate(mut self, migrated: Migrated) -> Self {
+        self.migration = Some(migrated);
+        self
     }
 
     /// Sends `signal` to another run with the commit ([`Checkpoint::notify`]).
@@ -851,7 +899,9 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::commit`].
     async fn park(&self, run_id: RunId, park: &Park<'_>) -> Result<(), StoreError>;
 
-    /// Claims, for a worker, up to `limit` runs of `workflows` that can move now:
+    /// Claims, for a worker, up to `limit` runs of `workflows` (of a listed name and
+    /// one of the versions listed with it; runs of other versions are left alone)
+    /// that can move now:
     /// queued runs, running runs whose lease ran out before `now` (their driver
     /// died), and waiting runs with a pending signal or a timer due by `now`. Each is
     /// claimed as [`Store::claim`] would, with `lease`; two workers never get the
@@ -864,7 +914,7 @@ pub trait Store: Send + Sync + 'static {
     /// error.
     async fn claim_runnable(
         &self,
-        workflows: &[&str],
+        workflows: &[WorkflowVersions<'_>],
         lease: &Lease,
         now: Timestamp,
         limit: u32,
@@ -1003,6 +1053,52 @@ pub trait Store: Send + Sync + 'static {
         let _ = now;
         Ok(false)
     }
+}
+
+/// A workflow a worker drives, for [`Store::claim_runnable`]: its name and the
+/// versions of its runs the worker can drive or migrate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkflowVersions<'a> {
+    /// The workflow's name.
+    pub workflow: &'a str,
+    /// The versions of its runs to claim.
+    pub versions: &'a [u32],
+}
+
+impl<'a> WorkflowVersions<'a> {
+    /// Runs of `workflow` of one of `versions`.
+    pub fn new(workflow: &'a str, versions: &'a [u32]) -> Self {
+        Self { workflow, versions }
+    }
+
+    /// Runs of `workflow` of version 1, the version of every workflow that does not
+    /// name one.
+    pub fn first(workflow: &'a str) -> Self {
+        Self { workflow, versions: &[1] }
+    }
+
+    /// Whether `run` is of this workflow and one of these versions.
+    pub fn matches(&self, workflow: &str, version: u32) -> bool {
+        self.workflow == workflow && self.versions.contains(&version)
+    }
+
+    /// The JSON array the SQL stores compare against: one `"name:version"` string
+    /// per version (unambiguous: the version, after the last `:`, is all digits).
+    pub fn keys(workflows: &[Self]) -> Vec<String> {
+        workflows.iter().flat_map(|w| w.versions.iter().map(move |v| format!("{}:{v}", w.workflow))).collect()
+    }
+}
+
+/// The transition name of the step that migrates a run from version `from` of its
+/// workflow to version `to`, as its history shows it: `migrate v1 -> v2`. A name no
+/// transition method can have.
+pub fn migration_step_name(from: u32, to: u32) -> String {
+    format!("migrate v{from} -> v{to}")
+}
+
+/// The version of runs stored before versions were recorded.
+fn first_version() -> u32 {
+    1
 }
 
 /// The checks of a fenced write, shared by the stores: the run is not finished, its

@@ -17,7 +17,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
     let (impl_generics, _, where_clause) = item.generics.split_for_impl();
     let state = &m.state;
     let name = &m.name;
-    let place_enum = place_enum(&m.enum_ident, &m.places, &self_ty.to_token_stream(), cfgs, false);
+    let place_enum = place_enum(krate, &m.enum_ident, &m.places, &self_ty.to_token_stream(), cfgs, false);
     let signal_enum = m.signal.as_ref().map(|s| signal_enum(krate, s, item, cfgs));
     // The schema of a wait transition that takes no payload: `null`.
     let null_schema = m.transitions.iter().any(|t| t.wait && t.payload.is_none()).then(|| {
@@ -127,6 +127,15 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         let text = text.to_tokens();
         quote!(.with_description(#text))
     });
+    let version = (m.version != 1).then(|| {
+        let v = m.version;
+        quote!(.with_version(#v))
+    });
+    let migrates_from = (!m.migrations.is_empty()).then(|| {
+        let from = m.migrations.iter().map(|mg| mg.from);
+        quote!(.with_migrations(&[#(#from),*]))
+    });
+    let migrate = (!m.migrations.is_empty()).then(|| migrate_fn(m));
     let definition = match &m.definition {
         Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
         None => quote!(&__LOOPSTACK_DEFINITION),
@@ -147,7 +156,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 #name,
                 &[#(#place_names),*],
                 &[#(#defs),*],
-            )#describe;
+            )#describe #version #migrates_from;
 
             #[automatically_derived]
             impl #impl_generics #p::Workflow for #self_ty #where_clause {
@@ -161,6 +170,8 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 fn init(&self, __loopstack_input: Self::Input) -> Self::State {
                     #init
                 }
+
+                #migrate
 
                 fn input_schema(&self) -> #p::Option<#p::serde_json::Value> {
                     #[allow(unused_imports)]
@@ -199,7 +210,76 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
     }
 }
 
+/// `Workflow::migrate`: a match on the version a run comes from, each arm reading the
+/// stored state and place as the older version's types (errors at those types when
+/// they do not fit) and the method's return as this table's state and place enum
+/// (an error at the return type when it is not).
+fn migrate_fn(m: &WorkflowModel) -> TokenStream {
+    let p = {
+        let krate = &m.krate;
+        quote!(#krate::__private)
+    };
+    let enum_ident = &m.enum_ident;
+    let arms = m.migrations.iter().map(|mg| {
+        let from = mg.from;
+        let method = &mg.method;
+        let old = &mg.state;
+        let old_span = at(syn::spanned::Spanned::span(old));
+        let ps = respan(&p, old_span);
+        let state = quote_spanned!(old_span=> #ps::migration_state::<#old>(__loopstack_state));
+        let place = mg.place.as_ref().map(|ty| {
+            let span = at(syn::spanned::Spanned::span(ty));
+            let pp = respan(&p, span);
+            quote_spanned!(span=> #pp::migration_place::<#ty>(__loopstack_place))
+        });
+        let place_arg = place.as_ref().map(|_| quote!(__loopstack_old_place));
+        let read_place = place.map(|place| {
+            quote! {
+                let __loopstack_old_place = match #place {
+                    #p::Ok(__loopstack_place) => __loopstack_place,
+                    #p::Err(__loopstack_err) => return #p::Err(__loopstack_err),
+                };
+            }
+        });
+        let receiver = mg.receiver.then(|| quote!(self,));
+        let call = quote_spanned!(at(method.span())=> Self::#method(#receiver __loopstack_old, #place_arg));
+        let out = at(mg.output_span);
+        let po = respan(&p, out);
+        let migrated = quote_spanned!(out=> #po::migrated::<Self::State, #enum_ident, _>(#call));
+        quote! {
+            #from => {
+                let __loopstack_old = match #state {
+                    #p::Ok(__loopstack_old) => __loopstack_old,
+                    #p::Err(__loopstack_err) => return #p::Err(__loopstack_err),
+                };
+                #read_place
+                match #migrated {
+                    #p::Ok((__loopstack_new, __loopstack_to)) => #p::Ok((__loopstack_new, __loopstack_to.as_str())),
+                    #p::Err(__loopstack_err) => #p::Err(__loopstack_err),
+                }
+            }
+        }
+    });
+    quote! {
+        fn migrate(
+            &self,
+            __loopstack_from: ::core::primitive::u32,
+            __loopstack_place: &::core::primitive::str,
+            __loopstack_state: &::core::primitive::str,
+        ) -> #p::Result<(Self::State, &'static ::core::primitive::str), #p::BoxError> {
+            match __loopstack_from {
+                #(#arms)*
+                _ => {
+                    let _ = (__loopstack_place, __loopstack_state);
+                    #p::Err(#p::Box::from(::std::format!("version {} has no migration", __loopstack_from)))
+                }
+            }
+        }
+    }
+}
+
 fn place_enum(
+    krate: &syn::Path,
     ident: &syn::Ident,
     places: &[Place],
     self_ty: &TokenStream,
@@ -227,6 +307,11 @@ fn place_enum(
         let v = &pl.ident;
         let name = &pl.name;
         quote!(Self::#v => #name)
+    });
+    let by_name = places.iter().map(|pl| {
+        let v = &pl.ident;
+        let name = &pl.name;
+        quote!(#name => ::core::option::Option::Some(Self::#v))
     });
     let str_ = quote!(::core::primitive::str);
     // On an error, places may be misspelled; the error says so, not a lint.
@@ -260,6 +345,17 @@ fn place_enum(
             pub const fn as_str(self) -> &'static #str_ {
                 match self {
                     #(#arms,)*
+                }
+            }
+        }
+
+        #(#cfgs)*
+        #[automatically_derived]
+        impl #krate::__private::FromPlaceName for #ident {
+            fn from_place_name(__loopstack_name: &#str_) -> ::core::option::Option<Self> {
+                match __loopstack_name {
+                    #(#by_name,)*
+                    _ => ::core::option::Option::None,
                 }
             }
         }
@@ -428,7 +524,7 @@ fn stub(s: &WorkflowStub) -> TokenStream {
     let p = quote!(#krate::__private);
     let self_ty = &s.item.self_ty;
     let cfgs = &s.cfgs;
-    let place_enum = place_enum(&s.enum_ident, &s.places, &self_ty.to_token_stream(), cfgs, true);
+    let place_enum = place_enum(krate, &s.enum_ident, &s.places, &self_ty.to_token_stream(), cfgs, true);
     let signal_enum = s.signal.as_ref().map(|sig| signal_enum(krate, sig, &s.item, cfgs));
     let imp = s.state.as_ref().map(|state| {
         let input = s.input.as_ref().unwrap_or(state);

@@ -24,12 +24,15 @@ use crate::names::snake_case;
 use crate::parse::{self, TransitionArgs, WorkflowArgs};
 
 mod graph;
+mod migrate;
 mod places;
 mod signal;
 mod signature;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use migrate::Migration;
+use migrate::{RawMigration, strip_migrations};
 use places::{Named, PlaceId, Places};
 use signature::{Kind, check_guard_sig, check_transition_sig, payload_param, state_param, strip_helpers, typed_input};
 
@@ -58,6 +61,10 @@ pub(crate) struct WorkflowModel {
     /// the impl's generic parameters).
     pub(crate) signal: Option<SignalEnum>,
     pub(crate) cfgs: Vec<Attribute>,
+    /// `version = N`; 1 by default.
+    pub(crate) version: u32,
+    /// The `#[migrate(from = N)]` methods, by the version they come from.
+    pub(crate) migrations: Vec<Migration>,
 }
 
 #[derive(Clone)]
@@ -157,6 +164,10 @@ struct Header {
     enum_ident: Ident,
     name: String,
     raw: Vec<RawTransition>,
+    /// `#[migrate]` methods as written.
+    migrations: Vec<RawMigration>,
+    /// `version = N`, checked (1 when it is not given or not valid).
+    version: u32,
     /// `#[transition]` attributes, parsed or not.
     transition_attrs: usize,
     cfgs: Vec<Attribute>,
@@ -191,7 +202,31 @@ impl Header {
                 return Err(Box::new(WorkflowFailure { error, item, stub: None }));
             }
         };
-        let (raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
+        let migrations = strip_migrations(&mut cx, &mut item);
+        let (mut raw, transition_attrs) = strip_helpers(&mut cx, &mut item);
+        // A method that is both is reported once, here: its transition is not read
+        // further (its shape is a migration's).
+        raw.retain(|t| {
+            let both = migrations.iter().any(|m| *m.method() == t.method);
+            if both {
+                cx.error_spanned_by(
+                    &t.attr,
+                    "a method is a transition or a migration, not both: a migration converts a run of an older \
+                     version before it goes on",
+                );
+            }
+            !both
+        });
+        let version = match &args.version {
+            None => 1,
+            Some(lit) => match lit.base10_parse::<u32>() {
+                Ok(v) if v >= 1 => v,
+                _ => {
+                    cx.error_spanned_by(lit, "`version` is an integer of at least 1 (the default)");
+                    1
+                }
+            },
+        };
         let cfgs = cfg_attrs(&item.attrs);
         let description = crate::docs::doc_text(&item.attrs);
         if let Some((_, path, _)) = &item.trait_ {
@@ -218,7 +253,20 @@ impl Header {
             }
             None => snake_case(&type_ident.to_string()),
         };
-        let header = Self { args, krate, item, type_ident, enum_ident, name, raw, transition_attrs, cfgs, description };
+        let header = Self {
+            args,
+            krate,
+            item,
+            type_ident,
+            enum_ident,
+            name,
+            raw,
+            migrations,
+            version,
+            transition_attrs,
+            cfgs,
+            description,
+        };
         Ok((cx, header))
     }
 
@@ -327,6 +375,7 @@ impl WorkflowModel {
     pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<WorkflowFailure>> {
         let (mut cx, header) = Header::read(Ctxt::new(), args, item)?;
         let after = timers(&mut cx, &header.raw);
+        let migrations = migrate::check(&mut cx, &header.migrations, header.version);
         let (guards, guard_of) = resolve_guards(&mut cx, &header.item, &header.raw);
         let (places, end, named) = Places::of(&mut cx, &header.raw);
 
@@ -360,7 +409,7 @@ impl WorkflowModel {
             return Err(failure(cx, &header.item, Some(header.stub(&places, state, signal))));
         }
         cx.check().expect("no errors");
-        let Header { args, krate, item, enum_ident, name, cfgs, description, .. } = header;
+        let Header { args, krate, item, enum_ident, name, cfgs, description, version, .. } = header;
         Ok(Self {
             krate,
             description,
@@ -375,6 +424,8 @@ impl WorkflowModel {
             signal,
             cfgs,
             item,
+            version,
+            migrations,
         })
     }
 }

@@ -1,0 +1,28 @@
+use loopstack::{Result, RunContext, workflow};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct State {
+    ready: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct OldState {
+    ready: bool,
+}
+
+struct Flow;
+
+#[workflow(version = 0)]
+impl Flow {
+    #[transition(to = Ready)]
+    async fn setup(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Ready, to = End)]
+    async fn finish(&self, _state: &mut State, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}

@@ -1,0 +1,369 @@
+//! Versioned workflows on every store (in memory, SQLite, PostgreSQL): two builds
+//! of the `triage` workflow, version 1 and version 2 with a changed table and a
+//! migration, side by side in one file as two deploys would be.
+//!
+//! - Runs started and parked on version 1 resume under version 2: migrated (state
+//!   and place) in a fenced step of their own, then finished on version 2.
+//! - A worker of version 1 never claims a run of version 2; a worker of version 2
+//!   claims, migrates and drives version 1's.
+//! - A migration that fails or panics loses nothing: an explicit resume changes
+//!   nothing, a worker fails the run naming both versions, and a retry under a
+//!   build whose migration works finishes it.
+//! - A build that can neither drive nor migrate a run's version refuses it, typed.
+
+use std::sync::Arc;
+
+use loopstack::prelude::*;
+use loopstack::{RunStatus, Store, Worker};
+use loopstack_store::{PostgresStore, SqliteStore};
+use serde_json::json;
+
+/// The first deploy: a ticket is filed and waits at `filed` to be closed.
+mod v1 {
+    use loopstack::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Default, Serialize, Deserialize)]
+    pub(crate) struct Ticket {
+        pub(crate) title: String,
+    }
+
+    pub(crate) struct Triage;
+
+    #[workflow(name = "triage")]
+    impl Triage {
+        #[transition(to = Filed)]
+        async fn file(&self, ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            ticket.title = format!("{} (filed)", ticket.title);
+            Ok(())
+        }
+
+        #[transition(from = Filed, to = End, wait)]
+        async fn close(&self, _ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+    }
+}
+
+/// The second deploy: `filed` became `open`, a ticket is assigned before it closes,
+/// and the state has a priority. Runs of version 1 migrate.
+mod v2 {
+    use loopstack::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Default, Serialize, Deserialize)]
+    pub(crate) struct Ticket {
+        pub(crate) title: String,
+        pub(crate) priority: u8,
+        pub(crate) assignee: Option<String>,
+    }
+
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    pub(crate) struct Assignment {
+        pub(crate) to: String,
+    }
+
+    pub(crate) struct Triage;
+
+    #[workflow(name = "triage", version = 2)]
+    impl Triage {
+        #[transition(to = Open)]
+        async fn file(&self, ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            ticket.title = format!("{} (filed)", ticket.title);
+            ticket.priority = 3;
+            Ok(())
+        }
+
+        #[transition(from = Open, to = Assigned, wait)]
+        async fn assign(&self, ticket: &mut Ticket, _cx: &mut RunContext, assignment: Assignment) -> Result<()> {
+            ticket.assignee = Some(assignment.to);
+            Ok(())
+        }
+
+        #[transition(from = Assigned, to = End)]
+        async fn close(&self, _ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+
+        #[migrate(from = 1)]
+        fn upgrade_v1(&self, old: super::v1::Ticket, place: super::v1::TriagePlace) -> (Ticket, TriagePlace) {
+            use super::v1::TriagePlace as Old;
+            let place = match place {
+                Old::Start => TriagePlace::Start,
+                Old::Filed => TriagePlace::Open,
+                Old::End => TriagePlace::End,
+            };
+            (Ticket { title: old.title, priority: 1, assignee: None }, place)
+        }
+    }
+
+    /// Version 2 with a migration that fails: on a title it cannot read, with an
+    /// error; on "panic", with a panic.
+    pub(crate) struct Broken;
+
+    #[workflow(name = "triage", version = 2)]
+    impl Broken {
+        #[transition(to = Open)]
+        async fn file(&self, _ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+
+        #[transition(from = Open, to = End, wait)]
+        async fn assign(&self, _ticket: &mut Ticket, _cx: &mut RunContext, _assignment: Assignment) -> Result<()> {
+            Ok(())
+        }
+
+        #[migrate(from = 1)]
+        fn from_v1(old: super::v1::Ticket) -> Result<(Ticket, BrokenPlace), String> {
+            if old.title.starts_with("panic") {
+                panic!("the migration met {}", old.title);
+            }
+            Err(format!("cannot triage {:?}", old.title))
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the stores
+
+struct TestStore {
+    store: Arc<dyn Store>,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    None,
+    File(std::path::PathBuf),
+    Schema(String, String),
+}
+
+impl TestStore {
+    fn memory() -> Self {
+        Self { store: Arc::new(loopstack::MemoryStore::new()), cleanup: Cleanup::None }
+    }
+
+    async fn sqlite() -> Self {
+        let path = std::env::temp_dir().join(format!("loopstack-versions-{}.db", RunId::new()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        Self { store: Arc::new(store), cleanup: Cleanup::File(path) }
+    }
+
+    async fn postgres() -> Self {
+        let url = std::env::var("LOOPSTACK_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let schema = format!("loopstack_test_versions_{}", RunId::new().0.simple());
+        let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+        });
+        Self { store: Arc::new(store), cleanup: Cleanup::Schema(url, schema) }
+    }
+
+    async fn remove(self) {
+        drop(self.store);
+        match self.cleanup {
+            Cleanup::None => {}
+            Cleanup::File(path) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Cleanup::Schema(url, schema) => {
+                let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
+                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+            }
+        }
+    }
+}
+
+macro_rules! on_every_store {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test]
+            async fn in_memory() {
+                let store = super::TestStore::memory();
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+
+            #[tokio::test]
+            async fn on_sqlite() {
+                let store = super::TestStore::sqlite().await;
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+
+            #[tokio::test]
+            async fn on_postgres() {
+                let store = super::TestStore::postgres().await;
+                super::$scenario(store.store.clone()).await;
+                store.remove().await;
+            }
+        }
+    };
+}
+
+/// A runtime of one build over the shared store.
+fn build<W: Workflow>(store: &Arc<dyn Store>, _build: W) -> Runtime {
+    Runtime::with_shared_store(store.clone())
+}
+
+fn assignment(to: &str) -> v2::TriageSignal {
+    v2::TriageSignal::Assign(v2::Assignment { to: to.into() })
+}
+
+// ------------------------------------------------------------------ scenarios
+
+async fn parked_on_v1_resumes_and_finishes_on_v2(store: Arc<dyn Store>) {
+    let old = Runtime::with_shared_store(store.clone());
+    let mut parked = Vec::new();
+    for title in ["printer", "coffee"] {
+        let report = old.start(&v1::Triage, v1::Ticket { title: title.into() }).await.unwrap();
+        assert_eq!(report.outcome, RunOutcome::Waiting { place: "filed", signals: vec!["close"] });
+        let record = store.load_run(report.run_id).await.unwrap();
+        assert_eq!((record.version, &*record.definition_hash), (1, v1::Triage.definition().hash()));
+        parked.push(report.run_id);
+    }
+    assert_ne!(v1::Triage.definition().hash(), v2::Triage.definition().hash(), "the deploy changed the table");
+
+    // The new deploy: a typed signal of version 2 for a run parked on version 1.
+    let new = Runtime::with_shared_store(store.clone());
+    let report = new.signal(&v2::Triage, parked[0], assignment("ada")).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(report.state.title, "printer (filed)", "the old state came along");
+    assert_eq!((report.state.priority, report.state.assignee.as_deref()), (1, Some("ada")));
+    let record = store.load_run(parked[0]).await.unwrap();
+    assert_eq!((record.status, record.version), (RunStatus::Completed, 2));
+    assert_eq!(&*record.definition_hash, v2::Triage.definition().hash());
+    let steps: Vec<(String, String, String)> = store
+        .history(parked[0])
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| (s.transition.to_string(), s.from.to_string(), s.to.to_string()))
+        .collect();
+    let step = |t: &str, f: &str, to: &str| (t.to_owned(), f.to_owned(), to.to_owned());
+    assert_eq!(
+        steps,
+        [
+            step("file", "start", "filed"),
+            step("migrate v1 -> v2", "filed", "open"),
+            step("assign", "open", "assigned"),
+            step("close", "assigned", "end"),
+        ]
+    );
+    // The migration's checkpoint holds the migrated state.
+    let migrated = store.checkpoint(parked[0], 2).await.unwrap();
+    let migrated: v2::Ticket = serde_json::from_str(migrated.state.get()).unwrap();
+    assert_eq!((migrated.title.as_str(), migrated.priority, migrated.assignee), ("printer (filed)", 1, None));
+
+    // A plain resume migrates too, and leaves the run waiting at its new place.
+    let report = new.resume(&v2::Triage, parked[1]).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
+    let record = store.load_run(parked[1]).await.unwrap();
+    assert_eq!((record.version, &*record.place, record.step), (2, "open", 2));
+    let report = new.signal(&v2::Triage, parked[1], assignment("grace")).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+}
+on_every_store!(parked_on_v1_resumes_and_finishes_on_v2);
+
+async fn workers_claim_only_the_versions_they_can_drive(store: Arc<dyn Store>) {
+    let old = build(&store, v1::Triage);
+    let new = build(&store, v2::Triage);
+    let newer_run = new.submit(&v2::Triage, v2::Ticket { title: "laptop".into(), ..Default::default() }).await.unwrap();
+    let older_run = old.submit(&v1::Triage, v1::Ticket { title: "desk".into() }).await.unwrap();
+    assert_eq!(store.load_run(newer_run).await.unwrap().version, 2);
+
+    // The old deploy's worker takes its own run and leaves version 2's alone.
+    assert_eq!(Worker::new(old.clone()).register(v1::Triage).run_once().await.unwrap(), 1);
+    let newer = store.load_run(newer_run).await.unwrap();
+    assert_eq!((newer.status, newer.epoch, newer.step), (RunStatus::Queued, 0, 0), "not claimed by version 1");
+    let older = store.load_run(older_run).await.unwrap();
+    assert_eq!((older.status, older.version, &*older.place), (RunStatus::Waiting, 1, "filed"));
+    assert!(Worker::new(old.clone()).register(v1::Triage).run_once().await.unwrap() == 0, "nothing else to take");
+
+    // A signal for the parked run of version 1 makes it claimable; the new deploy's
+    // worker takes both runs, migrating the old one before its signal is delivered.
+    store
+        .send_signal(older_run, "assign", serde_json::value::to_raw_value(&json!({"to": "ada"})).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(Worker::new(new.clone()).register(v2::Triage).run_once().await.unwrap(), 2);
+    let older = store.load_run(older_run).await.unwrap();
+    assert_eq!((older.status, older.version), (RunStatus::Completed, 2));
+    let older = store.checkpoint(older_run, older.step).await.unwrap();
+    let ticket: v2::Ticket = serde_json::from_str(older.state.get()).unwrap();
+    assert_eq!(ticket.assignee.as_deref(), Some("ada"));
+    let newer = store.load_run(newer_run).await.unwrap();
+    assert_eq!((newer.status, newer.version, &*newer.place), (RunStatus::Waiting, 2, "open"));
+
+    // Version 1's build refuses the run of version 2 outright, and changes nothing.
+    let err = old.resume(&v1::Triage, newer_run).await.unwrap_err();
+    let RunError::UnsupportedVersion { version: 2, current: 1, migrates_from: [], .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(err.to_string().contains("is of version 2, which this build cannot drive"), "{err}");
+    let after = store.load_run(newer_run).await.unwrap();
+    assert_eq!((after.status, after.epoch), (newer.status, newer.epoch));
+}
+on_every_store!(workers_claim_only_the_versions_they_can_drive);
+
+async fn a_failed_migration_loses_nothing(store: Arc<dyn Store>) {
+    let old = Runtime::with_shared_store(store.clone());
+    let run = old.start(&v1::Triage, v1::Ticket { title: "scanner".into() }).await.unwrap().run_id;
+    let stored = store.load_run(run).await.unwrap();
+
+    // An explicit resume under the broken build: a typed error, the run as it was.
+    let broken = build(&store, v2::Broken);
+    let err = broken.resume(&v2::Broken, run).await.unwrap_err();
+    let RunError::Migration { from: 1, to: 2, reason, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(reason, r#"cannot triage "scanner (filed)""#);
+    assert!(err.to_string().contains("could not be migrated from version 1 to version 2"), "{err}");
+    let after = store.load_run(run).await.unwrap();
+    assert_eq!((after.status, after.version, after.epoch, after.step), (stored.status, 1, stored.epoch, stored.step));
+
+    // Its worker, which claimed the run, fails it with the reason; the state of
+    // version 1 stays.
+    store.send_signal(run, "assign", serde_json::value::to_raw_value(&json!({"to": "ada"})).unwrap()).await.unwrap();
+    assert_eq!(Worker::new(broken.clone()).register(v2::Broken).run_once().await.unwrap(), 1);
+    let failed = store.load_run(run).await.unwrap();
+    assert_eq!((failed.status, failed.version, &*failed.place), (RunStatus::Failed, 1, "filed"));
+    assert!(failed.error.as_deref().unwrap().contains("from version 1 to version 2: cannot triage"), "{failed:?}");
+    assert_eq!(failed.state.get(), stored.state.get());
+
+    // A retry under a build whose migration works finishes it.
+    let fixed = Runtime::with_shared_store(store.clone());
+    let report = fixed.retry(&v2::Triage, run).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
+    let report = fixed.signal(&v2::Triage, run, assignment("ada")).await.unwrap();
+    assert_eq!((report.outcome, report.state.title.as_str()), (RunOutcome::Completed, "scanner (filed)"));
+
+    // A migration that panics is an error too, and the run stays as it was.
+    let run = old.start(&v1::Triage, v1::Ticket { title: "panic".into() }).await.unwrap().run_id;
+    let err = broken.resume(&v2::Broken, run).await.unwrap_err();
+    let RunError::Migration { reason, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(reason, "the migration panicked: the migration met panic (filed)");
+    assert_eq!(store.load_run(run).await.unwrap().status, RunStatus::Waiting);
+}
+on_every_store!(a_failed_migration_loses_nothing);
+
+/// A run of version 1 under a version 2 without a migration from it: refused, typed.
+#[tokio::test]
+async fn a_version_nothing_migrates_is_refused() {
+    struct Fresh;
+    #[workflow(name = "triage", version = 2)]
+    impl Fresh {
+        #[transition(to = End)]
+        async fn done(&self, _t: &mut v2::Ticket, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+    }
+    let runtime = Runtime::new();
+    let run = runtime.start(&v1::Triage, v1::Ticket::default()).await.unwrap().run_id;
+    let err = runtime.resume(&Fresh, run).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "run {run} of workflow `triage` is of version 1, which this build cannot drive: it drives version 2, and \
+             migrates from no other version"
+        )
+    );
+    assert_eq!(Fresh.definition().migrates_from(), &[] as &[u32]);
+    assert_eq!((v2::Triage.definition().version(), v2::Triage.definition().migrates_from()), (2, &[1][..]));
+}
