@@ -282,7 +282,7 @@ async fn a_run_keeps_the_trace_context_it_was_created_with(store: &Arc<dyn Store
     assert_eq!(claimed.trace_parent.as_deref(), Some(TRACEPARENT));
     let queued = store.create_run(new().trace_parent(Some(TRACEPARENT.into())).queued()).await.unwrap();
     let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
-    let claimed = store.claim_runnable(&["traced"], &lease, Timestamp::now(), 10).await.unwrap();
+    let claimed = store.claim_runnable(&v1(&["traced"]), &lease, Timestamp::now(), 10).await.unwrap();
     assert_eq!(
         claimed.iter().map(|r| (r.run_id, r.trace_parent.as_deref())).collect::<Vec<_>>(),
         [(queued.run_id, Some(TRACEPARENT))]
