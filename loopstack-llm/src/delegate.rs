@@ -479,8 +479,10 @@ impl LlmDelegateToolCalls {
                 error: output.is_error.then(|| output.to_text().into_owned()),
             });
         }
-        span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
-        span.record("outcome", if output.is_error { "error" } else { "ok" });
+        if !span.is_disabled() {
+            span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
+            span.record("outcome", if output.is_error { "error" } else { "ok" });
+        }
         if output.is_error {
             span.record("otel.status_code", "ERROR");
             span.record("error.type", "tool_error");

@@ -439,12 +439,29 @@ impl GenerateResult {
 pub struct LlmGenerateText {
     models: Models,
     tools: ToolRegistry,
+    /// The replay record last built, by its fingerprint: an agent's runs send the
+    /// same settings and tools, so each run's first reply clones it instead of
+    /// formatting every tool's entry again.
+    recorded: Arc<std::sync::Mutex<Option<(String, serde_json::Value)>>>,
 }
 
 impl LlmGenerateText {
     /// A step over these models and tools.
     pub fn new(models: Models, tools: ToolRegistry) -> Self {
-        Self { models, tools }
+        Self { models, tools, recorded: Arc::default() }
+    }
+
+    /// The replay record of `request`, whose fingerprint is `fingerprint`.
+    fn record_of(&self, request: &ChatRequest, fingerprint: &str) -> serde_json::Value {
+        let mut last = self.recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((fp, config)) = &*last
+            && fp == fingerprint
+        {
+            return config.clone();
+        }
+        let config = crate::recording::config(request, fingerprint);
+        *last = Some((fingerprint.to_owned(), config.clone()));
+        config
     }
 
     /// The tools.
@@ -511,7 +528,7 @@ impl LlmGenerateText {
         // sent the same record nothing).
         let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
         let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
-            .then(|| crate::recording::config(&request, &fingerprint));
+            .then(|| self.record_of(&request, &fingerprint));
 
         // Named after OpenTelemetry's GenAI conventions, so an OTLP exporter (the
         // `otel` feature) sends what trace backends read: a span `chat {model}`.
@@ -545,12 +562,16 @@ impl LlmGenerateText {
         for (old, new) in rename_duplicate_ids(&mut response.message) {
             span.in_scope(|| tracing::warn!(id = %old, new_id = %new, "the model repeated a tool call id; renamed"));
         }
-        // As i64: tracing-opentelemetry exports a u64 field as a string.
-        span.record("gen_ai.response.model", response.model.as_str());
-        span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(response.usage.input_tokens));
-        span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(response.usage.output_tokens));
-        span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
-        span.record("latency_ms", crate::usage::as_i64(started.elapsed().as_millis()));
+        // Nobody listens to a disabled span: its fields would only cost (tracing's
+        // `log` feature turns each record into a check of the logger).
+        if !span.is_disabled() {
+            // As i64: tracing-opentelemetry exports a u64 field as a string.
+            span.record("gen_ai.response.model", response.model.as_str());
+            span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(response.usage.input_tokens));
+            span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(response.usage.output_tokens));
+            span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
+            span.record("latency_ms", crate::usage::as_i64(started.elapsed().as_millis()));
+        }
 
         let provider = model.provider().to_owned();
         cx.emit(|| EventKind::Usage {
