@@ -29,7 +29,8 @@ use model::workflow::WorkflowModel;
 /// /// Retrieve weather information.             <- the description the model reads
 /// #[tool]                                       // or #[tool(name = "..", description = "..",
 /// async fn get_weather(                         //          timeout = 10, concurrent = false, approve,
-///                                               //          needs_run, crate = path)]
+///                                               //          needs_run, effect = at_most_once,
+///                                               //          crate = path)]
 ///     /// City or location name                 <- the argument's description
 ///     location: String,
 ///     unit: Option<String>,                     // Option: not required
@@ -59,6 +60,13 @@ use model::workflow::WorkflowModel;
 ///   its run, read with `cx.runtime()?` from the `&ToolContext` parameter (which the
 ///   tool must then take), for a tool that starts or reads runs. Without it
 ///   `cx.runtime()` is an error saying to add this option; default off.
+/// - `effect = at_least_once | idempotent | at_most_once`: what a crash during a
+///   call may do to its side effect (`Effect`). `at_least_once` (the default): a
+///   resumed run calls the tool again. `idempotent`: it calls it again under the
+///   same `cx.idempotency_key()`. `at_most_once`: the call's intent is committed
+///   before it runs, and a resumed run that finds no result does not call it
+///   again: the agent's run waits at `awaiting_outcome` for a person to give the
+///   call's result or have it run again.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
 ///
 /// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the
