@@ -69,6 +69,9 @@ struct Ready<S> {
     parent: Option<Parent>,
     /// Children to drive at the run's next wait or end that this drive did not start.
     children: Vec<StartedChild>,
+    /// Whether an earlier drive committed the checkpoint the loop starts from
+    /// (every mode but `Start`).
+    taken_over: bool,
 }
 
 /// What the loop needs of a claimed run's record.
@@ -198,6 +201,7 @@ async fn prepare<W: Workflow>(
                 own_signal: None,
                 parent: None,
                 children: Vec::new(),
+                taken_over: false,
             }
         }
         Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) | Mode::Recover(id) => {
@@ -233,6 +237,7 @@ async fn prepare<W: Workflow>(
                 own_signal: None,
                 parent: parent_of(&record),
                 children,
+                taken_over: true,
             }
         }
         Mode::Claimed(record) => {
@@ -246,6 +251,7 @@ async fn prepare<W: Workflow>(
                 own_signal: None,
                 parent: parent_of(&record),
                 children: Vec::new(),
+                taken_over: true,
             }
         }
         Mode::Fork(source, step) => {
@@ -261,6 +267,7 @@ async fn prepare<W: Workflow>(
                 own_signal: None,
                 parent: parent_of(&record),
                 children: Vec::new(),
+                taken_over: true,
             }
         }
         Mode::Signal(id, signal) => {
@@ -319,6 +326,7 @@ async fn prepare<W: Workflow>(
                         own_signal: Some(receipt.id),
                         parent,
                         children: Vec::new(),
+                        taken_over: true,
                     }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
@@ -355,12 +363,16 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         own_signal,
         parent,
         children,
+        taken_over,
     } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(run_id, name, (place, step), documents, cancellation, runtime.clone());
+    if taken_over {
+        cx = cx.taken_over();
+    }
     let span = tracing::info_span!("loopstack.run", workflow = name, run_id = %run_id);
     async move {
         let run_loop = RunLoop {

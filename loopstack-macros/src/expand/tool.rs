@@ -190,7 +190,11 @@ fn args_struct(p: &TokenStream, ident: &syn::Ident, body: TokenStream) -> TokenS
 }
 
 fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
-    if m.timeout.is_none() && m.concurrent.is_none() && m.approve.is_none() && m.needs_run.is_none() && m.effect.is_none()
+    if m.timeout.is_none()
+        && m.concurrent.is_none()
+        && m.approve.is_none()
+        && m.needs_run.is_none()
+        && m.effect.is_none()
     {
         return TokenStream::new();
     }
