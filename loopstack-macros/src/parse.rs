@@ -104,7 +104,14 @@ impl Parse for ToolArgs {
                 set_once(&mut args.needs_run, key, "needs_run", flag)
             } else if lh.peek(kw::effect) {
                 let key = input.parse::<kw::effect>()?.span;
-                set_once(&mut args.effect, key, "effect", value(input)?)
+                input.parse::<Token![=]>()?;
+                let effect = input.parse::<Ident>().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "expected `at_least_once`, `idempotent` or `at_most_once`: the effect is a name, not a string",
+                    )
+                })?;
+                set_once(&mut args.effect, key, "effect", effect)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)
