@@ -204,6 +204,57 @@ async fn at_most_once_runs_again_when_told_to(store: &str) {
     let _ = std::fs::remove_file(effects_file(run_id));
 }
 
+/// One HTTP/1.1 request to `address`, the connection closed after it: (status, JSON body).
+async fn http(address: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")))
+}
+
+/// Over HTTP, as Studio and code elsewhere see it: the pending list says the outcome
+/// is unknown and names the signal, and that signal with a result ends the run.
+async fn over_http_the_outcome_is_listed_and_answered(store: &str) {
+    let run_id = kill_during("refund", store);
+    let agent = agent("refund");
+    let runtime = Runtime::with_shared_store(open(store).await).register(agent.clone());
+    let reply = agent.resume(&runtime, run_id).await.unwrap();
+    assert!(matches!(reply.status, AgentStatus::OutcomeUnknown { .. }), "{:?}", reply.status);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(loopstack::serve::serve(listener, runtime.clone(), loopstack::serve::ServeOptions::new()));
+
+    let (status, pending) = http(&address, "GET", &format!("/api/runs/{run_id}/pending"), "").await;
+    assert_eq!(status, 200, "{pending}");
+    assert_eq!(
+        (&pending["outcome_unknown"], &pending["awaiting_approval"]),
+        (&serde_json::json!(true), &serde_json::json!(false))
+    );
+    assert_eq!(pending["signal"], "resolve_tools");
+    assert_eq!(pending["calls"][0]["call_id"], "call_1");
+    let (_, shown) = http(&address, "GET", &format!("/api/runs/{run_id}"), "").await;
+    assert_eq!(
+        (&shown["place"], &shown["pending_signal"]),
+        (&serde_json::json!("awaiting_outcome"), &serde_json::json!("resolve_tools"))
+    );
+
+    let body = r#"{"decisions": [{"call_id": "call_1", "approved": true, "result": "refunded A-17 (checked)"}]}"#;
+    let (status, done) = http(&address, "POST", &format!("/api/runs/{run_id}/signals/resolve_tools"), body).await;
+    assert_eq!((status, &done["status"]), (200, &serde_json::json!("completed")), "{done}");
+    let state = runtime.store().load_run(run_id).await.unwrap().state;
+    assert!(state.get().contains("Done: refunded A-17 (checked)"), "{}", state.get());
+    assert_eq!(effects(run_id), [key(run_id)], "answered over HTTP, the call never ran again");
+    let _ = std::fs::remove_file(effects_file(run_id));
+}
+
 async fn at_least_once_and_idempotent_run_again(store: &str) {
     for (tool, answer) in [("notify", "Done: noted A-17"), ("charge", "Done: charged A-17")] {
         let run_id = kill_during(tool, store);
@@ -234,6 +285,7 @@ async fn idempotent_keeps_its_key_across_a_retry(store: &str) {
 async fn all(store: &str) {
     at_most_once_waits_for_the_result(store).await;
     at_most_once_runs_again_when_told_to(store).await;
+    over_http_the_outcome_is_listed_and_answered(store).await;
     at_least_once_and_idempotent_run_again(store).await;
     idempotent_keeps_its_key_across_a_retry(store).await;
 }
