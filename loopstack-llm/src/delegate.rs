@@ -483,7 +483,7 @@ impl LlmDelegateToolCalls {
             .enumerate()
             .filter(|(index, call)| {
                 self.tools.spec(&call.name).is_some_and(|s| s.options.effect.is_at_most_once())
-                    && offered.iter().any(|o| *o == call.name)
+                    && offered.contains(&call.name)
                     && call.invalid_input.is_none()
                     && call.input.is_object()
                     && !renamed.iter().any(|(i, _)| i == index)
