@@ -147,6 +147,18 @@ pub enum Command {
         /// The calls' ids, as `show` lists them; all waiting calls when left out.
         calls: Vec<String>,
     },
+    /// Says what an at-most-once tool call whose outcome is unknown returned (its run
+    /// waits at `awaiting_outcome`: its process died mid-call), and drives the run
+    /// on: the call is not run again, and the model reads RESULT as its result.
+    /// (`approve` runs such a call again; `deny` answers it as not run.)
+    Resolve {
+        /// The run (of any agent, named or not), waiting at `awaiting_outcome`.
+        run: RunId,
+        /// The call's id, as `show` lists it.
+        call: String,
+        /// What the call did, for the model to read as its result.
+        result: String,
+    },
     /// Denies tool calls an agent's run waits to have decided (every waiting call
     /// when none is named), and drives the run on: the model reads the reason as
     /// each call's result.
@@ -679,6 +691,7 @@ impl Opening {
             Command::Signal { .. } => Self::Existing("signal"),
             Command::Approve { .. } => Self::Existing("approve"),
             Command::Deny { .. } => Self::Existing("deny"),
+            Command::Resolve { .. } => Self::Existing("resolve"),
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Cancel { .. } => Self::Existing("cancel"),
@@ -911,12 +924,16 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let outcome = runtime.signal_by_name(*run, name, payload).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
         }
-        Command::Approve { run, calls } => out = decide(runtime, *run, calls, None, json).await?,
+        Command::Approve { run, calls } => out = decide(runtime, *run, calls, Verdict::Approve, json).await?,
+        Command::Resolve { run, call, result } => {
+            let calls = std::slice::from_ref(call);
+            out = decide(runtime, *run, calls, Verdict::Result(result), json).await?;
+        }
         Command::Deny { run, calls, reason } => {
             if reason.trim().is_empty() {
                 return Err(CliError::EmptyReason);
             }
-            out = decide(runtime, *run, calls, Some(reason), json).await?;
+            out = decide(runtime, *run, calls, Verdict::Deny(reason), json).await?;
         }
         Command::Resume { run } => {
             let outcome = runtime.drive_by_name(*run).await?;
@@ -1006,13 +1023,21 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
     Ok(out)
 }
 
-/// `approve` (`reason` is `None`) or `deny`: decides on the named calls of an
-/// agent's run, or on all that wait, and drives the run on.
+/// What `approve`, `deny` and `resolve` say of each call they name.
+#[derive(Clone, Copy)]
+enum Verdict<'a> {
+    Approve,
+    Deny(&'a str),
+    Result(&'a str),
+}
+
+/// `approve`, `deny` or `resolve`: decides on the named calls of an agent's run,
+/// or on all that wait, and drives the run on.
 async fn decide(
     runtime: &Runtime,
     run_id: RunId,
     calls: &[String],
-    reason: Option<&str>,
+    verdict: Verdict<'_>,
     json: bool,
 ) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
@@ -1034,9 +1059,10 @@ async fn decide(
     if chosen.is_empty() {
         chosen = pending.iter().map(|p| p.call_id.as_str()).collect();
     }
-    let decisions = loopstack_llm::ToolDecisions::new(chosen.into_iter().map(|call| match reason {
-        None => loopstack_llm::ToolDecision::approve(call),
-        Some(reason) => loopstack_llm::ToolDecision::deny(call, reason),
+    let decisions = loopstack_llm::ToolDecisions::new(chosen.into_iter().map(|call| match verdict {
+        Verdict::Approve => loopstack_llm::ToolDecision::approve(call),
+        Verdict::Deny(reason) => loopstack_llm::ToolDecision::deny(call, reason),
+        Verdict::Result(result) => loopstack_llm::ToolDecision::result(call, result),
     }));
     let outcome = loopstack_llm::decide_by_name(runtime, run_id, &decisions).await?;
     outcome_text(runtime, run_id, &outcome, json).await
@@ -1090,7 +1116,8 @@ async fn outcome_text(runtime: &Runtime, run_id: RunId, outcome: &RunOutcome, js
                 if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
             );
             if let Some(pending) = pending.filter(|p| !p.is_empty()) {
-                crate::views::pending_lines(&mut out, run_id, &pending, crate::views::Answer::Cli);
+                let outcome = crate::views::is_outcome_place(place);
+                crate::views::pending_lines(&mut out, run_id, &pending, outcome, crate::views::Answer::Cli);
             }
             out
         }

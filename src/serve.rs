@@ -23,8 +23,8 @@
 //! | `GET /api/runs/{id}` | a run: status, history with times, state, documents, signals, and what it waits for (`waits_for`: each signal with its payload schema and shape, the timer, an agent's `pending_calls`) |
 //! | `GET /api/runs/{id}/checkpoints/{step}` | the state the run's checkpoint of `step` holds (0: the initial state) |
 //! | `GET /api/runs/{id}/documents/{type}/{key}` | every version of a keyed document, oldest first |
-//! | `GET /api/runs/{id}/pending` | the tool calls an agent's run (of any name) waits to have decided: id, tool, arguments |
-//! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}` |
+//! | `GET /api/runs/{id}/pending` | the tool calls an agent's run (of any name) waits to have decided: id, tool, arguments; `outcome_unknown` for at-most-once calls whose process died mid-call, and the `signal` that answers them |
+//! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}`; calls whose outcome is unknown with `resolve_tools`, the same payload, where a decision's `result` gives the call's result |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events, with ids that resume after a reconnect (`Last-Event-ID`) over a store with an event log |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
@@ -464,6 +464,8 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
                 value["waits_for"] = waits.json();
                 if let Some(pending) = &waits.pending {
                     value["pending_calls"] = json!(pending);
+                    value["pending_signal"] = json!(pending_signal(waits.outcome_unknown));
+                    value["outcome_unknown"] = json!(waits.outcome_unknown);
                 }
             }
             Ok(None) => {}
@@ -483,8 +485,18 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
     ok(&app, StatusCode::OK, value)
 }
 
-/// The calls a run waits to have decided: `{"run_id", "awaiting_approval", "calls"}`,
-/// `calls` empty (and `awaiting_approval` false) when it waits for no decision.
+/// The signal that answers a run's pending calls: decisions, or the outcome of
+/// at-most-once calls.
+fn pending_signal(outcome_unknown: bool) -> &'static str {
+    if outcome_unknown { loopstack_llm::RESOLVE_TOOLS } else { loopstack_llm::DECIDE_TOOLS }
+}
+
+/// The calls a run waits to have decided: `{"run_id", "awaiting_approval",
+/// "outcome_unknown", "signal", "calls"}`, `calls` empty (and both flags false) when
+/// it waits for no decision. `outcome_unknown` marks at-most-once calls whose
+/// process died mid-call (the run waits at `awaiting_outcome`); `signal` is the one
+/// that answers them, with the same `{"decisions": [..]}` payload (a decision's
+/// `result` gives a call's result, `approved` runs it again).
 async fn pending_calls(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let record = match app.runtime.store().load_run(id).await {
         Ok(record) => record,
@@ -496,9 +508,12 @@ async fn pending_calls(State(app): State<App>, PathJson(id): PathJson<RunId>) ->
             Some(Ok(pending)) => pending,
             None => None,
         };
-    let awaiting = pending.is_some();
+    let outcome = pending.is_some() && crate::views::is_outcome_place(&record.place);
+    let awaiting = pending.is_some() && !outcome;
     let calls = pending.unwrap_or_default();
-    ok(&app, StatusCode::OK, json!({ "run_id": id, "awaiting_approval": awaiting, "calls": calls }))
+    let signal = pending_signal(outcome);
+    let value = json!({ "run_id": id, "awaiting_approval": awaiting, "outcome_unknown": outcome, "signal": signal, "calls": calls });
+    ok(&app, StatusCode::OK, value)
 }
 
 async fn show_checkpoint(State(app): State<App>, PathJson((id, step)): PathJson<(RunId, u64)>) -> Response {

@@ -56,6 +56,10 @@ pub(crate) struct Waits {
     /// The calls waiting for a person's decision, when it is an agent's run that
     /// waits for them.
     pub(crate) pending: Option<Vec<loopstack_llm::PendingCall>>,
+    /// Whether those calls are at-most-once calls whose outcome is unknown (the run
+    /// waits at `awaiting_outcome`) rather than calls to approve.
+    #[cfg_attr(not(any(feature = "cli", feature = "mcp-server")), allow(dead_code))]
+    pub(crate) outcome_unknown: bool,
     /// The timed transitions that leave its place.
     pub(crate) timers: Vec<&'static loopstack_core::TransitionDef>,
     /// When the first of them is due.
@@ -77,6 +81,7 @@ impl Waits {
         Ok(Some(Self {
             signals: def.transitions().iter().filter(|t| t.wait).filter(leaving).collect(),
             pending: loopstack_llm::pending_calls(def, record)?,
+            outcome_unknown: is_outcome_place(&record.place),
             timers: def.transitions().iter().filter(|t| t.after.is_some()).filter(leaving).collect(),
             wake_at: record.wake_at,
         }))
@@ -122,14 +127,43 @@ pub(crate) enum Answer {
     Mcp,
 }
 
-/// The calls waiting for a decision, one line each, indented.
+/// Whether an agent's run at `place` waits for the outcome of at-most-once calls.
+pub(crate) fn is_outcome_place(place: &str) -> bool {
+    place == loopstack_llm::AgentPlace::AwaitingOutcome.as_str()
+}
+
+/// The calls waiting for a decision, one line each, indented; `outcome_unknown`
+/// when they are at-most-once calls whose outcome is unknown.
 #[cfg(any(feature = "cli", feature = "mcp-server"))]
 pub(crate) fn pending_lines(
     out: &mut String,
     run_id: loopstack_core::RunId,
     pending: &[loopstack_llm::PendingCall],
+    outcome_unknown: bool,
     how: Answer,
 ) {
+    if outcome_unknown {
+        let hint = match how {
+            Answer::Cli => format!(
+                "`resolve {run_id} CALL RESULT` gives its result, `approve {run_id} [CALL...]` runs it again, \
+                 `deny {run_id} [CALL...] --reason R` answers it as not run"
+            ),
+            Answer::Mcp => format!(
+                "`loopstack_decide` with run_id {run_id} and `results` (the call's result), `approve` (run it \
+                 again) or `deny`"
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  {} at-most-once tool call(s) stopped mid-call; their outcome is unknown, so they were not run again \
+             ({hint}):",
+            pending.len()
+        );
+        for call in pending {
+            let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
+        }
+        return;
+    }
     let hint = match how {
         Answer::Cli => format!("`approve {run_id} [CALL...]`, `deny {run_id} [CALL...] --reason R`"),
         Answer::Mcp => format!("`loopstack_decide` with run_id {run_id} and the calls to approve or deny"),
@@ -146,7 +180,7 @@ pub(crate) fn pending_lines(
 pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits, how: Answer) {
     let _ = writeln!(out, "\nwaits for:");
     if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
-        pending_lines(out, run_id, pending, how);
+        pending_lines(out, run_id, pending, waits.outcome_unknown, how);
     }
     for t in &waits.signals {
         let payload = match t.payload_schema.map(|f| f()) {
@@ -214,7 +248,7 @@ where
 }
 
 /// A JSON Schema's shape in a line a person reads: `{reviewer: string}`,
-/// `{decisions: [{call_id: string, approved: boolean, reason?: string | null}]}`.
+/// `{decisions: [{call_id: string, approved: boolean, reason?: string | null, result?: string | null}]}`.
 /// Optional properties end in `?`; references are followed (`root` holds the
 /// definitions), to a depth.
 pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
@@ -305,7 +339,7 @@ mod tests {
         let decisions = (decide.payload_schema.unwrap())();
         assert_eq!(
             shape(&decisions, &decisions, 0),
-            "{decisions: [{call_id: string, approved: boolean, reason?: string | null}]}"
+            "{decisions: [{call_id: string, approved: boolean, reason?: string | null, result?: string | null}]}"
         );
         let schema = json!({"type": "object", "properties": {"mode": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
                             "required": ["mode"]});

@@ -23,6 +23,9 @@ pub struct RunContext {
     workflow: &'static str,
     pub(crate) place: &'static str,
     pub(crate) step: u64,
+    /// The step this drive took the run over at, when an earlier drive committed it
+    /// (every drive but the one that created the run).
+    took_over_at: Option<u64>,
     docs: Vec<Arc<Document>>,
     /// Positions in `docs` of the keyed documents, by key (any type): a keyed save
     /// finds its document without scanning the run.
@@ -77,6 +80,7 @@ impl RunContext {
             workflow,
             place,
             step,
+            took_over_at: None,
             docs,
             keyed,
             committed_len,
@@ -94,6 +98,12 @@ impl RunContext {
     pub fn detached(workflow: &'static str) -> Self {
         let runtime = Runtime::new();
         Self::new(RunId::new(), workflow, (crate::START, 0), Vec::new(), CancellationToken::new(), runtime)
+    }
+
+    /// Marks the context's first checkpoint as committed by an earlier drive.
+    pub(crate) fn taken_over(mut self) -> Self {
+        self.took_over_at = Some(self.step);
+        self
     }
 
     pub(crate) fn committed(&mut self, step: u64, place: &'static str) {
@@ -143,6 +153,27 @@ impl RunContext {
     /// commits as step `step() + 1`.
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// Whether this transition may repeat one an earlier drive of the run began: it
+    /// is the first transition of a drive that took the run over at a checkpoint
+    /// another drive committed (a resume after a crash, a worker's recovery, a
+    /// retry, a signal's drive, a fork). Whatever that drive did after its last
+    /// commit (a tool it started, a request it sent) may have happened, and this
+    /// transition cannot know. Later transitions of the same drive start from a
+    /// checkpoint this drive committed, and are `false`; so is every transition of
+    /// the drive that created the run.
+    ///
+    /// Steps with an effect that must not happen twice read it: the LLM layer does
+    /// not run an at-most-once tool call ([`Effect::AtMostOnce`](crate::Effect::AtMostOnce))
+    /// in such a transition, but asks a person what happened.
+    ///
+    /// ```
+    /// let cx = loopstack_core::RunContext::detached("demo");
+    /// assert!(!cx.may_repeat());
+    /// ```
+    pub fn may_repeat(&self) -> bool {
+        self.took_over_at == Some(self.step)
     }
 
     /// Cancelled when the run is cancelled.

@@ -91,7 +91,7 @@ pub use store::{
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
+    Effect, IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
     is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{

@@ -117,6 +117,70 @@ pub struct ToolOptions {
     /// run's state in its [`ToolContext`] (a workflow tool starts a child run).
     /// Off for plain tools, so their calls do not carry them.
     pub needs_run: bool,
+    /// What a crash during a call may do to the call's side effect: run it again
+    /// (the default), run it again under the same idempotency key, or never run it
+    /// twice. See [`Effect`].
+    pub effect: Effect,
+}
+
+/// How often a tool call's side effect may happen when the process running it dies
+/// mid-call, which decides what a resumed run does with the call.
+///
+/// A run is checkpointed per transition, and a tool call happens inside one: a
+/// crash after the call started and before its result was committed leaves a run
+/// whose call may or may not have had its effect.
+///
+/// - [`AtLeastOnce`](Self::AtLeastOnce), the default: the resumed run calls the
+///   tool again. Right for reads and for effects that are harmless twice.
+/// - [`Idempotent`](Self::Idempotent): the resumed run calls the tool again, with
+///   the same [`ToolContext::idempotency_key`] as every earlier attempt of the call;
+///   the tool hands it to the service it calls (a payment API's idempotency key) so
+///   the service makes the effect once. It runs like `AtLeastOnce`: the option
+///   states the tool's contract, for readers and for operators.
+/// - [`AtMostOnce`](Self::AtMostOnce): the call's intent (its id, tool and arguments)
+///   is committed in the run's checkpoint before the tool runs, in the same fenced
+///   commit that records the model's turn (or a person's decision on the call), so
+///   it costs no extra write. A resumed run that finds the intent without a result
+///   does not call the tool again: the run waits at `awaiting_outcome` for a person
+///   (or code) to say what happened, with the call's result, or "run it again".
+///
+/// ```
+/// use loopstack_core::{Effect, ToolOptions};
+///
+/// assert_eq!(ToolOptions::new().effect, Effect::AtLeastOnce);
+/// let refund = ToolOptions::new().effect(Effect::AtMostOnce);
+/// assert!(refund.effect.is_at_most_once());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Effect {
+    /// A call interrupted by a crash runs again when its run resumes.
+    #[default]
+    AtLeastOnce,
+    /// A call interrupted by a crash runs again, with the same idempotency key
+    /// ([`ToolContext::idempotency_key`]) on every attempt.
+    Idempotent,
+    /// A call interrupted by a crash is not run again: its run waits for a person
+    /// (or code) to give its result or to have it run again.
+    AtMostOnce,
+}
+
+impl Effect {
+    /// Whether a call interrupted by a crash must not run again.
+    pub const fn is_at_most_once(self) -> bool {
+        matches!(self, Self::AtMostOnce)
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::AtLeastOnce => "at least once",
+            Self::Idempotent => "idempotent",
+            Self::AtMostOnce => "at most once",
+        })
+    }
 }
 
 impl Default for ToolOptions {
@@ -126,9 +190,18 @@ impl Default for ToolOptions {
 }
 
 impl ToolOptions {
-    /// The defaults: the caller's timeout, concurrent, no approval.
+    /// The defaults: the caller's timeout, concurrent, no approval, at least once.
     pub const fn new() -> Self {
-        Self { timeout: None, concurrent: true, approve: false, needs_run: false }
+        Self { timeout: None, concurrent: true, approve: false, needs_run: false, effect: Effect::AtLeastOnce }
+    }
+
+    /// Sets what a crash during a call may do to its side effect ([`Effect`]); a
+    /// `#[tool]` sets it with `#[tool(effect = at_most_once)]` (or `idempotent`,
+    /// `at_least_once`).
+    #[must_use]
+    pub const fn effect(mut self, effect: Effect) -> Self {
+        self.effect = effect;
+        self
     }
 
     /// Sets whether each call gets the runtime and the parent run's state in its
@@ -319,12 +392,16 @@ impl ToolContext {
         self.step
     }
 
-    /// A key that names this call for good: `{run_id}/{step}/{call_id}`.
+    /// A key that names this call for good: `{run_id}/{step}/{call_id}`, where
+    /// `step` is the step of the transition that first ran the call.
     ///
-    /// A transition interrupted by a crash runs again when its run resumes (runs are
-    /// checkpointed per transition: at least once), and so do the tool calls it
-    /// made; the retried call has the same key. A tool whose side effect must happen
-    /// once (a payment, an email) passes it to the service it calls as an
+    /// Every attempt of the same call has the same key: a transition interrupted by
+    /// a crash runs again when its run resumes (runs are checkpointed per transition:
+    /// at least once), and so do the tool calls it made; a failed run that is
+    /// retried runs its last transition again; an [`Effect::AtMostOnce`] call a
+    /// person asked to run again runs under its first attempt's key. A tool whose
+    /// side effect must happen once (a payment, an email) declares
+    /// [`Effect::Idempotent`] and passes the key to the service it calls as an
     /// idempotency key, or records it next to the effect and checks it first.
     /// Outside a run (a tool called directly) there is no key.
     pub fn idempotency_key(&self) -> Option<String> {

@@ -52,6 +52,12 @@ pub struct CallOptions<'a> {
     /// The run's state as JSON, for workflow tools whose input mapping reads
     /// `ctx.*` (see [`WorkflowTool`](crate::WorkflowTool)).
     pub state: Option<&'a Arc<Value>>,
+    /// Calls whose result is known without running them: what a person said an
+    /// at-most-once call whose outcome was unknown returned. Not run; answered with it.
+    pub answered: &'a [ToolCallResult],
+    /// The step the calls' idempotency keys name, when the batch was first tried at
+    /// an earlier step (`None`: the step this transition commits as).
+    pub key_step: Option<u64>,
 }
 
 impl<'a> CallOptions<'a> {
@@ -78,6 +84,22 @@ impl<'a> CallOptions<'a> {
     #[must_use]
     pub fn state(mut self, state: &'a Arc<Value>) -> Self {
         self.state = Some(state);
+        self
+    }
+
+    /// Sets the calls whose result is known already (see [`CallOptions::answered`]).
+    #[must_use]
+    pub fn answered(mut self, answered: &'a [ToolCallResult]) -> Self {
+        self.answered = answered;
+        self
+    }
+
+    /// Sets the step the calls' idempotency keys name: the step the batch was first
+    /// tried at, so every attempt of a call has the key of its first
+    /// ([`ToolContext::idempotency_key`]).
+    #[must_use]
+    pub fn key_step(mut self, step: u64) -> Self {
+        self.key_step = Some(step);
         self
     }
 }
@@ -147,6 +169,17 @@ pub struct DelegateResult {
     pub all_completed: bool,
     /// How many results are errors.
     pub error_count: usize,
+    /// At-most-once calls ([`Effect::AtMostOnce`](loopstack_core::Effect::AtMostOnce))
+    /// whose outcome is unknown: the step runs again after a crash
+    /// ([`RunContext::may_repeat`]) and the drive that died may have run them.
+    /// When there are any, nothing of the batch was run (`results` is empty,
+    /// `all_completed` is `false`, nothing is saved): the step asks a person what
+    /// happened and runs the batch again with the answers
+    /// ([`CallOptions::answered`], and for "run it again" nothing: a batch run by a
+    /// drive's later step runs its at-most-once calls). The agent waits at
+    /// `awaiting_outcome` for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_outcome: Vec<crate::PendingCall>,
 }
 
 /// Runs every tool call of an assistant message and saves one tool-result message
@@ -360,13 +393,24 @@ impl LlmDelegateToolCalls {
         options: &CallOptions<'_>,
     ) -> DelegateResult {
         let denied = options.denied;
+        // A step that may repeat one a dead drive began runs no at-most-once call it
+        // has no answer for: that drive committed the call's intent and may have run it.
+        // (A step that does not repeat, the usual case, looks at no call here.)
+        if cx.may_repeat() {
+            let unknown = self.unknown_outcome(message, offered, options);
+            if !unknown.is_empty() {
+                tracing::warn!(calls = unknown.len(), "at-most-once tool calls of a dead drive have no result");
+                return DelegateResult { unknown_outcome: unknown, ..DelegateResult::default() };
+            }
+        }
         let events = cx.events_enabled().then(|| cx.emitter());
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
         let cancellation = cx.cancellation().clone();
-        // The step this transition commits as: with the run and the call id, a key
-        // that is the same when a crash makes the transition run again.
-        let step = cx.step() + 1;
+        // The step the batch was first tried at (this transition's, unless a person's
+        // answer made it run again later): with the run and the call id, a key that
+        // is the same on every attempt of the call.
+        let step = options.key_step.unwrap_or(cx.step() + 1);
         // Calls that repeat the id of an earlier call are not run: each gets an error
         // result under a new id (empty when the ids are unique, the usual case).
         let renamed = duplicate_ids(message);
@@ -393,8 +437,9 @@ impl LlmDelegateToolCalls {
                     }
                 }
                 let denial = denied.iter().find(|d| d.call_id == call.id);
+                let answer = options.answered.iter().find(|a| a.tool_use_id == call.id);
                 let batch = Batch { offered, exclusive: &exclusive, events: events.as_ref() };
-                self.run_one(call, tcx, batch, duplicate, denial).map(move |result| (index, result))
+                self.run_one(call, tcx, batch, duplicate, denial, answer).map(move |result| (index, result))
             })
             .collect();
         // Unordered, so one slow call does not hold back the start of later ones; the
@@ -420,7 +465,37 @@ impl LlmDelegateToolCalls {
         let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
         let error_count = results.iter().filter(|r| r.is_error).count();
         let all_completed = results.len() == message.tool_uses().count() && results.iter().all(|r| r.pending.is_none());
-        DelegateResult { all_completed, error_count, results }
+        DelegateResult { all_completed, error_count, results, unknown_outcome: Vec::new() }
+    }
+
+    /// The at-most-once calls of `message` that would run (a tool offered and
+    /// registered, arguments that are a JSON object, an id of their own) and have
+    /// no answer: neither denied nor [`answered`](CallOptions::answered).
+    fn unknown_outcome(
+        &self,
+        message: &Message,
+        offered: &[String],
+        options: &CallOptions<'_>,
+    ) -> Vec<crate::PendingCall> {
+        let renamed = duplicate_ids(message);
+        message
+            .tool_uses()
+            .enumerate()
+            .filter(|(index, call)| {
+                self.tools.spec(&call.name).is_some_and(|s| s.options.effect.is_at_most_once())
+                    && offered.contains(&call.name)
+                    && call.invalid_input.is_none()
+                    && call.input.is_object()
+                    && !renamed.iter().any(|(i, _)| i == index)
+                    && !options.denied.iter().any(|d| d.call_id == call.id)
+                    && !options.answered.iter().any(|a| a.tool_use_id == call.id)
+            })
+            .map(|(_, call)| crate::PendingCall {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.input.clone(),
+            })
+            .collect()
     }
 
     async fn run_one(
@@ -430,10 +505,15 @@ impl LlmDelegateToolCalls {
         Batch { offered, exclusive, events }: Batch<'_>,
         duplicate: Option<&str>,
         denial: Option<&ToolDenial>,
+        answer: Option<&ToolCallResult>,
     ) -> ToolCallResult {
         if let Some(denial) = denial {
             tracing::info!(tool = %call.name, call_id = %call.id, "tool call denied");
             return ToolCallResult::error(&call.id, &call.name, denial.result_text());
+        }
+        if let Some(answer) = answer {
+            tracing::info!(tool = %call.name, call_id = %call.id, "tool call answered without running it");
+            return answer.clone();
         }
         if let Some(new_id) = duplicate {
             tracing::warn!(tool = %call.name, call_id = %call.id, new_id, "a tool call repeats the id of an earlier call");

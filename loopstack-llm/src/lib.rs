@@ -54,8 +54,8 @@ mod workflow_tool;
 pub use agent::{
     Agent, AgentPlace, AgentQuestion, AgentReply, AgentSignal, AgentState, AgentStatus, AgentTool, AgentToolError,
     Answer, AskError, DECIDE_TOOLS, DEFAULT_AGENT_TOOL_TIMEOUT, DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS,
-    DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESPOND_TOOL, RaiseLimit, Repeats,
-    TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, agent_answer,
+    DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESOLVE_TOOLS, RESPOND_TOOL, RaiseLimit,
+    Repeats, TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, agent_answer,
     decide_by_name, pending_calls, takes_decisions,
 };
 pub use delegate::{

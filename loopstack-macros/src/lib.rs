@@ -29,7 +29,8 @@ use model::workflow::WorkflowModel;
 /// /// Retrieve weather information.             <- the description the model reads
 /// #[tool]                                       // or #[tool(name = "..", description = "..",
 /// async fn get_weather(                         //          timeout = 10, concurrent = false, approve,
-///                                               //          needs_run, crate = path)]
+///                                               //          needs_run, effect = at_most_once,
+///                                               //          crate = path)]
 ///     /// City or location name                 <- the argument's description
 ///     location: String,
 ///     unit: Option<String>,                     // Option: not required
@@ -59,29 +60,14 @@ use model::workflow::WorkflowModel;
 ///   its run, read with `cx.runtime()?` from the `&ToolContext` parameter (which the
 ///   tool must then take), for a tool that starts or reads runs. Without it
 ///   `cx.runtime()` is an error saying to add this option; default off.
-/// - `version = N`: the workflow's version, an integer of at least 1; default 1. Each
-///   run records the version it started under; a build drives runs of its own version
-///   and of those it has a `#[migrate]` method for, and its workers claim no others.
-///   Raise it when a deploy changes the table or the state so that waiting runs
-///   cannot simply go on.
+/// - `effect = at_least_once | idempotent | at_most_once`: what a crash during a
+///   call may do to its side effect (`Effect`). `at_least_once` (the default): a
+///   resumed run calls the tool again. `idempotent`: it calls it again under the
+///   same `cx.idempotency_key()`. `at_most_once`: the call's intent is committed
+///   before it runs, and a resumed run that finds no result does not call it
+///   again: the agent's run waits at `awaiting_outcome` for a person to give the
+///   call's result or have it run again.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
-///
-/// `#[migrate(from = N)]` marks a plain (not `async`, not generic) method that converts
-/// a run of older version `N` (below `version`, one method per version) when this
-/// build first claims it: `fn(&self?, old: OldState, place: OldPlace?) -> R`. `OldState`
-/// is the older version's state type (`DeserializeOwned`), read from the stored
-/// JSON; the optional `OldPlace` is the older build's place enum (`<OldType>Place`,
-/// kept in the build beside the old state type) or a `String`; `R` is
-/// `(State, <Type>Place)` or `Result<(State, <Type>Place), E>` with `E: Into<BoxError>`,
-/// so the target is a place of this table. The runtime commits the result as a step
-/// of its own (`migrate v1 -> v2` in the run's history) with the run's new version,
-/// fenced like every step; a migration that errs or panics fails the run with
-/// `RunError::Migration` naming both versions, and the run keeps its stored state.
-/// It may run more than once for a run, so keep it a pure function of its arguments.
-/// (A `from_v1` takes no `&self`: clippy's `wrong_self_convention` expects that of a
-/// `from_*` method; one that needs the workflow's fields takes `&self` under another
-/// name, such as `upgrade_v1`.)
-/// It fills in `Workflow::migrate` and `Definition::with_migrations`.
 ///
 /// Parameter doc comments and `#[serde(..)]`/`#[schemars(..)]` attributes move to the
 /// arguments' schema. A `Result<T, E>` return (`E: Into<ToolError>`) sends `T`;
@@ -125,6 +111,11 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Options, all optional:
 ///
 /// - `name = ".."`: the stored workflow name; default: the type's name in snake_case.
+/// - `version = N`: the workflow's version, an integer of at least 1; default 1. Each
+///   run records the version it started under; a build drives runs of its own version
+///   and of those it has a `#[migrate]` method for, and its workers claim no others.
+///   Raise it when a deploy changes the table or the state so that waiting runs
+///   cannot simply go on.
 /// - `input = T`: what a run starts with; default: the state type. The state is
 ///   built with `From<T>`.
 /// - `state = S`: the state type; default: `S` of the transitions' `state: &mut S`.
@@ -133,6 +124,23 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   builds) or one made from it with `Definition::renamed`, so values of one type
 ///   can run as workflows of their own names (the agent's `Agent::named` does this).
 /// - `crate = path`: where loopstack is; default `::loopstack`.
+///
+/// `#[migrate(from = N)]` marks a plain (not `async`, not generic) method that converts
+/// a run of older version `N` (below `version`, one method per version) when this
+/// build first claims it: `fn(&self?, old: OldState, place: OldPlace?) -> R`. `OldState`
+/// is the older version's state type (`DeserializeOwned`), read from the stored
+/// JSON; the optional `OldPlace` is the older build's place enum (`<OldType>Place`,
+/// kept in the build beside the old state type) or a `String`; `R` is
+/// `(State, <Type>Place)` or `Result<(State, <Type>Place), E>` with `E: Into<BoxError>`,
+/// so the target is a place of this table. The runtime commits the result as a step
+/// of its own (`migrate v1 -> v2` in the run's history) with the run's new version,
+/// fenced like every step; a migration that errs or panics fails the run with
+/// `RunError::Migration` naming both versions, and the run keeps its stored state.
+/// It may run more than once for a run, so keep it a pure function of its arguments.
+/// (A `from_v1` takes no `&self`: clippy's `wrong_self_convention` expects that of a
+/// `from_*` method; one that needs the workflow's fields takes `&self` under another
+/// name, such as `upgrade_v1`.)
+/// It fills in `Workflow::migrate` and `Definition::with_migrations`.
 ///
 /// `#[transition]` takes `to = Place` (required), `from = Place` or `from = [A, B]`
 /// (default `Start`), `priority = n` (an `i32`, default 0; ties keep declaration

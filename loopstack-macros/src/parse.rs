@@ -18,6 +18,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(concurrent);
     syn::custom_keyword!(approve);
     syn::custom_keyword!(needs_run);
+    syn::custom_keyword!(effect);
     syn::custom_keyword!(input);
     syn::custom_keyword!(state);
     syn::custom_keyword!(definition);
@@ -60,7 +61,8 @@ fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse()
 }
 
-/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, approve, needs_run, crate = path)]`
+/// `#[tool(name = "..", description = "..", timeout = 10, concurrent = false, approve, needs_run,
+/// effect = at_most_once, crate = path)]`
 #[derive(Default)]
 pub(crate) struct ToolArgs {
     pub(crate) name: Option<LitStr>,
@@ -71,6 +73,8 @@ pub(crate) struct ToolArgs {
     pub(crate) approve: Option<LitBool>,
     /// `needs_run` or `needs_run = true|false`.
     pub(crate) needs_run: Option<LitBool>,
+    /// `effect = at_least_once|idempotent|at_most_once`: an ident, checked in `model`.
+    pub(crate) effect: Option<Ident>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -99,6 +103,16 @@ impl Parse for ToolArgs {
                 let key = input.parse::<kw::needs_run>()?.span;
                 let flag = if input.peek(Token![=]) { value(input)? } else { LitBool::new(true, key) };
                 set_once(&mut args.needs_run, key, "needs_run", flag)
+            } else if lh.peek(kw::effect) {
+                let key = input.parse::<kw::effect>()?.span;
+                input.parse::<Token![=]>()?;
+                let effect = input.parse::<Ident>().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "expected `at_least_once`, `idempotent` or `at_most_once`: the effect is a name, not a string",
+                    )
+                })?;
+                set_once(&mut args.effect, key, "effect", effect)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

@@ -48,6 +48,7 @@ pub(super) async fn decide(
     approve: Calls,
     deny: Calls,
     reason: Option<&str>,
+    results: Vec<(String, String)>,
 ) -> CallToolResult {
     let (record, waits) = match waits_of(runtime, run_id).await {
         Ok(found) => found,
@@ -66,7 +67,8 @@ pub(super) async fn decide(
         Calls::All => Vec::new(),
     };
     let (approved, denied) = (named(&approve), named(&deny));
-    for id in approved.iter().chain(&denied) {
+    let answered: Vec<String> = results.iter().map(|(id, _)| id.clone()).collect();
+    for id in approved.iter().chain(&denied).chain(&answered) {
         if !pending.iter().any(|p| p.call_id == *id) {
             return refused(
                 runtime,
@@ -76,12 +78,12 @@ pub(super) async fn decide(
                 ),
             );
         }
-        if approved.contains(id) && denied.contains(id) {
-            return refused(runtime, &format!("call `{id}` is both approved and denied"));
+        if [approved.contains(id), denied.contains(id), answered.contains(id)].iter().filter(|b| **b).count() > 1 {
+            return refused(runtime, &format!("call `{id}` is named twice among `approve`, `deny` and `results`"));
         }
     }
     let rest = |taken: &[String]| -> Vec<String> {
-        pending.iter().map(|p| p.call_id.clone()).filter(|id| !taken.contains(id)).collect()
+        pending.iter().map(|p| p.call_id.clone()).filter(|id| !taken.contains(id) && !answered.contains(id)).collect()
     };
     let (approved, denied) = match (&approve, &deny) {
         (Calls::All, Calls::All) => return refused(runtime, "`approve` and `deny` cannot both be \"all\""),
@@ -89,7 +91,7 @@ pub(super) async fn decide(
         (_, Calls::All) => (approved.clone(), rest(&approved)),
         _ => (approved, denied),
     };
-    if approved.is_empty() && denied.is_empty() {
+    if approved.is_empty() && denied.is_empty() && results.is_empty() {
         return refused(
             runtime,
             &format!(
@@ -106,7 +108,8 @@ pub(super) async fn decide(
         approved
             .iter()
             .map(loopstack_llm::ToolDecision::approve)
-            .chain(denied.iter().map(|id| loopstack_llm::ToolDecision::deny(id, reason))),
+            .chain(denied.iter().map(|id| loopstack_llm::ToolDecision::deny(id, reason)))
+            .chain(results.iter().map(|(id, text)| loopstack_llm::ToolDecision::result(id, text))),
     );
     let driven = crate::views::detached(runtime, move |rt| async move {
         loopstack_llm::decide_by_name(&rt, run_id, &decisions).await

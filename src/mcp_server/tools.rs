@@ -131,7 +131,8 @@ pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
         DECIDE_TOOL,
         "Decides on an agent's tool calls that wait for a person's approval (as a result lists them: id, tool, \
          arguments): approves some, denies others with a reason the model reads; calls not named keep waiting. \
-         Drives the run on and answers like the agent's tool.",
+         For at-most-once calls whose outcome is unknown (their process died mid-call), `results` gives a call's \
+         result (it is not run again), `approve` runs it again. Drives the run on and answers like the agent's tool.",
         Arc::new(object(json!({
             "type": "object",
             "properties": {
@@ -139,6 +140,12 @@ pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
                 "approve": approve,
                 "deny": deny,
                 "reason": { "type": "string", "description": "Why the denied calls are refused, for the model to read." },
+                "results": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string" },
+                    "description": "By call id, what a call did, for the model to read as its result; the call is \
+                                    not run (for calls whose outcome is unknown).",
+                },
             },
             "required": ["run_id"],
             "additionalProperties": false,
@@ -161,6 +168,10 @@ pub(super) enum Calls {
     All,
 }
 
+/// The arguments of [`DECIDE_TOOL`]: the run, the calls approved and denied, the
+/// reason of the denials, and the results given, by call id.
+pub(super) type Decide = (RunId, Calls, Calls, Option<String>, Vec<(String, String)>);
+
 /// A call of one of the server's tools, its arguments read.
 pub(super) enum Call {
     /// Start a run of `workflow` with `input`.
@@ -168,7 +179,7 @@ pub(super) enum Call {
     /// Send `signal` with `payload` to `run`.
     Signal(Result<(RunId, String, Value), String>),
     /// Decide on `run`'s waiting calls.
-    Decide(Result<(RunId, Calls, Calls, Option<String>), String>),
+    Decide(Result<Decide, String>),
 }
 
 impl Call {
@@ -194,7 +205,18 @@ impl Call {
                     Some(Value::String(r)) => Some(r.clone()),
                     Some(_) => return Err("`reason` must be a string".to_owned()),
                 };
-                Ok((run, approve, deny, reason))
+                let results = match arguments.get("results") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Object(map)) => map
+                        .iter()
+                        .map(|(id, text)| match text {
+                            Value::String(text) => Ok((id.clone(), text.clone())),
+                            _ => Err(format!("`results` maps call ids to text; `{id}`'s result is not a string")),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    Some(_) => return Err("`results` must be an object of call ids to results".to_owned()),
+                };
+                Ok((run, approve, deny, reason, results))
             })())),
             _ => {
                 let workflow = served(runtime).into_iter().find(|w| *w == name)?;
@@ -227,8 +249,8 @@ impl Call {
                 Err(why) => answer::refused(runtime, &why),
             },
             Self::Signal(Ok((run, signal, payload))) => answer::signal(runtime, run, &signal, payload).await,
-            Self::Decide(Ok((run, approve, deny, reason))) => {
-                answer::decide(runtime, run, approve, deny, reason.as_deref()).await
+            Self::Decide(Ok((run, approve, deny, reason, results))) => {
+                answer::decide(runtime, run, approve, deny, reason.as_deref(), results).await
             }
             Self::Signal(Err(why)) | Self::Decide(Err(why)) => answer::refused(runtime, &why),
         }

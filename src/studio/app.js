@@ -564,39 +564,57 @@
 
   // An agent's calls waiting for a person: each with its tool and arguments, and
   // Approve and Deny (with a reason) buttons that send the agent's decide_tools
-  // signal for that call; nobody types a call id.
+  // signal for that call; nobody types a call id. An at-most-once call whose
+  // process died mid-call (the run waits at awaiting_outcome) is answered the same
+  // way through resolve_tools: Run again (approve), the result it had (what the
+  // model reads), or Deny.
   function approvalCard(view, call) {
     const key = view.run.step + "/call/" + call.call_id;
     let card = view.forms.get(key);
     if (card) return card;
+    const outcome = Boolean(view.run.outcome_unknown);
+    const signal = view.run.pending_signal || "decide_tools";
     const reason = h("input", { type: "text", "data-reason": "", placeholder: "why (the model reads it)", "aria-label": "reason for denying " + call.name });
-    const approve = h("button", { type: "button", "data-decide": "approve", text: "Approve" });
+    const approve = h("button", { type: "button", "data-decide": "approve", text: outcome ? "Run again" : "Approve" });
     const deny = h("button", { type: "button", "data-decide": "deny", class: "danger", text: "Deny" });
-    const decide = async (approved) => {
+    const result = outcome ? h("input", { type: "text", "data-result": "", placeholder: "what it did (the model reads it)", "aria-label": "result of " + call.name }) : null;
+    const give = outcome ? h("button", { type: "button", "data-decide": "result", text: "Give result" }) : null;
+    const buttons = [approve, deny, give].filter(Boolean);
+    const decide = async (approved, given) => {
       const why = reason.value.trim();
-      if (!approved && !why) {
+      if (given !== undefined && !given) {
+        say("Say what the call did: the model reads it as the call's result.", "bad");
+        result.focus();
+        return;
+      }
+      if (given === undefined && !approved && !why) {
         say("Say why the call is denied: the model reads the reason.", "bad");
         reason.focus();
         return;
       }
       const decision = { call_id: call.call_id, approved };
-      if (!approved) decision.reason = why;
-      approve.disabled = deny.disabled = true;
+      if (given !== undefined) decision.result = given;
+      else if (!approved) decision.reason = why;
+      buttons.forEach((b) => { b.disabled = true; });
       try {
-        const after = await api(view.path + "/signals/decide_tools", { decisions: [decision] });
+        const after = await api(view.path + "/signals/" + signal, { decisions: [decision] });
         if (!view.alive()) return;
-        say(call.name + (approved ? " approved" : " denied") + ": the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
+        const what = given !== undefined ? " answered" : approved ? (outcome ? " runs again" : " approved") : " denied";
+        say(call.name + what + ": the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
         await view.refresh();
       } catch (e) {
         fail(e);
-        approve.disabled = deny.disabled = false;
+        buttons.forEach((b) => { b.disabled = false; });
       }
     };
     approve.addEventListener("click", () => decide(true));
     deny.addEventListener("click", () => decide(false));
+    if (give) give.addEventListener("click", () => decide(true, result.value.trim()));
+    const title = outcome ? "Outcome unknown: " : "Call ";
     card = h("div", { class: "signal-card approval", "data-call-id": call.call_id },
-      h("h3", {}, h("span", { text: "Call " }), h("code", { class: "tool-name", text: call.name })),
+      h("h3", {}, h("span", { text: title }), h("code", { class: "tool-name", text: call.name })),
       h("pre", { class: "arguments", text: JSON.stringify(call.arguments, null, 2) }),
+      outcome ? h("div", { class: "actions" }, result, give) : null,
       h("div", { class: "actions" }, approve, reason, deny));
     view.forms.set(key, card);
     return card;
@@ -607,11 +625,14 @@
     const panel = section("Waiting for");
     const pending = run.pending_calls || [];
     if (pending.length) {
-      panel.appendChild(h("p", { text: pending.length === 1 ? "A tool call waits for your decision:" : pending.length + " tool calls wait for your decision:" }));
+      const said = run.outcome_unknown
+        ? "The process died during " + (pending.length === 1 ? "an at-most-once tool call" : pending.length + " at-most-once tool calls") + ", which did not run again: say what happened."
+        : pending.length === 1 ? "A tool call waits for your decision:" : pending.length + " tool calls wait for your decision:";
+      panel.appendChild(h("p", { text: said }));
       for (const call of pending) panel.appendChild(approvalCard(view, call));
     }
     // The decisions' own signal is answered by the buttons above.
-    const names = (run.waiting_for || []).filter((name) => !(pending.length && name === "decide_tools"));
+    const names = (run.waiting_for || []).filter((name) => !(pending.length && name === (run.pending_signal || "decide_tools")));
     if (!names.length && !pending.length) panel.appendChild(h("p", { class: "muted", text: "No signal of this build's table leaves " + run.place + "." }));
     for (const name of names) {
       const key = run.step + "/" + name;

@@ -145,6 +145,9 @@ struct Ready<S> {
     parent: Option<Parent>,
     /// Children to drive at the run's next wait or end that this drive did not start.
     children: Vec<StartedChild>,
+    /// Whether an earlier drive committed the checkpoint the loop starts from
+    /// (every mode but `Start`).
+    taken_over: bool,
 }
 
 /// What the loop needs of a claimed run's record.
@@ -282,6 +285,7 @@ async fn prepare<W: Workflow>(
                 own_signal: None,
                 parent: None,
                 children: Vec::new(),
+                taken_over: false,
             }
         }
         Mode::Resume(id) | Mode::Retry(id) | Mode::Wake(id) | Mode::Recover(id) => {
@@ -312,7 +316,16 @@ async fn prepare<W: Workflow>(
             // A drive that died left the children it started queued, or running
             // without a driver: this one drives them, as the dead one would have.
             let children = if resume { left_children(store.as_ref(), id).await? } else { Vec::new() };
-            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children }
+            Ready {
+                run,
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children,
+                taken_over: true,
+            }
         }
         Mode::Claimed(record) => {
             let checked = check_run(wf, &record)?;
@@ -320,7 +333,16 @@ async fn prepare<W: Workflow>(
             commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
-            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children: Vec::new() }
+            Ready {
+                run,
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+                taken_over: true,
+            }
         }
         Mode::Fork(source, step) => {
             check_run(wf, &store.load_run(source).await?)?;
@@ -330,7 +352,16 @@ async fn prepare<W: Workflow>(
             commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
-            Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children: Vec::new() }
+            Ready {
+                run,
+                place,
+                state,
+                documents,
+                own_signal: None,
+                parent: parent_of(&record),
+                children: Vec::new(),
+                taken_over: true,
+            }
         }
         Mode::Signal(id, signal) => {
             let (signal, payload) = signal.map_err(state_error(name, id))?;
@@ -383,7 +414,16 @@ async fn prepare<W: Workflow>(
                     let Checked { place, state, .. } = checked;
                     let documents = store.documents(id).await?;
                     let parent = parent_of(&record);
-                    Ready { run, place, state, documents, own_signal: Some(receipt.id), parent, children: Vec::new() }
+                    Ready {
+                        run,
+                        place,
+                        state,
+                        documents,
+                        own_signal: Some(receipt.id),
+                        parent,
+                        children: Vec::new(),
+                        taken_over: true,
+                    }
                 }
                 // Another driver holds the run (or it has not parked yet): the signal
                 // waits in its inbox for that driver.
@@ -419,12 +459,16 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         own_signal,
         parent,
         children,
+        taken_over,
     } = ready;
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
     let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(run_id, name, (place, step), documents, cancellation, runtime.clone());
+    if taken_over {
+        cx = cx.taken_over();
+    }
     let span =
         tracing::info_span!("loopstack.run", otel.name = format!("run {name}"), workflow = name, run_id = %run_id);
     crate::trace::join(&span, run_id, trace_parent.as_deref());

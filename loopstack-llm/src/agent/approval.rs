@@ -8,8 +8,28 @@ use serde_json::Value;
 /// The agent's place where calls wait for decisions.
 const AWAITING_APPROVAL: &str = "awaiting_approval";
 
+/// The agent's place where at-most-once calls whose outcome is unknown wait for a
+/// person to say what happened.
+const AWAITING_OUTCOME: &str = "awaiting_outcome";
+
 /// The agent's signal that carries decisions ([`ToolDecisions`]).
 pub const DECIDE_TOOLS: &str = "decide_tools";
+
+/// The agent's signal that says what happened to at-most-once calls whose outcome
+/// is unknown, as [`ToolDecisions`]: a decision with a
+/// [`result`](ToolDecision::result) gives the call's result, an approval runs it
+/// again, a denial answers it with the denial.
+pub const RESOLVE_TOOLS: &str = "resolve_tools";
+
+/// The signal that answers the calls a run waiting at `place` waits on: decisions
+/// at `awaiting_approval`, outcomes at `awaiting_outcome`.
+pub(crate) fn answering_signal(place: &str) -> Option<&'static str> {
+    match place {
+        AWAITING_APPROVAL => Some(DECIDE_TOOLS),
+        AWAITING_OUTCOME => Some(RESOLVE_TOOLS),
+        _ => None,
+    }
+}
 
 /// Whether `definition` is an agent's table, whatever the agent's name
 /// ([`Agent::named`](crate::Agent::named)): it waits at `awaiting_approval` for the
@@ -22,8 +42,10 @@ pub fn takes_decisions(definition: &Definition) -> bool {
 /// The calls a stored run waits to have decided, each with its id, tool and
 /// arguments, read from its state: `Some` when the run is a run of an agent (of
 /// any name: `definition` is its workflow's table, see [`takes_decisions`]) that
-/// waits at `awaiting_approval`; `None` for any other run, or an agent's run that
-/// waits for something else or has ended. It drives nothing.
+/// waits at `awaiting_approval`, or at `awaiting_outcome` (at-most-once calls whose
+/// outcome is unknown, answered the same way: see [`RESOLVE_TOOLS`]); `None` for any
+/// other run, or an agent's run that waits for something else or has ended. It
+/// drives nothing.
 ///
 /// [`Agent::pending`](crate::Agent::pending) is the same for a run of an agent at
 /// hand; this one serves the command line and the HTTP API, which know runs by
@@ -61,26 +83,34 @@ pub fn takes_decisions(definition: &Definition) -> bool {
 /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
 /// ```
 pub fn pending_calls(definition: &Definition, record: &RunRecord) -> Result<Option<Vec<PendingCall>>, RunError> {
-    if !takes_decisions(definition) || record.status != RunStatus::Waiting || record.place != AWAITING_APPROVAL {
+    if !takes_decisions(definition) || record.status != RunStatus::Waiting {
         return Ok(None);
     }
-    /// The one field of the agent's state read here.
+    /// The fields of the agent's state read here.
     #[derive(Deserialize)]
     struct Waiting {
         #[serde(default)]
         pending_approval: Vec<PendingCall>,
+        #[serde(default)]
+        unknown_outcome: Vec<PendingCall>,
     }
+    let outcome = match &*record.place {
+        AWAITING_APPROVAL => false,
+        AWAITING_OUTCOME => true,
+        _ => return Ok(None),
+    };
     let state: Waiting = serde_json::from_str(record.state.get()).map_err(|source| RunError::State {
         workflow: definition.name(),
         run_id: record.run_id,
         source,
     })?;
-    Ok(Some(state.pending_approval))
+    Ok(Some(if outcome { state.unknown_outcome } else { state.pending_approval }))
 }
 
-/// Sends `decisions` to an agent's run known by its id (the [`DECIDE_TOOLS`]
-/// signal, by the run's workflow's name) and drives it on, as
-/// [`Agent::decide`](crate::Agent::decide) does for an agent at hand.
+/// Sends `decisions` to an agent's run known by its id and drives it on, as
+/// [`Agent::decide`](crate::Agent::decide) does for an agent at hand: the
+/// [`DECIDE_TOOLS`] signal to a run that waits for approvals, [`RESOLVE_TOOLS`] to
+/// one that waits for the outcome of at-most-once calls (by the run's place).
 ///
 /// # Errors
 /// As [`Runtime::signal_by_name`]: an unknown run, a run that does not wait for
@@ -91,7 +121,9 @@ pub async fn decide_by_name(
     decisions: &ToolDecisions,
 ) -> Result<RunOutcome, RunError> {
     let payload = serde_json::to_value(decisions).expect("decisions serialize");
-    runtime.signal_by_name(run_id, DECIDE_TOOLS, payload).await
+    let record = runtime.store().load_run(run_id).await?;
+    let signal = answering_signal(&record.place).unwrap_or(DECIDE_TOOLS);
+    runtime.signal_by_name(run_id, signal, payload).await
 }
 
 /// A tool call that waits for a person's decision.
@@ -111,22 +143,44 @@ pub struct PendingCall {
 pub struct ToolDecision {
     /// The call's id ([`PendingCall::call_id`]).
     pub call_id: String,
-    /// Whether the call may run.
+    /// Whether the call may run: at `awaiting_outcome`, whether it runs again.
     pub approved: bool,
     /// Why; a denied call's reason is what the model reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The call's result, as a person knows it: the call is not run, and the model
+    /// reads this text as its result. For an at-most-once call whose outcome is
+    /// unknown (its run waits at `awaiting_outcome`), what it did; `approved` is
+    /// then `true` (see [`ToolDecision::result`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 impl ToolDecision {
     /// Approves call `call_id`.
     pub fn approve(call_id: impl Into<String>) -> Self {
-        Self { call_id: call_id.into(), approved: true, reason: None }
+        Self { call_id: call_id.into(), approved: true, reason: None, result: None }
+    }
+
+    /// Answers call `call_id` with its result, without running it: what an
+    /// at-most-once call whose outcome is unknown did, as a person found out.
+    ///
+    /// ```
+    /// use loopstack_llm::ToolDecision;
+    ///
+    /// let decision = ToolDecision::result("call_1", "refund r-17 was made");
+    /// assert_eq!(
+    ///     serde_json::to_value(&decision).unwrap(),
+    ///     serde_json::json!({"call_id": "call_1", "approved": true, "result": "refund r-17 was made"})
+    /// );
+    /// ```
+    pub fn result(call_id: impl Into<String>, result: impl Into<String>) -> Self {
+        Self { call_id: call_id.into(), approved: true, reason: None, result: Some(result.into()) }
     }
 
     /// Denies call `call_id`, telling the model why.
     pub fn deny(call_id: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { call_id: call_id.into(), approved: false, reason: Some(reason.into()) }
+        Self { call_id: call_id.into(), approved: false, reason: Some(reason.into()), result: None }
     }
 }
 

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use loopstack_core::{ChildEnded, EventKind, RunContext};
+use loopstack_core::{ChildEnded, EventKind, RunContext, ToolOutput};
 use loopstack_macros::workflow;
 use serde_json::Value;
 
 use super::answer::{RESPOND_TOOL, feedback};
 use super::{
-    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, RaiseLimit, Repeats, ToolDecisions,
+    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, RaiseLimit, Repeats, ToolDecision, ToolDecisions,
     ToolsCompleted, UserMessage,
 };
 use crate::context::{
@@ -143,6 +143,9 @@ impl Agent {
         state.tools_completed = None;
         state.pending_approval.clear();
         state.denied.clear();
+        state.answered.clear();
+        state.unknown_outcome.clear();
+        state.key_step = None;
 
         if let Some(transfer) = agent.transfer_in(&result.message) {
             // A handoff: the turn's calls are answered by `hand_off`, none is run,
@@ -315,24 +318,45 @@ impl Agent {
         _cx: &mut RunContext,
         decisions: ToolDecisions,
     ) -> Result<(), AgentError> {
-        for (i, decision) in decisions.decisions.iter().enumerate() {
-            if decisions.decisions[..i].iter().any(|d| d.call_id == decision.call_id) {
-                return Err(AgentError::DuplicateDecision { call_id: decision.call_id.clone() });
-            }
-        }
-        if let Some(unknown) =
-            decisions.decisions.iter().find(|d| !state.pending_approval.iter().any(|p| p.call_id == d.call_id))
-        {
-            return Err(AgentError::NotPending {
-                call_id: unknown.call_id.clone(),
-                pending: state.pending_approval.iter().map(|p| p.call_id.clone()).collect(),
-            });
-        }
+        check_decisions(&decisions, &state.pending_approval)?;
         for decision in decisions.decisions {
-            state.pending_approval.retain(|p| p.call_id != decision.call_id);
-            if !decision.approved {
-                state.denied.push(ToolDenial::new(decision.call_id, decision.reason));
-            }
+            let Some(pos) = state.pending_approval.iter().position(|p| p.call_id == decision.call_id) else { continue };
+            let call = state.pending_approval.remove(pos);
+            decision.apply(call, state);
+        }
+        Ok(())
+    }
+
+    /// Waits for a person to say what happened to at-most-once calls whose outcome
+    /// is unknown (a drive died between their intent and their result); none of the
+    /// batch runs meanwhile.
+    #[transition(from = [AwaitingTools, PromptExecuted], to = AwaitingOutcome, priority = 45)]
+    #[guard(outcome_unknown)]
+    async fn hold_for_outcome(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        tracing::warn!(calls = state.unknown_outcome.len(), "at-most-once tool calls wait for their outcome");
+        let calls = &state.unknown_outcome;
+        cx.emit(|| EventKind::Custom { name: "outcome_unknown".into(), data: serde_json::json!({"calls": calls}) });
+        Ok(())
+    }
+
+    /// What happened to calls whose outcome is unknown, as a person says it: a
+    /// decision with a `result` is the call's result (the model reads it, the tool
+    /// is not run); an approved one runs the call again; a denied one answers with
+    /// its denial. The batch runs once every call has an answer.
+    #[transition(from = AwaitingOutcome, to = PromptExecuted, wait)]
+    async fn resolve_tools(
+        &self,
+        state: &mut AgentState,
+        _cx: &mut RunContext,
+        decisions: ToolDecisions,
+    ) -> Result<(), AgentError> {
+        check_decisions(&decisions, &state.unknown_outcome)?;
+        for decision in decisions.decisions {
+            let Some(pos) = state.unknown_outcome.iter().position(|p| p.call_id == decision.call_id) else { continue };
+            let call = state.unknown_outcome.remove(pos);
+            // Approved: the call runs again in the batch's next step, of this drive,
+            // whose commit of this decision is the call's new intent.
+            decision.apply(call, state);
         }
         Ok(())
     }
@@ -345,14 +369,32 @@ impl Agent {
         let message = last_message(cx, self.conversation_name())?;
         let agent = self.active(state)?;
         let denied = std::mem::take(&mut state.denied);
+        let answered = std::mem::take(&mut state.answered);
         // The state as JSON only when a tool's input mapping may read it.
         let snapshot = if agent.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
         let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
         if let Some(snapshot) = &snapshot {
             options = options.state(snapshot);
         }
+        if !answered.is_empty() {
+            options = options.answered(&answered);
+        }
+        if let Some(step) = state.key_step {
+            options = options.key_step(step);
+        }
         let result = agent.delegate.call_with(cx, &message, &agent.options.tools, &options).await?;
-        let run = result.results.len().saturating_sub(denied.len());
+        if !result.unknown_outcome.is_empty() {
+            // Nothing ran: the batch waits for what happened to these calls, keeping
+            // its denials, its answers and its first attempt's step (its keys).
+            state.unknown_outcome = result.unknown_outcome;
+            state.denied = denied;
+            state.answered = answered;
+            state.key_step.get_or_insert(cx.step() + 1);
+            state.tools_completed = None;
+            return Ok(());
+        }
+        state.key_step = None;
+        let run = result.results.len().saturating_sub(denied.len() + answered.len());
         state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
         state.tools_completed =
             Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
@@ -518,6 +560,11 @@ impl Agent {
         state.answer_error.is_some()
     }
 
+    /// Whether at-most-once calls of the last batch have an unknown outcome.
+    pub fn outcome_unknown(&self, state: &AgentState) -> bool {
+        !state.unknown_outcome.is_empty()
+    }
+
     /// Whether calls of the last turn wait for a person's decision.
     pub fn needs_approval(&self, state: &AgentState) -> bool {
         !state.pending_approval.is_empty()
@@ -621,6 +668,34 @@ impl Agent {
             return Some(Limit::Cost { max, spent: state.cost });
         }
         None
+    }
+}
+
+/// Refuses decisions that name a call twice or a call that does not wait in `pending`.
+fn check_decisions(decisions: &ToolDecisions, pending: &[PendingCall]) -> Result<(), AgentError> {
+    for (i, decision) in decisions.decisions.iter().enumerate() {
+        if decisions.decisions[..i].iter().any(|d| d.call_id == decision.call_id) {
+            return Err(AgentError::DuplicateDecision { call_id: decision.call_id.clone() });
+        }
+    }
+    if let Some(unknown) = decisions.decisions.iter().find(|d| !pending.iter().any(|p| p.call_id == d.call_id)) {
+        return Err(AgentError::NotPending {
+            call_id: unknown.call_id.clone(),
+            pending: pending.iter().map(|p| p.call_id.clone()).collect(),
+        });
+    }
+    Ok(())
+}
+
+impl ToolDecision {
+    /// Records the decision on `call`: a given result answers it, a denial denies
+    /// it, an approval lets it run.
+    fn apply(self, call: PendingCall, state: &mut AgentState) {
+        if let Some(result) = self.result {
+            state.answered.push(ToolCallResult::new(call.call_id, call.name, ToolOutput::text(result)));
+        } else if !self.approved {
+            state.denied.push(ToolDenial::new(call.call_id, self.reason));
+        }
     }
 }
 

@@ -27,7 +27,8 @@ mod tool;
 use answer::AnswerFormat;
 pub use answer::{Answer, DEFAULT_ANSWER_RETRIES, RESPOND_TOOL, TypedAgent};
 pub use approval::{
-    DECIDE_TOOLS, PendingCall, ToolDecision, ToolDecisions, decide_by_name, pending_calls, takes_decisions,
+    DECIDE_TOOLS, PendingCall, RESOLVE_TOOLS, ToolDecision, ToolDecisions, decide_by_name, pending_calls,
+    takes_decisions,
 };
 pub use error::AskError;
 pub use handoff::TRANSFER_PREFIX;
@@ -57,6 +58,8 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// prompt_executed --give_up_answer [answer_rejected] (24)--> end
 /// prompt_executed --request_approval [needs_approval] (20)--> awaiting_approval
 /// awaiting_approval --decide_tools (wait: ToolDecisions)--> prompt_executed
+/// prompt_executed, awaiting_tools --hold_for_outcome [outcome_unknown] (45)--> awaiting_outcome
+/// awaiting_outcome --resolve_tools (wait: ToolDecisions)--> prompt_executed
 /// prompt_executed --execute_tool_calls [has_tool_calls] (10)--> awaiting_tools
 /// awaiting_tools --tools_complete [all_tools_complete]--> ready
 /// awaiting_tools --tool_result (wait: ChildEnded)--> awaiting_tools
@@ -75,6 +78,11 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// - **Approval**: calls of tools marked `#[tool(approve)]` (or
 ///   [`ToolRegistry::require_approval`]) wait for [`Agent::decide`] before they run,
 ///   durably; a denied call becomes an error result the model reads.
+/// - **At-most-once calls**: a call of a tool marked `#[tool(effect = at_most_once)]`
+///   ([`Effect::AtMostOnce`](loopstack_core::Effect::AtMostOnce)) whose drive died
+///   mid-call is not run again: the run waits at `awaiting_outcome`
+///   ([`AgentStatus::OutcomeUnknown`]) for [`Agent::decide`] with its result
+///   ([`ToolDecision::result`]) or an approval to run it again.
 /// - **Chat**: with [`Agent::chat`] the run waits for the user's next message
 ///   ([`Agent::say`]) after each answer instead of ending.
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
@@ -457,27 +465,40 @@ impl Agent {
             let reason = format!("it is a run of workflow `{}`", record.workflow);
             return Err(AskError::Run(loopstack_core::RunError::Mismatch { workflow, run_id, reason }));
         }
+        let outcome = &*record.place == AgentPlace::AwaitingOutcome.as_str();
         if record.status != loopstack_core::RunStatus::Waiting
-            || &*record.place != AgentPlace::AwaitingApproval.as_str()
+            || !outcome && &*record.place != AgentPlace::AwaitingApproval.as_str()
         {
             return Ok(Vec::new());
         }
         let state: AgentState = serde_json::from_str(record.state.get())
             .map_err(|source| AskError::Run(loopstack_core::RunError::State { workflow, run_id, source }))?;
-        Ok(state.pending_approval)
+        Ok(if outcome { state.unknown_outcome } else { state.pending_approval })
     }
 
     /// Decides on calls a run waits to have approved, and drives it on: approved
     /// calls run, denied ones answer `denied by the user: <reason>`. Decisions for
     /// some of the calls keep the run waiting for the rest; a decision on a call
     /// that does not wait is refused and changes nothing.
+    ///
+    /// A run that waits at `awaiting_outcome` (at-most-once calls whose outcome is
+    /// unknown after a crash, [`AgentStatus::OutcomeUnknown`]) is answered the same
+    /// way, with its [`RESOLVE_TOOLS`] signal: a decision with a
+    /// [`result`](ToolDecision::result) gives the call's result, an approved call
+    /// runs again, a denied one answers with its denial.
     pub async fn decide(
         &self,
         runtime: &Runtime,
         run_id: RunId,
         decisions: ToolDecisions,
     ) -> Result<AgentReply, AskError> {
-        Ok(self.reply_of(runtime.signal(self, run_id, AgentSignal::DecideTools(decisions)).await?))
+        let record = runtime.store().load_run(run_id).await.map_err(loopstack_core::RunError::Store)?;
+        let signal = if &*record.place == AgentPlace::AwaitingOutcome.as_str() {
+            AgentSignal::ResolveTools(decisions)
+        } else {
+            AgentSignal::DecideTools(decisions)
+        };
+        Ok(self.reply_of(runtime.signal(self, run_id, signal).await?))
     }
 
     /// Raises the budgets of a run that waits because one was spent (the signal
@@ -559,6 +580,9 @@ impl Agent {
         let status = match outcome {
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingApproval.as_str() => {
                 AgentStatus::AwaitingApproval { calls: state.pending_approval }
+            }
+            RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingOutcome.as_str() => {
+                AgentStatus::OutcomeUnknown { calls: state.unknown_outcome }
             }
             RunOutcome::Waiting { place, .. } if place == AgentPlace::AwaitingUser.as_str() => {
                 answer_status = state.status.filter(|s| *s != AgentStatus::Completed);

@@ -129,6 +129,19 @@ pub struct AgentState {
     /// Calls of the last batch whose child runs have not ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_tools: Vec<PendingTool>,
+    /// At-most-once calls of the last batch whose outcome is unknown: a drive died
+    /// after their intent was committed and before their results were; they wait
+    /// at `awaiting_outcome` for a person to say what happened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_outcome: Vec<PendingCall>,
+    /// Results a person gave for calls whose outcome was unknown: the calls are
+    /// not run, and the model reads these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered: Vec<ToolCallResult>,
+    /// The step the last batch was first tried at, once a call's unknown outcome made
+    /// it run again later: its calls keep their first attempt's idempotency keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_step: Option<u64>,
     /// The results of the last batch while some are pending, in call order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_results: Vec<ToolCallResult>,

@@ -52,6 +52,15 @@ pub enum AgentStatus {
         /// The calls that wait for a decision.
         calls: Vec<PendingCall>,
     },
+    /// A drive died during these at-most-once calls
+    /// ([`Effect::AtMostOnce`](loopstack_core::Effect::AtMostOnce)): their intent was
+    /// committed, their results were not, so they were not run again. The run waits
+    /// for a person to say what happened ([`Agent::decide`](crate::Agent::decide)
+    /// with each call's result, or an approval to run it again).
+    OutcomeUnknown {
+        /// The calls whose outcome is unknown.
+        calls: Vec<PendingCall>,
+    },
     /// The chat run answered and waits for the user's next message ([`Agent::say`](crate::Agent::say)).
     AwaitingUser,
     /// The signal (a decision, a user message) was stored, but another driver holds

@@ -128,7 +128,7 @@ pub enum McpError {
     UnknownTools {
         /// The server's name.
         server: String,
-        /// The option: `allow`, `approve` or `tool_timeout`.
+        /// The option: `allow`, `approve`, `effect` or `tool_timeout`.
         option: &'static str,
         /// The names it does not offer.
         names: Vec<String>,
@@ -221,6 +221,7 @@ impl McpTools {
             unknown("allow", &mut allow.iter())?;
         }
         unknown("approve", &mut config.approve.iter())?;
+        unknown("effect", &mut config.effects.keys())?;
         unknown("tool_timeout", &mut config.tool_timeouts.keys())
     }
 
@@ -351,6 +352,7 @@ mod tests {
             .unwrap()
             .prefix("ev_")
             .approve("get-sum")
+            .effect("get-sum", loopstack_core::Effect::AtMostOnce)
             .timeout(Duration::from_secs(5))
             .tool_timeout("echo", Duration::from_secs(1));
         assert_eq!(server.server_name(), "npx @modelcontextprotocol/server-everything");
@@ -360,6 +362,8 @@ mod tests {
         assert_eq!(server.options_for("get-sum").timeout, Some(Duration::from_secs(5)));
         assert_eq!(server.options_for("echo").timeout, Some(Duration::from_secs(1)));
         assert!(!server.options_for("echo").approve);
+        assert_eq!(server.options_for("get-sum").effect, loopstack_core::Effect::AtMostOnce);
+        assert_eq!(server.options_for("echo").effect, loopstack_core::Effect::AtLeastOnce);
         assert_eq!(McpServer::stdio("/usr/bin/my-server", ["--x"]).server_name(), "my-server");
         assert_eq!(McpServer::http("http://h/mcp").name("h").server_name(), "h");
         let token = McpServer::http("http://h/mcp").bearer("s3cret").header("x-api-key", "k3y");

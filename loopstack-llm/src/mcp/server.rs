@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use loopstack_core::ToolOptions;
+use loopstack_core::{Effect, ToolOptions};
 
 use super::{DEFAULT_CONNECT_TIMEOUT, McpError};
 
@@ -56,8 +56,8 @@ impl fmt::Debug for Transport {
 /// setters, then connect it with [`McpTools::connect`](super::McpTools::connect) or
 /// [`McpRegistryExt::add_mcp`](super::McpRegistryExt::add_mcp).
 ///
-/// Tool names in [`allow`](Self::allow), [`approve`](Self::approve) and
-/// [`tool_timeout`](Self::tool_timeout) are the server's names, without the prefix;
+/// Tool names in [`allow`](Self::allow), [`approve`](Self::approve),
+/// [`effect`](Self::effect) and [`tool_timeout`](Self::tool_timeout) are the server's names, without the prefix;
 /// a name the server does not offer is an [`McpError::UnknownTools`] when connecting.
 ///
 /// ```
@@ -81,6 +81,7 @@ pub struct McpServer {
     pub(super) prefix: String,
     pub(super) allow: Option<BTreeSet<String>>,
     pub(super) approve: BTreeSet<String>,
+    pub(super) effects: BTreeMap<String, Effect>,
     pub(super) timeout: Option<Duration>,
     pub(super) tool_timeouts: BTreeMap<String, Duration>,
     pub(super) connect_timeout: Duration,
@@ -95,6 +96,7 @@ impl McpServer {
             prefix: String::new(),
             allow: None,
             approve: BTreeSet::new(),
+            effects: BTreeMap::new(),
             timeout: None,
             tool_timeouts: BTreeMap::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -263,6 +265,17 @@ impl McpServer {
         self
     }
 
+    /// Sets what a crash during a call of the server's tool `tool` may do to its
+    /// side effect (see [`Effect`]): with [`Effect::AtMostOnce`], a call whose run
+    /// died mid-call is not sent to the server again; its run waits for a person to
+    /// give its result or have it run again. Each call carries its idempotency key
+    /// in the request's `_meta` whatever the effect.
+    #[must_use]
+    pub fn effect(mut self, tool: impl Into<String>, effect: Effect) -> Self {
+        self.effects.insert(tool.into(), effect);
+        self
+    }
+
     /// Sets the timeout of each call of the server's tools (the caller's default,
     /// 30 s in an agent, unless set). A call that outlives it is the call's error
     /// result, and the server is told the call is cancelled.
@@ -297,6 +310,9 @@ impl McpServer {
 
     pub(super) fn options_for(&self, remote: &str) -> ToolOptions {
         let mut options = ToolOptions::new().approve(self.approve.contains(remote));
+        if let Some(effect) = self.effects.get(remote) {
+            options = options.effect(*effect);
+        }
         if let Some(timeout) = self.tool_timeouts.get(remote).copied().or(self.timeout) {
             options = options.timeout(timeout);
         }

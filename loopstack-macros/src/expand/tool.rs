@@ -190,16 +190,25 @@ fn args_struct(p: &TokenStream, ident: &syn::Ident, body: TokenStream) -> TokenS
 }
 
 fn options(m: &ToolModel, p: &TokenStream) -> TokenStream {
-    if m.timeout.is_none() && m.concurrent.is_none() && m.approve.is_none() && m.needs_run.is_none() {
+    if m.timeout.is_none()
+        && m.concurrent.is_none()
+        && m.approve.is_none()
+        && m.needs_run.is_none()
+        && m.effect.is_none()
+    {
         return TokenStream::new();
     }
     let timeout = m.timeout.map(|secs| quote!(.timeout(::core::time::Duration::from_secs(#secs))));
     let concurrent = m.concurrent.map(|c| quote!(.concurrent(#c)));
     let approve = m.approve.map(|c| quote!(.approve(#c)));
     let needs_run = m.needs_run.map(|c| quote!(.needs_run(#c)));
+    let effect = m.effect.map(|e| {
+        let variant = format_ident!("{}", e.variant());
+        quote!(.effect(#p::Effect::#variant))
+    });
     quote! {
         fn options(&self) -> #p::ToolOptions {
-            #p::ToolOptions::new() #timeout #concurrent #approve #needs_run
+            #p::ToolOptions::new() #timeout #concurrent #approve #needs_run #effect
         }
     }
 }

@@ -20,8 +20,46 @@ pub(crate) struct ToolModel {
     pub(crate) concurrent: Option<bool>,
     pub(crate) approve: Option<bool>,
     pub(crate) needs_run: Option<bool>,
+    pub(crate) effect: Option<Effect>,
     pub(crate) cfgs: Vec<Attribute>,
     pub(crate) form: Form,
+}
+
+/// `effect = ..`: the variant of `ToolOptions`' `Effect` it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effect {
+    AtLeastOnce,
+    Idempotent,
+    AtMostOnce,
+}
+
+impl Effect {
+    /// The spellings, in the order the error lists them.
+    const ALL: [(&'static str, Self); 3] =
+        [("at_least_once", Self::AtLeastOnce), ("idempotent", Self::Idempotent), ("at_most_once", Self::AtMostOnce)];
+
+    fn from_ident(cx: &mut Ctxt, ident: &Ident) -> Option<Self> {
+        let found = Self::ALL.iter().find(|(name, _)| ident == name).map(|(_, e)| *e);
+        if found.is_none() {
+            cx.error_spanned_by(
+                ident,
+                format!(
+                    "unknown effect `{ident}`; `effect` is one of `at_least_once` (the default), `idempotent` or \
+                     `at_most_once`"
+                ),
+            );
+        }
+        found
+    }
+
+    /// The variant's name in `Effect`.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            Self::AtLeastOnce => "AtLeastOnce",
+            Self::Idempotent => "Idempotent",
+            Self::AtMostOnce => "AtMostOnce",
+        }
+    }
 }
 
 pub(crate) enum Form {
@@ -125,6 +163,7 @@ struct Common {
     concurrent: Option<bool>,
     approve: Option<bool>,
     needs_run: Option<bool>,
+    effect: Option<Effect>,
 }
 
 fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribute], what: &str) -> Option<Common> {
@@ -180,10 +219,12 @@ fn common(cx: &mut Ctxt, args: &ToolArgs, default_name: &Ident, docs: &[Attribut
             None
         }
     });
+    let effect = args.effect.as_ref().and_then(|ident| Effect::from_ident(cx, ident));
     Some(Common {
         name,
         description,
         timeout,
+        effect,
         concurrent: args.concurrent.as_ref().map(|c| c.value),
         approve: args.approve.as_ref().map(|c| c.value),
         needs_run: args.needs_run.as_ref().map(|c| c.value),
@@ -330,6 +371,7 @@ fn fn_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, mut item: RawFn) -
             concurrent: c.concurrent,
             approve: c.approve,
             needs_run: c.needs_run,
+            effect: c.effect,
             cfgs,
             form: Form::Fn(FnForm { item, struct_ident, params, output }),
         }),
@@ -437,6 +479,7 @@ fn impl_form(mut cx: Ctxt, args: Option<ToolArgs>, krate: Path, item: ItemImpl) 
                 concurrent: c.concurrent,
                 approve: c.approve,
                 needs_run: c.needs_run,
+                effect: c.effect,
                 cfgs,
                 form: Form::Impl(ImplForm {
                     self_ty: (*item.self_ty).clone(),
@@ -458,6 +501,26 @@ mod tests {
 
     fn model(args: TokenStream, item: TokenStream) -> Result<ToolModel, String> {
         ToolModel::from_syn(args, item).map_err(|f| f.error.to_string())
+    }
+
+    #[test]
+    fn effects_by_name() {
+        let item = quote! {
+            /// Refunds an order.
+            async fn refund(order: String) -> String { order }
+        };
+        for (args, effect) in [
+            (quote!(effect = at_most_once), Some(Effect::AtMostOnce)),
+            (quote!(effect = idempotent), Some(Effect::Idempotent)),
+            (quote!(effect = at_least_once), Some(Effect::AtLeastOnce)),
+            (quote!(), None),
+        ] {
+            assert_eq!(model(args, item.clone()).unwrap().effect, effect);
+        }
+        let err = model(quote!(effect = twice), item.clone()).err().unwrap();
+        assert!(err.starts_with("unknown effect `twice`"), "{err}");
+        let err = model(quote!(effect = idempotent, effect = at_most_once), item).err().unwrap();
+        assert_eq!(err, "duplicate `effect`; each option is given once");
     }
 
     #[test]

@@ -25,6 +25,18 @@ pub async fn search(
     Ok(vec![query; limit as usize])
 }
 
+/// Refunds an order, never twice.
+#[tool(effect = at_most_once)]
+async fn refund(order: String) -> String {
+    order
+}
+
+/// Charges a card under the call's idempotency key.
+#[tool(effect = idempotent, approve)]
+async fn charge(cx: &ToolContext) -> String {
+    cx.idempotency_key().unwrap_or_default()
+}
+
 /// Described by the attribute instead.
 #[tool(description = "Tells the time.")]
 async fn clock() -> &'static str {
@@ -50,4 +62,7 @@ fn main() {
     let mut tools = ToolRegistry::new();
     tools.register(GetWeather).unwrap().register(Search).unwrap().register(Clock).unwrap();
     assert_eq!(Search.name(), "search-v2");
+    assert_eq!(Refund.options().effect, loopstack::Effect::AtMostOnce);
+    assert_eq!((Charge.options().effect, Charge.options().approve), (loopstack::Effect::Idempotent, true));
+    assert_eq!(Clock.options().effect, loopstack::Effect::AtLeastOnce);
 }
