@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/postgres/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/postgres/0002_parent_signal.sql")),
     (3, "events", include_str!("../migrations/postgres/0003_events.sql")),
+    (4, "schedules", include_str!("../migrations/postgres/0004_schedules.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes

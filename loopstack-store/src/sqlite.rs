@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/sqlite/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/sqlite/0002_parent_signal.sql")),
     (3, "events", include_str!("../migrations/sqlite/0003_events.sql")),
+    (4, "schedules", include_str!("../migrations/sqlite/0004_schedules.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in one SQLite file: the embedded default.
