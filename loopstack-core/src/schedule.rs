@@ -154,6 +154,9 @@ pub enum ScheduleError {
     /// An interval shorter than [`MIN_INTERVAL`].
     #[error("a schedule's interval must be at least {MIN_INTERVAL:?}, not {0:?}")]
     IntervalTooShort(Duration),
+    /// An interval that does not read (see [`parse_interval`]).
+    #[error("invalid interval `{0}`: expected a number and a unit, such as `90s`, `15m`, `1h30m` or `1d`")]
+    InvalidInterval(String),
     /// A missed-times policy name that is not `skip` or `catch_up_once`.
     #[error("unknown missed-times policy `{0}`: expected `skip` or `catch_up_once`")]
     InvalidMissed(String),
@@ -550,6 +553,41 @@ pub fn scheduled_run_id(schedule: &str, created_at: Timestamp, due: Timestamp) -
     RunId(uuid::Uuid::from_bytes(bytes))
 }
 
+/// Reads an interval as numbers with units, `ms`, `s`, `m`, `h` or `d`, one after
+/// another: `90s`, `15m`, `1h30m`, `1d`. For command lines and HTTP callers of
+/// [`Schedule::every`].
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(loopstack_core::schedule::parse_interval("1h30m")?, Duration::from_secs(5400));
+/// # Ok::<(), loopstack_core::schedule::ScheduleError>(())
+/// ```
+pub fn parse_interval(text: &str) -> Result<Duration, ScheduleError> {
+    let bad = || ScheduleError::InvalidInterval(text.to_owned());
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let millis = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit..];
+        total += Duration::from_millis(n.checked_mul(millis).ok_or_else(bad)?);
+    }
+    Ok(total)
+}
+
 /// Checks a schedule id: 1 to 128 ASCII letters, digits, `-`, `_`, `.` or `:`.
 pub fn check_id(id: &str) -> Result<(), ScheduleError> {
     let ok = !id.is_empty()
@@ -660,6 +698,15 @@ mod tests {
         assert!(scheduled_run_id("x", created, due) < scheduled_run_id("a", created, due + Duration::from_secs(60)));
         // Stored runs keep their ids: the derivation never changes.
         assert_eq!(id.to_string(), scheduled_run_id("nightly", created, due).to_string());
+    }
+
+    #[test]
+    fn intervals_read_with_units() {
+        assert_eq!(parse_interval("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_interval("1d2h3m4s5ms").unwrap(), Duration::from_millis(93_784_005));
+        for bad in ["", "15", "m", "1w", "1.5h", "-1h", "1h 30m"] {
+            assert!(matches!(parse_interval(bad), Err(ScheduleError::InvalidInterval(_))), "{bad:?}");
+        }
     }
 
     #[test]
