@@ -205,9 +205,9 @@ pub enum Command {
     /// Recurring runs of a workflow, on a cron expression or an interval, which
     /// workers start at each due time: add, list, pause, resume, delete.
     Schedule {
-        /// What to do with schedules.
+        /// What to do with schedules (boxed: `add` has many flags).
         #[command(subcommand)]
-        action: ScheduleCommand,
+        action: Box<ScheduleCommand>,
     },
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned)
     /// and starts due schedules, until Ctrl-C.
@@ -747,7 +747,7 @@ impl Opening {
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Cancel { .. } => Self::Existing("cancel"),
-            Command::Schedule { action: ScheduleCommand::Add { .. } } => Self::Create,
+            Command::Schedule { action } if matches!(**action, ScheduleCommand::Add { .. }) => Self::Create,
             Command::Schedule { .. } => Self::Existing("schedule"),
         }
     }
