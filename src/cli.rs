@@ -28,6 +28,8 @@
 //! my-app approve RUN_ID [CALL_ID...]                      # let an agent's waiting tool calls run
 //! my-app deny RUN_ID [CALL_ID...] --reason "not today"    # or refuse them, telling the model why
 //! my-app resume RUN_ID | retry RUN_ID | cancel RUN_ID
+//! my-app schedule add nightly report --cron "0 7 * * *" --input '{"team": "ops"}'
+//! my-app schedule list | pause ID | resume ID | delete ID  # recurring runs, which workers start
 //! my-app worker                                           # drive queued and woken runs until Ctrl-C
 //! my-app mcp                                              # the workflows as an MCP server's tools, over stdio
 //! my-app --db postgres://postgres@127.0.0.1/app runs      # the store: a SQLite file (default), memory, PostgreSQL
@@ -212,7 +214,15 @@ pub enum Command {
     /// only the protocol.
     #[cfg(feature = "mcp-server")]
     Mcp,
-    /// Drives the runs that can move (queued, woken by a signal or timer, orphaned) until Ctrl-C.
+    /// Recurring runs of a workflow, on a cron expression or an interval, which
+    /// workers start at each due time: add, list, pause, resume, delete.
+    Schedule {
+        /// What to do with schedules (boxed: `add` has many flags).
+        #[command(subcommand)]
+        action: Box<ScheduleCommand>,
+    },
+    /// Drives the runs that can move (queued, woken by a signal or timer, orphaned)
+    /// and starts due schedules, until Ctrl-C.
     Worker {
         /// How many runs at once.
         #[arg(long, default_value_t = 8)]
@@ -220,6 +230,58 @@ pub enum Command {
         /// Drive what can move now, once, and exit.
         #[arg(long)]
         once: bool,
+    },
+}
+
+/// A `schedule` command.
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum ScheduleCommand {
+    /// Stores schedule ID: a run of WORKFLOW with --input at each time of --cron
+    /// (UTC unless --timezone) or --every, started by the workers of WORKFLOW.
+    Add {
+        /// The schedule's id: ASCII letters, digits, `-`, `_`, `.`, `:`.
+        id: String,
+        /// The registered workflow.
+        workflow: String,
+        /// A cron expression: "0 7 * * *" (5 fields) or with seconds first (6).
+        #[arg(long, required_unless_present = "every", conflicts_with = "every")]
+        cron: Option<String>,
+        /// An interval, counted from now: 90s, 15m, 1h30m, 1d.
+        #[arg(long)]
+        every: Option<String>,
+        /// The IANA time zone the cron expression is read in (UTC unless given).
+        #[arg(long, requires = "cron")]
+        timezone: Option<String>,
+        /// Each run's input, as JSON (null when left out).
+        #[arg(long)]
+        input: Option<String>,
+        /// Due times no worker started in time: `skip` them, or `catch-up-once`.
+        #[arg(long, default_value = "skip")]
+        missed: String,
+        /// How late a due time may still start as on time (60s unless given).
+        #[arg(long)]
+        grace: Option<String>,
+        /// Store it paused.
+        #[arg(long)]
+        paused: bool,
+    },
+    /// Lists the schedules: when each is next due, and its last run.
+    List,
+    /// Pauses a schedule: it starts nothing until resumed.
+    Pause {
+        /// The schedule.
+        id: String,
+    },
+    /// Resumes a schedule, next due at its first time from now.
+    Resume {
+        /// The schedule.
+        id: String,
+    },
+    /// Deletes a schedule; the runs it started stay.
+    Delete {
+        /// The schedule.
+        id: String,
     },
 }
 
@@ -233,6 +295,9 @@ pub enum CliError {
     /// The store failed, or a run is not there.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A schedule could not be made, stored or changed.
+    #[error(transparent)]
+    Schedule(#[from] loopstack_core::ScheduleError),
     /// An argument is not valid JSON.
     #[error("{what} is not valid JSON: {source}")]
     Json {
@@ -695,6 +760,8 @@ impl Opening {
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Cancel { .. } => Self::Existing("cancel"),
+            Command::Schedule { action } if matches!(**action, ScheduleCommand::Add { .. }) => Self::Create,
+            Command::Schedule { .. } => Self::Existing("schedule"),
         }
     }
 }
@@ -999,6 +1066,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let handler = crate::mcp_server::McpHandler::new(runtime.clone());
             crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
+        Command::Schedule { action } => out = schedule(runtime, action, json).await?,
         Command::Worker { concurrency, once } => {
             let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);
             if *once {
@@ -1021,6 +1089,81 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         }
     }
     Ok(out)
+}
+
+/// A `schedule` command.
+async fn schedule(runtime: &Runtime, action: &ScheduleCommand, json: bool) -> Result<String, CliError> {
+    use loopstack_core::schedule::{Missed, Schedule, parse_interval};
+    let mut out = String::new();
+    let changed = match action {
+        ScheduleCommand::Add { id, workflow, cron, every, timezone, input, missed, grace, paused } => {
+            let input = parse_json(input.as_deref(), "--input")?;
+            let mut when = match (cron, every) {
+                (Some(cron), _) => Schedule::cron(cron)?,
+                (None, Some(every)) => Schedule::every(parse_interval(every)?)?,
+                // clap requires one of the two.
+                (None, None) => {
+                    return Err(loopstack_core::schedule::ScheduleError::InvalidCron {
+                        expr: String::new(),
+                        reason: "give --cron or --every".to_owned(),
+                    }
+                    .into());
+                }
+            };
+            if let Some(timezone) = timezone {
+                when = when.timezone(timezone)?;
+            }
+            when = when.missed(missed.parse::<Missed>()?);
+            if let Some(grace) = grace {
+                when = when.grace(parse_interval(grace)?);
+            }
+            if *paused {
+                when = when.paused();
+            }
+            runtime.schedule(id, workflow, input, when).await?
+        }
+        ScheduleCommand::List => {
+            let schedules = runtime.schedules().await?;
+            if json {
+                let list: Vec<Value> = schedules.iter().map(crate::views::schedule).collect();
+                return Ok(json!({ "schedules": list }).to_string() + "\n");
+            }
+            if schedules.is_empty() {
+                out.push_str("no schedules (`schedule add` stores one)\n");
+            }
+            for s in &schedules {
+                let _ = writeln!(out, "{}", schedule_line(s));
+            }
+            return Ok(out);
+        }
+        ScheduleCommand::Pause { id } => runtime.pause_schedule(id).await?,
+        ScheduleCommand::Resume { id } => runtime.resume_schedule(id).await?,
+        ScheduleCommand::Delete { id } => {
+            runtime.delete_schedule(id).await?;
+            return Ok(if json {
+                json!({ "id": id, "deleted": true }).to_string() + "\n"
+            } else {
+                format!("{id} deleted\n")
+            });
+        }
+    };
+    if json {
+        out = crate::views::schedule(&changed).to_string() + "\n";
+    } else {
+        let _ = writeln!(out, "{}", schedule_line(&changed));
+    }
+    Ok(out)
+}
+
+/// A schedule on one line: id, workflow, when, what is next, the last run.
+fn schedule_line(s: &loopstack_core::ScheduleRecord) -> String {
+    let next = if s.paused { "paused".to_owned() } else { format!("next {}", s.next_due) };
+    let last = match (s.last_run, s.last_due) {
+        (Some(run), Some(due)) => format!("last {run} (due {due})"),
+        _ => "no run yet".to_owned(),
+    };
+    let error = s.last_error.as_deref().map(|e| format!("  error: {e}")).unwrap_or_default();
+    format!("{}  {}  {}  missed: {}  {next}  {last}{error}", s.id, s.workflow, s.recurrence, s.missed.as_str())
 }
 
 /// What `approve`, `deny` and `resolve` say of each call they name.

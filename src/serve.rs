@@ -27,6 +27,10 @@
 //! | `POST /api/runs/{id}/signals/{name}` (the payload as the body) | sends a signal and drives the run on; an agent's calls are decided with `decide_tools`, `{"decisions": [{"call_id", "approved", "reason"}]}`; calls whose outcome is unknown with `resolve_tools`, the same payload, where a decision's `result` gives the call's result |
 //! | `POST /api/runs/{id}/resume`, `/retry`, `/cancel` | as the command line's |
 //! | `GET /api/runs/{id}/events` | the run's live events, as Server-Sent Events, with ids that resume after a reconnect (`Last-Event-ID`) over a store with an event log |
+//! | `GET /api/schedules` | the schedules: when each is due and next due, its policy, its last run and that run's status |
+//! | `POST /api/schedules` `{"id", "workflow", "input", "cron" or "every", "timezone", "missed", "grace", "paused"}` | stores a schedule (201); `every` and `grace` as `15m`, `1h30m`; `missed` is `skip` (the default) or `catch_up_once` |
+//! | `POST /api/schedules/{id}/pause`, `/resume` | pauses it, or resumes it next due at its first time from now |
+//! | `DELETE /api/schedules/{id}` | deletes it (its runs stay) |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //!
 //! With feature `mcp-server` (on by default) it also answers MCP at `/mcp`, over
@@ -50,11 +54,12 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
 
 mod events;
+mod schedules;
 
 /// How the API is served.
 #[derive(Debug, Clone, Default)]
@@ -122,6 +127,10 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/events", get(events::run_events))
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
+        .route("/api/schedules", get(schedules::list).post(schedules::create))
+        .route("/api/schedules/{id}", delete(schedules::delete))
+        .route("/api/schedules/{id}/pause", post(schedules::pause))
+        .route("/api/schedules/{id}/resume", post(schedules::resume))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         // Every answer is what its Content-Type says, never sniffed as a page.
         .layer(middleware::map_response(|mut response: Response| async move {
@@ -326,6 +335,10 @@ async fn openapi() -> axum::Json<Value> {
             "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream), whichever process drives it; each has an id over a store with an event log, and a request with Last-Event-ID resumes right after that event") },
             "/api/runs/{id}/checkpoints/{step}": { "get": op("The state at one checkpoint") },
             "/api/runs/{id}/documents/{type}/{key}": { "get": op("Every version of a keyed document") },
+            "/api/schedules": { "get": op("The schedules, with their next due time and last run"), "post": op("Store a schedule: {id, workflow, input, cron or every, timezone, missed, grace, paused}") },
+            "/api/schedules/{id}": { "delete": op("Delete a schedule; its runs stay") },
+            "/api/schedules/{id}/pause": { "post": op("Pause a schedule") },
+            "/api/schedules/{id}/resume": { "post": op("Resume a schedule, next due at its first time from now") },
         },
     }))
 }

@@ -26,6 +26,34 @@ pub(crate) fn run(run: &RunSummary) -> Value {
     })
 }
 
+/// A schedule: its id, workflow, input, when it is due, its policy and its last run.
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
+    use loopstack_core::schedule::Recurrence;
+    let (cron, timezone, every_ms) = match &s.recurrence {
+        Recurrence::Cron { expr, timezone } => (Some(expr.as_str()), Some(timezone.as_deref().unwrap_or("UTC")), None),
+        Recurrence::Every { millis } => (None, None, Some(*millis)),
+        _ => (None, None, None),
+    };
+    json!({
+        "id": s.id,
+        "workflow": s.workflow,
+        "input": raw(&s.input),
+        "when": s.recurrence.to_string(),
+        "cron": cron,
+        "timezone": timezone,
+        "every_ms": every_ms,
+        "missed": s.missed.as_str(),
+        "grace_ms": s.grace_ms,
+        "paused": s.paused,
+        "next_due": s.next_due.to_string(),
+        "last_due": s.last_due.map(|t| t.to_string()),
+        "last_run": s.last_run,
+        "last_error": s.last_error,
+        "created_at": s.created_at.to_string(),
+    })
+}
+
 /// One step of a run's history.
 #[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn step(s: &StepRecord) -> Value {

@@ -429,3 +429,106 @@ fn a_run_parked_by_one_deploy_is_migrated_and_finished_by_the_next() {
     assert_eq!((still["status"].as_str(), still["place"].as_str()), (Some("waiting"), Some("open")));
     std::fs::remove_file(&db).ok();
 }
+
+#[test]
+fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_one() {
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let input = r#"{"text": "nightly"}"#;
+    // Mistakes: one line on stderr, exit 1, nothing stored.
+    for (args, message) in [
+        (vec!["--cron", "61 * * * *"], "error: invalid cron expression `61 * * * *`"),
+        (vec!["--cron", "0 7 * * *", "--timezone", "Mars/Olympus"], "error: unknown time zone `Mars/Olympus`"),
+        (vec!["--every", "soon"], "error: invalid interval `soon`"),
+        (vec!["--every", "1h", "--missed", "sometimes"], "error: unknown missed-times policy `sometimes`"),
+    ] {
+        let out = run(&db, &[&["schedule", "add", "nightly", "review", "--input", input][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.starts_with(message) && stderr.lines().count() == 1, "{args:?}: {stderr}");
+    }
+    let unknown = run(&db, &["schedule", "add", "nightly", "no_such_flow", "--every", "1h"]);
+    assert!(String::from_utf8(unknown.stderr).unwrap().starts_with("error: workflow `no_such_flow` is not registered"));
+    let bad_input = run(&db, &["schedule", "add", "nightly", "review", "--every", "1h", "--input", r#"{"txt": 1}"#]);
+    assert!(String::from_utf8(bad_input.stderr).unwrap().starts_with("error: the input of a schedule of `review`"));
+    assert_eq!(json(&run(&db, &["schedule", "list", "--json"]))["schedules"], serde_json::json!([]));
+
+    let cron = json(&run(
+        &db,
+        &[
+            "schedule",
+            "add",
+            "morning",
+            "review",
+            "--cron",
+            "0 7 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--input",
+            input,
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (cron["id"].as_str(), cron["timezone"].as_str(), cron["paused"].as_bool()),
+        (Some("morning"), Some("Europe/Berlin"), Some(false))
+    );
+    assert!(matches!(cron["next_due"].as_str(), Some(t) if t.ends_with(":00:00.000Z")), "{cron}");
+    let taken = run(&db, &["schedule", "add", "morning", "review", "--every", "1h", "--input", input]);
+    let stderr = String::from_utf8(taken.stderr).unwrap();
+    assert!(stderr.starts_with("error: schedule `morning` already exists"), "{stderr}");
+
+    let paused = json(&run(&db, &["schedule", "pause", "morning", "--json"]));
+    assert_eq!(paused["paused"].as_bool(), Some(true));
+    let listed = String::from_utf8(run(&db, &["schedule", "list"]).stdout).unwrap();
+    assert!(
+        listed.starts_with("morning  review  cron `0 7 * * *` (Europe/Berlin)  missed: skip  paused  no run yet"),
+        "{listed}"
+    );
+    assert_eq!(json(&run(&db, &["schedule", "resume", "morning", "--json"]))["paused"].as_bool(), Some(false));
+
+    // Every second, started by a worker process once due (each `worker --once`
+    // looks, and the first one after the due time starts and drives it).
+    json(&run(
+        &db,
+        &[
+            "schedule",
+            "add",
+            "often",
+            "review",
+            "--every",
+            "1s",
+            "--missed",
+            "catch-up-once",
+            "--input",
+            input,
+            "--json",
+        ],
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let last_run = loop {
+        run(&db, &["worker", "--once"]);
+        let listed = json(&run(&db, &["schedule", "list", "--json"]));
+        let often = listed["schedules"].as_array().unwrap().iter().find(|s| s["id"] == "often").unwrap().clone();
+        if let Some(run_id) = often["last_run"].as_str() {
+            break run_id.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no worker started the schedule: {listed}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let shown = json(&run(&db, &["show", &last_run, "--json"]));
+    assert_eq!(shown["workflow"].as_str(), Some("review"));
+    assert_eq!(shown["state"]["text"].as_str(), Some("nightly"), "the schedule's input");
+
+    assert_eq!(json(&run(&db, &["schedule", "delete", "often", "--json"]))["deleted"].as_bool(), Some(true));
+    let gone = run(&db, &["schedule", "delete", "often"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8(gone.stderr).unwrap().starts_with("error: schedule `often` not found"));
+    let ids: Vec<String> = json(&run(&db, &["schedule", "list", "--json"]))["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["morning"], "kept in the store across processes");
+    let _ = std::fs::remove_file(&db);
+}

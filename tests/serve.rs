@@ -497,3 +497,80 @@ async fn an_agents_pending_calls_are_read_and_decided_over_http_under_the_same_r
     let (status, _) = api("GET", format!("/api/runs/{}/pending", RunId::new()), None).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn schedules_are_created_listed_paused_resumed_and_deleted_over_http_under_the_same_rules() {
+    let (address, runtime) = start(ServeOptions::new()).await;
+    let body = r#"{"id": "nightly", "workflow": "review", "input": {"text": "Hi"}, "cron": "0 7 * * *", "timezone": "Europe/Berlin", "missed": "catch_up_once"}"#;
+
+    // Cross-site, rebound and form posts are refused, as for runs, and store nothing.
+    let foreign = format!(
+        "POST /api/schedules HTTP/1.1\r\nHost: {address}\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(raw(&address, foreign).await, 403);
+    let form = format!(
+        "POST /api/schedules HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(raw(&address, form).await, 415);
+    let rebound =
+        "DELETE /api/schedules/nightly HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".to_owned();
+    assert_eq!(raw(&address, rebound).await, 403);
+
+    // Bad bodies: the reason, and nothing stored.
+    for (bad, status, reason) in [
+        (
+            r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "cron": "61 * * * *"}"#,
+            422,
+            "invalid cron expression",
+        ),
+        (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "every": "soon"}"#, 422, "invalid interval"),
+        (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}}"#, 422, "give one of `cron` and `every`"),
+        (r#"{"id": "x", "workflow": "review", "input": {"txt": 1}, "every": "1h"}"#, 422, "the input of a schedule"),
+        (r#"{"id": "x", "workflow": "nope", "every": "1h"}"#, 404, "workflow `nope` is not registered"),
+        (r#"{"id": "x", "workflow": "review", "every": "1h", "cronn": "typo"}"#, 400, "the body is not valid"),
+    ] {
+        let (got, answer) = call(&address, "POST", "/api/schedules", Some(bad)).await;
+        assert_eq!(got, status, "{bad}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains(reason), "{bad}: {answer}");
+    }
+    assert!(runtime.schedules().await.unwrap().is_empty(), "no schedule was stored");
+
+    let (status, created) = call(&address, "POST", "/api/schedules", Some(body)).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!((created["id"].as_str(), created["timezone"].as_str()), (Some("nightly"), Some("Europe/Berlin")));
+    assert_eq!(created["missed"].as_str(), Some("catch_up_once"));
+    let (status, _) = call(&address, "POST", "/api/schedules", Some(body)).await;
+    assert_eq!(status, 409, "the id is taken");
+
+    let (status, listed) = call(&address, "GET", "/api/schedules", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["schedules"][0]["next_due"], created["next_due"]);
+    assert_eq!(listed["schedules"][0]["last_run"], Value::Null);
+
+    let (status, paused) = call(&address, "POST", "/api/schedules/nightly/pause", Some("{}")).await;
+    assert_eq!((status, paused["paused"].as_bool()), (200, Some(true)));
+    assert!(runtime.store().load_schedule("nightly").await.unwrap().paused);
+    let (status, resumed) = call(&address, "POST", "/api/schedules/nightly/resume", Some("{}")).await;
+    assert_eq!((status, resumed["paused"].as_bool()), (200, Some(false)));
+    let (status, _) = call(&address, "POST", "/api/schedules/nope/pause", Some("{}")).await;
+    assert_eq!(status, 404);
+
+    let (status, deleted) = call(&address, "DELETE", "/api/schedules/nightly", None).await;
+    assert_eq!((status, deleted["deleted"].as_bool()), (200, Some(true)));
+    let (status, _) = call(&address, "DELETE", "/api/schedules/nightly", None).await;
+    assert_eq!(status, 404);
+    assert!(runtime.schedules().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_token_guards_the_schedules_too() {
+    let (address, _runtime) = start(ServeOptions::new().token("t0ken-123")).await;
+    let (status, _) = http(&address, "GET", "/api/schedules", None, None).await;
+    assert_eq!(status, 401);
+    let (status, _) = http(&address, "DELETE", "/api/schedules/x", None, Some("wrong")).await;
+    assert_eq!(status, 401);
+    let (status, body) = http(&address, "GET", "/api/schedules", None, Some("t0ken-123")).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"schedules":[]}"#));
+}

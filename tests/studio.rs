@@ -638,3 +638,92 @@ async fn the_runs_list_shows_new_runs_as_they_come_and_pages_through_them() {
     until(client, "page 1 again", &format!("document.querySelector('.page-count').textContent === 'page 1' && document.querySelector('table.runs tbody tr').dataset.run === '{newest}'")).await;
     studio.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_shows_next_due_times_and_last_runs_and_pauses_resumes_and_deletes() {
+    // `--worker`: the server's worker starts the schedules' due times.
+    let Some(studio) = Studio::start("studio-schedules", &["--worker"]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+    client.goto(&format!("{base}#/schedules")).await.unwrap();
+    until(
+        client,
+        "no schedules yet",
+        "document.querySelector('table.schedules').textContent.includes('No schedules.')",
+    )
+    .await;
+
+    // Two schedules, stored through the API as any client would: a daily cron and one every second.
+    let script = r#"
+        const post = (body) => fetch('/api/schedules', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) }).then((r) => r.status);
+        const input = { employee: 'Linus', amount: 42.5, purpose: 'Taxi to the office' };
+        return Promise.all([
+            post({ id: 'daily-expense', workflow: 'expense', input, cron: '0 7 * * *', timezone: 'Europe/Berlin' }),
+            post({ id: 'every-second', workflow: 'expense', input, every: '1s', missed: 'catch_up_once' }),
+        ]);
+    "#;
+    assert_eq!(client.execute(script, vec![]).await.unwrap(), json!([201, 201]));
+
+    // The page shows both (it reads them again every few seconds): the cron one's
+    // next due time, and the run the worker started for the other.
+    let daily = "tr[data-schedule='daily-expense']";
+    let often = "tr[data-schedule='every-second']";
+    until(client, "the daily schedule", &format!("document.querySelector(\"{daily}\")")).await;
+    let row: Value =
+        client.execute(&format!("return document.querySelector(\"{daily}\").textContent;"), vec![]).await.unwrap();
+    assert!(row.as_str().unwrap().contains("cron `0 7 * * *` (Europe/Berlin)"), "{row}");
+    let next_due: Value = client
+        .execute(
+            &format!("return document.querySelector(\"{daily} td.next-due time\").getAttribute('datetime');"),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(next_due.as_str().unwrap().ends_with(":00:00.000Z"), "{next_due}");
+    until(
+        client,
+        "the last run of the every-second schedule",
+        &format!("document.querySelector(\"{often} td.last-run a\") && document.querySelector(\"{often} td.last-run .badge\")"),
+    )
+    .await;
+    screenshot(client, dir, "schedules.png").await;
+
+    // The last run's link opens the run the schedule started, with the schedule's input.
+    let last: Value = client
+        .execute(&format!("return document.querySelector(\"{often} td.last-run a\").title;"), vec![])
+        .await
+        .unwrap();
+    let last = last.as_str().unwrap().to_owned();
+    click(client, &format!("{often} td.last-run a")).await;
+    until(
+        client,
+        "the scheduled run's page",
+        &format!("document.querySelector('code.run-id')?.textContent === '{last}'"),
+    )
+    .await;
+    assert_eq!(api_run(client, &last).await["state"]["employee"], "Linus");
+    client.goto(&format!("{base}#/schedules")).await.unwrap();
+    until(client, "the schedules again", &format!("document.querySelector(\"{daily}\")")).await;
+
+    // Pause and resume with the buttons; delete after the page's confirmation.
+    click(client, &format!("{daily} button[data-action=pause]")).await;
+    until(
+        client,
+        "the daily schedule paused",
+        &format!("document.querySelector(\"{daily}\").dataset.paused === 'true'"),
+    )
+    .await;
+    click(client, &format!("{daily} button[data-action=resume]")).await;
+    until(
+        client,
+        "the daily schedule resumed",
+        &format!("document.querySelector(\"{daily}\").dataset.paused === 'false'"),
+    )
+    .await;
+    client.execute("window.confirm = () => true; return true;", vec![]).await.unwrap();
+    click(client, &format!("{often} button[data-action=delete]")).await;
+    until(client, "the every-second schedule gone", &format!("!document.querySelector(\"{often}\")")).await;
+    let left: Value = client.execute("return fetch('/api/schedules').then((r) => r.json());", vec![]).await.unwrap();
+    let ids: Vec<&str> = left["schedules"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["daily-expense"]);
+    studio.close().await;
+}

@@ -91,6 +91,16 @@ pub enum StoreError {
         /// The step asked for.
         step: u64,
     },
+    /// No schedule with this id exists in the store.
+    #[error("schedule `{0}` not found")]
+    ScheduleNotFound(String),
+    /// A schedule with this id already exists.
+    #[error("schedule `{0}` already exists")]
+    ScheduleExists(String),
+    /// The store keeps no schedules (a store of your own that does not implement
+    /// the `*_schedule` methods of [`Store`](crate::Store)).
+    #[error("this store keeps no schedules")]
+    SchedulesUnsupported,
     /// The store holds data it cannot read (a wrong status name, a bad id).
     #[error("store data is corrupt: {0}")]
     Corrupt(String),

@@ -57,6 +57,7 @@ pub mod fnv;
 pub mod image;
 mod registry;
 mod runtime;
+pub mod schedule;
 mod schema;
 pub mod secrets;
 pub mod store;
@@ -81,9 +82,10 @@ pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{
-    DEFAULT_CHILD_CONCURRENCY, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, Worker, cancellable,
-    panic_message,
+    DEFAULT_CHILD_CONCURRENCY, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, SCHEDULE_CHECK, Worker,
+    cancellable, panic_message,
 };
+pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId, RunPage,
     RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,

@@ -42,6 +42,8 @@
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod events;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod schedules;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 
 #[cfg(feature = "sqlite")]

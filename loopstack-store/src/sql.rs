@@ -400,6 +400,46 @@ macro_rules! sql_store {
             Ok(())
         }
 
+        /// Creates a run and its step-0 checkpoint within `tx`; `false` (writing
+        /// nothing) if the run exists.
+        async fn insert_run(
+            tx: &mut sqlx::Transaction<'static, $db>,
+            run: &NewRun,
+            epoch: i64,
+            now: i64,
+        ) -> Result<bool, StoreError> {
+            let done = sqlx::query(INSERT_RUN)
+                .bind(run.run_id.0)
+                .bind(&*run.workflow)
+                .bind(run.status.as_str())
+                .bind(&*run.definition_hash)
+                .bind(run.parent.map(|p| p.0))
+                .bind(epoch)
+                .bind(run.lease.as_ref().map(|l| l.owner.clone()))
+                .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
+                .bind(now)
+                .bind(run.parent_signal.as_deref())
+                .bind(i64::from(run.version))
+                .bind(run.trace_parent.as_deref())
+                .execute(&mut **tx)
+                .await
+                .map_err(backend)?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(&INSERT_CHECKPOINT)
+                .bind(run.run_id.0)
+                .bind(0_i64)
+                .bind("")
+                .bind(loopstack_core::START)
+                .bind(run.state.get())
+                .bind(now)
+                .execute(&mut **tx)
+                .await
+                .map_err(backend)?;
+            Ok(true)
+        }
+
         /// A run's row, without its state.
         fn summary_from_row(row: &DbRow) -> Result<RunSummary, StoreError> {
             let get_err = |e: sqlx::Error| corrupt(e);
@@ -586,35 +626,9 @@ macro_rules! sql_store {
             /// run exists.
             async fn create_in_transaction(&self, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
                 let mut tx = self.pool.begin().await.map_err(backend)?;
-                let done = sqlx::query(INSERT_RUN)
-                    .bind(run.run_id.0)
-                    .bind(&*run.workflow)
-                    .bind(run.status.as_str())
-                    .bind(&*run.definition_hash)
-                    .bind(run.parent.map(|p| p.0))
-                    .bind(epoch)
-                    .bind(run.lease.as_ref().map(|l| l.owner.clone()))
-                    .bind(run.lease.as_ref().map(|l| l.until.as_millis()))
-                    .bind(now)
-                    .bind(run.parent_signal.as_deref())
-                    .bind(i64::from(run.version))
-                    .bind(run.trace_parent.as_deref())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-                if done.rows_affected() == 0 {
+                if !insert_run(&mut tx, run, epoch, now).await? {
                     return Ok(false);
                 }
-                sqlx::query(&INSERT_CHECKPOINT)
-                    .bind(run.run_id.0)
-                    .bind(0_i64)
-                    .bind("")
-                    .bind(loopstack_core::START)
-                    .bind(run.state.get())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
                 Ok(true)
             }
@@ -1136,6 +1150,53 @@ macro_rules! sql_store {
                 self.lease
             }
 
+            // Schedules: `crate::schedules`.
+            async fn create_schedule(&self, schedule: &loopstack_core::ScheduleRecord) -> Result<(), StoreError> {
+                self.sched_create(schedule).await
+            }
+
+            async fn load_schedule(&self, id: &str) -> Result<loopstack_core::ScheduleRecord, StoreError> {
+                self.sched_load(id).await
+            }
+
+            async fn list_schedules(&self) -> Result<Vec<loopstack_core::ScheduleRecord>, StoreError> {
+                self.sched_list().await
+            }
+
+            async fn set_schedule_paused(
+                &self,
+                id: &str,
+                paused: bool,
+                next_due: Option<Timestamp>,
+            ) -> Result<loopstack_core::ScheduleRecord, StoreError> {
+                self.sched_pause(id, paused, next_due).await
+            }
+
+            async fn delete_schedule(&self, id: &str) -> Result<(), StoreError> {
+                self.sched_delete(id).await
+            }
+
+            async fn due_schedules(
+                &self,
+                workflows: &[&str],
+                now: Timestamp,
+                limit: u32,
+            ) -> Result<Vec<loopstack_core::ScheduleRecord>, StoreError> {
+                self.sched_due(workflows, now, limit).await
+            }
+
+            async fn fire_schedule(&self, fire: loopstack_core::schedule::ScheduleFire) -> Result<bool, StoreError> {
+                self.sched_fire(fire).await
+            }
+
+            async fn scheduled_runs(
+                &self,
+                id: &str,
+                limit: u32,
+            ) -> Result<Vec<loopstack_core::schedule::ScheduledRun>, StoreError> {
+                self.sched_runs(id, limit).await
+            }
+
             // The event log: `crate::events`.
             fn has_event_log(&self) -> bool {
                 true
@@ -1184,6 +1245,7 @@ macro_rules! sql_store {
         }
 
         crate::events::sql_events!($store, $db);
+        crate::schedules::sql_schedules!($store, $db, $workflow_in);
     };
 }
 

@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", include_str!("../migrations/sqlite/0001_runs.sql")),
     (2, "parent signal", include_str!("../migrations/sqlite/0002_parent_signal.sql")),
     (3, "events", include_str!("../migrations/sqlite/0003_events.sql")),
+    (4, "schedules", include_str!("../migrations/sqlite/0004_schedules.sql")),
     (5, "versions", include_str!("../migrations/sqlite/0005_versions.sql")),
     (6, "trace parent", include_str!("../migrations/sqlite/0006_trace_parent.sql")),
 ];

@@ -1,8 +1,9 @@
 // Studio: loopstack's page for runs. It lists runs, shows one run (its place in the
 // state diagram, its conversation, usage, documents, checkpoints and signals),
 // answers what a run waits for with forms made from the signals' JSON Schemas,
-// resumes, retries and cancels runs, starts new ones, and follows a run live
-// through its event stream. Everything comes from the JSON API under /api.
+// resumes, retries and cancels runs, starts new ones, follows a run live
+// through its event stream, and lists the schedules (next due time, last run)
+// with pause, resume and delete. Everything comes from the JSON API under /api.
 "use strict";
 
 (function () {
@@ -41,10 +42,10 @@
     return out;
   }
 
-  async function api(path, body) {
+  async function api(path, body, method) {
     const post = body !== undefined;
     const res = await fetch("/api" + path, {
-      method: post ? "POST" : "GET",
+      method: method || (post ? "POST" : "GET"),
       headers: headers(post),
       body: post ? JSON.stringify(body) : undefined,
     });
@@ -216,6 +217,62 @@
       if (e.target.tagName !== "A") location.hash = "#/run/" + encodeURIComponent(run.run_id);
     });
     return row;
+  }
+
+  // ---- the schedules --------------------------------------------------------
+
+  async function showSchedules() {
+    const gen = app.generation;
+    const body = h("tbody");
+    const table = h("table", { class: "runs schedules" },
+      h("thead", {}, h("tr", {}, ...["schedule", "workflow", "when", "missed", "next due", "last run", ""].map((c) => h("th", { text: c })))),
+      body);
+    main.replaceChildren(h("h1", { text: "Schedules" }),
+      h("p", { class: "muted", text: "Recurring runs, started by the workers of their workflow at each due time. Add one with `schedule add` or POST /api/schedules." }),
+      table);
+    let reads = 0;
+    const load = async () => {
+      const read = ++reads;
+      const data = await api("/schedules");
+      if (read !== reads || gen !== app.generation) return;
+      body.replaceChildren(...data.schedules.map((s) => scheduleRow(s, load)));
+      if (!data.schedules.length) body.appendChild(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No schedules." })));
+    };
+    const timer = setInterval(() => { if (!document.hidden) load().catch(() => {}); }, LIST_REFRESH_MS);
+    app.cleanups.push(() => clearInterval(timer));
+    await load();
+  }
+
+  function scheduleRow(s, reload) {
+    const path = "/schedules/" + encodeURIComponent(s.id);
+    const act = (label, f) => {
+      const b = h("button", { type: "button", "data-action": label, text: label });
+      b.addEventListener("click", async () => {
+        b.disabled = true;
+        try {
+          await f();
+          await reload();
+        } catch (e) {
+          fail(e);
+        } finally {
+          b.disabled = false;
+        }
+      });
+      return b;
+    };
+    const toggle = s.paused ? act("resume", () => api(path + "/resume", {})) : act("pause", () => api(path + "/pause", {}));
+    const remove = act("delete", async () => {
+      if (window.confirm("Delete schedule " + s.id + "? Its runs stay.")) await api(path, undefined, "DELETE");
+    });
+    const next = s.paused ? h("span", { class: "badge paused", text: "paused" }) : time(s.next_due);
+    const last = s.last_run
+      ? h("span", {}, h("a", { href: "#/run/" + encodeURIComponent(s.last_run), title: s.last_run, text: short(s.last_run) }), " ",
+        s.last_run_status ? badge(s.last_run_status) : "", " ", h("span", { class: "muted" }, "due ", time(s.last_due)))
+      : h("span", { class: "muted", text: "none yet" });
+    const error = s.last_error ? h("div", { class: "error-box", text: s.last_error }) : "";
+    return h("tr", { "data-schedule": s.id, "data-paused": String(s.paused) },
+      h("td", { text: s.id }), h("td", { text: s.workflow }), h("td", { text: s.when }), h("td", { text: s.missed.replaceAll("_", " ") }),
+      h("td", { class: "next-due" }, next), h("td", { class: "last-run" }, last, error), h("td", { class: "actions" }, toggle, " ", remove));
   }
 
   // ---- one run ------------------------------------------------------------
@@ -906,9 +963,11 @@
     app.generation += 1;
     const hash = location.hash.slice(1) || "/";
     const [path, query] = hash.split("?");
-    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + (path.startsWith("/start") ? "/start" : "/"));
+    const tab = path.startsWith("/start") ? "/start" : path.startsWith("/schedules") ? "/schedules" : "/";
+    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + tab);
     try {
-      if (path.startsWith("/run/")) await showRun(decodeURIComponent(path.slice(5)), query === "drive");
+      if (path.startsWith("/schedules")) await showSchedules();
+      else if (path.startsWith("/run/")) await showRun(decodeURIComponent(path.slice(5)), query === "drive");
       else if (path.startsWith("/start")) await showStart(decodeURIComponent(path.slice(7)));
       else await showRuns(new URLSearchParams(query || ""));
     } catch (e) {

@@ -17,6 +17,7 @@ use crate::workflow::{IntoSignal, Workflow};
 mod driver;
 pub(crate) mod registry;
 mod run_loop;
+mod schedules;
 mod shared;
 mod state;
 mod worker;
@@ -24,7 +25,7 @@ mod worker;
 pub(crate) use shared::Clock;
 use shared::Shared;
 
-pub use worker::Worker;
+pub use worker::{SCHEDULE_CHECK, Worker};
 
 /// The default limit of transitions per drive.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000;

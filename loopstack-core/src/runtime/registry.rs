@@ -62,6 +62,10 @@ pub(crate) trait Drivable: Send + Sync {
     /// Creates a queued run from JSON input, if the workflow's input reads from JSON.
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>>;
 
+    /// A queued run `run_id` of the workflow from JSON input, to create: what a
+    /// schedule starts.
+    fn new_run_json(&self, runtime: &Runtime, run_id: RunId, input: Value) -> Result<crate::NewRun, RunError>;
+
     /// Creates child run `child` of `parent` from JSON input (queued; the parent's
     /// `signal` takes its end), unless it exists.
     fn create_child_json<'a>(
@@ -165,6 +169,15 @@ impl<W: Workflow> Drivable for Registered<W> {
             let input = self.input(RunId::default(), input)?;
             runtime.submit(&*self.workflow, input).await
         })
+    }
+
+    fn new_run_json(&self, runtime: &Runtime, run_id: RunId, input: Value) -> Result<crate::NewRun, RunError> {
+        let def = self.workflow.definition();
+        let input = self.input(run_id, input)?;
+        let state =
+            runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), run_id, None)?);
+        // A scheduled run: its own trace, under a `start` span (no request started it).
+        Ok(crate::trace::traced(crate::store::NewRun::new(run_id, def.name(), def.hash(), state).version(def.version()).queued()))
     }
 
     fn create_child_json<'a>(

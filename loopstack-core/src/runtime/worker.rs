@@ -12,9 +12,14 @@ use crate::error::{RunError, StoreError};
 use crate::store::{RunRecord, WorkflowVersions};
 use crate::workflow::Workflow;
 
+/// How often a running [`Worker`] looks for due schedules.
+pub const SCHEDULE_CHECK: Duration = Duration::from_secs(1);
+
 /// Drives the runs of its registered workflows that can move: queued runs (from
 /// [`Runtime::submit`]), runs whose driver died (their lease ran out), and waiting
-/// runs with a signal in their inbox or a timer due.
+/// runs with a signal in their inbox or a timer due. It also starts the due times
+/// of the [schedules](crate::schedule) of its workflows, as queued runs it then
+/// drives (looking for them at most every [`SCHEDULE_CHECK`] while it runs).
 ///
 /// Run several workers on one PostgreSQL store (in one process or many): each claim
 /// takes a run with a lease and raises its fencing epoch, so a run is driven by one
@@ -95,9 +100,11 @@ impl Worker {
         self.runtime.inner.store().claim_runnable(&workflows, &lease, self.runtime.now(), limit).await
     }
 
-    /// Claims and drives, to their next wait or end, the runs that can move now;
-    /// returns how many it drove. For tests and cron-style use.
+    /// Starts the schedules' due times, then claims and drives, to their next wait
+    /// or end, the runs that can move now; returns how many it drove. For tests and
+    /// cron-style use.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
+        self.runtime.start_due_schedules().await?;
         let claimed = self.claim(self.concurrency).await?;
         let count = claimed.len();
         let drives = claimed.into_iter().map(|record| self.drive(record));
@@ -158,7 +165,14 @@ impl Worker {
     async fn serve(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), StoreError> {
         let worker = self;
         let mut inflight: JoinSet<()> = JoinSet::new();
+        let mut schedules_checked: Option<std::time::Instant> = None;
         loop {
+            if !shutdown.is_cancelled() && schedules_checked.is_none_or(|at| at.elapsed() >= SCHEDULE_CHECK) {
+                schedules_checked = Some(std::time::Instant::now());
+                if let Err(e) = worker.runtime.start_due_schedules().await {
+                    tracing::warn!(error = %e, "could not start due schedules");
+                }
+            }
             // Over a store with an event log: keep checking whether anyone listens,
             // so that the first events of a claimed run are published too.
             worker.runtime.inner.events().keep_publishing();

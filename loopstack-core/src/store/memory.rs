@@ -13,6 +13,7 @@ use super::{
 };
 use crate::document::Document;
 use crate::error::StoreError;
+use crate::schedule::{ScheduleFire, ScheduleRecord, ScheduledRun};
 
 /// A [`Store`] in memory: fast, and gone with the process. For tests, benchmarks
 /// and runs that need not outlive their process; `loopstack-store` has SQLite and
@@ -35,6 +36,8 @@ struct Inner {
     /// Finished runs, oldest-finished first, when a bound is set.
     finished: VecDeque<RunId>,
     keep_finished: Option<usize>,
+    /// Schedules by id, with the runs each started (oldest due first).
+    schedules: std::collections::BTreeMap<String, (ScheduleRecord, Vec<ScheduledRun>)>,
 }
 
 #[derive(Debug)]
@@ -112,6 +115,50 @@ impl MemRun {
                 s.status = SignalStatus::Rejected { reason: reason.to_owned() };
             }
         }
+    }
+}
+
+impl Inner {
+    fn create_run(&mut self, run: NewRun) -> Result<RunRecord, StoreError> {
+        if self.runs.contains_key(&run.run_id) {
+            return Err(StoreError::RunExists(run.run_id));
+        }
+        let now = Timestamp::now();
+        let record = RunRecord {
+            run_id: run.run_id,
+            workflow: run.workflow,
+            status: run.status,
+            place: Cow::Borrowed(crate::START),
+            step: 0,
+            state: run.state,
+            error: None,
+            definition_hash: run.definition_hash,
+            version: run.version,
+            parent: run.parent,
+            parent_signal: run.parent_signal,
+            forked_from: None,
+            epoch: u64::from(run.status != RunStatus::Queued),
+            signal_seq: 0,
+            waiting_for: Vec::new(),
+            place_since: now,
+            wake_at: None,
+            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
+            lease_until: run.lease.map(|l| l.until),
+            created_at: now,
+            updated_at: now,
+            trace_parent: run.trace_parent,
+        };
+        self.runs.insert(
+            run.run_id,
+            MemRun {
+                record: record.clone(),
+                checkpoints: vec![step_zero(now)],
+                current: Vec::new(),
+                versions: Vec::new(),
+                signals: Vec::new(),
+            },
+        );
+        Ok(record)
     }
 }
 
@@ -194,46 +241,7 @@ fn step_zero(at: Timestamp) -> MemCheckpoint {
 #[async_trait::async_trait]
 impl Store for MemoryStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        let mut inner = self.lock();
-        if inner.runs.contains_key(&run.run_id) {
-            return Err(StoreError::RunExists(run.run_id));
-        }
-        let now = Timestamp::now();
-        let record = RunRecord {
-            run_id: run.run_id,
-            workflow: run.workflow,
-            status: run.status,
-            place: Cow::Borrowed(crate::START),
-            step: 0,
-            state: run.state,
-            error: None,
-            definition_hash: run.definition_hash,
-            version: run.version,
-            parent: run.parent,
-            parent_signal: run.parent_signal,
-            forked_from: None,
-            epoch: u64::from(run.status != RunStatus::Queued),
-            signal_seq: 0,
-            waiting_for: Vec::new(),
-            place_since: now,
-            wake_at: None,
-            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
-            lease_until: run.lease.map(|l| l.until),
-            created_at: now,
-            updated_at: now,
-            trace_parent: run.trace_parent,
-        };
-        inner.runs.insert(
-            run.run_id,
-            MemRun {
-                record: record.clone(),
-                checkpoints: vec![step_zero(now)],
-                current: Vec::new(),
-                versions: Vec::new(),
-                signals: Vec::new(),
-            },
-        );
-        Ok(record)
+        self.lock().create_run(run)
     }
 
     async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
@@ -548,5 +556,103 @@ impl Store for MemoryStore {
         let inner = self.lock();
         let run = inner.get(run_id)?;
         Ok(run.versions.iter().filter(|d| d.doc_type == doc_type && d.key.as_deref() == Some(key)).cloned().collect())
+    }
+
+    async fn create_schedule(&self, schedule: &ScheduleRecord) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        if inner.schedules.contains_key(&schedule.id) {
+            return Err(StoreError::ScheduleExists(schedule.id.clone()));
+        }
+        inner.schedules.insert(schedule.id.clone(), (schedule.clone(), Vec::new()));
+        Ok(())
+    }
+
+    async fn load_schedule(&self, id: &str) -> Result<ScheduleRecord, StoreError> {
+        let inner = self.lock();
+        inner.schedules.get(id).map(|(s, _)| s.clone()).ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        Ok(self.lock().schedules.values().map(|(s, _)| s.clone()).collect())
+    }
+
+    async fn set_schedule_paused(
+        &self,
+        id: &str,
+        paused: bool,
+        next_due: Option<Timestamp>,
+    ) -> Result<ScheduleRecord, StoreError> {
+        let mut inner = self.lock();
+        let (schedule, _) = inner.schedules.get_mut(id).ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))?;
+        schedule.paused = paused;
+        if let Some(next_due) = next_due {
+            schedule.next_due = next_due;
+        }
+        schedule.updated_at = Timestamp::now();
+        Ok(schedule.clone())
+    }
+
+    async fn delete_schedule(&self, id: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        inner.schedules.remove(id).map(|_| ()).ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))
+    }
+
+    async fn due_schedules(
+        &self,
+        workflows: &[&str],
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let inner = self.lock();
+        let mut due: Vec<ScheduleRecord> = inner
+            .schedules
+            .values()
+            .map(|(s, _)| s)
+            .filter(|s| !s.paused && s.next_due <= now && workflows.contains(&s.workflow.as_str()))
+            .cloned()
+            .collect();
+        due.sort_by_key(|s| s.next_due);
+        due.truncate(limit as usize);
+        Ok(due)
+    }
+
+    async fn fire_schedule(&self, fire: ScheduleFire) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        match inner.schedules.get(&fire.schedule) {
+            Some((s, _)) if !s.paused && s.next_due == fire.due => {}
+            _ => return Ok(false),
+        }
+        // The run first: it is the one write here that can fail.
+        let started = match fire.run {
+            Some((at, run)) => {
+                let run_id = run.run_id;
+                match inner.create_run(run) {
+                    Ok(_) | Err(StoreError::RunExists(_)) => Some((at, run_id)),
+                    Err(e) => return Err(e),
+                }
+            }
+            None => None,
+        };
+        let Some((schedule, runs)) = inner.schedules.get_mut(&fire.schedule) else { return Ok(false) };
+        match fire.next_due {
+            Some(next) => schedule.next_due = next,
+            None => schedule.paused = true,
+        }
+        if let Some((due, run_id)) = started {
+            schedule.last_due = Some(due);
+            schedule.last_run = Some(run_id);
+            if !runs.iter().any(|r| r.due == due) {
+                runs.push(ScheduledRun { schedule: fire.schedule.clone(), due, run_id });
+            }
+        }
+        schedule.last_error = fire.error;
+        schedule.updated_at = Timestamp::now();
+        Ok(true)
+    }
+
+    async fn scheduled_runs(&self, id: &str, limit: u32) -> Result<Vec<ScheduledRun>, StoreError> {
+        let inner = self.lock();
+        let (_, runs) = inner.schedules.get(id).ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))?;
+        Ok(runs.iter().rev().take(limit as usize).cloned().collect())
     }
 }

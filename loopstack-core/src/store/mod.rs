@@ -37,6 +37,12 @@
 //!   batches with ids that rise in commit order, read after an id, pruned by age
 //!   and count, written only while a listener row exists. The defaults keep none.
 //!
+//! - **Schedules, if it keeps them.** A store may keep [schedules](crate::schedule)
+//!   (the `*_schedule*` methods): a due time is moved on by a compare-and-set on the
+//!   schedule's next due time, in the transaction that creates its run
+//!   ([`Store::fire_schedule`]), so one due time starts one run however many
+//!   workers race. The defaults keep none.
+//!
 //! The records a store returns ([`RunRecord`], [`StepRecord`], [`CheckpointRecord`],
 //! [`SignalRecord`], [`Document`]) are plain structs with public fields, so a store
 //! of your own can build them.
@@ -50,6 +56,7 @@ use serde_json::value::RawValue;
 
 use crate::document::Document;
 use crate::error::StoreError;
+use crate::schedule::{ScheduleFire, ScheduleRecord, ScheduledRun};
 
 mod event_log;
 mod memory;
@@ -981,6 +988,77 @@ pub trait Store: Send + Sync + 'static {
     /// [`MemoryStore`]'s) means no other process can see the runs.
     fn lease_duration(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    // ------------------------------------------------------------ schedules
+    //
+    // The defaults keep none: `due_schedules` finds nothing, the others answer
+    // `StoreError::SchedulesUnsupported`. See the `schedule` module docs.
+
+    /// Stores a new schedule; [`StoreError::ScheduleExists`] if its id is taken.
+    async fn create_schedule(&self, schedule: &ScheduleRecord) -> Result<(), StoreError> {
+        let _ = schedule;
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// Loads a schedule; [`StoreError::ScheduleNotFound`] if there is none.
+    async fn load_schedule(&self, id: &str) -> Result<ScheduleRecord, StoreError> {
+        let _ = id;
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// Every schedule, by id.
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// Pauses or resumes a schedule, and with `next_due` sets its next due time;
+    /// returns it as changed.
+    async fn set_schedule_paused(
+        &self,
+        id: &str,
+        paused: bool,
+        next_due: Option<Timestamp>,
+    ) -> Result<ScheduleRecord, StoreError> {
+        let _ = (id, paused, next_due);
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// Deletes a schedule and its record of started runs (the runs stay).
+    async fn delete_schedule(&self, id: &str) -> Result<(), StoreError> {
+        let _ = id;
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// Up to `limit` schedules of `workflows` that are not paused and are due by
+    /// `now`, earliest due first. Reading them takes nothing: a worker then fires
+    /// each with [`Store::fire_schedule`].
+    async fn due_schedules(
+        &self,
+        workflows: &[&str],
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let _ = (workflows, now, limit);
+        Ok(Vec::new())
+    }
+
+    /// Moves a due schedule on, all or nothing: only if it is not paused and its
+    /// next due time is still `fire.due` (a compare-and-set), sets it to
+    /// `fire.next_due` (or pauses it, when that is `None`), records `fire.error`,
+    /// and creates `fire.run` (queued, unless a run of that id exists) with the
+    /// record of which schedule and due time started it ([`Store::scheduled_runs`]),
+    /// in one transaction. `Ok(false)` when another writer moved it first, or
+    /// paused or deleted it: nothing is written then.
+    async fn fire_schedule(&self, fire: ScheduleFire) -> Result<bool, StoreError> {
+        let _ = fire;
+        Err(StoreError::SchedulesUnsupported)
+    }
+
+    /// The runs schedule `id` started, newest due time first, up to `limit`.
+    async fn scheduled_runs(&self, id: &str, limit: u32) -> Result<Vec<ScheduledRun>, StoreError> {
+        let _ = (id, limit);
+        Err(StoreError::SchedulesUnsupported)
     }
 
     // ------------------------------------------------------------ the event log
