@@ -164,6 +164,24 @@ pub enum Command {
         /// The run.
         run: RunId,
     },
+    /// Forks a run at a step, with edits, and drives the fork: what if it had gone
+    /// on under another system prompt, model or state?
+    Fork {
+        /// The run.
+        run: RunId,
+        /// The step to fork from (`show RUN` lists them).
+        #[arg(long)]
+        step: u64,
+        /// The system prompt of the fork's model turns (agents).
+        #[arg(long)]
+        system: Option<String>,
+        /// The model of the fork's turns, as PROVIDER:MODEL (agents).
+        #[arg(long)]
+        model: Option<String>,
+        /// The whole state in place of the step's, as JSON.
+        #[arg(long)]
+        state: Option<String>,
+    },
     /// Restarts a failed or cancelled run from its last checkpoint.
     Retry {
         /// The run.
@@ -681,6 +699,7 @@ impl Opening {
             Command::Deny { .. } => Self::Existing("deny"),
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
+            Command::Fork { .. } => Self::Existing("fork"),
             Command::Cancel { .. } => Self::Existing("cancel"),
         }
     }
@@ -924,6 +943,18 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         Command::Retry { run } => {
             let outcome = runtime.retry_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Fork { run, step, system, model, state } => {
+            let mut edits = loopstack_core::ForkEdits::new();
+            edits.system.clone_from(system);
+            edits.model.clone_from(model);
+            if let Some(state) = state {
+                edits.state =
+                    Some(serde_json::from_str(state).map_err(|e| CliError::Json { what: "--state", source: e })?);
+            }
+            let fork = RunId::new();
+            let outcome = runtime.fork_by_name(*run, *step, edits, fork).await?;
+            out = outcome_text(runtime, fork, &outcome, json).await?;
         }
         Command::Cancel { run, reason } => {
             runtime.cancel(*run, reason.clone()).await?;

@@ -56,6 +56,16 @@ pub(crate) trait Drivable: Send + Sync {
         payload: Value,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
+    /// Forks a run with edits and drives the fork; returns its id.
+    fn fork<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+        fork: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
     /// Retries a failed or cancelled run.
     fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
@@ -153,6 +163,19 @@ impl<W: Workflow> Drivable for Registered<W> {
                 return Err(RunError::InvalidSignalPayload { workflow, run_id, signal: t.name, reason });
             }
             runtime.signal(&*self.workflow, run_id, (name, payload)).await.map(|r| r.outcome)
+        })
+    }
+
+    fn fork<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+        fork: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move {
+            runtime.fork_with(&*self.workflow, source, step, edits).run_id(fork).await.map(|r| r.outcome)
         })
     }
 
