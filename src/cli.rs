@@ -181,6 +181,10 @@ pub enum Command {
         /// The whole state in place of the step's, as JSON.
         #[arg(long)]
         state: Option<String>,
+        /// Keeps the first N messages of the conversation and drops the rest (the
+        /// fork starts before the step that saved the first one dropped).
+        #[arg(long, value_name = "N")]
+        keep_messages: Option<usize>,
     },
     /// Restarts a failed or cancelled run from its last checkpoint.
     Retry {
@@ -944,8 +948,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let outcome = runtime.retry_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
         }
-        Command::Fork { run, step, system, model, state } => {
+        Command::Fork { run, step, system, model, state, keep_messages } => {
             let mut edits = loopstack_core::ForkEdits::new();
+            edits.keep_messages = *keep_messages;
             edits.system.clone_from(system);
             edits.model.clone_from(model);
             if let Some(state) = state {
@@ -1147,6 +1152,9 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
+        if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
+            value["fork"] = fork;
+        }
         return Ok(value.to_string() + "\n");
     }
     let mut out = String::new();
@@ -1163,6 +1171,10 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     }
     if let Some(parent) = record.parent {
         let _ = writeln!(out, "parent: {parent}");
+    }
+    if let Some(forked_from) = record.forked_from {
+        let _ =
+            writeln!(out, "{}", crate::views::fork_line(forked_from, crate::views::fork_record(&documents).as_ref()));
     }
     if let Some(waits) = &waits {
         crate::views::waits_text(&mut out, run_id, waits, crate::views::Answer::Cli);

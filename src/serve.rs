@@ -481,6 +481,9 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
     value["state"] = crate::views::raw(&record.state);
     value["history"] = history.iter().map(crate::views::step).collect();
     value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
+    if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
+        value["fork"] = fork;
+    }
     ok(&app, StatusCode::OK, value)
 }
 

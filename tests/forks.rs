@@ -118,10 +118,42 @@ async fn edits_that_do_not_fit_are_refused_and_store_nothing() {
         panic!("{err}")
     };
     assert_eq!((provider.as_str(), registered), ("third", vec!["first".to_owned(), "second".to_owned()]));
+    // By name too (the HTTP API, the command line): the agent's check runs.
+    let edits = ForkEdits::new().model("third", "m3");
+    let err = runtime.fork_by_name(source.run_id, 1, edits, RunId::new()).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(ForkError::UnknownModel { .. })), "{err}");
+    let err =
+        runtime.fork_by_name(source.run_id, 2, ForkEdits::new().keep_messages(2), RunId::new()).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(ForkError::NothingToDrop { messages: 2, keep: 2, .. })), "{err}");
     let mut unwritten = ForkEdits::new();
     unwritten.model = Some("no-colon".to_owned());
     let err = runtime.fork_by_name(source.run_id, 1, unwritten, RunId::new()).await.unwrap_err();
     assert!(matches!(err, RunError::Fork(ForkError::BadModel { .. })), "{err}");
     assert_eq!(runs().await, before, "a refused fork stores nothing");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_fork_that_drops_messages_starts_before_the_first_one_dropped() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await);
+    let waiting = agent().ask(&runtime, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = waiting.status else { panic!("{:?}", waiting.status) };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let source = agent().decide(&runtime, waiting.run_id, decisions).await.unwrap();
+    assert_eq!(source.status, AgentStatus::Completed);
+    let last = runtime.store().load_run(source.run_id).await.unwrap().step;
+    let messages = |docs: &[Arc<Document>]| docs.iter().filter(|d| d.has_tag("conversation")).count();
+    assert_eq!(messages(&runtime.store().documents(source.run_id).await.unwrap()), 4);
+
+    // The prompt only: the fork starts where the first turn had not been taken.
+    let fork = agent().fork_with(&runtime, source.run_id, last, ForkEdits::new().keep_messages(1)).await.unwrap();
+    assert!(matches!(fork.status, AgentStatus::AwaitingApproval { .. }), "{:?}", fork.status);
+    let record = runtime.store().load_run(fork.run_id).await.unwrap();
+    assert_eq!(record.forked_from, Some((source.run_id, 1)));
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    assert_eq!(messages(&docs), 2, "the prompt and the fork's own first turn");
+    let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
+    assert_eq!((said.step, said.changes), (1, vec!["conversation cut to its first 1 messages".to_owned()]));
     let _ = std::fs::remove_file(&path);
 }

@@ -52,6 +52,12 @@ pub struct ForkEdits {
     /// registered, and its model name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Keeps the first this many messages of the conversation (the documents
+    /// tagged `conversation`) and drops the rest: the fork starts from the step
+    /// before the one that saved the first message dropped, which must be at or
+    /// before the step asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_messages: Option<usize>,
 }
 
 impl ForkEdits {
@@ -81,9 +87,16 @@ impl ForkEdits {
         self
     }
 
+    /// Keeps the first `messages` messages of the conversation.
+    #[must_use]
+    pub fn keep_messages(mut self, messages: usize) -> Self {
+        self.keep_messages = Some(messages);
+        self
+    }
+
     /// Whether there is nothing to edit.
     pub fn is_empty(&self) -> bool {
-        self.state.is_none() && self.system.is_none() && self.model.is_none()
+        self.state.is_none() && self.system.is_none() && self.model.is_none() && self.keep_messages.is_none()
     }
 
     /// The model edit as (provider, model), checked.
@@ -106,6 +119,9 @@ impl ForkEdits {
         }
         if let Some(model) = &self.model {
             changes.push(format!("model: {model}"));
+        }
+        if let Some(keep) = self.keep_messages {
+            changes.push(format!("conversation cut to its first {keep} messages"));
         }
         changes
     }
@@ -178,6 +194,31 @@ pub enum ForkError {
         /// The providers registered.
         registered: Vec<String>,
     },
+    /// The conversation at the step asked for has no message to drop.
+    #[error("run {run_id} has {messages} messages at step {step}: there is none to drop after the first {keep}")]
+    NothingToDrop {
+        /// The source run.
+        run_id: RunId,
+        /// The step asked for.
+        step: u64,
+        /// Its messages at that step.
+        messages: usize,
+        /// The messages to keep.
+        keep: usize,
+    },
+    /// The last message kept and the first one dropped were saved by one step,
+    /// which a fork cannot split.
+    #[error("run {run_id}: messages {kept} and {dropped} were saved by one step ({step}); keep fewer or more")]
+    SplitStep {
+        /// The source run.
+        run_id: RunId,
+        /// The index of the last message kept.
+        kept: usize,
+        /// The index of the first message dropped.
+        dropped: usize,
+        /// The step that saved both.
+        step: u64,
+    },
     /// The workflow's state keeps no system prompt or model.
     #[error(
         "workflow `{workflow}` takes no {edit} edit: its state has no `fork_settings`; only agents take model turns"
@@ -215,6 +256,34 @@ pub(crate) fn edit_state(workflow: &'static str, mut state: Value, edits: &ForkE
     }
     *settings = serde_json::to_value(current).map_err(|e| ForkError::BadState { workflow, reason: e.to_string() })?;
     Ok(state)
+}
+
+/// The step to fork run `run_id` from so that its conversation keeps its first
+/// `keep` messages: the one before the step that saved message `keep`.
+pub(crate) fn step_keeping(
+    documents: &[std::sync::Arc<crate::Document>],
+    run_id: RunId,
+    step: u64,
+    keep: usize,
+) -> Result<u64, ForkError> {
+    let messages: Vec<u64> =
+        documents.iter().filter(|d| d.step <= step && d.has_tag("conversation")).map(|d| d.step).collect();
+    let Some(&dropped) = messages.get(keep) else {
+        return Err(ForkError::NothingToDrop { run_id, step, messages: messages.len(), keep });
+    };
+    if keep > 0 && messages[keep - 1] == dropped {
+        return Err(ForkError::SplitStep { run_id, kept: keep - 1, dropped: keep, step: dropped });
+    }
+    Ok(dropped.saturating_sub(1))
+}
+
+/// The fork settings a state's JSON keeps, if any.
+pub(crate) fn settings_of(state: &str) -> Option<ForkSettings> {
+    #[derive(Deserialize)]
+    struct Settings {
+        fork_settings: Option<ForkSettings>,
+    }
+    serde_json::from_str::<Settings>(state).ok().and_then(|s| s.fork_settings)
 }
 
 /// Whether a state's JSON (as the workflow serializes it again) kept its settings.

@@ -57,6 +57,15 @@ pub trait Workflow: Send + Sync + 'static {
     fn input_schema(&self) -> Option<Value> {
         None
     }
+
+    /// Checks the system prompt and model a fork asks for
+    /// ([`ForkEdits`](crate::ForkEdits)) before anything is stored: the agent refuses
+    /// a provider it has no model for. `#[workflow(fork_check = path)]` fills it in;
+    /// accepted by default.
+    fn check_fork(&self, settings: &crate::ForkSettings) -> Result<(), crate::ForkError> {
+        let _ = settings;
+        Ok(())
+    }
 }
 
 /// The JSON Schema of a workflow's input type, inlined (no `$defs`), without the

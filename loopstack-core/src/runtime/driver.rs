@@ -261,6 +261,10 @@ async fn prepare<W: Workflow>(
             let stored = store.load_run(source).await?;
             check_run(wf, &stored)?;
             // Edits are checked before anything is stored.
+            let step = match edits.as_ref().and_then(|e| e.keep_messages) {
+                Some(keep) => crate::fork::step_keeping(&store.documents(source).await?, source, step, keep)?,
+                None => step,
+            };
             let edited = match edits {
                 Some(edits) if !edits.is_empty() => Some(fork_edits(runtime, wf, &stored, step, *edits).await?),
                 _ => None,
@@ -384,6 +388,9 @@ async fn fork_edits<W: Workflow>(
     {
         let edit = if edits.system.is_some() { "system prompt" } else { "model" };
         return Err(ForkError::Unsupported { workflow: name, edit }.into());
+    }
+    if let Some(settings) = crate::fork::settings_of(value.get()) {
+        wf.check_fork(&settings)?;
     }
     let record = ForkRecord { source: source.run_id, step, changes: edits.changes(), edits };
     let doc = serde_json::value::to_raw_value(&record).map_err(state_error(name, source.run_id))?;

@@ -1,6 +1,6 @@
 //! Forks of agent runs with another system prompt or model ([`Agent::fork_with`]).
 
-use loopstack_core::{ForkEdits, ForkError, ForkSettings, RunError, RunId, Runtime};
+use loopstack_core::{ForkEdits, ForkError, ForkSettings, RunId, Runtime};
 
 use super::{Agent, AgentReply, AskError};
 use crate::generate::GenerateOptions;
@@ -27,7 +27,8 @@ impl Agent {
     /// ([`AgentState::fork_settings`](crate::AgentState::fork_settings)), so the
     /// fork keeps them when it is resumed after a restart. A provider this agent has
     /// no model for is refused before anything is stored
-    /// ([`ForkError::UnknownModel`]).
+    /// ([`ForkError::UnknownModel`](loopstack_core::ForkError::UnknownModel)), also when the fork is made by name
+    /// ([`Runtime::fork_by_name`]: the HTTP API, the command line).
     ///
     /// ```
     /// use loopstack_core::{ForkEdits, Runtime, ToolRegistry};
@@ -51,19 +52,18 @@ impl Agent {
         step: u64,
         edits: ForkEdits,
     ) -> Result<AgentReply, AskError> {
-        self.check_fork(&edits)?;
         Ok(self.reply_of(runtime.fork_with(self, source, step, edits).await?))
     }
 
-    /// Refuses a fork's model that this agent has no provider for.
-    pub fn check_fork(&self, edits: &ForkEdits) -> Result<(), AskError> {
-        let refused = |e: ForkError| AskError::Run(RunError::Fork(e));
-        if let Some((provider, _)) = edits.provider_and_model().map_err(refused)?
-            && self.generate.models().get(provider).is_err()
-        {
-            let registered = self.generate.models().providers();
-            return Err(refused(ForkError::UnknownModel { provider: provider.to_owned(), registered }));
+    /// Refuses a fork's provider that this agent has no model for: its
+    /// `#[workflow(fork_check)]`.
+    pub(super) fn check_fork_settings(&self, settings: &ForkSettings) -> Result<(), ForkError> {
+        match &settings.provider {
+            Some(provider) if self.generate.models().get(provider).is_err() => Err(ForkError::UnknownModel {
+                provider: provider.clone(),
+                registered: self.generate.models().providers(),
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }

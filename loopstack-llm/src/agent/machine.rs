@@ -19,7 +19,7 @@ use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
 use crate::message::{Message, StopReason, ToolUse};
 
-#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table)]
+#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings)]
 impl Agent {
     /// Saves the user's prompt as the first message.
     #[transition(to = Ready)]

@@ -127,6 +127,17 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         let text = text.to_tokens();
         quote!(.with_description(#text))
     });
+    let fork_check = m.fork_check.as_ref().map(|path| {
+        let call = quote_spanned!(path.span()=> #path(self, __loopstack_settings));
+        quote! {
+            fn check_fork(
+                &self,
+                __loopstack_settings: &#p::ForkSettings,
+            ) -> #p::Result<(), #p::ForkError> {
+                #call
+            }
+        }
+    });
     let definition = match &m.definition {
         Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
         None => quote!(&__LOOPSTACK_DEFINITION),
@@ -161,6 +172,8 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 fn init(&self, __loopstack_input: Self::Input) -> Self::State {
                     #init
                 }
+
+                #fork_check
 
                 fn input_schema(&self) -> #p::Option<#p::serde_json::Value> {
                     #[allow(unused_imports)]
