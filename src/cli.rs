@@ -186,6 +186,35 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         keep_messages: Option<usize>,
     },
+    /// Runs an eval: each case of DATASET (JSONL: {"id", "input", "expected"} a line)
+    /// a run of the registered agent AGENT, scored, shown as a table (or JSON). The
+    /// same --id over the same store resumes an eval that was interrupted: its
+    /// finished cases are read back, not run again. Exit status: 0 when every case
+    /// passed, 3 when some failed (the report is printed all the same), 1 on an
+    /// error, 2 for a command line that does not parse.
+    Eval {
+        /// The dataset, a JSONL file.
+        dataset: std::path::PathBuf,
+        /// The registered agent.
+        #[arg(long)]
+        agent: String,
+        /// Runs per case.
+        #[arg(long, default_value_t = 1)]
+        repeats: u32,
+        /// Cases run at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// The eval's id: the id of an earlier eval resumes it.
+        #[arg(long)]
+        id: Option<RunId>,
+        /// How each case is scored (repeatable): `contains` (the answer contains the
+        /// case's `expected`), `exact`, `matches:REGEX`, `called:TOOL`.
+        #[arg(long, default_value = "contains")]
+        scorer: Vec<String>,
+        /// An earlier report (`eval --json`) to compare with: which cases got better or worse.
+        #[arg(long, value_name = "OLD.json")]
+        compare: Option<std::path::PathBuf>,
+    },
     /// Restarts a failed or cancelled run from its last checkpoint.
     Retry {
         /// The run.
@@ -285,6 +314,19 @@ pub enum CliError {
         /// The calls that wait, as `id (tool)`.
         pending: Vec<String>,
     },
+    /// Cases of an eval failed; `output` is its report, printed before the error.
+    #[error("{failed} of {cases} eval cases failed")]
+    CasesFailed {
+        /// The cases that failed.
+        failed: usize,
+        /// The cases run.
+        cases: usize,
+        /// The report (table or JSON).
+        output: String,
+    },
+    /// An eval's dataset, scorer or earlier report does not read.
+    #[error("eval: {0}")]
+    Eval(String),
     /// `deny` was given an empty `--reason`.
     #[error("the --reason is empty: the model reads it to know why its call was denied")]
     EmptyReason,
@@ -644,6 +686,12 @@ impl App {
         // Listeners in other processes (Studio's page of a run) get the last events
         // of what this command drove.
         runtime.flush_events().await;
+        if let Err(CliError::CasesFailed { output, .. }) = &done {
+            print!("{output}");
+            let e = done.as_ref().err().map(ToString::to_string).unwrap_or_default();
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::from(EVAL_FAILED);
+        }
         match done {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&runtime.secrets().redact(&e.to_string())),
@@ -668,6 +716,92 @@ impl McpServers {
     ) -> Result<loopstack_core::ToolRegistry, CliError> {
         Ok(loopstack_core::ToolRegistry::new())
     }
+}
+
+/// The exit status of an `eval` whose cases did not all pass.
+pub const EVAL_FAILED: u8 = 3;
+
+/// What `eval` was given.
+struct EvalArgs<'a> {
+    dataset: &'a std::path::Path,
+    agent: &'a str,
+    repeats: u32,
+    concurrency: usize,
+    id: Option<RunId>,
+    scorers: &'a [String],
+    compare: Option<&'a std::path::Path>,
+}
+
+/// Runs an eval of a registered agent, with a progress line on standard error.
+async fn eval(runtime: &Runtime, args: EvalArgs<'_>, json: bool) -> Result<String, CliError> {
+    use loopstack_llm::eval::{CalledTool, Contains, Dataset, Eval, EvalReport, Exact, Matches};
+    use std::io::IsTerminal as _;
+    if !runtime.is_registered(args.agent) {
+        return Err(
+            RunError::UnknownWorkflow { workflow: args.agent.to_owned(), registered: runtime.workflows() }.into()
+        );
+    }
+    let bad = |e: &dyn std::fmt::Display| CliError::Eval(e.to_string());
+    let before = match args.compare {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| bad(&format!("{}: {e}", path.display())))?;
+            Some(EvalReport::from_json(&text).map_err(|e| bad(&format!("{}: {e}", path.display())))?)
+        }
+        None => None,
+    };
+    let dataset = Dataset::load_jsonl(args.dataset).map_err(|e| bad(&e))?;
+    let mut eval = Eval::named(dataset, args.agent).repeats(args.repeats).concurrency(args.concurrency);
+    for scorer in args.scorers {
+        eval = match scorer.split_once(':') {
+            None if scorer == "contains" => eval.scorer(Contains::expected()),
+            None if scorer == "exact" => eval.scorer(Exact),
+            Some(("matches", pattern)) => eval.scorer(Matches::new(pattern).map_err(|e| bad(&e))?),
+            Some(("called", tool)) => eval.scorer(CalledTool::new(tool)),
+            _ => return Err(bad(&format!("unknown scorer `{scorer}`: contains, exact, matches:REGEX or called:TOOL"))),
+        };
+    }
+    if let Some(id) = args.id {
+        eval = eval.id(id);
+    }
+    let terminal = std::io::stderr().is_terminal();
+    eval = eval.on_progress(move |done, total, case| {
+        let status = if case.passed { "pass" } else { "FAIL" };
+        if terminal {
+            let filled = done * 20 / total.max(1);
+            eprint!(
+                "\r[{}{}] {done}/{total} {} {status}\x1b[K",
+                "#".repeat(filled),
+                ".".repeat(20 - filled),
+                case.case
+            );
+            if done == total {
+                eprintln!();
+            }
+        } else {
+            eprintln!("[{done}/{total}] {} {status}", case.case);
+        }
+    });
+    let report = eval.run(runtime).await.map_err(|e| bad(&e))?;
+    let comparison = before.as_ref().map(|before| report.compare(before));
+    let out = if json {
+        let mut value = serde_json::to_value(&report).map_err(|e| bad(&e))?;
+        if let Some(comparison) = &comparison {
+            value["comparison"] = serde_json::to_value(comparison).map_err(|e| bad(&e))?;
+        }
+        value.to_string() + "\n"
+    } else {
+        let mut out = report.table();
+        let _ = writeln!(out, "eval {} (run it again with --id {} over the same --db)", report.eval, report.id);
+        if let Some(comparison) = &comparison {
+            out += &comparison.text();
+        }
+        out
+    };
+    let (failed, cases) = (report.summary.cases - report.summary.passed, report.summary.cases);
+    if failed > 0 {
+        return Err(CliError::CasesFailed { failed, cases, output: out });
+    }
+    Ok(out)
 }
 
 /// One line `error: ...` on standard error, and exit status 1.
@@ -704,6 +838,7 @@ impl Opening {
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Fork { .. } => Self::Existing("fork"),
+            Command::Eval { .. } => Self::Create,
             Command::Cancel { .. } => Self::Existing("cancel"),
         }
     }
@@ -947,6 +1082,22 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         Command::Retry { run } => {
             let outcome = runtime.retry_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Eval { dataset, agent, repeats, concurrency, id, scorer, compare } => {
+            out = eval(
+                runtime,
+                EvalArgs {
+                    dataset,
+                    agent,
+                    repeats: *repeats,
+                    concurrency: *concurrency,
+                    id: *id,
+                    scorers: scorer,
+                    compare: compare.as_deref(),
+                },
+                json,
+            )
+            .await?;
         }
         Command::Fork { run, step, system, model, state, keep_messages } => {
             let mut edits = loopstack_core::ForkEdits::new();

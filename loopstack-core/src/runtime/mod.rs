@@ -306,6 +306,24 @@ impl Runtime {
         wf.wake(self, run_id, registry::Wake::Recover, true).await
     }
 
+    /// Starts run `run_id` of the registered workflow `workflow`, its input read
+    /// from JSON, and drives it, as [`Runtime::start`] does without the workflow's
+    /// type: for evals of agents known by name. A run of that id that exists is
+    /// refused ([`StoreError::RunExists`]).
+    pub async fn start_by_name(&self, workflow: &str, input: Value, run_id: RunId) -> Result<RunOutcome, RunError> {
+        self.registered(workflow)?.start_json(self, input, run_id).await
+    }
+
+    /// Continues run `run_id` of a registered workflow from its last checkpoint,
+    /// taking it over from any other driver, as [`Runtime::resume`] does without the
+    /// workflow's type: for a run whose process was killed (its lease may not have
+    /// run out yet). [`Runtime::drive_by_name`] leaves a live driver's run alone.
+    pub async fn resume_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
+        let record = self.inner.store().load_run(run_id).await?;
+        let wf = self.registered(&record.workflow)?;
+        wf.wake(self, run_id, registry::Wake::Resume, true).await
+    }
+
     /// Creates child run `child` of run `parent`, a run of the registered workflow
     /// `workflow` with its input read from JSON, queued, unless it exists; when it
     /// ends, the parent gets a [`ChildEnded`](crate::ChildEnded) signal named
