@@ -7,6 +7,11 @@
 //! again, and the ones left running are resumed. Any case's run opens in Studio
 //! like any other run.
 //!
+//! The eval itself is recorded when it ends: a run under the eval's id of the
+//! one-step workflow [`EVAL_WORKFLOW`], whose state is the [`EvalReport`]. Studio's
+//! Evals page lists those runs (`GET /api/runs?workflow=loopstack_eval`). An eval
+//! run again with the same id keeps the record of its first end.
+//!
 //! ```
 //! use loopstack_core::{Runtime, ToolRegistry};
 //! use loopstack_llm::eval::{Case, Contains, Dataset, Eval};
@@ -39,10 +44,12 @@ use crate::agent::{Agent, AgentState, AgentStatus, AskError};
 use crate::message::{Message, ToolUse, Usage};
 
 mod dataset;
+mod record;
 mod report;
 mod score;
 
 pub use dataset::{Case, Dataset};
+pub use record::EVAL_WORKFLOW;
 pub use report::{CaseReport, Comparison, EvalReport, Summary};
 pub use score::{
     CalledTool, Contains, Custom, Exact, FitsSchema, JUDGE_PROMPT, Judge, Matches, Score, Scorer, Verdict, custom,
@@ -246,7 +253,10 @@ impl Eval {
         drop(stream);
         cases.sort_by_key(|c: &CaseReport| (self.dataset.cases().iter().position(|d| d.id == c.case), c.repeat));
         let scorers = self.scorers.iter().map(|s| s.name().to_owned()).collect();
-        Ok(EvalReport::new(&self.name, self.id, self.dataset.name(), self.agent_name(), self.repeats, scorers, cases))
+        let report =
+            EvalReport::new(&self.name, self.id, self.dataset.name(), self.agent_name(), self.repeats, scorers, cases);
+        record::save(runtime, &report).await?;
+        Ok(report)
     }
 
     async fn case(&self, runtime: &Runtime, index: usize, repeat: u32) -> Result<CaseReport, EvalError> {
