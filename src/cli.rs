@@ -192,29 +192,7 @@ pub enum Command {
     /// finished cases are read back, not run again. Exit status: 0 when every case
     /// passed, 3 when some failed (the report is printed all the same), 1 on an
     /// error, 2 for a command line that does not parse.
-    Eval {
-        /// The dataset, a JSONL file.
-        dataset: std::path::PathBuf,
-        /// The registered agent.
-        #[arg(long)]
-        agent: String,
-        /// Runs per case.
-        #[arg(long, default_value_t = 1)]
-        repeats: u32,
-        /// Cases run at once.
-        #[arg(long, default_value_t = 4)]
-        concurrency: usize,
-        /// The eval's id: the id of an earlier eval resumes it.
-        #[arg(long)]
-        id: Option<RunId>,
-        /// How each case is scored (repeatable): `contains` (the answer contains the
-        /// case's `expected`), `exact`, `matches:REGEX`, `called:TOOL`.
-        #[arg(long, default_value = "contains")]
-        scorer: Vec<String>,
-        /// An earlier report (`eval --json`) to compare with: which cases got better or worse.
-        #[arg(long, value_name = "OLD.json")]
-        compare: Option<std::path::PathBuf>,
-    },
+    Eval(Box<EvalCommand>),
     /// Restarts a failed or cancelled run from its last checkpoint.
     Retry {
         /// The run.
@@ -260,6 +238,33 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+}
+
+/// What `eval` is given (boxed in [`Command::Eval`], the largest command).
+#[derive(Debug, clap::Args)]
+#[non_exhaustive]
+pub struct EvalCommand {
+    /// The dataset, a JSONL file.
+    pub dataset: std::path::PathBuf,
+    /// The registered agent.
+    #[arg(long)]
+    pub agent: String,
+    /// Runs per case.
+    #[arg(long, default_value_t = 1)]
+    pub repeats: u32,
+    /// Cases run at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// The eval's id: the id of an earlier eval resumes it.
+    #[arg(long)]
+    pub id: Option<RunId>,
+    /// How each case is scored (repeatable): `contains` (the answer contains the
+    /// case's `expected`), `exact`, `matches:REGEX`, `called:TOOL`.
+    #[arg(long, default_value = "contains")]
+    pub scorer: Vec<String>,
+    /// An earlier report (`eval --json`) to compare with: which cases got better or worse.
+    #[arg(long, value_name = "OLD.json")]
+    pub compare: Option<std::path::PathBuf>,
 }
 
 /// Why a command failed: one line for the user.
@@ -838,7 +843,7 @@ impl Opening {
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
             Command::Fork { .. } => Self::Existing("fork"),
-            Command::Eval { .. } => Self::Create,
+            Command::Eval(_) => Self::Create,
             Command::Cancel { .. } => Self::Existing("cancel"),
         }
     }
@@ -1083,21 +1088,17 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let outcome = runtime.retry_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
         }
-        Command::Eval { dataset, agent, repeats, concurrency, id, scorer, compare } => {
-            out = eval(
-                runtime,
-                EvalArgs {
-                    dataset,
-                    agent,
-                    repeats: *repeats,
-                    concurrency: *concurrency,
-                    id: *id,
-                    scorers: scorer,
-                    compare: compare.as_deref(),
-                },
-                json,
-            )
-            .await?;
+        Command::Eval(e) => {
+            let args = EvalArgs {
+                dataset: &e.dataset,
+                agent: &e.agent,
+                repeats: e.repeats,
+                concurrency: e.concurrency,
+                id: e.id,
+                scorers: &e.scorer,
+                compare: e.compare.as_deref(),
+            };
+            out = eval(runtime, args, json).await?;
         }
         Command::Fork { run, step, system, model, state, keep_messages } => {
             let mut edits = loopstack_core::ForkEdits::new();
