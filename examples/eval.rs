@@ -125,19 +125,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     }
     if let Some(path) = &args.baseline {
         let before = EvalReport::from_json(&std::fs::read_to_string(path)?)?;
-        let comparison = report.compare(&before);
-        for (case, was, now) in &comparison.better {
-            println!("better: {case} {was:.2} -> {now:.2}");
-        }
-        for (case, was, now) in &comparison.worse {
-            println!("worse:  {case} {was:.2} -> {now:.2}");
-        }
-        println!(
-            "{} the same, {} added, {} removed",
-            comparison.same.len(),
-            comparison.added.len(),
-            comparison.removed.len()
-        );
+        print!("{}", report.compare(&before).text());
     }
     Ok(report.summary.passed == report.summary.cases)
 }

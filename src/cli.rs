@@ -178,6 +178,35 @@ pub enum Command {
         /// The run.
         run: RunId,
     },
+    /// Forks a run at a step, with edits, and drives the fork: what if it had gone
+    /// on under another system prompt, model or state?
+    Fork {
+        /// The run.
+        run: RunId,
+        /// The step to fork from (`show RUN` lists them).
+        #[arg(long)]
+        step: u64,
+        /// The system prompt of the fork's model turns (agents).
+        #[arg(long)]
+        system: Option<String>,
+        /// The model of the fork's turns, as PROVIDER:MODEL (agents).
+        #[arg(long)]
+        model: Option<String>,
+        /// The whole state in place of the step's, as JSON.
+        #[arg(long)]
+        state: Option<String>,
+        /// Keeps the first N messages of the conversation and drops the rest (the
+        /// fork starts before the step that saved the first one dropped).
+        #[arg(long, value_name = "N")]
+        keep_messages: Option<usize>,
+    },
+    /// Runs an eval: each case of DATASET (JSONL: {"id", "input", "expected"} a line)
+    /// a run of the registered agent AGENT, scored, shown as a table (or JSON). The
+    /// same --id over the same store resumes an eval that was interrupted: its
+    /// finished cases are read back, not run again. Exit status: 0 when every case
+    /// passed, 3 when some failed (the report is printed all the same), 1 on an
+    /// error, 2 for a command line that does not parse.
+    Eval(Box<EvalCommand>),
     /// Restarts a failed or cancelled run from its last checkpoint.
     Retry {
         /// The run.
@@ -285,6 +314,33 @@ pub enum ScheduleCommand {
     },
 }
 
+/// What `eval` is given (boxed in [`Command::Eval`], the largest command).
+#[derive(Debug, clap::Args)]
+#[non_exhaustive]
+pub struct EvalCommand {
+    /// The dataset, a JSONL file.
+    pub dataset: std::path::PathBuf,
+    /// The registered agent.
+    #[arg(long)]
+    pub agent: String,
+    /// Runs per case.
+    #[arg(long, default_value_t = 1)]
+    pub repeats: u32,
+    /// Cases run at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// The eval's id: the id of an earlier eval resumes it.
+    #[arg(long)]
+    pub id: Option<RunId>,
+    /// How each case is scored (repeatable): `contains` (the answer contains the
+    /// case's `expected`), `exact`, `matches:REGEX`, `called:TOOL`.
+    #[arg(long, default_value = "contains")]
+    pub scorer: Vec<String>,
+    /// An earlier report (`eval --json`) to compare with: which cases got better or worse.
+    #[arg(long, value_name = "OLD.json")]
+    pub compare: Option<std::path::PathBuf>,
+}
+
 /// Why a command failed: one line for the user.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -340,6 +396,19 @@ pub enum CliError {
         /// The calls that wait, as `id (tool)`.
         pending: Vec<String>,
     },
+    /// Cases of an eval failed; `output` is its report, printed before the error.
+    #[error("{failed} of {cases} eval cases failed")]
+    CasesFailed {
+        /// The cases that failed.
+        failed: usize,
+        /// The cases run.
+        cases: usize,
+        /// The report (table or JSON).
+        output: String,
+    },
+    /// An eval's dataset, scorer or earlier report does not read.
+    #[error("eval: {0}")]
+    Eval(String),
     /// `deny` was given an empty `--reason`.
     #[error("the --reason is empty: the model reads it to know why its call was denied")]
     EmptyReason,
@@ -699,6 +768,12 @@ impl App {
         // Listeners in other processes (Studio's page of a run) get the last events
         // of what this command drove.
         runtime.flush_events().await;
+        if let Err(CliError::CasesFailed { output, .. }) = &done {
+            print!("{output}");
+            let e = done.as_ref().err().map(ToString::to_string).unwrap_or_default();
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::from(EVAL_FAILED);
+        }
         match done {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&runtime.secrets().redact(&e.to_string())),
@@ -723,6 +798,92 @@ impl McpServers {
     ) -> Result<loopstack_core::ToolRegistry, CliError> {
         Ok(loopstack_core::ToolRegistry::new())
     }
+}
+
+/// The exit status of an `eval` whose cases did not all pass.
+pub const EVAL_FAILED: u8 = 3;
+
+/// What `eval` was given.
+struct EvalArgs<'a> {
+    dataset: &'a std::path::Path,
+    agent: &'a str,
+    repeats: u32,
+    concurrency: usize,
+    id: Option<RunId>,
+    scorers: &'a [String],
+    compare: Option<&'a std::path::Path>,
+}
+
+/// Runs an eval of a registered agent, with a progress line on standard error.
+async fn eval(runtime: &Runtime, args: EvalArgs<'_>, json: bool) -> Result<String, CliError> {
+    use loopstack_llm::eval::{CalledTool, Contains, Dataset, Eval, EvalReport, Exact, Matches};
+    use std::io::IsTerminal as _;
+    if !runtime.is_registered(args.agent) {
+        return Err(
+            RunError::UnknownWorkflow { workflow: args.agent.to_owned(), registered: runtime.workflows() }.into()
+        );
+    }
+    let bad = |e: &dyn std::fmt::Display| CliError::Eval(e.to_string());
+    let before = match args.compare {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| bad(&format!("{}: {e}", path.display())))?;
+            Some(EvalReport::from_json(&text).map_err(|e| bad(&format!("{}: {e}", path.display())))?)
+        }
+        None => None,
+    };
+    let dataset = Dataset::load_jsonl(args.dataset).map_err(|e| bad(&e))?;
+    let mut eval = Eval::named(dataset, args.agent).repeats(args.repeats).concurrency(args.concurrency);
+    for scorer in args.scorers {
+        eval = match scorer.split_once(':') {
+            None if scorer == "contains" => eval.scorer(Contains::expected()),
+            None if scorer == "exact" => eval.scorer(Exact),
+            Some(("matches", pattern)) => eval.scorer(Matches::new(pattern).map_err(|e| bad(&e))?),
+            Some(("called", tool)) => eval.scorer(CalledTool::new(tool)),
+            _ => return Err(bad(&format!("unknown scorer `{scorer}`: contains, exact, matches:REGEX or called:TOOL"))),
+        };
+    }
+    if let Some(id) = args.id {
+        eval = eval.id(id);
+    }
+    let terminal = std::io::stderr().is_terminal();
+    eval = eval.on_progress(move |done, total, case| {
+        let status = if case.passed { "pass" } else { "FAIL" };
+        if terminal {
+            let filled = done * 20 / total.max(1);
+            eprint!(
+                "\r[{}{}] {done}/{total} {} {status}\x1b[K",
+                "#".repeat(filled),
+                ".".repeat(20 - filled),
+                case.case
+            );
+            if done == total {
+                eprintln!();
+            }
+        } else {
+            eprintln!("[{done}/{total}] {} {status}", case.case);
+        }
+    });
+    let report = eval.run(runtime).await.map_err(|e| bad(&e))?;
+    let comparison = before.as_ref().map(|before| report.compare(before));
+    let out = if json {
+        let mut value = serde_json::to_value(&report).map_err(|e| bad(&e))?;
+        if let Some(comparison) = &comparison {
+            value["comparison"] = serde_json::to_value(comparison).map_err(|e| bad(&e))?;
+        }
+        value.to_string() + "\n"
+    } else {
+        let mut out = report.table();
+        let _ = writeln!(out, "eval {} (run it again with --id {} over the same --db)", report.eval, report.id);
+        if let Some(comparison) = &comparison {
+            out += &comparison.text();
+        }
+        out
+    };
+    let (failed, cases) = (report.summary.cases - report.summary.passed, report.summary.cases);
+    if failed > 0 {
+        return Err(CliError::CasesFailed { failed, cases, output: out });
+    }
+    Ok(out)
 }
 
 /// One line `error: ...` on standard error, and exit status 1.
@@ -759,6 +920,8 @@ impl Opening {
             Command::Resolve { .. } => Self::Existing("resolve"),
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),
+            Command::Fork { .. } => Self::Existing("fork"),
+            Command::Eval(_) => Self::Create,
             Command::Cancel { .. } => Self::Existing("cancel"),
             Command::Schedule { action } if matches!(**action, ScheduleCommand::Add { .. }) => Self::Create,
             Command::Schedule { .. } => Self::Existing("schedule"),
@@ -1009,6 +1172,31 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         Command::Retry { run } => {
             let outcome = runtime.retry_by_name(*run).await?;
             out = outcome_text(runtime, *run, &outcome, json).await?;
+        }
+        Command::Eval(e) => {
+            let args = EvalArgs {
+                dataset: &e.dataset,
+                agent: &e.agent,
+                repeats: e.repeats,
+                concurrency: e.concurrency,
+                id: e.id,
+                scorers: &e.scorer,
+                compare: e.compare.as_deref(),
+            };
+            out = eval(runtime, args, json).await?;
+        }
+        Command::Fork { run, step, system, model, state, keep_messages } => {
+            let mut edits = loopstack_core::ForkEdits::new();
+            edits.keep_messages = *keep_messages;
+            edits.system.clone_from(system);
+            edits.model.clone_from(model);
+            if let Some(state) = state {
+                edits.state =
+                    Some(serde_json::from_str(state).map_err(|e| CliError::Json { what: "--state", source: e })?);
+            }
+            let fork = RunId::new();
+            let outcome = runtime.fork_by_name(*run, *step, edits, fork).await?;
+            out = outcome_text(runtime, fork, &outcome, json).await?;
         }
         Command::Cancel { run, reason } => {
             runtime.cancel(*run, reason.clone()).await?;
@@ -1287,6 +1475,9 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
         value["history"] = history.iter().map(crate::views::step).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
+        if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
+            value["fork"] = fork;
+        }
         return Ok(value.to_string() + "\n");
     }
     let mut out = String::new();
@@ -1304,6 +1495,10 @@ async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result<String, Cl
     }
     if let Some(parent) = record.parent {
         let _ = writeln!(out, "parent: {parent}");
+    }
+    if let Some(forked_from) = record.forked_from {
+        let _ =
+            writeln!(out, "{}", crate::views::fork_line(forked_from, crate::views::fork_record(&documents).as_ref()));
     }
     if let Some(waits) = &waits {
         crate::views::waits_text(&mut out, run_id, waits, crate::views::Answer::Cli);

@@ -123,6 +123,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/signals/{name}", post(signal_run))
         .route("/api/runs/{id}/resume", post(resume_run))
         .route("/api/runs/{id}/retry", post(retry_run))
+        .route("/api/runs/{id}/fork", post(fork_run))
         .route("/api/runs/{id}/cancel", post(cancel_run))
         .route("/api/runs/{id}/events", get(events::run_events))
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
@@ -331,6 +332,7 @@ async fn openapi() -> axum::Json<Value> {
             "/api/runs/{id}/signals/{name}": { "post": op("Send a signal; the body is its payload") },
             "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
             "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
+            "/api/runs/{id}/fork": { "post": op("Fork a run at a step with edits: {step, edits: {state, system, model}}; answers with the fork") },
             "/api/runs/{id}/cancel": { "post": op("Cancel a run and its children") },
             "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream), whichever process drives it; each has an id over a store with an event log, and a request with Last-Event-ID resumes right after that event") },
             "/api/runs/{id}/checkpoints/{step}": { "get": op("The state at one checkpoint") },
@@ -495,6 +497,9 @@ async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Resp
     value["state"] = crate::views::raw(&record.state);
     value["history"] = history.iter().map(crate::views::step).collect();
     value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
+    if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
+        value["fork"] = fork;
+    }
     ok(&app, StatusCode::OK, value)
 }
 
@@ -573,6 +578,33 @@ async fn signal_run(
 async fn resume_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {
     let driven = drive(&app, move |rt| async move { rt.drive_by_name(id).await }).await;
     outcome(&app, id, driven).await
+}
+
+/// `POST /api/runs/{id}/fork` with `{"step": N, "edits": {"state": .., "system": .., "model": "PROVIDER:MODEL"}}`:
+/// forks the run at step N with the edits and drives the fork; answers with the fork.
+async fn fork_run(State(app): State<App>, PathJson(id): PathJson<RunId>, BodyJson(body): BodyJson) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ForkBody {
+        step: u64,
+        #[serde(default)]
+        edits: loopstack_core::ForkEdits,
+    }
+    let request: ForkBody = match json_body(&body) {
+        Ok(request) => request,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let fork = RunId::new();
+    let driven =
+        drive(&app, move |rt| async move { rt.fork_by_name(id, request.step, request.edits, fork).await }).await;
+    if let Err(e @ RunError::Fork(_)) = &driven {
+        let status = match e {
+            RunError::Fork(loopstack_core::ForkError::UnknownStep { .. }) => StatusCode::NOT_FOUND,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        return error(status, e);
+    }
+    outcome(&app, fork, driven).await
 }
 
 async fn retry_run(State(app): State<App>, PathJson(id): PathJson<RunId>) -> Response {

@@ -20,6 +20,7 @@ pub(crate) fn run(run: &RunSummary) -> Value {
         "place": run.place,
         "step": run.step,
         "parent": run.parent,
+        "forked_from": run.forked_from.map(|(run_id, step)| json!({ "run_id": run_id, "step": step })),
         "created_at": run.created_at.to_string(),
         "updated_at": run.updated_at.to_string(),
         "error": run.error,
@@ -52,6 +53,45 @@ pub(crate) fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
         "last_error": s.last_error,
         "created_at": s.created_at.to_string(),
     })
+}
+
+/// What a fork's edits changed, from its `loopstack_fork` document
+/// ([`ForkRecord`](loopstack_core::ForkRecord)): the latest, for a fork of a fork.
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) fn fork_record(documents: &[std::sync::Arc<Document>]) -> Option<loopstack_core::ForkRecord> {
+    documents.iter().rev().find(|d| d.doc_type == loopstack_core::fork::FORK_DOCUMENT).and_then(|d| d.read().ok())
+}
+
+/// "forked from RUN at step N", and "with: ..." what its edits changed.
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) fn fork_line(
+    forked_from: (loopstack_core::RunId, u64),
+    record: Option<&loopstack_core::ForkRecord>,
+) -> String {
+    let (source, step) = forked_from;
+    match record.filter(|r| r.source == source) {
+        Some(r) if !r.changes.is_empty() => {
+            format!("forked from {source} at step {step} with: {}", r.changes.join(", "))
+        }
+        _ => format!("forked from {source} at step {step}"),
+    }
+}
+
+/// A fork's origin and edits, `{"run_id", "step", "text", "changes"}`, for `show
+/// --json` and the API; `None` for a run that is no fork.
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) fn fork(
+    forked_from: Option<(loopstack_core::RunId, u64)>,
+    documents: &[std::sync::Arc<Document>],
+) -> Option<Value> {
+    let (source, step) = forked_from?;
+    let record = fork_record(documents);
+    Some(json!({
+        "run_id": source,
+        "step": step,
+        "text": fork_line((source, step), record.as_ref()),
+        "changes": record.map(|r| r.changes).unwrap_or_default(),
+    }))
 }
 
 /// One step of a run's history.

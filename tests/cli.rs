@@ -532,3 +532,37 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
     assert_eq!(ids, ["morning"], "kept in the store across processes");
     let _ = std::fs::remove_file(&db);
 }
+
+#[test]
+fn a_shell_forks_a_run_with_another_prompt_and_show_says_what_changed() {
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let out = json(&run(&db, &["run", "desk", "--input", r#""Reset the password of ada""#, "--wait", "--json"]));
+    assert_eq!(out["place"].as_str(), Some("awaiting_approval"), "{out}");
+    let source = out["run_id"].as_str().unwrap().to_owned();
+
+    let fork = json(&run(&db, &["fork", &source, "--step", "1", "--system", "be kind", "--json"]));
+    assert_eq!(fork["place"].as_str(), Some("awaiting_approval"), "{fork}");
+    let fork_id = fork["run_id"].as_str().unwrap().to_owned();
+    let shown = json(&run(&db, &["show", &fork_id, "--json"]));
+    assert_eq!(shown["state"]["fork_settings"]["system"].as_str(), Some("be kind"));
+    assert_eq!(shown["fork"]["changes"], serde_json::json!(["system prompt changed"]));
+    let text = String::from_utf8(run(&db, &["show", &fork_id]).stdout).unwrap();
+    assert!(text.contains(&format!("forked from {source} at step 1 with: system prompt changed")), "{text}");
+
+    // Refused, one line each, exit 1: a model not registered, a workflow without
+    // model turns, an unknown step, a state that is not JSON.
+    let refused = run(&db, &["fork", &source, "--step", "1", "--model", "nope:m"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(stderr.contains("no model is registered as provider `nope`") && stderr.lines().count() == 1, "{stderr}");
+    let review = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--wait", "--json"]));
+    let review = review["run_id"].as_str().unwrap().to_owned();
+    let refused = run(&db, &["fork", &review, "--step", "1", "--system", "x"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8(refused.stderr).unwrap().contains("takes no system prompt edit"));
+    assert_eq!(run(&db, &["fork", &source, "--step", "99"]).status.code(), Some(1));
+    assert_eq!(run(&db, &["fork", &source, "--step", "1", "--state", "{nope"]).status.code(), Some(1));
+    let runs = json(&run(&db, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 3, "the source, its fork, the review");
+    let _ = std::fs::remove_file(&db);
+}

@@ -574,3 +574,59 @@ async fn a_token_guards_the_schedules_too() {
     let (status, body) = http(&address, "GET", "/api/schedules", None, Some("t0ken-123")).await;
     assert_eq!((status, body.as_str()), (200, r#"{"schedules":[]}"#));
 }
+
+#[tokio::test]
+async fn a_run_is_forked_with_edits_over_http_under_the_same_rules() {
+    let token = Some("t0ken-123");
+    let (address, _runtime) = start_desk("t0ken-123").await;
+    let api = |method: &'static str, path: String, body: Option<String>| {
+        let address = address.clone();
+        async move {
+            let (status, body) = http(&address, method, &path, body.as_deref(), token).await;
+            (status, serde_json::from_str::<Value>(&body).unwrap_or_else(|e| panic!("{e}: {body}")))
+        }
+    };
+    let start = Some(r#"{"workflow": "desk", "input": "Reset ada and bob", "wait": true}"#.to_owned());
+    let (_, run) = api("POST", "/api/runs".into(), start).await;
+    let id = run["run_id"].as_str().unwrap().to_owned();
+
+    // Guarded like the rest: the token, and no other origin.
+    let body = r#"{"step": 1, "edits": {"system": "be kind"}}"#;
+    let (status, _) = http(&address, "POST", &format!("/api/runs/{id}/fork"), Some(body), None).await;
+    assert_eq!(status, 401);
+    let foreign = format!(
+        "POST /api/runs/{id}/fork HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer t0ken-123\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(raw(&address, foreign).await, 403);
+
+    let (status, fork) = api("POST", format!("/api/runs/{id}/fork"), Some(body.to_owned())).await;
+    assert_eq!((status, fork["place"].as_str()), (200, Some("awaiting_approval")), "{fork}");
+    let fork_id = fork["run_id"].as_str().unwrap().to_owned();
+    assert_ne!(fork_id, id);
+    assert_eq!(fork["forked_from"], json!({"run_id": id, "step": 1}));
+    let (_, shown) = api("GET", format!("/api/runs/{fork_id}"), None).await;
+    assert_eq!(shown["state"]["fork_settings"]["system"].as_str(), Some("be kind"));
+    assert_eq!(shown["fork"]["changes"], json!(["system prompt changed"]));
+    assert_eq!(
+        shown["fork"]["text"].as_str(),
+        Some(format!("forked from {id} at step 1 with: system prompt changed").as_str())
+    );
+
+    // Refused with the reason, and nothing stored: an unknown step, a state that does
+    // not fit, a model not registered, a body that does not read.
+    let (_, before) = api("GET", "/api/runs".into(), None).await;
+    for (body, status) in [
+        (r#"{"step": 99, "edits": {"system": "x"}}"#, 404),
+        (r#"{"step": 1, "edits": {"state": {"turns": "many"}}}"#, 422),
+        (r#"{"step": 1, "edits": {"model": "nope:m"}}"#, 422),
+        (r#"{"step": 1, "edits": {"colour": "red"}}"#, 400),
+        (r#"{"edits": {}}"#, 400),
+    ] {
+        let (got, refused) = api("POST", format!("/api/runs/{id}/fork"), Some(body.to_owned())).await;
+        assert_eq!(got, status, "{body}: {refused}");
+        assert!(refused["error"].as_str().is_some(), "{refused}");
+    }
+    let (_, after) = api("GET", "/api/runs".into(), None).await;
+    assert_eq!(before["runs"].as_array().unwrap().len(), after["runs"].as_array().unwrap().len());
+}

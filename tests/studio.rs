@@ -727,3 +727,121 @@ async fn the_schedules_page_shows_next_due_times_and_last_runs_and_pauses_resume
     assert_eq!(ids, ["daily-expense"]);
     studio.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_are_listed_and_compared() {
+    let Some(studio) = Studio::start("studio-forks", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+
+    // A helpdesk run waits for approval; fork it from step 1 under another prompt.
+    client.goto(&format!("{base}#/start/helpdesk")).await.unwrap();
+    fill(client, "form[data-form=input] textarea[data-path='']", "Reset the password of ada").await;
+    click(client, "form[data-form=input] button[type=submit]").await;
+    until(client, "the run waiting", "document.querySelector('.facts [data-status=waiting]')").await;
+    let source: Value =
+        client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
+    let source = source.as_str().unwrap().to_owned();
+    click(client, "button[data-tab=history]").await;
+    click(client, "button[data-fork='1']").await;
+    fill(client, "form.fork-form textarea[name=system]", "be kind").await;
+    screenshot(client, dir, "forks-1-form.png").await;
+    click(client, "form.fork-form button[type=submit]").await;
+    until(
+        client,
+        "the fork's page",
+        &format!(
+            "document.querySelector('code.run-id') && document.querySelector('code.run-id').textContent !== '{source}'"
+        ),
+    )
+    .await;
+    until(
+        client,
+        "where the fork came from",
+        "document.querySelector('.facts dd.fork')?.textContent.includes('at step 1 with: system prompt changed')",
+    )
+    .await;
+    let fork: Value =
+        client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
+    let fork = fork.as_str().unwrap().to_owned();
+    let run = api_run(client, &fork).await;
+    assert_eq!(run["state"]["fork_settings"]["system"].as_str(), Some("be kind"), "{run}");
+    assert_eq!(run["forked_from"], json!({"run_id": source, "step": 1}));
+    screenshot(client, dir, "forks-2-fork.png").await;
+
+    // Side by side with the original: both wait at the approval, with the same call.
+    click(client, ".facts a.compare-link").await;
+    until(client, "two columns", "document.querySelectorAll('.compare-side').length === 2").await;
+    let sides: Value = client
+        .execute(
+            "return [...document.querySelectorAll('.compare-side')].map((s) => [s.dataset.run, s.querySelector('[data-status]').dataset.status, s.querySelector('.tool-calls').textContent]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let call = r#"reset_password {"user":"ada"}"#;
+    assert_eq!(sides, json!([[source, "waiting", call], [fork, "waiting", call]]));
+    screenshot(client, dir, "forks-3-compare.png").await;
+
+    // Two evals of the weather agent from the command line, on the same file; the
+    // second expects of the Oslo case what the agent says.
+    let eval = |dataset: &str| {
+        let path = dir.join(format!("{}.jsonl", loopstack::RunId::new()));
+        std::fs::write(&path, dataset).unwrap();
+        let out = Command::new(common::example("studio"))
+            .arg("--db")
+            .arg(dir.join("studio.db"))
+            .args(["eval", path.to_str().unwrap(), "--agent", "agent", "--json"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        report["id"].as_str().unwrap().to_owned()
+    };
+    let lisbon = r#"{"id": "lisbon", "input": "What is the weather in Lisbon?", "expected": "forecast"}"#;
+    let before = eval(&format!(
+        "{lisbon}\n{}\n",
+        r#"{"id": "oslo", "input": "What is the weather in Oslo?", "expected": "sunshine"}"#
+    ));
+    let after = eval(&format!(
+        "{lisbon}\n{}\n",
+        r#"{"id": "oslo", "input": "What is the weather in Oslo?", "expected": "umbrella"}"#
+    ));
+
+    client.goto(&format!("{base}#/evals")).await.unwrap();
+    until(client, "two evals", "document.querySelectorAll('tr[data-eval]').length === 2").await;
+    let passed: Value = client
+        .execute(
+            &format!("return ['{before}', '{after}'].map((id) => document.querySelector(`tr[data-eval='${{id}}'] .passed`).textContent);"),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(passed, json!(["1 / 2", "2 / 2"]));
+    screenshot(client, dir, "evals-1-list.png").await;
+    click(client, &format!("input[data-pick='{before}']")).await;
+    click(client, &format!("input[data-pick='{after}']")).await;
+    click(client, "button[data-compare-evals]").await;
+    until(client, "the comparison", "document.querySelectorAll('table.eval-compare tr[data-case]').length === 2").await;
+    let changes: Value = client
+        .execute(
+            "return [...document.querySelectorAll('table.eval-compare tr[data-case]')].map((r) => [r.dataset.case, r.dataset.change]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    // In the order picked: from the first eval to the second.
+    assert_eq!(changes, json!([["lisbon", "same"], ["oslo", "better"]]));
+    screenshot(client, dir, "evals-2-compare.png").await;
+
+    // One eval: each case with its outcome, linked to its run.
+    client.goto(&format!("{base}#/eval/{before}")).await.unwrap();
+    until(client, "the cases", "document.querySelectorAll('table.eval-cases tr[data-case]').length === 2").await;
+    let cases: Value = client
+        .execute("return [...document.querySelectorAll('table.eval-cases tr[data-case]')].map((r) => [r.dataset.case, r.dataset.passed]);", vec![])
+        .await
+        .unwrap();
+    assert_eq!(cases, json!([["lisbon", "true"], ["oslo", "false"]]));
+    click(client, "table.eval-cases tr[data-case=oslo] a").await;
+    until(client, "the case's run", "document.querySelector('.facts [data-status=completed]')").await;
+    screenshot(client, dir, "evals-3-case-run.png").await;
+    studio.close().await;
+}

@@ -365,6 +365,9 @@ pub enum RunError {
         #[source]
         source: BoxError,
     },
+    /// A fork was refused before anything was stored ([`Runtime::fork_with`](crate::Runtime::fork_with)).
+    #[error("the fork was refused: {0}")]
+    Fork(#[from] crate::fork::ForkError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -400,7 +403,7 @@ impl RunError {
             | Self::SignalRefused { run_id, .. }
             | Self::State { run_id, .. }
             | Self::UnstorableState { run_id, .. } => Some(*run_id),
-            Self::Store(_) | Self::Input { .. } | Self::UnknownWorkflow { .. } => None,
+            Self::Store(_) | Self::Input { .. } | Self::UnknownWorkflow { .. } | Self::Fork(_) => None,
         }
     }
 

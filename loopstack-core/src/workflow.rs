@@ -114,6 +114,13 @@ impl<S, P> IntoMigration<S, P> for (S, P) {
 impl<S, P, E: Into<BoxError>> IntoMigration<S, P> for Result<(S, P), E> {
     fn into_migration(self) -> Result<(S, P), BoxError> {
         self.map_err(Into::into)
+    /// Checks the system prompt and model a fork asks for
+    /// ([`ForkEdits`](crate::ForkEdits)) before anything is stored: the agent refuses
+    /// a provider it has no model for. `#[workflow(fork_check = path)]` fills it in;
+    /// accepted by default.
+    fn check_fork(&self, settings: &crate::ForkSettings) -> Result<(), crate::ForkError> {
+        let _ = settings;
+        Ok(())
     }
 }
 

@@ -202,6 +202,11 @@ impl Models {
         self.by_provider.contains_key(name)
     }
 
+    /// The names the models are registered under, sorted.
+    pub fn providers(&self) -> Vec<String> {
+        self.by_provider.keys().cloned().collect()
+    }
+
     /// The model registered under `provider`.
     pub fn get(&self, provider: &str) -> Result<&Arc<dyn ChatModel>, AgentError> {
         self.by_provider.get(provider).ok_or_else(|| AgentError::UnknownProvider {

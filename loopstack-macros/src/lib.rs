@@ -123,6 +123,10 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   Definition` that picks the table a value runs under: `table` (the one the macro
 ///   builds) or one made from it with `Definition::renamed`, so values of one type
 ///   can run as workflows of their own names (the agent's `Agent::named` does this).
+/// - `fork_check = path`: a method `fn(&self, settings: &ForkSettings) -> Result<(),
+///   ForkError>` that checks the system prompt and model a fork asks for before
+///   anything is stored ([`Workflow::check_fork`]; the agent refuses a provider it has
+///   no model for); default: accepted.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
 ///
 /// `#[migrate(from = N)]` marks a plain (not `async`, not generic) method that converts

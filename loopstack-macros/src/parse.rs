@@ -22,6 +22,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(input);
     syn::custom_keyword!(state);
     syn::custom_keyword!(definition);
+    syn::custom_keyword!(fork_check);
     syn::custom_keyword!(from);
     syn::custom_keyword!(to);
     syn::custom_keyword!(priority);
@@ -124,7 +125,7 @@ impl Parse for ToolArgs {
     }
 }
 
-/// `#[workflow(name = "..", version = N, input = Type, state = Type, definition = path, crate = path)]`
+/// `#[workflow(name = "..", version = N, input = Type, state = Type, definition = path, fork_check = path, crate = path)]`
 #[derive(Default)]
 pub(crate) struct WorkflowArgs {
     pub(crate) name: Option<LitStr>,
@@ -133,6 +134,7 @@ pub(crate) struct WorkflowArgs {
     pub(crate) input: Option<Type>,
     pub(crate) state: Option<Type>,
     pub(crate) definition: Option<Path>,
+    pub(crate) fork_check: Option<Path>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -156,6 +158,9 @@ impl Parse for WorkflowArgs {
             } else if lh.peek(kw::definition) {
                 let key = input.parse::<kw::definition>()?.span;
                 set_once(&mut args.definition, key, "definition", value(input)?)
+            } else if lh.peek(kw::fork_check) {
+                let key = input.parse::<kw::fork_check>()?.span;
+                set_once(&mut args.fork_check, key, "fork_check", value(input)?)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

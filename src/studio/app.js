@@ -551,6 +551,13 @@
       h("dt", { text: "started" }), h("dd", {}, time(run.created_at)),
       h("dt", { text: "updated" }), h("dd", {}, time(run.updated_at)));
     if (run.parent) facts.append(h("dt", { text: "parent" }), h("dd", {}, h("a", { href: "#/run/" + run.parent, text: short(run.parent) })));
+    // A fork: where it came from, what its edits changed, and the comparison.
+    if (run.fork) {
+      facts.append(h("dt", { text: "forked from" }), h("dd", { class: "fork" },
+        h("a", { href: "#/run/" + encodeURIComponent(run.fork.run_id), title: run.fork.run_id, text: short(run.fork.run_id) }),
+        h("span", { text: " at step " + run.fork.step + (run.fork.changes.length ? " with: " + run.fork.changes.join(", ") : "") + " " }),
+        h("a", { class: "compare-link", href: "#/compare/" + encodeURIComponent(run.fork.run_id) + "/" + encodeURIComponent(run.run_id), text: "compare with the original" })));
+    }
     if (run.wake_at) facts.append(h("dt", { text: "timer" }), h("dd", {}, time(run.wake_at)));
     // An agent run handed to another agent: the one that has the conversation.
     if (run.state && typeof run.state.agent === "string") facts.append(h("dt", { text: "agent" }), h("dd", { class: "agent", text: run.state.agent }));
@@ -882,9 +889,15 @@
     for (const s of rows) {
       const took = previous ? Math.max(0, new Date(s.at) - new Date(previous)) + " ms" : "";
       previous = s.at;
+      const forkButton = h("button", { type: "button", class: "fork-button", "data-fork": String(s.step), text: "Fork from here" });
+      forkButton.addEventListener("click", (e) => {
+        e.stopPropagation();
+        for (const r of body.children) r.classList.toggle("picked", r === row);
+        shown.replaceChildren(forkForm(view, s.step));
+      });
       const row = h("tr", { "data-step": String(s.step), tabindex: 0 },
         h("td", { text: String(s.step) }), h("td", { text: s.transition }), h("td", { text: s.from ? s.from + " \u2192 " + s.to : s.to }),
-        h("td", {}, time(s.at)), h("td", { class: "muted", text: took }));
+        h("td", {}, time(s.at)), h("td", { class: "muted", text: took }), h("td", {}, forkButton));
       const pick = async () => {
         const n = ++picks;
         view.picked = s.step;
@@ -903,8 +916,180 @@
       // The step picked before the run moved stays picked.
       if (view.picked === s.step) pick();
     }
-    out.append(h("table", { class: "steps" }, h("thead", {}, h("tr", {}, ...["step", "transition", "places", "at", "took"].map((c) => h("th", { text: c })))), body), shown);
+    out.append(h("table", { class: "steps" }, h("thead", {}, h("tr", {}, ...["step", "transition", "places", "at", "took", ""].map((c) => h("th", { text: c })))), body), shown);
     return out;
+  }
+
+  // The form of "Fork from here": what the fork changes (each field left empty
+  // keeps the run's), sent to POST /api/runs/{id}/fork; the fork opens when made.
+  function forkForm(view, step) {
+    const system = h("textarea", { name: "system", rows: 3, placeholder: "system prompt (the run's own when empty)", "aria-label": "system prompt" });
+    const model = h("input", { type: "text", name: "model", placeholder: "PROVIDER:MODEL (the run's own when empty)", "aria-label": "model" });
+    const keep = h("input", { type: "number", name: "keep_messages", min: 0, placeholder: "keep the first N messages", "aria-label": "messages to keep" });
+    const state = h("textarea", { name: "state", rows: 4, placeholder: "the whole state as JSON (the checkpoint's when empty)", "aria-label": "state" });
+    const error = h("p", { class: "form-error", role: "alert" });
+    const submit = h("button", { class: "primary", type: "submit", text: "Fork" });
+    const form = h("form", { class: "fork-form", "data-fork-step": String(step) },
+      h("h3", { text: "Fork from step " + step }), system, model, keep, state, error, h("div", { class: "actions" }, submit));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      error.textContent = "";
+      const edits = {};
+      if (system.value.trim()) edits.system = system.value;
+      if (model.value.trim()) edits.model = model.value.trim();
+      if (keep.value !== "") edits.keep_messages = Number(keep.value);
+      if (state.value.trim()) {
+        try {
+          edits.state = JSON.parse(state.value);
+        } catch (err) {
+          error.textContent = "the state is not JSON: " + err.message;
+          return;
+        }
+      }
+      submit.disabled = true;
+      try {
+        const fork = await api(view.path + "/fork", { step, edits });
+        app.pending = ["Forked from step " + step + ": the fork is " + fork.status, "info"];
+        location.hash = "#/run/" + encodeURIComponent(fork.run_id);
+      } catch (err) {
+        error.textContent = err.message;
+        submit.disabled = false;
+      }
+    });
+    return form;
+  }
+
+  // ---- two runs side by side ------------------------------------------------
+
+  // What the comparison shows of a run: its outcome, tokens and cost, tool calls
+  // and conversation, from GET /api/runs/{id}.
+  function runFacts(run) {
+    const messages = run.documents.filter((d) => d.type === "llm_message").map((d) => d.content || {});
+    const blocks = (m) => (Array.isArray(m.content) ? m.content : []);
+    const calls = messages.flatMap((m) => blocks(m).filter((b) => b.type === "tool_use"));
+    const usage = (run.state && run.state.usage) || {};
+    const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
+    const cost = run.state && typeof run.state.cost === "number" ? run.state.cost : 0;
+    const output = run.state && typeof run.state.output === "string" ? run.state.output : "";
+    const text = (m) => blocks(m).map((b) => b.type === "text" ? b.text : b.type === "tool_use" ? "\u2192 " + b.name + " " + JSON.stringify(b.input)
+      : b.type === "tool_result" ? "\u2190 " + (typeof b.content === "string" ? b.content : JSON.stringify(b.content)) : "[" + b.type + "]").join("\n");
+    return { messages, calls, tokens, cost, output, text };
+  }
+
+  async function showCompare(a, b) {
+    const gen = app.generation;
+    const [left, right] = await Promise.all([api("/runs/" + encodeURIComponent(a)), api("/runs/" + encodeURIComponent(b))]);
+    if (gen !== app.generation) return;
+    const facts = [runFacts(left), runFacts(right)];
+    const column = (run, f, side) => h("div", { class: "compare-side", "data-side": side, "data-run": run.run_id },
+      h("h2", {}, h("a", { href: "#/run/" + encodeURIComponent(run.run_id), text: run.workflow + " " + short(run.run_id) })),
+      run.fork ? h("p", { class: "muted fork", text: run.fork.text }) : h("p", { class: "muted", text: "an original run" }),
+      h("dl", { class: "facts" },
+        h("dt", { text: "outcome" }), h("dd", { class: "outcome" }, badge(run.status), h("span", { text: " at " + run.place + ", step " + run.step })),
+        h("dt", { text: "answer" }), h("dd", { class: "answer", text: f.output }),
+        h("dt", { text: "tokens" }), h("dd", { class: "tokens", text: String(f.tokens) }),
+        h("dt", { text: "cost" }), h("dd", { class: "cost", text: "$" + f.cost.toFixed(f.cost < 0.01 ? 6 : 4) }),
+        h("dt", { text: "tool calls" }), h("dd", { class: "tool-calls", text: f.calls.map((c) => c.name + " " + JSON.stringify(c.input)).join("; ") || "none" })),
+      h("h3", { text: "Conversation (" + f.messages.length + ")" }),
+      h("ol", { class: "compare-conversation" }, ...f.messages.map((m, i) => {
+        const other = facts[side === "left" ? 1 : 0].messages[i];
+        const same = other && f.text(other) === f.text(m);
+        return h("li", { class: "message " + (m.role || "user") + (same ? " same" : " differs"), "data-index": String(i) },
+          h("strong", { text: (m.role || "user") + ": " }), h("span", { class: "text", text: f.text(m) }));
+      })));
+    main.replaceChildren(h("h1", { text: "Two runs side by side" }),
+      h("div", { class: "compare" }, column(left, facts[0], "left"), column(right, facts[1], "right")));
+  }
+
+  // ---- evals ------------------------------------------------------------------
+
+  const EVAL_WORKFLOW = "loopstack_eval";
+
+  // Evals are the runs of the one-step workflow loopstack_eval, each under its
+  // eval's id with the report as its state; their cases are runs of their own.
+  async function showEvals() {
+    const gen = app.generation;
+    const page = await api("/runs?workflow=" + EVAL_WORKFLOW + "&limit=100");
+    const reports = await Promise.all(page.runs.map((r) => api("/runs/" + encodeURIComponent(r.run_id))));
+    if (gen !== app.generation) return;
+    const picked = new Set();
+    const compare = h("button", { type: "button", class: "primary", "data-compare-evals": "", disabled: true, text: "Compare the two picked" });
+    const body = h("tbody");
+    for (const run of reports) {
+      const r = run.state || {};
+      const s = r.summary || {};
+      const pick = h("input", { type: "checkbox", "aria-label": "pick " + r.eval, "data-pick": run.run_id });
+      pick.addEventListener("change", () => {
+        if (pick.checked) picked.add(run.run_id); else picked.delete(run.run_id);
+        compare.disabled = picked.size !== 2;
+      });
+      body.appendChild(h("tr", { "data-eval": run.run_id },
+        h("td", {}, pick), h("td", {}, h("a", { href: "#/eval/" + encodeURIComponent(run.run_id), text: r.eval || short(run.run_id) })),
+        h("td", { text: r.agent || "" }), h("td", { class: "passed", text: (s.passed || 0) + " / " + (s.cases || 0) }),
+        h("td", { text: "$" + (s.cost || 0).toFixed(4) }), h("td", { text: (s.mean_latency_ms || 0) + " ms" }), h("td", {}, time(run.created_at))));
+    }
+    if (!reports.length) body.appendChild(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No evals yet: run `eval DATASET.jsonl --agent NAME` (or loopstack::eval) over this store." })));
+    compare.addEventListener("click", () => {
+      const [x, y] = [...picked];
+      location.hash = "#/evals/compare/" + encodeURIComponent(x) + "/" + encodeURIComponent(y);
+    });
+    main.replaceChildren(h("h1", { text: "Evals" }),
+      h("table", { class: "runs evals" }, h("thead", {}, h("tr", {}, ...["", "eval", "agent", "passed", "cost", "latency", "run"].map((c) => h("th", { text: c })))), body),
+      h("div", { class: "actions" }, compare));
+  }
+
+  async function showEval(id) {
+    const gen = app.generation;
+    const run = await api("/runs/" + encodeURIComponent(id));
+    if (gen !== app.generation) return;
+    const r = run.state || {};
+    const s = r.summary || {};
+    const body = h("tbody");
+    for (const c of r.cases || []) {
+      const scores = (c.scores || []).map(([name, score]) => name + " " + (score.passed ? "ok" : "x") + " " + Number(score.value).toFixed(2)).join(", ");
+      body.appendChild(h("tr", { "data-case": c.case, "data-passed": String(c.passed) },
+        h("td", {}, h("a", { href: "#/run/" + encodeURIComponent(c.run_id), text: c.case + (r.repeats > 1 ? " #" + c.repeat : "") })),
+        h("td", {}, badge(c.passed ? "completed" : "failed"), h("span", { text: c.passed ? " pass" : " fail (" + c.status + ")" })),
+        h("td", { class: "scores", text: scores }), h("td", { text: String(c.tokens) }), h("td", { text: "$" + Number(c.cost).toFixed(4) }),
+        h("td", { text: c.latency_ms + " ms" })));
+    }
+    main.replaceChildren(h("h1", { text: "Eval " + (r.eval || "") }),
+      h("p", { class: "muted", text: "agent " + r.agent + ", dataset " + r.dataset + ", " + (s.passed || 0) + " of " + (s.cases || 0) + " passed" }),
+      h("table", { class: "runs eval-cases" }, h("thead", {}, h("tr", {}, ...["case", "outcome", "scores", "tokens", "cost", "latency"].map((c) => h("th", { text: c })))), body));
+  }
+
+  // The mean score of each case over its scorers and repeats, as the report's
+  // comparison counts it (a case whose run did not complete scores 0).
+  function caseMeans(report) {
+    const out = new Map();
+    for (const c of report.cases || []) {
+      const scores = c.scores || [];
+      const mean = !scores.length || c.status !== "completed" ? 0 : scores.reduce((t, [, s]) => t + Number(s.value), 0) / scores.length;
+      const entry = out.get(c.case) || { sum: 0, n: 0 };
+      entry.sum += mean;
+      entry.n += 1;
+      out.set(c.case, entry);
+    }
+    return new Map([...out].map(([k, e]) => [k, e.sum / e.n]));
+  }
+
+  async function showEvalCompare(a, b) {
+    const gen = app.generation;
+    const [before, after] = await Promise.all([api("/runs/" + encodeURIComponent(a)), api("/runs/" + encodeURIComponent(b))]);
+    if (gen !== app.generation) return;
+    const [old, now] = [caseMeans(before.state || {}), caseMeans(after.state || {})];
+    const body = h("tbody");
+    for (const id of new Set([...old.keys(), ...now.keys()])) {
+      const [was, is] = [old.get(id), now.get(id)];
+      const change = was === undefined ? "added" : is === undefined ? "removed" : Math.abs(is - was) < 1e-9 ? "same" : is > was ? "better" : "worse";
+      const fmt = (v) => (v === undefined ? "" : v.toFixed(2));
+      body.appendChild(h("tr", { "data-case": id, "data-change": change },
+        h("td", { text: id }), h("td", { text: fmt(was) }), h("td", { text: fmt(is) }), h("td", { class: "change " + change, text: change })));
+    }
+    const name = (run) => h("a", { href: "#/eval/" + encodeURIComponent(run.run_id), text: (run.state && run.state.eval) + " " + short(run.run_id) });
+    main.replaceChildren(h("h1", { text: "Two evals compared" }),
+      h("p", {}, "from ", name(before), " to ", name(after)),
+      h("table", { class: "runs eval-compare" }, h("thead", {}, h("tr", {}, ...["case", "before", "after", ""].map((c) => h("th", { text: c })))), body));
   }
 
   function signals(run) {
@@ -963,11 +1148,16 @@
     app.generation += 1;
     const hash = location.hash.slice(1) || "/";
     const [path, query] = hash.split("?");
-    const tab = path.startsWith("/start") ? "/start" : path.startsWith("/schedules") ? "/schedules" : "/";
-    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + tab);
+    const here = path.startsWith("/start") ? "/start" : path.startsWith("/schedules") ? "/schedules" : path.startsWith("/eval") ? "/evals" : "/";
+    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("here", a.getAttribute("href") === "#" + here);
     try {
+      const parts = path.split("/").slice(1).map(decodeURIComponent);
       if (path.startsWith("/schedules")) await showSchedules();
       else if (path.startsWith("/run/")) await showRun(decodeURIComponent(path.slice(5)), query === "drive");
+      else if (parts[0] === "compare" && parts.length === 3) await showCompare(parts[1], parts[2]);
+      else if (parts[0] === "evals" && parts[1] === "compare" && parts.length === 4) await showEvalCompare(parts[2], parts[3]);
+      else if (parts[0] === "evals") await showEvals();
+      else if (parts[0] === "eval" && parts.length === 2) await showEval(parts[1]);
       else if (path.startsWith("/start")) await showStart(decodeURIComponent(path.slice(7)));
       else await showRuns(new URLSearchParams(query || ""));
     } catch (e) {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
@@ -344,9 +345,22 @@ async fn prepare<W: Workflow>(
                 taken_over: true,
             }
         }
-        Mode::Fork(source, step) => {
-            check_run(wf, &store.load_run(source).await?)?;
-            let record = store.fork(source, step, run_id.unwrap_or_default()).await?;
+        Mode::Fork(source, step, edits) => {
+            let stored = store.load_run(source).await?;
+            check_run(wf, &stored)?;
+            // Edits are checked before anything is stored.
+            let step = match edits.as_ref().and_then(|e| e.keep_messages) {
+                Some(keep) => crate::fork::step_keeping(&store.documents(source).await?, source, step, keep)?,
+                None => step,
+            };
+            let edited = match edits {
+                Some(edits) if !edits.is_empty() => Some(fork_edits(runtime, wf, &stored, step, *edits).await?),
+                _ => None,
+            };
+            let mut record = store.fork(source, step, run_id.unwrap_or_default()).await?;
+            if let Some((state, doc)) = edited {
+                record = commit_fork_edits(runtime, &record, state, doc).await?;
+            }
             let checked = check_run(wf, &record)?;
             let mut run = parts(&record);
             commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
@@ -440,6 +454,73 @@ async fn prepare<W: Workflow>(
         }
     };
     Ok(Prepared::Ready(ready))
+}
+
+/// A fork's edited state and the document that records its edits, checked against
+/// the workflow before anything is stored.
+async fn fork_edits<W: Workflow>(
+    runtime: &Runtime,
+    wf: &W,
+    source: &RunRecord,
+    step: u64,
+    edits: crate::ForkEdits,
+) -> Result<(Box<RawValue>, Box<RawValue>), RunError> {
+    use crate::fork::{ForkError, ForkRecord};
+    let name = wf.definition().name();
+    let checkpoint = match runtime.inner.store().checkpoint(source.run_id, step).await {
+        Ok(checkpoint) => checkpoint,
+        Err(StoreError::CheckpointNotFound { .. }) => {
+            return Err(ForkError::UnknownStep { run_id: source.run_id, step, last: source.step }.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let base: Value = serde_json::from_str(checkpoint.state.get()).map_err(state_error(name, source.run_id))?;
+    let edited = crate::fork::edit_state(name, base, &edits)?;
+    let bad = |e: serde_json::Error| ForkError::BadState { workflow: name, reason: e.to_string() };
+    let state: W::State = serde_json::from_value(edited).map_err(bad)?;
+    let value = checkpoint_state(&state, name, source.run_id, None)?;
+    if (edits.system.is_some() || edits.model.is_some())
+        && !crate::fork::kept_settings(&serde_json::from_str(value.get()).map_err(bad)?)
+    {
+        let edit = if edits.system.is_some() { "system prompt" } else { "model" };
+        return Err(ForkError::Unsupported { workflow: name, edit }.into());
+    }
+    if let Some(settings) = crate::fork::settings_of(value.get()) {
+        wf.check_fork(&settings)?;
+    }
+    let record = ForkRecord { source: source.run_id, step, changes: edits.changes(), edits };
+    let doc = serde_json::value::to_raw_value(&record).map_err(state_error(name, source.run_id))?;
+    Ok((runtime.redact(value), runtime.redact(doc)))
+}
+
+/// Commits a fork's edits as its step of its own, with the document of them.
+async fn commit_fork_edits(
+    runtime: &Runtime,
+    fork: &RunRecord,
+    state: Box<RawValue>,
+    doc: Box<RawValue>,
+) -> Result<RunRecord, RunError> {
+    let store = runtime.inner.store();
+    let seq = store.documents(fork.run_id).await?.len() as u64;
+    let step = fork.step + 1;
+    let document = crate::Document {
+        seq,
+        doc_type: crate::fork::FORK_DOCUMENT.into(),
+        key: None,
+        version: 1,
+        tags: Vec::new(),
+        metadata: Default::default(),
+        content: doc,
+        step,
+    };
+    let place = fork.place.clone();
+    let transition =
+        crate::store::StepRecord::at(step, crate::fork::FORK_TRANSITION, place.clone(), place, runtime.now());
+    let mut checkpoint =
+        crate::store::Checkpoint::new(fork.run_id, fork.fence(), transition, RunStatus::Running, state);
+    checkpoint.documents.push(std::sync::Arc::new(document));
+    store.commit(checkpoint).await?;
+    Ok(store.load_run(fork.run_id).await?)
 }
 
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {

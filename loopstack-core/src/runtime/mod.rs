@@ -307,6 +307,24 @@ impl Runtime {
         wf.wake(self, run_id, registry::Wake::Recover, true).await
     }
 
+    /// Starts run `run_id` of the registered workflow `workflow`, its input read
+    /// from JSON, and drives it, as [`Runtime::start`] does without the workflow's
+    /// type: for evals of agents known by name. A run of that id that exists is
+    /// refused ([`StoreError::RunExists`]).
+    pub async fn start_by_name(&self, workflow: &str, input: Value, run_id: RunId) -> Result<RunOutcome, RunError> {
+        self.registered(workflow)?.start_json(self, input, run_id).await
+    }
+
+    /// Continues run `run_id` of a registered workflow from its last checkpoint,
+    /// taking it over from any other driver, as [`Runtime::resume`] does without the
+    /// workflow's type: for a run whose process was killed (its lease may not have
+    /// run out yet). [`Runtime::drive_by_name`] leaves a live driver's run alone.
+    pub async fn resume_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
+        let record = self.inner.store().load_run(run_id).await?;
+        let wf = self.registered(&record.workflow)?;
+        wf.wake(self, run_id, registry::Wake::Resume, true).await
+    }
+
     /// Creates child run `child` of run `parent`, a run of the registered workflow
     /// `workflow` with its input read from JSON, queued, unless it exists; when it
     /// ends, the parent gets a [`ChildEnded`](crate::ChildEnded) signal named
@@ -447,7 +465,40 @@ impl Runtime {
     /// documents as they were after that step) and drives it: time travel, to try
     /// another path from a past point. The new run's id is the report's.
     pub fn fork<'a, W: Workflow>(&'a self, workflow: &'a W, source: RunId, step: u64) -> Drive<'a, W> {
-        Drive::new(self, workflow, Mode::Fork(source, step))
+        Drive::new(self, workflow, Mode::Fork(source, step, None))
+    }
+
+    /// Forks as [`Runtime::fork`] does, with `edits` applied first: a replaced
+    /// state, another system prompt or model for an agent's turns (see
+    /// [`fork`](crate::fork)). The edits are the fork's first step of its own
+    /// (transition [`FORK_TRANSITION`](crate::fork::FORK_TRANSITION)), so the fork's
+    /// report counts one step more than `step`. Edits that do not fit (a step the
+    /// source does not have, a state that does not read as the workflow's, a system
+    /// prompt for a workflow without model turns) are refused with
+    /// [`RunError::Fork`] before anything is stored.
+    pub fn fork_with<'a, W: Workflow>(
+        &'a self,
+        workflow: &'a W,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+    ) -> Drive<'a, W> {
+        Drive::new(self, workflow, Mode::Fork(source, step, Some(Box::new(edits))))
+    }
+
+    /// Forks run `source` of a registered workflow at `step` with `edits` and drives
+    /// the fork, as [`Runtime::fork_with`] does without the workflow's type: for
+    /// command lines and HTTP callers. The fork gets id `fork`; returns how its
+    /// drive ended.
+    pub async fn fork_by_name(
+        &self,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+        fork: RunId,
+    ) -> Result<RunOutcome, RunError> {
+        let record = self.inner.store().load_run(source).await?;
+        self.registered(&record.workflow)?.fork(self, source, step, edits, fork).await
     }
 
     /// Sends a signal to a run: stores it in the run's inbox, then, if the run is
@@ -580,7 +631,7 @@ pub(crate) enum Mode<I> {
     /// for from outside (a command line, an HTTP call), never a takeover.
     Recover(RunId),
     Retry(RunId),
-    Fork(RunId, u64),
+    Fork(RunId, u64, Option<Box<crate::ForkEdits>>),
     Claimed(Box<crate::RunRecord>),
     Signal(RunId, Result<(std::borrow::Cow<'static, str>, Value), serde_json::Error>),
 }

@@ -21,6 +21,8 @@ pub(crate) enum Wake {
     IfIdle,
     /// Claim a queued or waiting run, or a running one whose lease ran out.
     Recover,
+    /// Take the run over from any driver, as [`Runtime::resume`] does.
+    Resume,
 }
 
 /// A workflow behind a name.
@@ -56,8 +58,27 @@ pub(crate) trait Drivable: Send + Sync {
         payload: Value,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
+    /// Forks a run with edits and drives the fork; returns its id.
+    fn fork<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+        fork: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
     /// Retries a failed or cancelled run.
     fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
+
+    /// Starts run `run_id` from JSON input and drives it, if the workflow's input
+    /// reads from JSON.
+    fn start_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        input: Value,
+        run_id: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
     /// Creates a queued run from JSON input, if the workflow's input reads from JSON.
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>>;
@@ -131,6 +152,7 @@ impl<W: Workflow> Drivable for Registered<W> {
             let mode = match how {
                 Wake::IfIdle => Mode::Wake(run_id),
                 Wake::Recover => Mode::Recover(run_id),
+                Wake::Resume => Mode::Resume(run_id),
             };
             let mut drive = super::Drive::new(runtime, &*self.workflow, mode);
             drive.cascade = cascade;
@@ -160,8 +182,33 @@ impl<W: Workflow> Drivable for Registered<W> {
         })
     }
 
+    fn fork<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        source: RunId,
+        step: u64,
+        edits: crate::ForkEdits,
+        fork: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move {
+            runtime.fork_with(&*self.workflow, source, step, edits).run_id(fork).await.map(|r| r.outcome)
+        })
+    }
+
     fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
         Box::pin(async move { runtime.retry(&*self.workflow, run_id).await.map(|r| r.outcome) })
+    }
+
+    fn start_json<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        input: Value,
+        run_id: RunId,
+    ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
+        Box::pin(async move {
+            let input = self.input(run_id, input)?;
+            runtime.start(&*self.workflow, input).run_id(run_id).await.map(|r| r.outcome)
+        })
     }
 
     fn submit_json<'a>(&'a self, runtime: &'a Runtime, input: Value) -> BoxFuture<'a, Result<RunId, RunError>> {

@@ -19,7 +19,7 @@ use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
 use crate::message::{Message, StopReason, ToolUse};
 
-#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table)]
+#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings)]
 impl Agent {
     /// Saves the user's prompt as the first message.
     #[transition(to = Ready)]
@@ -113,16 +113,25 @@ impl Agent {
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let agent = self.active(state)?;
+        // A fork's system prompt and model, in place of the agent's.
+        let forked;
+        let options = match &state.fork_settings {
+            None => &agent.options,
+            Some(settings) => {
+                forked = super::fork::options(&agent.options, settings);
+                &forked
+            }
+        };
         let result = match self.extras(state, agent) {
-            None => agent.generate.call(cx, &agent.options).await?,
-            Some(extras) => agent.generate.call_with(cx, &agent.options, &extras).await?,
+            None => agent.generate.call(cx, options).await?,
+            Some(extras) => agent.generate.call_with(cx, options, &extras).await?,
         };
         state.turns = state.turns.saturating_add(1);
         state.usage += result.usage;
         if !self.prices.is_empty() {
             let cost = self
                 .prices
-                .cost(&agent.options.model, &result.usage)
+                .cost(&options.model, &result.usage)
                 .or_else(|| self.prices.cost(&result.model, &result.usage));
             state.last_turn_cost = cost.unwrap_or(0.0);
             state.cost += state.last_turn_cost;

@@ -17,6 +17,7 @@ use crate::model::ChatModel;
 mod answer;
 mod approval;
 mod error;
+mod fork;
 mod handoff;
 mod limits;
 mod machine;

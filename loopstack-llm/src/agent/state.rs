@@ -160,6 +160,11 @@ pub struct AgentState {
     /// The final answer's text, set when the run ends (or a chat run answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The system prompt and model of a fork's turns ([`ForkEdits`](loopstack_core::ForkEdits)),
+    /// in place of the agent's own: kept in the state, so a fork resumed after a
+    /// restart keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_settings: Option<loopstack_core::ForkSettings>,
 }
 
 fn is_zero(n: &f64) -> bool {

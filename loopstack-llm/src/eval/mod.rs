@@ -7,6 +7,11 @@
 //! again, and the ones left running are resumed. Any case's run opens in Studio
 //! like any other run.
 //!
+//! The eval itself is recorded when it ends: a run under the eval's id of the
+//! one-step workflow [`EVAL_WORKFLOW`], whose state is the [`EvalReport`]. Studio's
+//! Evals page lists those runs (`GET /api/runs?workflow=loopstack_eval`). An eval
+//! run again with the same id keeps the record of its first end.
+//!
 //! ```
 //! use loopstack_core::{Runtime, ToolRegistry};
 //! use loopstack_llm::eval::{Case, Contains, Dataset, Eval};
@@ -39,10 +44,12 @@ use crate::agent::{Agent, AgentState, AgentStatus, AskError};
 use crate::message::{Message, ToolUse, Usage};
 
 mod dataset;
+mod record;
 mod report;
 mod score;
 
 pub use dataset::{Case, Dataset};
+pub use record::EVAL_WORKFLOW;
 pub use report::{CaseReport, Comparison, EvalReport, Summary};
 pub use score::{
     CalledTool, Contains, Custom, Exact, FitsSchema, JUDGE_PROMPT, Judge, Matches, Score, Scorer, Verdict, custom,
@@ -100,12 +107,19 @@ pub struct Outcome {
 /// What an eval reports as it goes: cases done, of how many, and the last one.
 pub type Progress = dyn Fn(usize, usize, &CaseReport) + Send + Sync;
 
+/// What an eval runs its cases on: an agent at hand, or one registered by name.
+#[derive(Clone)]
+enum Subject {
+    Agent(Box<Agent>),
+    Named(String),
+}
+
 /// An eval of an agent on a dataset: see the [module docs](self).
 pub struct Eval {
     name: String,
     id: RunId,
     dataset: Dataset,
-    agent: Agent,
+    subject: Subject,
     scorers: Vec<Arc<dyn Scorer>>,
     repeats: u32,
     concurrency: usize,
@@ -117,7 +131,7 @@ impl std::fmt::Debug for Eval {
         f.debug_struct("Eval")
             .field("name", &self.name)
             .field("id", &self.id)
-            .field("agent", &self.agent.name())
+            .field("agent", &self.agent_name())
             .field("cases", &self.dataset.cases().len())
             .field("repeats", &self.repeats)
             .finish_non_exhaustive()
@@ -132,11 +146,37 @@ impl Eval {
             name: dataset.name().to_owned(),
             id: RunId::new(),
             dataset,
-            agent: agent.clone(),
+            subject: Subject::Agent(Box::new(agent.clone())),
             scorers: Vec::new(),
             repeats: 1,
             concurrency: 4,
             progress: None,
+        }
+    }
+
+    /// An eval of the agent registered in the runtime as `agent` (with
+    /// [`Runtime::register`]): what a command line that knows its agents by name
+    /// runs. Its cases start with [`Runtime::start_by_name`] and resume with
+    /// [`Runtime::resume_by_name`]; a name that is not registered is the first
+    /// case's error.
+    pub fn named(dataset: Dataset, agent: impl Into<String>) -> Self {
+        Self {
+            name: dataset.name().to_owned(),
+            id: RunId::new(),
+            dataset,
+            subject: Subject::Named(agent.into()),
+            scorers: Vec::new(),
+            repeats: 1,
+            concurrency: 4,
+            progress: None,
+        }
+    }
+
+    /// The agent's name.
+    fn agent_name(&self) -> &str {
+        match &self.subject {
+            Subject::Agent(agent) => agent.name(),
+            Subject::Named(name) => name,
         }
     }
 
@@ -213,7 +253,10 @@ impl Eval {
         drop(stream);
         cases.sort_by_key(|c: &CaseReport| (self.dataset.cases().iter().position(|d| d.id == c.case), c.repeat));
         let scorers = self.scorers.iter().map(|s| s.name().to_owned()).collect();
-        Ok(EvalReport::new(&self.name, self.id, self.dataset.name(), self.agent.name(), self.repeats, scorers, cases))
+        let report =
+            EvalReport::new(&self.name, self.id, self.dataset.name(), self.agent_name(), self.repeats, scorers, cases);
+        record::save(runtime, &report).await?;
+        Ok(report)
     }
 
     async fn case(&self, runtime: &Runtime, index: usize, repeat: u32) -> Result<CaseReport, EvalError> {
@@ -233,16 +276,21 @@ impl Eval {
 
     /// The case's run, started, resumed or read back, as an outcome.
     async fn outcome(&self, runtime: &Runtime, run_id: RunId, case: &Case) -> Result<Outcome, EvalError> {
-        match runtime.store().load_run(run_id).await {
-            Ok(record) if matches!(record.status, RunStatus::Queued | RunStatus::Running) => {
-                run_failure(self.agent.resume(runtime, run_id).await)?;
+        match (runtime.store().load_run(run_id).await, &self.subject) {
+            (Ok(record), subject) if matches!(record.status, RunStatus::Queued | RunStatus::Running) => match subject {
+                Subject::Agent(agent) => run_failure(agent.resume(runtime, run_id).await)?,
+                Subject::Named(_) => run_failure(runtime.resume_by_name(run_id).await.map_err(AskError::from))?,
+            },
+            (Ok(_), _) => {}
+            (Err(StoreError::RunNotFound(_)), Subject::Agent(agent)) => {
+                let started = runtime.start(&**agent, case.input.clone()).run_id(run_id).await;
+                run_failure(started.map(|r| agent.reply_of(r)).map_err(AskError::from))?;
             }
-            Ok(_) => {}
-            Err(StoreError::RunNotFound(_)) => {
-                let started = runtime.start(&self.agent, case.input.clone()).run_id(run_id).await;
-                run_failure(started.map(|r| self.agent.reply_of(r)).map_err(AskError::from))?;
+            (Err(StoreError::RunNotFound(_)), Subject::Named(name)) => {
+                let started = runtime.start_by_name(name, Value::String(case.input.clone()), run_id).await;
+                run_failure(started.map_err(AskError::from))?;
             }
-            Err(e) => return Err(e.into()),
+            (Err(e), _) => return Err(e.into()),
         }
         let record = runtime.store().load_run(run_id).await?;
         let state: AgentState = serde_json::from_str(record.state.get()).unwrap_or_default();

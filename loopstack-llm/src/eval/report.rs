@@ -121,6 +121,22 @@ pub struct Comparison {
     pub added: Vec<String>,
 }
 
+impl Comparison {
+    /// The comparison for a terminal: a line per case that got better or worse,
+    /// then the counts of the rest.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for (case, was, now) in &self.better {
+            out += &format!("better: {case} {was:.2} -> {now:.2}\n");
+        }
+        for (case, was, now) in &self.worse {
+            out += &format!("worse:  {case} {was:.2} -> {now:.2}\n");
+        }
+        out += &format!("{} the same, {} added, {} removed\n", self.same.len(), self.added.len(), self.removed.len());
+        out
+    }
+}
+
 impl EvalReport {
     pub(super) fn new(
         eval: &str,

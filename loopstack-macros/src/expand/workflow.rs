@@ -136,6 +136,17 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         quote!(.with_migrations(&[#(#from),*]))
     });
     let migrate = (!m.migrations.is_empty()).then(|| migrate_fn(m));
+    let fork_check = m.fork_check.as_ref().map(|path| {
+        let call = quote_spanned!(path.span()=> #path(self, __loopstack_settings));
+        quote! {
+            fn check_fork(
+                &self,
+                __loopstack_settings: &#p::ForkSettings,
+            ) -> #p::Result<(), #p::ForkError> {
+                #call
+            }
+        }
+    });
     let definition = match &m.definition {
         Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
         None => quote!(&__LOOPSTACK_DEFINITION),
@@ -172,6 +183,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                 }
 
                 #migrate
+                #fork_check
 
                 fn input_schema(&self) -> #p::Option<#p::serde_json::Value> {
                     #[allow(unused_imports)]

@@ -53,6 +53,9 @@ pub(crate) struct WorkflowModel {
     /// Definition` that picks the table a value uses (the macro's own, or one
     /// renamed from it).
     pub(crate) definition: Option<syn::Path>,
+    /// `fork_check = path`: a method `fn(&self, &ForkSettings) -> Result<(),
+    /// ForkError>` that checks a fork's system prompt and model.
+    pub(crate) fork_check: Option<syn::Path>,
     /// `Start` first, `End` last, the others in order of first appearance.
     pub(crate) places: Vec<Place>,
     pub(crate) transitions: Vec<Transition>,
@@ -415,6 +418,7 @@ impl WorkflowModel {
             description,
             name,
             definition: args.definition,
+            fork_check: args.fork_check,
             enum_ident,
             state: state.expect("a transition exists"),
             input: args.input,

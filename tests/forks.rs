@@ -1,0 +1,159 @@
+//! What-if forks with edits on SQLite: another system prompt and model that the
+//! fork keeps across a restart, a replaced state, and edits that are refused before
+//! anything is stored.
+
+use std::sync::Arc;
+
+use loopstack::llm::{
+    Agent, AgentStatus, ChatRequest, GenerateOptions, Limit, Models, ScriptedModel, ToolDecision, ToolDecisions,
+};
+use loopstack::prelude::*;
+use loopstack::{ForkEdits, ForkError, ForkRecord, RunError, SqliteStore, Store};
+
+/// Refunds an order once a person approves the call.
+#[tool(approve)]
+async fn issue_refund(order: String) -> Result<String, ToolError> {
+    Ok(format!("refunded {order}"))
+}
+
+/// A model named `label`: asks for the refund, then answers with its label, model
+/// name and system prompt, so the reply says who answered under which prompt.
+fn model(label: &'static str) -> ScriptedModel {
+    ScriptedModel::from_fn(move |r: &ChatRequest| {
+        let last = r.messages.last().unwrap();
+        Ok(match last.tool_results_iter().next() {
+            Some(result) => ScriptedModel::new().text_response(format!(
+                "{label}/{} [{}] {}",
+                r.model,
+                r.settings.system.as_deref().unwrap_or("-"),
+                result.content
+            )),
+            None => ScriptedModel::new().tool_call_response("issue_refund", serde_json::json!({"order": "A-17"})),
+        })
+    })
+}
+
+/// The agent of each process: two models, the first one's turns unless a fork says.
+fn agent() -> Agent {
+    let models = Models::new().with_named("first", model("first")).with_named("second", model("second"));
+    let options = GenerateOptions::new("first", "m1").system("be terse").tools(vec!["issue_refund".to_owned()]);
+    Agent::with_models(models, options, ToolRegistry::new().with(IssueRefund).unwrap())
+}
+
+async fn open(path: &std::path::Path) -> Arc<dyn Store> {
+    Arc::new(SqliteStore::open(path).await.unwrap())
+}
+
+#[tokio::test]
+async fn a_fork_keeps_its_edited_prompt_and_model_across_a_restart() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let first = Runtime::with_shared_store(open(&path).await);
+    let source = agent().ask(&first, "Refund A-17").await.unwrap();
+    assert!(matches!(source.status, AgentStatus::AwaitingApproval { .. }), "{:?}", source.status);
+
+    // From step 1 (the prompt saved, no turn taken), under another prompt and model.
+    let edits = ForkEdits::new().system("be kind").model("second", "m2");
+    let fork = agent().fork_with(&first, source.run_id, 1, edits.clone()).await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = fork.status else { panic!("{:?}", fork.status) };
+    let record = first.store().load_run(fork.run_id).await.unwrap();
+    assert_eq!(record.forked_from, Some((source.run_id, 1)));
+    let history = first.store().history(fork.run_id).await.unwrap();
+    assert_eq!(history[1].transition, loopstack::fork::FORK_TRANSITION, "the edits are the fork's step 2");
+    let docs = first.store().documents(fork.run_id).await.unwrap();
+    let doc = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).expect("the fork says what changed");
+    let said: ForkRecord = doc.read().unwrap();
+    assert_eq!((said.source, said.step, said.edits), (source.run_id, 1, edits));
+    assert_eq!(said.changes, ["system prompt changed", "model: second:m2"]);
+    drop(first);
+
+    // A new process, a new agent: the fork's next turn still has its own prompt and model.
+    let second = Runtime::with_shared_store(open(&path).await);
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let done = agent().decide(&second, fork.run_id, decisions).await.unwrap();
+    assert_eq!(done.text, "second/m2 [be kind] refunded A-17");
+    // The source goes on as it was.
+    let AgentStatus::AwaitingApproval { calls } = source.status else { unreachable!() };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let done = agent().decide(&second, source.run_id, decisions).await.unwrap();
+    assert_eq!(done.text, "first/m1 [be terse] refunded A-17");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_fork_with_a_replaced_state_drives_from_it() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await);
+    let source = agent().ask(&runtime, "Refund A-17").await.unwrap();
+    // The state at step 1 with the turn budget spent: the fork stops at the limit.
+    let checkpoint = runtime.store().checkpoint(source.run_id, 1).await.unwrap();
+    let mut state: serde_json::Value = serde_json::from_str(checkpoint.state.get()).unwrap();
+    state["turns"] = 10.into();
+    let fork = agent().fork_with(&runtime, source.run_id, 1, ForkEdits::new().state(state)).await.unwrap();
+    assert_eq!(fork.status, AgentStatus::LimitReached(Limit::Turns { max: 10 }));
+    assert_eq!(fork.turns, 10);
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
+    assert_eq!(said.changes, ["state replaced"]);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn edits_that_do_not_fit_are_refused_and_store_nothing() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await).register(agent());
+    let source = agent().ask(&runtime, "Refund A-17").await.unwrap();
+    let runs = || async { runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap().runs.len() };
+    let before = runs().await;
+
+    let bad_state = ForkEdits::new().state(serde_json::json!({"turns": "many"}));
+    let err = agent().fork_with(&runtime, source.run_id, 1, bad_state).await.unwrap_err();
+    assert!(matches!(err, loopstack::llm::AskError::Run(RunError::Fork(ForkError::BadState { .. }))), "{err}");
+    let err = agent().fork_with(&runtime, source.run_id, 99, ForkEdits::new().system("x")).await.unwrap_err();
+    assert!(
+        matches!(err, loopstack::llm::AskError::Run(RunError::Fork(ForkError::UnknownStep { step: 99, .. }))),
+        "{err}"
+    );
+    let err = agent().fork_with(&runtime, source.run_id, 1, ForkEdits::new().model("third", "m3")).await.unwrap_err();
+    let loopstack::llm::AskError::Run(RunError::Fork(ForkError::UnknownModel { provider, registered })) = err else {
+        panic!("{err}")
+    };
+    assert_eq!((provider.as_str(), registered), ("third", vec!["first".to_owned(), "second".to_owned()]));
+    // By name too (the HTTP API, the command line): the agent's check runs.
+    let edits = ForkEdits::new().model("third", "m3");
+    let err = runtime.fork_by_name(source.run_id, 1, edits, RunId::new()).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(ForkError::UnknownModel { .. })), "{err}");
+    let err =
+        runtime.fork_by_name(source.run_id, 2, ForkEdits::new().keep_messages(2), RunId::new()).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(ForkError::NothingToDrop { messages: 2, keep: 2, .. })), "{err}");
+    let mut unwritten = ForkEdits::new();
+    unwritten.model = Some("no-colon".to_owned());
+    let err = runtime.fork_by_name(source.run_id, 1, unwritten, RunId::new()).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(ForkError::BadModel { .. })), "{err}");
+    assert_eq!(runs().await, before, "a refused fork stores nothing");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_fork_that_drops_messages_starts_before_the_first_one_dropped() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await);
+    let waiting = agent().ask(&runtime, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = waiting.status else { panic!("{:?}", waiting.status) };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let source = agent().decide(&runtime, waiting.run_id, decisions).await.unwrap();
+    assert_eq!(source.status, AgentStatus::Completed);
+    let last = runtime.store().load_run(source.run_id).await.unwrap().step;
+    let messages = |docs: &[Arc<Document>]| docs.iter().filter(|d| d.has_tag("conversation")).count();
+    assert_eq!(messages(&runtime.store().documents(source.run_id).await.unwrap()), 4);
+
+    // The prompt only: the fork starts where the first turn had not been taken.
+    let fork = agent().fork_with(&runtime, source.run_id, last, ForkEdits::new().keep_messages(1)).await.unwrap();
+    assert!(matches!(fork.status, AgentStatus::AwaitingApproval { .. }), "{:?}", fork.status);
+    let record = runtime.store().load_run(fork.run_id).await.unwrap();
+    assert_eq!(record.forked_from, Some((source.run_id, 1)));
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    assert_eq!(messages(&docs), 2, "the prompt and the fork's own first turn");
+    let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
+    assert_eq!((said.step, said.changes), (1, vec!["conversation cut to its first 1 messages".to_owned()]));
+    let _ = std::fs::remove_file(&path);
+}
