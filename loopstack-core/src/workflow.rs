@@ -71,6 +71,15 @@ pub trait Workflow: Send + Sync + 'static {
         let _ = (place, state);
         Err(format!("version {from} has no migration").into())
     }
+
+    /// Checks the system prompt and model a fork asks for
+    /// ([`ForkEdits`](crate::ForkEdits)) before anything is stored: the agent refuses
+    /// a provider it has no model for. `#[workflow(fork_check = path)]` fills it in;
+    /// accepted by default.
+    fn check_fork(&self, settings: &crate::ForkSettings) -> Result<(), crate::ForkError> {
+        let _ = settings;
+        Ok(())
+    }
 }
 
 /// A place of an older version read back from its stored name, for the place
@@ -114,13 +123,6 @@ impl<S, P> IntoMigration<S, P> for (S, P) {
 impl<S, P, E: Into<BoxError>> IntoMigration<S, P> for Result<(S, P), E> {
     fn into_migration(self) -> Result<(S, P), BoxError> {
         self.map_err(Into::into)
-    /// Checks the system prompt and model a fork asks for
-    /// ([`ForkEdits`](crate::ForkEdits)) before anything is stored: the agent refuses
-    /// a provider it has no model for. `#[workflow(fork_check = path)]` fills it in;
-    /// accepted by default.
-    fn check_fork(&self, settings: &crate::ForkSettings) -> Result<(), crate::ForkError> {
-        let _ = settings;
-        Ok(())
     }
 }
 

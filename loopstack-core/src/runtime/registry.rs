@@ -224,7 +224,9 @@ impl<W: Workflow> Drivable for Registered<W> {
         let state =
             runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), run_id, None)?);
         // A scheduled run: its own trace, under a `start` span (no request started it).
-        Ok(crate::trace::traced(crate::store::NewRun::new(run_id, def.name(), def.hash(), state).version(def.version()).queued()))
+        Ok(crate::trace::traced(
+            crate::store::NewRun::new(run_id, def.name(), def.hash(), state).version(def.version()).queued(),
+        ))
     }
 
     fn create_child_json<'a>(
