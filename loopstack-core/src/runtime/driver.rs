@@ -97,6 +97,23 @@ fn migrate<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(W::State, &'stati
     }
 }
 
+/// [`commit_migration`] for a run that needs one. Boxed: its commit's locals would
+/// otherwise sit in every drive's future, in every run in flight, for the rare run
+/// that migrates.
+async fn migrate_if_needed<W: Workflow>(
+    runtime: &Runtime,
+    wf: &W,
+    run: &mut ClaimedRun,
+    record: &RunRecord,
+    checked: &Checked<W::State>,
+    lease: Option<&LeaseCfg>,
+) -> Result<(), RunError> {
+    if checked.migrated_from.is_none() {
+        return Ok(());
+    }
+    Box::pin(commit_migration(runtime, wf, run, record, checked, lease)).await
+}
+
 /// Commits the migration of a claimed run as a step of its own: the migrated state at
 /// its new place, with the run row's version and table hash, fenced by the claim.
 async fn commit_migration<W: Workflow>(
@@ -311,7 +328,7 @@ async fn prepare<W: Workflow>(
             }
             let checked = check_run(wf, &record)?;
             let mut run = parts(&record);
-            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(id).await?;
             // A drive that died left the children it started queued, or running
@@ -331,7 +348,7 @@ async fn prepare<W: Workflow>(
         Mode::Claimed(record) => {
             let checked = check_run(wf, &record)?;
             let mut run = parts(&record);
-            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
             Ready {
@@ -354,16 +371,18 @@ async fn prepare<W: Workflow>(
                 None => step,
             };
             let edited = match edits {
-                Some(edits) if !edits.is_empty() => Some(fork_edits(runtime, wf, &stored, step, *edits).await?),
+                Some(edits) if !edits.is_empty() => {
+                    Some(Box::pin(fork_edits(runtime, wf, &stored, step, *edits)).await?)
+                }
                 _ => None,
             };
             let mut record = store.fork(source, step, run_id.unwrap_or_default()).await?;
             if let Some((state, doc)) = edited {
-                record = commit_fork_edits(runtime, &record, state, doc).await?;
+                record = Box::pin(commit_fork_edits(runtime, &record, state, doc)).await?;
             }
             let checked = check_run(wf, &record)?;
             let mut run = parts(&record);
-            commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+            migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
             Ready {
@@ -424,7 +443,7 @@ async fn prepare<W: Workflow>(
                 Ok(record) => {
                     let checked = check_run(wf, &record)?;
                     let mut run = parts(&record);
-                    commit_migration(runtime, wf, &mut run, &record, &checked, lease).await?;
+                    migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
                     let Checked { place, state, .. } = checked;
                     let documents = store.documents(id).await?;
                     let parent = parent_of(&record);
