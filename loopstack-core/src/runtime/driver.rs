@@ -547,7 +547,9 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let name = wf.definition().name();
     runtime.inner.events().prepare_drive().await;
     let lease = runtime.inner.drive_lease();
-    let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
+    // Boxed: the preparation's locals (a claimed record, a state per arm) would
+    // otherwise stay in the drive's future, in every run in flight, for its whole life.
+    let ready = match Box::pin(prepare(runtime, wf, mode, run_id, lease.as_ref())).await? {
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
