@@ -199,6 +199,10 @@ pub enum Command {
         /// fork starts before the step that saved the first one dropped).
         #[arg(long, value_name = "N")]
         keep_messages: Option<usize>,
+        /// Replaces the text of conversation message N (from 0), keeping its role
+        /// and tool blocks; repeat for several.
+        #[arg(long = "message", value_name = "N=TEXT", value_parser = message_edit)]
+        messages: Vec<(usize, String)>,
     },
     /// Runs an eval: each case of DATASET (JSONL: {"id", "input", "expected"} a line)
     /// a run of the registered agent AGENT, scored, shown as a table (or JSON). The
@@ -1076,6 +1080,13 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// `--message N=TEXT`: the message's index and its new text.
+fn message_edit(arg: &str) -> Result<(usize, String), String> {
+    let (index, text) = arg.split_once('=').ok_or("expected N=TEXT, such as 0=What is the weather in Oslo?")?;
+    let index = index.trim().parse().map_err(|_| format!("`{index}` is not a message number (0, 1, ...)"))?;
+    Ok((index, text.to_owned()))
+}
+
 fn parse_json(text: Option<&str>, what: &'static str) -> Result<Value, CliError> {
     match text {
         None => Ok(Value::Null),
@@ -1185,8 +1196,11 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             };
             out = eval(runtime, args, json).await?;
         }
-        Command::Fork { run, step, system, model, state, keep_messages } => {
+        Command::Fork { run, step, system, model, state, keep_messages, messages } => {
             let mut edits = loopstack_core::ForkEdits::new();
+            for (index, text) in messages {
+                edits = edits.message_text(*index, text.clone());
+            }
             edits.keep_messages = *keep_messages;
             edits.system.clone_from(system);
             edits.model.clone_from(model);

@@ -157,3 +157,76 @@ async fn a_fork_that_drops_messages_starts_before_the_first_one_dropped() {
     assert_eq!((said.step, said.changes), (1, vec!["conversation cut to its first 1 messages".to_owned()]));
     let _ = std::fs::remove_file(&path);
 }
+
+/// Answers with the text of the conversation's first message, and says how many
+/// messages it was sent.
+fn echo_agent() -> Agent {
+    let echo = ScriptedModel::from_fn(|r: &ChatRequest| {
+        let first = r.messages.first().map(|m| m.text()).unwrap_or_default();
+        Ok(ScriptedModel::new().text_response(format!("you said: {first} ({} sent)", r.messages.len())))
+    });
+    Agent::with_models(Models::new().with_named("echo", echo), GenerateOptions::new("echo", "e1"), ToolRegistry::new())
+}
+
+#[tokio::test]
+async fn a_fork_can_edit_a_message_and_keeps_the_old_text_in_its_history() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await);
+    let source = echo_agent().ask(&runtime, "Refund A-17").await.unwrap();
+    assert_eq!(source.text, "you said: Refund A-17 (1 sent)");
+
+    // From step 1 (the question saved, no turn taken), with the question reworded.
+    let edits = ForkEdits::new().message_text(0, "Refund B-9, please");
+    let fork = echo_agent().fork_with(&runtime, source.run_id, 1, edits).await.unwrap();
+    assert_eq!(fork.text, "you said: Refund B-9, please (1 sent)");
+    let docs = runtime.store().documents(fork.run_id).await.unwrap();
+    let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
+    assert_eq!(said.changes, ["message 0 edited"]);
+    let question: loopstack::llm::Message = docs[0].read().unwrap();
+    assert_eq!((question.role, question.text()), (loopstack::llm::Role::User, "Refund B-9, please".to_owned()));
+    assert_eq!((docs[0].version, docs[0].step), (2, 2), "the edits step saved the new version");
+    // The copied version keeps the old text; the source is untouched.
+    let versions = runtime.store().document_versions(fork.run_id).await.unwrap();
+    let old: loopstack::llm::Message = versions.iter().find(|d| d.seq == 0 && d.version == 1).unwrap().read().unwrap();
+    assert_eq!(old.text(), "Refund A-17");
+    let source_docs = runtime.store().documents(source.run_id).await.unwrap();
+    assert_eq!(source_docs[0].read::<loopstack::llm::Message>().unwrap().text(), "Refund A-17");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_message_edit_that_does_not_fit_is_refused_and_stores_nothing() {
+    let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
+    let runtime = Runtime::with_shared_store(open(&path).await).register(agent());
+    let source = agent().ask(&runtime, "Refund A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = source.status else { panic!("{:?}", source.status) };
+    let decisions = ToolDecisions::new([ToolDecision::approve(&calls[0].call_id)]);
+    let done = agent().decide(&runtime, source.run_id, decisions).await.unwrap();
+    assert_eq!(done.status, AgentStatus::Completed);
+    let last = runtime.store().load_run(source.run_id).await.unwrap().step;
+    let runs = || async { runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap().runs.len() };
+    let before = runs().await;
+
+    // Question, the model's call, the call's result, the answer: four messages.
+    let err = agent().fork_with(&runtime, source.run_id, last, ForkEdits::new().message_text(4, "x")).await;
+    let Err(loopstack::llm::AskError::Run(RunError::Fork(ForkError::NoMessage { index, messages, .. }))) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((index, messages), (4, 4));
+    // The model's call and the tool's result have no text to replace.
+    for index in [1, 2] {
+        let edits = ForkEdits::new().message_text(index, "x");
+        let err = runtime.fork_by_name(source.run_id, last, edits, RunId::new()).await.unwrap_err();
+        assert!(matches!(err, RunError::Fork(ForkError::NoText { index: i, .. }) if i == index), "{err}");
+    }
+    // By name, as the HTTP API and the command line send it, an edit that fits goes through.
+    let edits: ForkEdits =
+        serde_json::from_value(serde_json::json!({"messages": [{"index": 3, "text": "Refunded, all done."}]})).unwrap();
+    assert_eq!(runs().await, before, "a refused fork stores nothing");
+    let fork = RunId::new();
+    let outcome = runtime.fork_by_name(source.run_id, last, edits, fork).await.unwrap();
+    assert_eq!(outcome, RunOutcome::Completed, "the fork took its edits step and ended");
+    let answer: loopstack::llm::Message = runtime.store().documents(fork).await.unwrap()[3].read().unwrap();
+    assert_eq!(answer.text(), "Refunded, all done.");
+    let _ = std::fs::remove_file(&path);
+}

@@ -255,6 +255,36 @@ async fn over_http_the_outcome_is_listed_and_answered(store: &str) {
     let _ = std::fs::remove_file(effects_file(run_id));
 }
 
+/// On the command line, as an operator sees it: `resolve RUN CALL RESULT` answers
+/// the call the run waits on; a call it does not wait on is refused, typed.
+async fn on_the_command_line_resolve_gives_the_result(store: &str) {
+    use clap::Parser as _;
+    use loopstack::cli::{Cli, CliError, execute};
+    let run_id = kill_during("refund", store);
+    let agent = agent("refund");
+    let runtime = Runtime::with_shared_store(open(store).await).register(agent.clone());
+    let reply = agent.resume(&runtime, run_id).await.unwrap();
+    assert!(matches!(reply.status, AgentStatus::OutcomeUnknown { .. }), "{:?}", reply.status);
+    let run = run_id.to_string();
+    let cli = |args: &[&str]| Cli::try_parse_from(std::iter::once("helpdesk").chain(args.iter().copied())).unwrap();
+
+    let err = execute(&runtime, &cli(&["resolve", &run, "call_9", "refunded"])).await.unwrap_err();
+    assert!(matches!(&err, CliError::NotPending { call_id, .. } if call_id == "call_9"), "{err}");
+    assert!(err.to_string().contains("call_1"), "the error lists the call that waits: {err}");
+    assert_eq!(runtime.store().load_run(run_id).await.unwrap().status, RunStatus::Waiting, "nothing changed");
+
+    let out = execute(&runtime, &cli(&["resolve", &run, "call_1", "refunded A-17 (checked by ada)"])).await.unwrap();
+    assert!(out.contains("completed"), "{out}");
+    let state = runtime.store().load_run(run_id).await.unwrap().state;
+    assert!(state.get().contains("Done: refunded A-17 (checked by ada)"), "{}", state.get());
+    assert_eq!(effects(run_id), [key(run_id)], "resolved on the command line, the call never ran again");
+
+    // Once it has ended, there is nothing to resolve.
+    let err = execute(&runtime, &cli(&["resolve", &run, "call_1", "again"])).await.unwrap_err();
+    assert!(matches!(err, CliError::NotAwaitingApproval { .. }), "{err}");
+    let _ = std::fs::remove_file(effects_file(run_id));
+}
+
 async fn at_least_once_and_idempotent_run_again(store: &str) {
     for (tool, answer) in [("notify", "Done: noted A-17"), ("charge", "Done: charged A-17")] {
         let run_id = kill_during(tool, store);
@@ -286,6 +316,7 @@ async fn all(store: &str) {
     at_most_once_waits_for_the_result(store).await;
     at_most_once_runs_again_when_told_to(store).await;
     over_http_the_outcome_is_listed_and_answered(store).await;
+    on_the_command_line_resolve_gives_the_result(store).await;
     at_least_once_and_idempotent_run_again(store).await;
     idempotent_keeps_its_key_across_a_retry(store).await;
 }

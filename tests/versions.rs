@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use loopstack::prelude::*;
-use loopstack::{RunStatus, Store, Worker};
+use loopstack::{EventKind, ForkEdits, RunStatus, Store, Worker};
 use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::json;
 
@@ -224,8 +224,21 @@ async fn parked_on_v1_resumes_and_finishes_on_v2(store: Arc<dyn Store>) {
 
     // The new deploy: a typed signal of version 2 for a run parked on version 1.
     let new = Runtime::with_shared_store(store.clone());
+    let mut events = new.subscribe().run(parked[0]);
     let report = new.signal(&v2::Triage, parked[0], assignment("ada")).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
+    // Watchers see the migration commit as a step, before the signal's transition.
+    let mut committed = Vec::new();
+    while let Some(event) = events.try_recv() {
+        if let EventKind::TransitionCommitted { transition, from, to, step } = &event.unwrap().kind {
+            committed.push((transition.to_string(), from.to_string(), to.to_string(), *step));
+        }
+    }
+    let commit = |t: &str, f: &str, to: &str, n: u64| (t.to_owned(), f.to_owned(), to.to_owned(), n);
+    assert_eq!(
+        committed,
+        [commit("migrate v1 -> v2", "filed", "open", 2), commit("assign", "open", "assigned", 3), commit("close", "assigned", "end", 4)]
+    );
     assert_eq!(report.state.title, "printer (filed)", "the old state came along");
     assert_eq!((report.state.priority, report.state.assignee.as_deref()), (1, Some("ada")));
     let record = store.load_run(parked[0]).await.unwrap();
@@ -262,6 +275,44 @@ async fn parked_on_v1_resumes_and_finishes_on_v2(store: Arc<dyn Store>) {
     assert_eq!(report.outcome, RunOutcome::Completed);
 }
 on_every_store!(parked_on_v1_resumes_and_finishes_on_v2);
+
+async fn a_fork_from_before_a_migration_migrates_too(store: Arc<dyn Store>) {
+    let old = Runtime::with_shared_store(store.clone());
+    let parked = old.start(&v1::Triage, v1::Ticket { title: "printer".into() }).await.unwrap().run_id;
+    let new = Runtime::with_shared_store(store.clone());
+    new.signal(&v2::Triage, parked, assignment("ada")).await.unwrap();
+    assert_eq!(store.load_run(parked).await.unwrap().step, 4, "file, migrate, assign, close");
+
+    // Step 1 is version 1's checkpoint: the fork starts at version 1 and migrates.
+    let fork = new.fork(&v2::Triage, parked, 1).await.unwrap();
+    assert_eq!(fork.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
+    assert_eq!((fork.state.title.as_str(), fork.state.priority), ("printer (filed)", 1));
+    let record = store.load_run(fork.run_id).await.unwrap();
+    assert_eq!((record.version, &*record.definition_hash, record.step), (2, v2::Triage.definition().hash(), 2));
+    let last = store.history(fork.run_id).await.unwrap().pop().unwrap();
+    assert_eq!((&*last.transition, &*last.from, &*last.to), ("migrate v1 -> v2", "filed", "open"));
+    let report = new.signal(&v2::Triage, fork.run_id, assignment("grace")).await.unwrap();
+    assert_eq!((report.outcome, report.state.assignee.as_deref()), (RunOutcome::Completed, Some("grace")));
+
+    // Edits apply to the migrated state, as a step after the migration.
+    let edits = ForkEdits::new().state(json!({"title": "scanner", "priority": 2, "assignee": null}));
+    let fork = new.fork_with(&v2::Triage, parked, 1, edits).await.unwrap();
+    assert_eq!(fork.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
+    assert_eq!((fork.state.title.as_str(), fork.state.priority), ("scanner", 2));
+    let steps: Vec<String> = store.history(fork.run_id).await.unwrap().iter().map(|s| s.transition.to_string()).collect();
+    assert_eq!(steps, ["file", "migrate v1 -> v2", "fork_edits"]);
+    // A state that does not read as version 2's is refused before anything is stored.
+    let before = store.list_runs(&Default::default()).await.unwrap().runs.len();
+    let err = new.fork_with(&v2::Triage, parked, 1, ForkEdits::new().state(json!({"title": 7}))).await.unwrap_err();
+    assert!(matches!(err, RunError::Fork(_)), "{err}");
+    assert_eq!(store.list_runs(&Default::default()).await.unwrap().runs.len(), before);
+
+    // From a step after the migration, the fork is of version 2 from the start.
+    let fork = new.fork(&v2::Triage, parked, 3).await.unwrap();
+    assert_eq!(fork.outcome, RunOutcome::Completed);
+    assert!(store.history(fork.run_id).await.unwrap().iter().filter(|s| s.step > 3).all(|s| !s.transition.starts_with("migrate")));
+}
+on_every_store!(a_fork_from_before_a_migration_migrates_too);
 
 async fn workers_claim_only_the_versions_they_can_drive(store: Arc<dyn Store>) {
     let old = build(&store, v1::Triage);

@@ -58,6 +58,27 @@ pub struct ForkEdits {
     /// before the step asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_messages: Option<usize>,
+    /// Conversation messages whose text the fork replaces (see [`MessageEdit`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<MessageEdit>,
+}
+
+/// A conversation message whose text a fork replaces: message `index` (from 0, in
+/// the order of the documents tagged `conversation` at the fork's step) keeps its
+/// role and its other blocks (tool calls, tool results, images), and its text blocks
+/// become one block of `text`, where the first was. The old text stays in the
+/// document's history; the fork's edits step saves the new version.
+///
+/// A conversation document holds a message as `loopstack::llm::Message` serializes
+/// it: `{"role": .., "content": [{"type": "text", "text": ..}, ..]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct MessageEdit {
+    /// The message's position in the conversation, from 0.
+    pub index: usize,
+    /// Its new text.
+    pub text: String,
 }
 
 impl ForkEdits {
@@ -94,9 +115,21 @@ impl ForkEdits {
         self
     }
 
+    /// Replaces the text of conversation message `index` (from 0): see
+    /// [`MessageEdit`]. Edits of one message: the last one counts.
+    #[must_use]
+    pub fn message_text(mut self, index: usize, text: impl Into<String>) -> Self {
+        self.messages.push(MessageEdit { index, text: text.into() });
+        self
+    }
+
     /// Whether there is nothing to edit.
     pub fn is_empty(&self) -> bool {
-        self.state.is_none() && self.system.is_none() && self.model.is_none() && self.keep_messages.is_none()
+        self.state.is_none()
+            && self.system.is_none()
+            && self.model.is_none()
+            && self.keep_messages.is_none()
+            && self.messages.is_empty()
     }
 
     /// The model edit as (provider, model), checked.
@@ -123,6 +156,10 @@ impl ForkEdits {
         if let Some(keep) = self.keep_messages {
             changes.push(format!("conversation cut to its first {keep} messages"));
         }
+        let mut edited: Vec<usize> = self.messages.iter().map(|m| m.index).collect();
+        edited.sort_unstable();
+        edited.dedup();
+        changes.extend(edited.into_iter().map(|i| format!("message {i} edited")));
         changes
     }
 }
@@ -219,6 +256,27 @@ pub enum ForkError {
         /// The step that saved both.
         step: u64,
     },
+    /// The conversation at the fork's step has no message at that index.
+    #[error("run {run_id} has {messages} messages at step {step}: there is no message {index} to edit")]
+    NoMessage {
+        /// The source run.
+        run_id: RunId,
+        /// The fork's step.
+        step: u64,
+        /// The index asked for.
+        index: usize,
+        /// The messages at that step.
+        messages: usize,
+    },
+    /// The message has no text block to replace (only tool calls or results), or
+    /// does not read as a message.
+    #[error("message {index} has no text to edit: {reason}")]
+    NoText {
+        /// The message's index.
+        index: usize,
+        /// What it holds instead.
+        reason: &'static str,
+    },
     /// The workflow's state keeps no system prompt or model.
     #[error(
         "workflow `{workflow}` takes no {edit} edit: its state has no `fork_settings`; only agents take model turns"
@@ -289,4 +347,61 @@ pub(crate) fn settings_of(state: &str) -> Option<ForkSettings> {
 /// Whether a state's JSON (as the workflow serializes it again) kept its settings.
 pub(crate) fn kept_settings(state: &Value) -> bool {
     state.get(FORK_SETTINGS_KEY).is_some_and(|s| s.as_object().is_some_and(|o| !o.is_empty()))
+}
+
+/// The new versions of the conversation messages `edits` change, from `documents`
+/// (the run's documents as they were at `step`), to be saved by the fork's edits
+/// step as `saved_by`.
+pub(crate) fn edit_messages(
+    documents: &[std::sync::Arc<crate::Document>],
+    run_id: RunId,
+    step: u64,
+    edits: &[MessageEdit],
+    saved_by: u64,
+) -> Result<Vec<crate::Document>, ForkError> {
+    let messages: Vec<&crate::Document> = documents.iter().filter(|d| d.has_tag("conversation")).map(|d| &**d).collect();
+    let mut edited: Vec<(usize, Value)> = Vec::new();
+    for edit in edits {
+        let Some(doc) = messages.get(edit.index) else {
+            return Err(ForkError::NoMessage { run_id, step, index: edit.index, messages: messages.len() });
+        };
+        let position = match edited.iter().position(|(i, _)| *i == edit.index) {
+            Some(p) => p,
+            None => {
+                let value = doc.value().map_err(|_| ForkError::NoText { index: edit.index, reason: "it is not JSON" })?;
+                edited.push((edit.index, value));
+                edited.len() - 1
+            }
+        };
+        replace_text(&mut edited[position].1, &edit.text).map_err(|reason| ForkError::NoText { index: edit.index, reason })?;
+    }
+    edited
+        .into_iter()
+        .map(|(index, value)| {
+            let doc = messages[index];
+            let content = serde_json::value::to_raw_value(&value)
+                .map_err(|_| ForkError::NoText { index, reason: "it does not write as JSON" })?;
+            Ok(crate::Document { version: doc.version + 1, content, step: saved_by, ..doc.clone() })
+        })
+        .collect()
+}
+
+/// Replaces the text blocks of a message's JSON with one block of `text`.
+fn replace_text(message: &mut Value, text: &str) -> Result<(), &'static str> {
+    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
+        return Err("it is not a message with content blocks");
+    };
+    let is_text = |b: &Value| b.get("type").and_then(Value::as_str) == Some("text");
+    let Some(first) = blocks.iter().position(is_text) else {
+        return Err("it holds only tool calls, tool results or images");
+    };
+    let mut i = 0;
+    blocks.retain(|b| {
+        let keep = i <= first || !is_text(b);
+        i += 1;
+        keep
+    });
+    // The first text block keeps its other fields (a cache breakpoint, say).
+    blocks[first]["text"] = Value::String(text.to_owned());
+    Ok(())
 }

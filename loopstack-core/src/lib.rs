@@ -80,7 +80,7 @@ pub use context::{Emitter, RunContext, SHARED_KEPT};
 pub use document::{Document, DocumentType, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
-pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings};
+pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings, MessageEdit};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{

@@ -130,13 +130,21 @@ async fn commit_migration<W: Workflow>(
     let at = runtime.inner.clock().now();
     let step = run.step + 1;
     let transition = crate::store::migration_step_name(from, def.version());
-    let record = crate::store::StepRecord::at(step, transition, record.place.clone(), checked.place, at);
+    let from_place = record.place.clone();
+    let record = crate::store::StepRecord::at(step, transition.clone(), from_place.clone(), checked.place, at);
     let fence = crate::store::Fence { epoch: run.epoch, step: run.step };
     let mut checkpoint = crate::store::Checkpoint::new(run.run_id, fence, record, RunStatus::Running, value)
         .migrate(crate::store::Migrated { version: def.version(), definition_hash: def.hash().to_owned().into() });
     checkpoint.lease_until = lease.map(|l| at + l.duration);
     runtime.inner.store().commit(checkpoint).await?;
     tracing::info!(run_id = %run.run_id, from, to = def.version(), place = checked.place, "run migrated");
+    // Watchers see the migration as the step it is, as they see a transition's.
+    runtime.inner.events().emit(run.run_id, def.name(), || crate::EventKind::TransitionCommitted {
+        transition: transition.into(),
+        from: from_place.into(),
+        to: checked.place.into(),
+        step,
+    });
     run.step = step;
     run.place_since = at;
     Ok(())
@@ -370,19 +378,32 @@ async fn prepare<W: Workflow>(
                 Some(keep) => crate::fork::step_keeping(&store.documents(source).await?, source, step, keep)?,
                 None => step,
             };
+            // A checkpoint from before a migration of the source holds the state of
+            // the version it was taken under: the fork starts at that version and
+            // migrates, as a parked run of it would.
+            let version = if wf.definition().migrates_from().is_empty() {
+                stored.version
+            } else {
+                crate::store::version_at_step(&store.history(source).await?, step, stored.version)
+            };
             let edited = match edits {
                 Some(edits) if !edits.is_empty() => {
-                    Some(Box::pin(fork_edits(runtime, wf, &stored, step, *edits)).await?)
+                    Some(Box::pin(fork_edits(runtime, wf, &stored, step, version, *edits)).await?)
                 }
                 _ => None,
             };
             let mut record = store.fork(source, step, run_id.unwrap_or_default()).await?;
-            if let Some((state, doc)) = edited {
-                record = Box::pin(commit_fork_edits(runtime, &record, state, doc)).await?;
-            }
-            let checked = check_run(wf, &record)?;
+            record.version = version;
+            let mut checked = check_run(wf, &record)?;
             let mut run = parts(&record);
             migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
+            // The edits apply to the state as this version reads it: after a migration.
+            if let Some(changes) = edited {
+                let current = if checked.migrated_from.is_some() { store.load_run(record.run_id).await? } else { record };
+                record = Box::pin(commit_fork_edits(runtime, &current, changes)).await?;
+                checked = check_run(wf, &record)?;
+                run = parts(&record);
+            }
             let Checked { place, state, .. } = checked;
             let documents = store.documents(record.run_id).await?;
             Ready {
@@ -475,15 +496,27 @@ async fn prepare<W: Workflow>(
     Ok(Prepared::Ready(ready))
 }
 
-/// A fork's edited state and the document that records its edits, checked against
-/// the workflow before anything is stored.
+/// What a fork's edits step commits, checked against the workflow before anything
+/// is stored.
+struct ForkChanges {
+    /// The edited state.
+    state: Box<RawValue>,
+    /// The `loopstack_fork` document's content.
+    record: Box<RawValue>,
+    /// New versions of the messages edited (their step is set at the commit).
+    messages: Vec<Document>,
+}
+
+/// A fork's edited state, messages and the document that records its edits,
+/// checked against the workflow before anything is stored.
 async fn fork_edits<W: Workflow>(
     runtime: &Runtime,
     wf: &W,
     source: &RunRecord,
     step: u64,
+    version: u32,
     edits: crate::ForkEdits,
-) -> Result<(Box<RawValue>, Box<RawValue>), RunError> {
+) -> Result<ForkChanges, RunError> {
     use crate::fork::{ForkError, ForkRecord};
     let name = wf.definition().name();
     let checkpoint = match runtime.inner.store().checkpoint(source.run_id, step).await {
@@ -493,7 +526,14 @@ async fn fork_edits<W: Workflow>(
         }
         Err(e) => return Err(e.into()),
     };
-    let base: Value = serde_json::from_str(checkpoint.state.get()).map_err(state_error(name, source.run_id))?;
+    let base: Value = if version == wf.definition().version() {
+        serde_json::from_str(checkpoint.state.get()).map_err(state_error(name, source.run_id))?
+    } else {
+        // The checkpoint is of an older version: the edits apply to it migrated.
+        let old = RunRecord { version, place: checkpoint.step.to.clone(), state: checkpoint.state, ..source.clone() };
+        let (state, _) = migrate(wf, &old)?;
+        serde_json::to_value(&state).map_err(state_error(name, source.run_id))?
+    };
     let edited = crate::fork::edit_state(name, base, &edits)?;
     let bad = |e: serde_json::Error| ForkError::BadState { workflow: name, reason: e.to_string() };
     let state: W::State = serde_json::from_value(edited).map_err(bad)?;
@@ -507,18 +547,20 @@ async fn fork_edits<W: Workflow>(
     if let Some(settings) = crate::fork::settings_of(value.get()) {
         wf.check_fork(&settings)?;
     }
+    let messages = if edits.messages.is_empty() {
+        Vec::new()
+    } else {
+        let documents = runtime.inner.store().documents_at(source.run_id, step).await?;
+        crate::fork::edit_messages(&documents, source.run_id, step, &edits.messages, 0)?
+    };
     let record = ForkRecord { source: source.run_id, step, changes: edits.changes(), edits };
     let doc = serde_json::value::to_raw_value(&record).map_err(state_error(name, source.run_id))?;
-    Ok((runtime.redact(value), runtime.redact(doc)))
+    Ok(ForkChanges { state: runtime.redact(value), record: runtime.redact(doc), messages })
 }
 
 /// Commits a fork's edits as its step of its own, with the document of them.
-async fn commit_fork_edits(
-    runtime: &Runtime,
-    fork: &RunRecord,
-    state: Box<RawValue>,
-    doc: Box<RawValue>,
-) -> Result<RunRecord, RunError> {
+async fn commit_fork_edits(runtime: &Runtime, fork: &RunRecord, changes: ForkChanges) -> Result<RunRecord, RunError> {
+    let ForkChanges { state, record: doc, messages } = changes;
     let store = runtime.inner.store();
     let seq = store.documents(fork.run_id).await?.len() as u64;
     let step = fork.step + 1;
@@ -537,6 +579,7 @@ async fn commit_fork_edits(
         crate::store::StepRecord::at(step, crate::fork::FORK_TRANSITION, place.clone(), place, runtime.now());
     let mut checkpoint =
         crate::store::Checkpoint::new(fork.run_id, fork.fence(), transition, RunStatus::Running, state);
+    checkpoint.documents.extend(messages.into_iter().map(|m| Arc::new(Document { step, ..m })));
     checkpoint.documents.push(std::sync::Arc::new(document));
     store.commit(checkpoint).await?;
     Ok(store.load_run(fork.run_id).await?)

@@ -1174,6 +1174,24 @@ pub fn migration_step_name(from: u32, to: u32) -> String {
     format!("migrate v{from} -> v{to}")
 }
 
+/// The versions a step named by [`migration_step_name`] migrated between, or `None`
+/// for any other step.
+pub fn parse_migration_step(transition: &str) -> Option<(u32, u32)> {
+    let (from, to) = transition.strip_prefix("migrate v")?.split_once(" -> v")?;
+    Some((from.parse().ok()?, to.parse().ok()?))
+}
+
+/// The workflow version a run's state had after step `step`, read from its history:
+/// the version the first migration after that step migrated from, or `current` when
+/// no migration came after it.
+pub fn version_at_step(history: &[StepRecord], step: u64, current: u32) -> u32 {
+    history
+        .iter()
+        .filter(|s| s.step > step)
+        .find_map(|s| parse_migration_step(&s.transition).map(|(from, _)| from))
+        .unwrap_or(current)
+}
+
 /// The version of runs stored before versions were recorded.
 fn first_version() -> u32 {
     1
