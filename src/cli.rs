@@ -186,23 +186,9 @@ pub enum Command {
         /// The step to fork from (`show RUN` lists them).
         #[arg(long)]
         step: u64,
-        /// The system prompt of the fork's model turns (agents).
-        #[arg(long)]
-        system: Option<String>,
-        /// The model of the fork's turns, as PROVIDER:MODEL (agents).
-        #[arg(long)]
-        model: Option<String>,
-        /// The whole state in place of the step's, as JSON.
-        #[arg(long)]
-        state: Option<String>,
-        /// Keeps the first N messages of the conversation and drops the rest (the
-        /// fork starts before the step that saved the first one dropped).
-        #[arg(long, value_name = "N")]
-        keep_messages: Option<usize>,
-        /// Replaces the text of conversation message N (from 0), keeping its role
-        /// and tool blocks; repeat for several.
-        #[arg(long = "message", value_name = "N=TEXT", value_parser = message_edit)]
-        messages: Vec<(usize, String)>,
+        /// What the fork changes.
+        #[command(flatten)]
+        edits: Box<ForkFlags>,
     },
     /// Runs an eval: each case of DATASET (JSONL: {"id", "input", "expected"} a line)
     /// a run of the registered agent AGENT, scored, shown as a table (or JSON). The
@@ -1080,6 +1066,29 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// The edits of `fork`, as flags.
+#[derive(Debug, Clone, clap::Args)]
+#[non_exhaustive]
+pub struct ForkFlags {
+    /// The system prompt of the fork's model turns (agents).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// The model of the fork's turns, as PROVIDER:MODEL (agents).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The whole state in place of the step's, as JSON.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Keeps the first N messages of the conversation and drops the rest (the
+    /// fork starts before the step that saved the first one dropped).
+    #[arg(long, value_name = "N")]
+    pub keep_messages: Option<usize>,
+    /// Replaces the text of conversation message N (from 0), keeping its role and
+    /// tool blocks; repeat for several.
+    #[arg(long = "message", value_name = "N=TEXT", value_parser = message_edit)]
+    pub messages: Vec<(usize, String)>,
+}
+
 /// `--message N=TEXT`: the message's index and its new text.
 fn message_edit(arg: &str) -> Result<(usize, String), String> {
     let (index, text) = arg.split_once('=').ok_or("expected N=TEXT, such as 0=What is the weather in Oslo?")?;
@@ -1196,7 +1205,8 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             };
             out = eval(runtime, args, json).await?;
         }
-        Command::Fork { run, step, system, model, state, keep_messages, messages } => {
+        Command::Fork { run, step, edits: flags } => {
+            let ForkFlags { system, model, state, keep_messages, messages } = &**flags;
             let mut edits = loopstack_core::ForkEdits::new();
             for (index, text) in messages {
                 edits = edits.message_text(*index, text.clone());

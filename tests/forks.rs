@@ -191,6 +191,20 @@ async fn a_fork_can_edit_a_message_and_keeps_the_old_text_in_its_history() {
     assert_eq!(old.text(), "Refund A-17");
     let source_docs = runtime.store().documents(source.run_id).await.unwrap();
     assert_eq!(source_docs[0].read::<loopstack::llm::Message>().unwrap().text(), "Refund A-17");
+
+    // On the command line: `fork RUN --step 1 --message 0=TEXT`.
+    use clap::Parser as _;
+    let runtime = runtime.register(echo_agent());
+    let run = source.run_id.to_string();
+    let args = |message: &str| ["app", "fork", run.as_str(), "--step", "1", "--message", message].map(str::to_owned);
+    let cli = loopstack::cli::Cli::try_parse_from(args("0=Refund C-3")).unwrap();
+    let out = loopstack::cli::execute(&runtime, &cli).await.unwrap();
+    assert!(out.contains("completed"), "{out}");
+    let fork = runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap().runs[0].run_id;
+    let docs = runtime.store().documents(fork).await.unwrap();
+    assert_eq!(docs[0].read::<loopstack::llm::Message>().unwrap().text(), "Refund C-3");
+    let err = loopstack::cli::Cli::try_parse_from(args("first=Refund C-3")).unwrap_err();
+    assert!(err.to_string().contains("`first` is not a message number"), "{err}");
     let _ = std::fs::remove_file(&path);
 }
 

@@ -237,7 +237,11 @@ async fn parked_on_v1_resumes_and_finishes_on_v2(store: Arc<dyn Store>) {
     let commit = |t: &str, f: &str, to: &str, n: u64| (t.to_owned(), f.to_owned(), to.to_owned(), n);
     assert_eq!(
         committed,
-        [commit("migrate v1 -> v2", "filed", "open", 2), commit("assign", "open", "assigned", 3), commit("close", "assigned", "end", 4)]
+        [
+            commit("migrate v1 -> v2", "filed", "open", 2),
+            commit("assign", "open", "assigned", 3),
+            commit("close", "assigned", "end", 4)
+        ]
     );
     assert_eq!(report.state.title, "printer (filed)", "the old state came along");
     assert_eq!((report.state.priority, report.state.assignee.as_deref()), (1, Some("ada")));
@@ -299,7 +303,8 @@ async fn a_fork_from_before_a_migration_migrates_too(store: Arc<dyn Store>) {
     let fork = new.fork_with(&v2::Triage, parked, 1, edits).await.unwrap();
     assert_eq!(fork.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
     assert_eq!((fork.state.title.as_str(), fork.state.priority), ("scanner", 2));
-    let steps: Vec<String> = store.history(fork.run_id).await.unwrap().iter().map(|s| s.transition.to_string()).collect();
+    let steps: Vec<String> =
+        store.history(fork.run_id).await.unwrap().iter().map(|s| s.transition.to_string()).collect();
     assert_eq!(steps, ["file", "migrate v1 -> v2", "fork_edits"]);
     // A state that does not read as version 2's is refused before anything is stored.
     let before = store.list_runs(&Default::default()).await.unwrap().runs.len();
@@ -310,7 +315,15 @@ async fn a_fork_from_before_a_migration_migrates_too(store: Arc<dyn Store>) {
     // From a step after the migration, the fork is of version 2 from the start.
     let fork = new.fork(&v2::Triage, parked, 3).await.unwrap();
     assert_eq!(fork.outcome, RunOutcome::Completed);
-    assert!(store.history(fork.run_id).await.unwrap().iter().filter(|s| s.step > 3).all(|s| !s.transition.starts_with("migrate")));
+    assert!(
+        store
+            .history(fork.run_id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|s| s.step > 3)
+            .all(|s| !s.transition.starts_with("migrate"))
+    );
 }
 on_every_store!(a_fork_from_before_a_migration_migrates_too);
 

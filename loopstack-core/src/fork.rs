@@ -359,7 +359,8 @@ pub(crate) fn edit_messages(
     edits: &[MessageEdit],
     saved_by: u64,
 ) -> Result<Vec<crate::Document>, ForkError> {
-    let messages: Vec<&crate::Document> = documents.iter().filter(|d| d.has_tag("conversation")).map(|d| &**d).collect();
+    let messages: Vec<&crate::Document> =
+        documents.iter().filter(|d| d.has_tag("conversation")).map(|d| &**d).collect();
     let mut edited: Vec<(usize, Value)> = Vec::new();
     for edit in edits {
         let Some(doc) = messages.get(edit.index) else {
@@ -368,12 +369,14 @@ pub(crate) fn edit_messages(
         let position = match edited.iter().position(|(i, _)| *i == edit.index) {
             Some(p) => p,
             None => {
-                let value = doc.value().map_err(|_| ForkError::NoText { index: edit.index, reason: "it is not JSON" })?;
+                let value =
+                    doc.value().map_err(|_| ForkError::NoText { index: edit.index, reason: "it is not JSON" })?;
                 edited.push((edit.index, value));
                 edited.len() - 1
             }
         };
-        replace_text(&mut edited[position].1, &edit.text).map_err(|reason| ForkError::NoText { index: edit.index, reason })?;
+        replace_text(&mut edited[position].1, &edit.text)
+            .map_err(|reason| ForkError::NoText { index: edit.index, reason })?;
     }
     edited
         .into_iter()

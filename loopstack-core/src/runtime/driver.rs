@@ -141,7 +141,7 @@ async fn commit_migration<W: Workflow>(
     // Watchers see the migration as the step it is, as they see a transition's.
     runtime.inner.events().emit(run.run_id, def.name(), || crate::EventKind::TransitionCommitted {
         transition: transition.into(),
-        from: from_place.into(),
+        from: from_place,
         to: checked.place.into(),
         step,
     });
@@ -399,7 +399,8 @@ async fn prepare<W: Workflow>(
             migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
             // The edits apply to the state as this version reads it: after a migration.
             if let Some(changes) = edited {
-                let current = if checked.migrated_from.is_some() { store.load_run(record.run_id).await? } else { record };
+                let current =
+                    if checked.migrated_from.is_some() { store.load_run(record.run_id).await? } else { record };
                 record = Box::pin(commit_fork_edits(runtime, &current, changes)).await?;
                 checked = check_run(wf, &record)?;
                 run = parts(&record);
