@@ -1,7 +1,9 @@
 //! Studio, loopstack's web page for runs, over offline workflows: the weather
 //! agent (a scripted model, no API key), an expense report that waits for a
-//! manager, and a helpdesk agent whose password resets wait for a person's
-//! approval (Approve and Deny buttons on the run's page).
+//! manager, a helpdesk agent whose password resets wait for a person's approval
+//! (Approve and Deny buttons on the run's page), and a refunds agent whose refund is
+//! made at most once: after a crash during the call, the run's page asks a person
+//! what happened (Run again, or Give result).
 //!
 //! ```text
 //! cargo run --example studio -- serve          # then open http://127.0.0.1:7878
@@ -188,6 +190,38 @@ fn helpdesk_agent() -> Result<Agent, BoxError> {
         .named("helpdesk")?)
 }
 
+/// Refunds an order, at most once: a run whose process died during the call does
+/// not make it again, but waits for a person to say what happened. With
+/// `STUDIO_REFUND_HANGS` set (the browser test), the call says so on stderr and
+/// hangs, for its process to be killed.
+#[tool(effect = at_most_once)]
+async fn refund(
+    /** The order's number, such as A-17 */
+    order: String,
+) -> String {
+    if std::env::var_os("STUDIO_REFUND_HANGS").is_some() {
+        eprintln!("refunding {order}");
+        std::future::pending::<()>().await;
+    }
+    format!("refunded {order}")
+}
+
+/// The refunds agent, the workflow `refunds`: it refunds the order the question
+/// ends with, then says what the refund returned.
+fn refunds_agent() -> Result<Agent, BoxError> {
+    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().map(|m| m.text()).unwrap_or_default();
+        if let Some(result) = request.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            return Ok(ScriptedModel::new().text_response(format!("Done: {}.", result.content)));
+        }
+        let order = last.split_whitespace().last().unwrap_or("A-1").trim_end_matches('.');
+        Ok(ScriptedModel::new().tool_call_response("refund", serde_json::json!({ "order": order })))
+    });
+    Ok(Agent::new(model, "scripted-refunds", ToolRegistry::new().with(Refund)?)
+        .system("You refund orders. Use refund.")
+        .named("refunds")?)
+}
+
 const FRONT_DESK: &str = "You greet the caller and hand the question to who can answer it.";
 
 /// The front desk, the workflow `frontdesk`: it hands each question to the helpdesk
@@ -317,7 +351,8 @@ fn register(runtime: Runtime) -> Runtime {
     let agent = weather_agent().expect("the weather tool has a valid name");
     let helpdesk = helpdesk_agent().expect("the helpdesk's tool and name are valid");
     let front = front_desk_agent(&helpdesk).expect("the front desk's handoff is valid");
-    runtime.register(agent).register(helpdesk).register(front).register(ExpenseApproval)
+    let refunds = refunds_agent().expect("the refund tool and the name are valid");
+    runtime.register(agent).register(helpdesk).register(front).register(refunds).register(ExpenseApproval)
 }
 
 /// Starts the demo runs on an empty store, so a first `serve` shows some.

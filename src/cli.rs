@@ -173,10 +173,17 @@ pub enum Command {
         #[arg(long)]
         reason: String,
     },
-    /// Continues a run from its last checkpoint.
+    /// Continues a run from its last checkpoint. A run a live driver holds (its
+    /// lease has not run out) is left alone, unless --take-over says its process is
+    /// known to be dead.
     Resume {
         /// The run.
         run: RunId,
+        /// Takes the run over from its driver now, without waiting for the lease to
+        /// run out: for a run whose process was killed. The old driver's writes are
+        /// refused from then on.
+        #[arg(long)]
+        take_over: bool,
     },
     /// Forks a run at a step, with edits, and drives the fork: what if it had gone
     /// on under another system prompt, model or state?
@@ -344,6 +351,19 @@ pub enum CliError {
     /// A schedule could not be made, stored or changed.
     #[error(transparent)]
     Schedule(#[from] loopstack_core::ScheduleError),
+    /// `resume` found the run held by a driver whose lease has not run out.
+    #[error(
+        "run {run_id} is leased by `{owner}` until {until}: its driver may be alive; \
+         if its process is dead, take the run over with `resume {run_id} --take-over`"
+    )]
+    Leased {
+        /// The run.
+        run_id: RunId,
+        /// The lease's holder.
+        owner: String,
+        /// When the lease runs out.
+        until: loopstack_core::Timestamp,
+    },
     /// An argument is not valid JSON.
     #[error("{what} is not valid JSON: {source}")]
     Json {
@@ -1185,8 +1205,17 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             }
             out = decide(runtime, *run, calls, Verdict::Deny(reason), json).await?;
         }
-        Command::Resume { run } => {
-            let outcome = runtime.drive_by_name(*run).await?;
+        Command::Resume { run, take_over } => {
+            let outcome = if *take_over {
+                runtime.resume_by_name(*run).await?
+            } else {
+                match runtime.drive_by_name(*run).await {
+                    Err(RunError::Store(StoreError::Leased { run_id, owner, until })) => {
+                        return Err(CliError::Leased { run_id, owner, until });
+                    }
+                    driven => driven?,
+                }
+            };
             out = outcome_text(runtime, *run, &outcome, json).await?;
         }
         Command::Retry { run } => {

@@ -569,6 +569,118 @@ async fn an_agents_waiting_calls_show_their_tool_and_arguments_and_are_approved_
     studio.close().await;
 }
 
+/// Starts a run of the refunds agent in a process of its own, which hangs inside
+/// its at-most-once refund and is killed there (SIGKILL); then a `resume` takes the
+/// run over, and it waits at `awaiting_outcome`. Returns the run's id.
+async fn refund_killed_mid_call(db: &Path, order: &str) -> String {
+    let mut child = Command::new(common::example("studio"))
+        .arg("--db")
+        .arg(db)
+        .args(["run", "refunds", "--wait", "--input", &format!("\"Refund {order}\"")])
+        .env("STUDIO_REFUND_HANGS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let said = lines.find(|l| l.as_ref().is_ok_and(|l| l.starts_with("refunding")));
+    assert!(said.is_some(), "the refund never began");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let store = loopstack_store::SqliteStore::open(db).await.unwrap();
+    let query = loopstack::RunQuery::new().workflow("refunds").status(loopstack::RunStatus::Running);
+    let runs = loopstack::Store::list_runs(&store, &query).await.unwrap().runs;
+    let [run] = runs.as_slice() else { panic!("one refund the killed process held: {runs:?}") };
+    let run_id = run.run_id.to_string();
+    // Its lease has not run out: a plain resume leaves it alone, and says how to take it over.
+    let refused =
+        Command::new(common::example("studio")).arg("--db").arg(db).args(["resume", &run_id]).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("--take-over"), "{said}");
+    let resumed = Command::new(common::example("studio"))
+        .arg("--db")
+        .arg(db)
+        .args(["resume", &run_id, "--take-over"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(resumed.success());
+    let record = loopstack::Store::load_run(&store, run.run_id).await.unwrap();
+    assert_eq!(&*record.place, "awaiting_outcome");
+    run_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_outcome_a_crash_left_unknown_is_answered_with_its_result_or_run_again() {
+    let Some(studio) = Studio::start("studio-outcome", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+    let db = dir.join("studio.db");
+
+    // A person checked: the refund was made. Give its result; the model reads it.
+    let run_id = refund_killed_mid_call(&db, "A-17").await;
+    client.goto(&format!("{base}#/run/{run_id}")).await.unwrap();
+    let card = ".signal-card.approval[data-call-id]";
+    until(
+        client,
+        "the outcome card",
+        &format!("document.querySelector('{card} h3')?.textContent.includes('Outcome unknown')"),
+    )
+    .await;
+    until(
+        client,
+        "the buttons",
+        &format!("[...document.querySelectorAll('{card} button')].map((b) => b.textContent).join() === 'Give result,Run again,Deny'"),
+    )
+    .await;
+    screenshot(client, dir, "outcome-1-unknown.png").await;
+    // Without a result the page asks for one and sends nothing.
+    click(client, &format!("{card} button[data-decide=result]")).await;
+    until(
+        client,
+        "the request for a result",
+        "document.querySelector('.flash.bad')?.textContent.includes('Say what the call did')",
+    )
+    .await;
+    assert_eq!(api_run(client, &run_id).await["signals"], json!([]));
+    fill(client, &format!("{card} input[data-result]"), "refunded A-17 (checked by ada)").await;
+    click(client, &format!("{card} button[data-decide=result]")).await;
+    until(client, "the run completed", "document.querySelector('.facts [data-status=completed]')").await;
+    until(
+        client,
+        "the answer from the given result",
+        "[...document.querySelectorAll('.bubble.assistant .text')].some((t) => t.textContent.includes('Done: refunded A-17 (checked by ada).'))",
+    )
+    .await;
+    let run = api_run(client, &run_id).await;
+    let sent = &run["signals"][0];
+    assert_eq!(sent["name"], "resolve_tools", "{run}");
+    assert_eq!(sent["payload"]["decisions"][0]["result"], "refunded A-17 (checked by ada)");
+    screenshot(client, dir, "outcome-2-answered.png").await;
+
+    // A person checked: no refund was made. Run it again: the server makes it.
+    let run_id = refund_killed_mid_call(&db, "B-9").await;
+    client.goto(&format!("{base}#/run/{run_id}")).await.unwrap();
+    until(
+        client,
+        "the second outcome card",
+        &format!("document.querySelector('{card} pre.arguments')?.textContent.includes('B-9')"),
+    )
+    .await;
+    click(client, &format!("{card} button[data-decide=approve]")).await;
+    until(client, "the second run completed", "document.querySelector('.facts [data-status=completed]')").await;
+    until(
+        client,
+        "the answer from the call run again",
+        "[...document.querySelectorAll('.bubble.assistant .text')].some((t) => t.textContent.includes('Done: refunded B-9.'))",
+    )
+    .await;
+    let run = api_run(client, &run_id).await;
+    let decision = &run["signals"][0]["payload"]["decisions"][0];
+    assert_eq!((&decision["approved"], decision.get("result")), (&json!(true), None), "{run}");
+    studio.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_studio_asks_for_it_and_then_shows_the_runs() {
     let Some(studio) = Studio::start("studio-token", &["--token", "s3cret-t0ken"]).await else { return };
