@@ -376,10 +376,8 @@ async fn prepare<W: Workflow>(
                 }
                 _ => None,
             };
-            let mut record = store.fork(source, step, run_id.unwrap_or_default()).await?;
-            if let Some((state, doc)) = edited {
-                record = Box::pin(commit_fork_edits(runtime, &record, state, doc)).await?;
-            }
+            // The copy and the edits' step in one write: never a fork without its edits.
+            let record = store.fork(source, step, run_id.unwrap_or_default(), edited).await?;
             let checked = check_run(wf, &record)?;
             let mut run = parts(&record);
             migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
@@ -475,15 +473,17 @@ async fn prepare<W: Workflow>(
     Ok(Prepared::Ready(ready))
 }
 
-/// A fork's edited state and the document that records its edits, checked against
-/// the workflow before anything is stored.
+/// A fork's edits as its first step of its own (transition
+/// [`FORK_TRANSITION`](crate::fork::FORK_TRANSITION), from the checkpoint's place
+/// to the same place): the edited state and the document that records the edits,
+/// checked against the workflow before anything is stored.
 async fn fork_edits<W: Workflow>(
     runtime: &Runtime,
     wf: &W,
     source: &RunRecord,
     step: u64,
     edits: crate::ForkEdits,
-) -> Result<(Box<RawValue>, Box<RawValue>), RunError> {
+) -> Result<crate::store::ForkStep, RunError> {
     use crate::fork::{ForkError, ForkRecord};
     let name = wf.definition().name();
     let checkpoint = match runtime.inner.store().checkpoint(source.run_id, step).await {
@@ -509,19 +509,8 @@ async fn fork_edits<W: Workflow>(
     }
     let record = ForkRecord { source: source.run_id, step, changes: edits.changes(), edits };
     let doc = serde_json::value::to_raw_value(&record).map_err(state_error(name, source.run_id))?;
-    Ok((runtime.redact(value), runtime.redact(doc)))
-}
-
-/// Commits a fork's edits as its step of its own, with the document of them.
-async fn commit_fork_edits(
-    runtime: &Runtime,
-    fork: &RunRecord,
-    state: Box<RawValue>,
-    doc: Box<RawValue>,
-) -> Result<RunRecord, RunError> {
-    let store = runtime.inner.store();
-    let seq = store.documents(fork.run_id).await?.len() as u64;
-    let step = fork.step + 1;
+    // Numbered after the documents the fork copies: the source's as of `step`.
+    let seq = runtime.inner.store().documents_at(source.run_id, step).await?.len() as u64;
     let document = crate::Document {
         seq,
         doc_type: crate::fork::FORK_DOCUMENT.into(),
@@ -529,17 +518,13 @@ async fn commit_fork_edits(
         version: 1,
         tags: Vec::new(),
         metadata: Default::default(),
-        content: doc,
-        step,
+        content: runtime.redact(doc),
+        step: step + 1,
     };
-    let place = fork.place.clone();
+    let place = checkpoint.step.to;
     let transition =
-        crate::store::StepRecord::at(step, crate::fork::FORK_TRANSITION, place.clone(), place, runtime.now());
-    let mut checkpoint =
-        crate::store::Checkpoint::new(fork.run_id, fork.fence(), transition, RunStatus::Running, state);
-    checkpoint.documents.push(std::sync::Arc::new(document));
-    store.commit(checkpoint).await?;
-    Ok(store.load_run(fork.run_id).await?)
+        crate::store::StepRecord::at(step + 1, crate::fork::FORK_TRANSITION, place.clone(), place, runtime.now());
+    Ok(crate::store::ForkStep::new(transition, runtime.redact(value)).document(std::sync::Arc::new(document)))
 }
 
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {

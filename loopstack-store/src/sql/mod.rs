@@ -96,7 +96,12 @@ macro_rules! forward_store {
                 inbox(run_id: loopstack_core::RunId) -> loopstack_core::Inbox;
                 reject_signal(run_id: loopstack_core::RunId, epoch: u64, signal: u64, reason: &str) -> ();
                 signals(run_id: loopstack_core::RunId) -> Vec<loopstack_core::SignalRecord>;
-                fork(source: loopstack_core::RunId, step: u64, new_run: loopstack_core::RunId) -> loopstack_core::RunRecord;
+                fork(
+                    source: loopstack_core::RunId,
+                    step: u64,
+                    new_run: loopstack_core::RunId,
+                    first: Option<loopstack_core::ForkStep>,
+                ) -> loopstack_core::RunRecord;
                 load_run(run_id: loopstack_core::RunId) -> loopstack_core::RunRecord;
                 list_runs(query: &loopstack_core::RunQuery) -> loopstack_core::RunPage;
                 history(run_id: loopstack_core::RunId) -> Vec<loopstack_core::StepRecord>;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use loopstack_core::serde_json;
 use loopstack_core::store::{OutSignal, check_claim, check_fence};
 use loopstack_core::{
-    Checkpoint, Claim, Fence, Lease, NewRun, Park, RunId, RunRecord, RunStatus, StoreError, Timestamp, WorkflowVersions,
+    Checkpoint, Claim, Fence, ForkStep, Lease, NewRun, Park, RunId, RunRecord, RunStatus, StepRecord, StoreError,
+    Timestamp, WorkflowVersions,
 };
 use sqlx::{Row as _, Transaction};
 
@@ -267,46 +268,8 @@ where
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(backend)?;
-        // The checkpoint first, selected from the fenced run row: a write, so it takes
-        // SQLite's write lock before anything is read.
-        let done = sqlx::query(COMMIT_CHECKPOINT)
-            .bind(cp.run_id.0)
-            .bind(to_i64(cp.fence.epoch))
-            .bind(to_i64(cp.fence.step))
-            .bind(to_i64(step))
-            .bind(&*cp.transition.transition)
-            .bind(&*cp.transition.to)
-            .bind(next)
-            .bind(cp.transition.at.as_millis())
-            .bind(unchanged)
-            .bind(patch.as_deref())
-            .execute(&mut *tx)
-            .await;
-        let fenced = match done {
-            Ok(done) => D::rows_affected(&done) == 0,
-            // Two writers of one epoch and step: the second loses.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => true,
-            Err(e) => return Err(backend(e)),
-        };
-        if fenced {
-            drop(tx);
-            return Err(self.fence_error(cp.run_id, cp.fence).await);
-        }
-        // The same fence again: in PostgreSQL another transaction may have moved the
-        // row since the select above; this update waits for it and re-checks.
-        let done = sqlx::query(COMMIT_RUN)
-            .bind(cp.run_id.0)
-            .bind(to_i64(cp.fence.epoch))
-            .bind(to_i64(cp.fence.step))
-            .bind(to_i64(step))
-            .bind(&*cp.transition.to)
-            .bind(cp.status.as_str())
-            .bind(cp.transition.at.as_millis())
-            .bind(cp.lease_until.map(Timestamp::as_millis))
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        if D::rows_affected(&done) == 0 {
+        let state = StepState { state: next, unchanged, patch: patch.as_deref() };
+        if !Self::write_step(&mut tx, cp.run_id, cp.fence, &cp.transition, cp.status, state, cp.lease_until).await? {
             drop(tx);
             return Err(self.fence_error(cp.run_id, cp.fence).await);
         }
@@ -342,6 +305,59 @@ where
         tx.commit().await.map_err(backend)?;
         committed(self);
         Ok(())
+    }
+
+    /// Writes step `t` of run `run_id` within `tx`, behind `fence`: its checkpoint
+    /// and the run row's step, place, status and lease. `false` (with part of it
+    /// written: roll `tx` back) when the fence does not hold.
+    async fn write_step(
+        tx: &mut Transaction<'static, D>,
+        run_id: RunId,
+        fence: Fence,
+        t: &StepRecord,
+        status: RunStatus,
+        state: StepState<'_>,
+        lease_until: Option<Timestamp>,
+    ) -> Result<bool, StoreError> {
+        // The checkpoint first, selected from the fenced run row: a write, so it takes
+        // SQLite's write lock before anything is read.
+        let done = sqlx::query(COMMIT_CHECKPOINT)
+            .bind(run_id.0)
+            .bind(to_i64(fence.epoch))
+            .bind(to_i64(fence.step))
+            .bind(to_i64(t.step))
+            .bind(&*t.transition)
+            .bind(&*t.to)
+            .bind(state.state)
+            .bind(t.at.as_millis())
+            .bind(state.unchanged)
+            .bind(state.patch)
+            .execute(&mut **tx)
+            .await;
+        let fenced = match done {
+            Ok(done) => D::rows_affected(&done) == 0,
+            // Two writers of one epoch and step: the second loses.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => true,
+            Err(e) => return Err(backend(e)),
+        };
+        if fenced {
+            return Ok(false);
+        }
+        // The same fence again: in PostgreSQL another transaction may have moved the
+        // row since the select above; this update waits for it and re-checks.
+        let done = sqlx::query(COMMIT_RUN)
+            .bind(run_id.0)
+            .bind(to_i64(fence.epoch))
+            .bind(to_i64(fence.step))
+            .bind(to_i64(t.step))
+            .bind(&*t.to)
+            .bind(status.as_str())
+            .bind(t.at.as_millis())
+            .bind(lease_until.map(Timestamp::as_millis))
+            .execute(&mut **tx)
+            .await
+            .map_err(backend)?;
+        Ok(D::rows_affected(&done) != 0)
     }
 
     /// Inserts the documents a step wrote, for run `run_id`, within `tx`.
@@ -473,7 +489,13 @@ where
         Ok(())
     }
 
-    pub(crate) async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError> {
+    pub(crate) async fn fork(
+        &self,
+        source: RunId,
+        step: u64,
+        new_run: RunId,
+        first: Option<ForkStep>,
+    ) -> Result<RunRecord, StoreError> {
         self.exists(source).await?;
         if self.exists(new_run).await.is_ok() {
             return Err(StoreError::RunExists(new_run));
@@ -498,7 +520,33 @@ where
                 .await
                 .map_err(backend)?;
         }
+        // The first step of its own as a commit of the new run writes it, in the copy's
+        // transaction: the fork is stored with it or not at all.
+        if let Some(first) = &first {
+            let fence = Fence { epoch: 1, step };
+            let state = StepState { state: first.state.get(), unchanged: false, patch: None };
+            if !Self::write_step(&mut tx, new_run, fence, &first.transition, RunStatus::Running, state, None).await? {
+                return Err(corrupt(format!("fork {new_run} changed while it was written")));
+            }
+            Self::insert_documents(&mut tx, new_run, &first.documents).await?;
+        }
         tx.commit().await.map_err(backend)?;
+        if let Some(first) = first {
+            let state = Arc::from(first.state.get());
+            self.last.set(new_run, Some(LastState { epoch: 1, step: first.transition.step, state, chain: 0 }));
+        }
         self.load(new_run).await
     }
+}
+
+/// How a step's state is stored (see `SqlStore::commit`): in full, as a patch of the
+/// state before it, or not at all when it did not change.
+#[derive(Clone, Copy)]
+struct StepState<'a> {
+    /// The state in full.
+    state: &'a str,
+    /// The step left the state as it was, or `patch` gives it: no full state.
+    unchanged: bool,
+    /// The state as a patch of the one before it.
+    patch: Option<&'a str>,
 }
