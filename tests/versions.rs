@@ -298,14 +298,25 @@ async fn a_fork_from_before_a_migration_migrates_too(store: Arc<dyn Store>) {
     let report = new.signal(&v2::Triage, fork.run_id, assignment("grace")).await.unwrap();
     assert_eq!((report.outcome, report.state.assignee.as_deref()), (RunOutcome::Completed, Some("grace")));
 
-    // Edits apply to the migrated state, as a step after the migration.
+    // Edits apply to the migrated state, in the fork's one step of its own.
     let edits = ForkEdits::new().state(json!({"title": "scanner", "priority": 2, "assignee": null}));
     let fork = new.fork_with(&v2::Triage, parked, 1, edits).await.unwrap();
     assert_eq!(fork.outcome, RunOutcome::Waiting { place: "open", signals: vec!["assign"] });
     assert_eq!((fork.state.title.as_str(), fork.state.priority), ("scanner", 2));
-    let steps: Vec<String> =
-        store.history(fork.run_id).await.unwrap().iter().map(|s| s.transition.to_string()).collect();
-    assert_eq!(steps, ["file", "migrate v1 -> v2", "fork_edits"]);
+    let steps: Vec<(String, String, String)> = store
+        .history(fork.run_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| (s.transition.to_string(), s.from.to_string(), s.to.to_string()))
+        .collect();
+    let step = |t: &str, f: &str, to: &str| (t.to_owned(), f.to_owned(), to.to_owned());
+    assert_eq!(steps, [step("file", "start", "filed"), step("fork_edits", "filed", "open")]);
+    assert_eq!(store.load_run(fork.run_id).await.unwrap().version, 2);
+    let docs = store.documents(fork.run_id).await.unwrap();
+    let said: loopstack::ForkRecord =
+        docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
+    assert_eq!(said.changes, ["state replaced", "migrated from version 1 to 2"]);
     // A state that does not read as version 2's is refused before anything is stored.
     let before = store.list_runs(&Default::default()).await.unwrap().runs.len();
     let err = new.fork_with(&v2::Triage, parked, 1, ForkEdits::new().state(json!({"title": 7}))).await.unwrap_err();

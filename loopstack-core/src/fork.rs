@@ -6,10 +6,13 @@
 //! agent), another system prompt or model for the fork's turns.
 //!
 //! The edits are one step of the fork's own history, transition [`FORK_TRANSITION`]
-//! (from the checkpoint's place to the same place), committed with the edited state
-//! and a [`FORK_DOCUMENT`] document that says what changed ([`ForkRecord`]): what
-//! Studio and `show` print as "forked from RUN at step N with: system prompt changed".
-//! Everything is checked before anything is stored. A system prompt or model lives
+//! (from the checkpoint's place to the same place), with the edited state and a
+//! [`FORK_DOCUMENT`] document that says what changed ([`ForkRecord`]): what Studio
+//! and `show` print as "forked from RUN at step N with: system prompt changed". The
+//! store writes that step in the transaction that copies the source
+//! ([`Store::fork`](crate::Store::fork) with a [`ForkStep`](crate::ForkStep)), so
+//! no fork is ever stored without its edits. Everything is checked before anything
+//! is stored. A system prompt or model lives
 //! in the state under [`FORK_SETTINGS_KEY`] ([`ForkSettings`]), so a fork resumed
 //! after a restart keeps it; a workflow whose state has no such field refuses them
 //! ([`ForkError::Unsupported`]).

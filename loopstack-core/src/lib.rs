@@ -89,8 +89,8 @@ pub use runtime::{
 };
 pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId, RunPage,
-    RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,
+    Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,
     Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;

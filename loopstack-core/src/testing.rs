@@ -197,6 +197,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     claims_respect_status_and_live_leases(&store).await;
     a_crashed_transition_runs_again_on_resume(&store).await;
     retry_and_fork(&store).await;
+    a_fork_and_its_first_step_are_stored_together_or_not_at_all(&store).await;
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
@@ -295,7 +296,7 @@ async fn a_run_keeps_the_trace_context_it_was_created_with(store: &Arc<dyn Store
     // None unless given; a fork is a trace of its own.
     let plain = store.create_run(new()).await.unwrap();
     assert_eq!(store.load_run(plain.run_id).await.unwrap().trace_parent, None);
-    let fork = store.fork(traced.run_id, 0, RunId::new()).await.unwrap();
+    let fork = store.fork(traced.run_id, 0, RunId::new(), None).await.unwrap();
     assert_eq!(store.load_run(fork.run_id).await.unwrap().trace_parent, None);
 }
 
@@ -324,7 +325,7 @@ async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Stor
     let plain = store.load_run(store.create_run(new()).await.unwrap().run_id).await.unwrap();
     assert_eq!((plain.parent, plain.parent_signal), (None, None));
     // A fork is nobody's child.
-    let fork = store.fork(child.run_id, 0, RunId::new()).await.unwrap();
+    let fork = store.fork(child.run_id, 0, RunId::new(), None).await.unwrap();
     assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
     let fork = store.load_run(fork.run_id).await.unwrap();
     assert_eq!((fork.parent, fork.parent_signal.as_deref()), (None, None));
@@ -552,7 +553,7 @@ async fn workers_claim_only_the_versions_they_drive(store: &Arc<dyn Store>) {
     let claimed = store.claim_runnable(&[WorkflowVersions::new("versioned", &[3])], &lease, now, 100).await.unwrap();
     assert_eq!(claimed.iter().map(|r| (r.run_id, r.version)).collect::<Vec<_>>(), [(v3.run_id, 3)]);
 
-    let fork = store.fork(v3.run_id, 0, RunId::new()).await.unwrap();
+    let fork = store.fork(v3.run_id, 0, RunId::new(), None).await.unwrap();
     assert_eq!(fork.version, 3, "a fork is of its source's version");
 }
 
@@ -717,7 +718,7 @@ async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store
         let cp = store.checkpoint(run_id, step).await.unwrap();
         assert_eq!((cp.step.step, cp.state.get()), (step, want.get()), "step {step}");
     }
-    let fork = store.fork(run_id, 2, RunId::new()).await.unwrap();
+    let fork = store.fork(run_id, 2, RunId::new(), None).await.unwrap();
     assert_eq!((fork.step, fork.state.get()), (2, first.get()));
     assert_eq!(store.load_run(run_id).await.unwrap().state.get(), second.get());
 
@@ -735,7 +736,7 @@ async fn an_unchanged_state_reads_back_from_its_checkpoint(store: &Arc<dyn Store
     for (step, state) in &states {
         assert_eq!(store.checkpoint(run_id, *step).await.unwrap().state.get(), state.get(), "step {step}");
     }
-    let fork = store.fork(run_id, 33, RunId::new()).await.unwrap();
+    let fork = store.fork(run_id, 33, RunId::new(), None).await.unwrap();
     assert_eq!(fork.state.get(), states[28].1.get());
     assert_eq!(store.checkpoint(fork.run_id, 33).await.unwrap().state.get(), states[28].1.get());
 }
@@ -939,8 +940,90 @@ async fn retry_and_fork(store: &Arc<dyn Store>) {
     assert_eq!(record.forked_from, Some((run_id, 1)));
     assert_eq!(texts(&store.documents(fork.run_id).await.unwrap()), ["begin ran", "count 2", "work ran"]);
     assert_eq!(store.history(fork.run_id).await.unwrap().len(), 2);
-    let err = store.fork(run_id, 7, RunId::new()).await.unwrap_err();
+    let err = store.fork(run_id, 7, RunId::new(), None).await.unwrap_err();
     assert!(matches!(err, StoreError::CheckpointNotFound { step: 7, .. }), "{err:?}");
+}
+
+async fn a_fork_and_its_first_step_are_stored_together_or_not_at_all(store: &Arc<dyn Store>) {
+    let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+    let note = |seq: u64, step: u64, doc_type: &'static str, text: &str| {
+        Arc::new(Document {
+            seq,
+            doc_type: doc_type.into(),
+            key: None,
+            version: 1,
+            tags: Vec::new(),
+            metadata: Default::default(),
+            content: raw(json!({ "text": text })),
+            step,
+        })
+    };
+    let run_id = RunId::new();
+    let run = store.create_run(NewRun::new(run_id, "review", DEF.hash(), raw(json!({"n": 0})))).await.unwrap();
+    let mut begin = Checkpoint::new(
+        run_id,
+        run.fence(),
+        StepRecord::new(1, "begin", START, "drafted"),
+        RunStatus::Running,
+        raw(json!({"n": 1})),
+    );
+    begin.documents.push(note(0, 1, "note", "begin ran"));
+    store.commit(begin).await.unwrap();
+    let work = StepRecord::new(2, "work", "drafted", "review");
+    let fence = Fence { epoch: run.epoch, step: 1 };
+    store.commit(Checkpoint::new(run_id, fence, work, RunStatus::Running, raw(json!({"n": 2})))).await.unwrap();
+
+    // The edits' step: step 2 of the fork, at the place step 1 reached, with a document.
+    let edited = raw(json!({"n": 1, "edited": true}));
+    let first = || {
+        let t = StepRecord::new(2, crate::fork::FORK_TRANSITION, "drafted", "drafted");
+        ForkStep::new(t, edited.clone()).document(note(1, 2, crate::fork::FORK_DOCUMENT, "the edits"))
+    };
+    let fork_id = RunId::new();
+    let fork = store.fork(run_id, 1, fork_id, Some(first())).await.unwrap();
+    let at = |r: &RunRecord| (r.status, r.step, r.place.clone().into_owned(), r.epoch, r.state.get().to_owned());
+    let want = (RunStatus::Running, 2, "drafted".to_owned(), 1, edited.get().to_owned());
+    assert_eq!(at(&fork), want, "the fork as returned is after its first step");
+    let stored = store.load_run(fork_id).await.unwrap();
+    assert_eq!(at(&stored), want, "the fork as stored is after its first step");
+    assert_eq!(stored.forked_from, Some((run_id, 1)));
+    let history: Vec<_> = store
+        .history(fork_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.step, s.transition.into_owned(), s.from.into_owned(), s.to.into_owned()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, "begin".into(), START.into(), "drafted".into()),
+            (2, crate::fork::FORK_TRANSITION.into(), "drafted".into(), "drafted".into())
+        ]
+    );
+    assert_eq!(store.checkpoint(fork_id, 1).await.unwrap().state.get(), r#"{"n":1}"#);
+    assert_eq!(store.checkpoint(fork_id, 2).await.unwrap().state.get(), edited.get());
+    let docs = store.documents(fork_id).await.unwrap();
+    assert_eq!(texts(&docs), ["begin ran", "the edits"]);
+    assert_eq!(docs[1].doc_type, crate::fork::FORK_DOCUMENT);
+    assert_eq!(texts(&store.documents(run_id).await.unwrap()), ["begin ran"], "the source keeps its own");
+    // The fork goes on from its first step, behind the fence it returned.
+    let next = StepRecord::new(3, "work", "drafted", "review");
+    store.commit(Checkpoint::new(fork_id, fork.fence(), next, RunStatus::Running, raw(json!({"n": 3})))).await.unwrap();
+    assert_eq!(store.load_run(fork_id).await.unwrap().step, 3);
+
+    // A refused fork stores nothing: neither the copy nor the step.
+    let refused = RunId::new();
+    let err = store.fork(run_id, 7, refused, Some(first())).await.unwrap_err();
+    assert!(matches!(err, StoreError::CheckpointNotFound { step: 7, .. }), "{err:?}");
+    let err = store.fork(RunId::new(), 1, refused, Some(first())).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunNotFound(_)), "{err:?}");
+    assert!(matches!(store.load_run(refused).await, Err(StoreError::RunNotFound(id)) if id == refused));
+    let err = store.fork(run_id, 1, fork_id, Some(first())).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunExists(id) if id == fork_id), "{err:?}");
+    assert_eq!(store.load_run(fork_id).await.unwrap().step, 3, "an existing run is left as it was");
+    assert_eq!(store.history(fork_id).await.unwrap().len(), 3);
+    assert_eq!(store.history(run_id).await.unwrap().len(), 2, "the source is left as it was");
 }
 
 async fn queries_filter_and_page(store: &Arc<dyn Store>) {

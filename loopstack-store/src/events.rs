@@ -1,6 +1,6 @@
 //! The event log of the SQL stores: the `events` and `event_listeners` tables
-//! (migration 3), shared by both backends as a macro over the sqlx database type,
-//! and how a follower waits for new events.
+//! (migration 3), shared by both backends, and how a follower waits for new events
+//! (`Dialect::wait_events`).
 //!
 //! - SQLite: a follower polls the log every [`SQLITE_EVENT_POLL`] (`WHERE id > ?` on
 //!   the primary key, one indexed read); appends by this process wake its own
@@ -10,9 +10,20 @@
 //!   followers wake at once; they poll every [`POSTGRES_FALLBACK_POLL`] too, for
 //!   notifications lost while the listening connection was reconnecting.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use loopstack_core::serde_json;
+use loopstack_core::store::{EventRetention, LoggedEvent};
+use loopstack_core::{RunEvent, RunId, StoreError, Timestamp};
+use sqlx::{Arguments as _, Row as _};
 use tokio::sync::watch;
+
+use crate::sql::queries::{
+    DROP_EXPIRED_LISTENERS, HAS_LISTENERS, LAST_EVENT_ID, LISTEN, PRUNE_EVENTS_BY_AGE, PRUNE_EVENTS_BY_COUNT,
+    READ_EVENTS, READ_RUN_EVENTS, UNLISTEN,
+};
+use crate::sql::{Dialect, SqlStore, backend, corrupt, to_i64, to_u64};
 
 /// How often a follower of a SQLite store's log reads it for events that other
 /// processes appended.
@@ -66,146 +77,130 @@ impl EventWake {
     }
 }
 
-/// Writes the event log's part of the `Store` impl of `$store` (whose `events`
-/// field is an `Arc<EventWake>`) as inherent methods `log_*`; `$store` provides
-/// `begin_append` and `end_append` (the backend's lock and notification).
-macro_rules! sql_events {
-    ($store:ident, $db:ty) => {
-        impl $store {
-            async fn log_append(
-                &self,
-                origin: &str,
-                events: &[std::sync::Arc<loopstack_core::RunEvent>],
-            ) -> Result<(), loopstack_core::StoreError> {
-                use crate::sql::{backend, corrupt};
-                if events.is_empty() {
-                    return Ok(());
-                }
-                let mut rows = Vec::with_capacity(events.len());
-                for event in events {
-                    rows.push((event.run_id.0, event.at.as_millis(), serde_json::to_string(&**event).map_err(corrupt)?));
-                }
-                let mut tx = self.pool.begin().await.map_err(backend)?;
-                Self::begin_append(&mut tx).await?;
-                let mut insert = sqlx::QueryBuilder::<$db>::new("INSERT INTO events (run_id, origin, at, event) ");
-                insert.push_values(rows, |mut b, (run_id, at, event)| {
-                    b.push_bind(run_id).push_bind(origin).push_bind(at).push_bind(event);
-                });
-                insert.push(" RETURNING id");
-                let ids: Vec<i64> = insert.build_query_scalar().fetch_all(&mut *tx).await.map_err(backend)?;
-                let newest = ids.into_iter().max().unwrap_or(0);
-                Self::end_append(&mut tx, newest).await?;
-                tx.commit().await.map_err(backend)?;
-                self.events.saw(u64::try_from(newest).unwrap_or(0));
-                Ok(())
-            }
+impl<D> SqlStore<D>
+where
+    D: Dialect,
+    for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+    for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+    for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
+    usize: sqlx::ColumnIndex<D::Row>,
+    for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+    for<'r> String: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+    for<'r> uuid::Uuid: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+    for<'r> Option<i64>: sqlx::Encode<'r, D>,
+    for<'r> Option<String>: sqlx::Encode<'r, D>,
+    for<'r> Option<uuid::Uuid>: sqlx::Encode<'r, D>,
+    for<'s> Option<&'s str>: sqlx::Encode<'s, D>,
+{
+    pub(crate) async fn append_events(&self, origin: &str, events: &[Arc<RunEvent>]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut rows = Vec::with_capacity(events.len());
+        for event in events {
+            rows.push((event.run_id.0, event.at.as_millis(), serde_json::to_string(&**event).map_err(corrupt)?));
+        }
+        // The statement sqlx's `QueryBuilder::push_values` writes, built by hand: a
+        // builder's arguments cannot be borrowed generically for its whole life.
+        let mut sql = String::from("INSERT INTO events (run_id, origin, at, event) VALUES ");
+        let mut args = D::Arguments::default();
+        for (i, (run_id, at, event)) in rows.into_iter().enumerate() {
+            sql.push_str(if i == 0 { "(" } else { ", (" });
+            args.add(run_id).map_err(StoreError::Backend)?;
+            args.format_placeholder(&mut sql).map_err(corrupt)?;
+            sql.push_str(", ");
+            args.add(origin).map_err(StoreError::Backend)?;
+            args.format_placeholder(&mut sql).map_err(corrupt)?;
+            sql.push_str(", ");
+            args.add(at).map_err(StoreError::Backend)?;
+            args.format_placeholder(&mut sql).map_err(corrupt)?;
+            sql.push_str(", ");
+            args.add(event).map_err(StoreError::Backend)?;
+            args.format_placeholder(&mut sql).map_err(corrupt)?;
+            sql.push(')');
+        }
+        sql.push_str(" RETURNING id");
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        D::begin_append(&mut tx).await?;
+        let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(backend)?;
+        let newest = ids.into_iter().max().unwrap_or(0);
+        D::end_append(&mut tx, newest).await?;
+        tx.commit().await.map_err(backend)?;
+        self.events.saw(u64::try_from(newest).unwrap_or(0));
+        Ok(())
+    }
 
-            async fn log_read(
-                &self,
-                after: u64,
-                run: Option<loopstack_core::RunId>,
-                limit: u32,
-            ) -> Result<Vec<loopstack_core::store::LoggedEvent>, loopstack_core::StoreError> {
-                use crate::sql::{backend, corrupt, to_i64, to_u64};
-                use sqlx::Row as _;
-                let rows = match run {
-                    Some(run) => sqlx::query(
-                        "SELECT id, origin, event FROM events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-                    )
+    pub(crate) async fn read_events(
+        &self,
+        after: u64,
+        run: Option<RunId>,
+        limit: u32,
+    ) -> Result<Vec<LoggedEvent>, StoreError> {
+        let rows = match run {
+            Some(run) => {
+                sqlx::query(READ_RUN_EVENTS)
                     .bind(run.0)
                     .bind(to_i64(after))
                     .bind(i64::from(limit))
                     .fetch_all(&self.pool)
-                    .await,
-                    None => sqlx::query("SELECT id, origin, event FROM events WHERE id > $1 ORDER BY id LIMIT $2")
-                        .bind(to_i64(after))
-                        .bind(i64::from(limit))
-                        .fetch_all(&self.pool)
-                        .await,
+                    .await
+            }
+            None => sqlx::query(READ_EVENTS).bind(to_i64(after)).bind(i64::from(limit)).fetch_all(&self.pool).await,
+        }
+        .map_err(backend)?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = to_u64(row.try_get("id").map_err(corrupt)?)?;
+            let text: String = row.try_get("event").map_err(corrupt)?;
+            match serde_json::from_str(&text) {
+                Ok(event) => {
+                    events.push(LoggedEvent { id, origin: row.try_get("origin").map_err(corrupt)?, event });
                 }
-                .map_err(backend)?;
-                let mut events = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let id = to_u64(row.try_get("id").map_err(corrupt)?)?;
-                    let text: String = row.try_get("event").map_err(corrupt)?;
-                    match serde_json::from_str(&text) {
-                        Ok(event) => {
-                            events.push(loopstack_core::store::LoggedEvent {
-                                id,
-                                origin: row.try_get("origin").map_err(corrupt)?,
-                                event,
-                            });
-                        }
-                        Err(e) => tracing::debug!(id, error = %e, "skipped an event this build cannot read"),
-                    }
-                }
-                Ok(events)
-            }
-
-            async fn log_last_id(&self) -> Result<u64, loopstack_core::StoreError> {
-                let id: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM events")
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(crate::sql::backend)?;
-                crate::sql::to_u64(id.unwrap_or(0))
-            }
-
-            async fn log_prune(
-                &self,
-                now: loopstack_core::Timestamp,
-                retention: &loopstack_core::store::EventRetention,
-            ) -> Result<u64, loopstack_core::StoreError> {
-                use crate::sql::{backend, to_i64};
-                let oldest = now.as_millis().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
-                let by_age =
-                    sqlx::query("DELETE FROM events WHERE at < $1").bind(oldest).execute(&self.pool).await.map_err(backend)?;
-                let by_count = sqlx::query("DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - $1")
-                    .bind(to_i64(retention.max_events))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(backend)?;
-                Ok(by_age.rows_affected() + by_count.rows_affected())
-            }
-
-            async fn log_listen(&self, listener: &str, until: loopstack_core::Timestamp) -> Result<(), loopstack_core::StoreError> {
-                use crate::sql::backend;
-                let now = loopstack_core::Timestamp::now().as_millis();
-                sqlx::query("DELETE FROM event_listeners WHERE until < $1")
-                    .bind(now)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(backend)?;
-                sqlx::query(
-                    "INSERT INTO event_listeners (listener, until) VALUES ($1, $2) \
-                     ON CONFLICT (listener) DO UPDATE SET until = excluded.until",
-                )
-                .bind(listener)
-                .bind(until.as_millis())
-                .execute(&self.pool)
-                .await
-                .map_err(backend)?;
-                Ok(())
-            }
-
-            async fn log_unlisten(&self, listener: &str) -> Result<(), loopstack_core::StoreError> {
-                sqlx::query("DELETE FROM event_listeners WHERE listener = $1")
-                    .bind(listener)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(crate::sql::backend)?;
-                Ok(())
-            }
-
-            async fn log_has_listeners(&self, now: loopstack_core::Timestamp) -> Result<bool, loopstack_core::StoreError> {
-                let found: Option<i64> = sqlx::query_scalar("SELECT CAST(1 AS BIGINT) FROM event_listeners WHERE until > $1 LIMIT 1")
-                    .bind(now.as_millis())
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(crate::sql::backend)?;
-                Ok(found.is_some())
+                Err(e) => tracing::debug!(id, error = %e, "skipped an event this build cannot read"),
             }
         }
-    };
-}
+        Ok(events)
+    }
 
-pub(crate) use sql_events;
+    pub(crate) async fn last_event_id(&self) -> Result<u64, StoreError> {
+        let id: Option<i64> = sqlx::query_scalar(LAST_EVENT_ID).fetch_one(&self.pool).await.map_err(backend)?;
+        to_u64(id.unwrap_or(0))
+    }
+
+    pub(crate) async fn wait_events(&self, after: u64, max: Duration) -> Result<(), StoreError> {
+        D::wait_events(self, after, max).await;
+        Ok(())
+    }
+
+    pub(crate) async fn prune_events(&self, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
+        let oldest = now.as_millis().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
+        let by_age = sqlx::query(PRUNE_EVENTS_BY_AGE).bind(oldest).execute(&self.pool).await.map_err(backend)?;
+        let by_count = sqlx::query(PRUNE_EVENTS_BY_COUNT)
+            .bind(to_i64(retention.max_events))
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(D::rows_affected(&by_age) + D::rows_affected(&by_count))
+    }
+
+    pub(crate) async fn listen_events(&self, listener: &str, until: Timestamp) -> Result<(), StoreError> {
+        let now = Timestamp::now().as_millis();
+        sqlx::query(DROP_EXPIRED_LISTENERS).bind(now).execute(&self.pool).await.map_err(backend)?;
+        sqlx::query(LISTEN).bind(listener).bind(until.as_millis()).execute(&self.pool).await.map_err(backend)?;
+        Ok(())
+    }
+
+    pub(crate) async fn unlisten_events(&self, listener: &str) -> Result<(), StoreError> {
+        sqlx::query(UNLISTEN).bind(listener).execute(&self.pool).await.map_err(backend)?;
+        Ok(())
+    }
+
+    pub(crate) async fn has_event_listeners(&self, now: Timestamp) -> Result<bool, StoreError> {
+        let found: Option<i64> = sqlx::query_scalar(HAS_LISTENERS)
+            .bind(now.as_millis())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(found.is_some())
+    }
+}

@@ -3,7 +3,12 @@
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use loopstack_core::{Checkpoint, NewRun, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::{Postgres, Transaction};
+
+use crate::sql::queries::{claim_runnable, due_schedules};
+use crate::sql::{Dialect, SqlStore};
 
 /// The PostgreSQL migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -22,12 +27,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// so a worker whose lease was taken over cannot commit. Commits use synchronous
 /// commit as the server is configured. The schema is created and migrated on
 /// connect, in the connection's schema (`search_path`).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
-    lease: Option<Duration>,
-    last: std::sync::Arc<crate::sql::LastStates>,
-    events: std::sync::Arc<crate::events::EventWake>,
+    sql: SqlStore<Postgres>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.sql.debug_as("PostgresStore", f)
+    }
 }
 
 impl PostgresStore {
@@ -66,34 +74,28 @@ impl PostgresStore {
         let pool = pool.connect_with(options).await.map_err(crate::sql::backend)?;
         let migrator = crate::sql::migrator(crate::sql::Embedded(MIGRATIONS)).await?;
         migrator.run(&pool).await.map_err(|e| loopstack_core::StoreError::Backend(Box::new(e)))?;
-        Ok(Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default(), events: Default::default() })
+        Ok(Self { sql: SqlStore::new(pool) })
     }
 
     /// Sets the lease runtimes and workers take on runs they drive (30 s unless set).
     #[must_use]
     pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
-        self.lease = lease;
+        self.sql.lease = lease;
         self
     }
 
     /// The connection pool, for queries of your own.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.sql.pool
     }
 }
 
-crate::sql::sql_store!(
-    PostgresStore,
-    sqlx::Postgres,
-    " FOR UPDATE SKIP LOCKED",
-    "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))",
-    "(r.workflow || ':' || r.version) IN (SELECT jsonb_array_elements_text(CAST($6 AS TEXT)::jsonb))"
-);
+crate::sql::forward_store!(PostgresStore);
 
 /// A whole commit in one statement: the fenced run row update, the checkpoint, the
 /// documents (as arrays) and, when the run ends, the rejection of pending signals.
 /// A commit that delivers a signal or sends one (`notify`) takes a transaction
-/// instead (see the `commit` of `sql_store!`).
+/// instead (see `SqlStore::commit`).
 /// Data-modifying `WITH` clauses all run, in one snapshot and one implicit
 /// transaction; when the fence does not hold, `r` is empty and nothing is written.
 const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
@@ -117,14 +119,28 @@ const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status,
     ON CONFLICT (run_id) DO NOTHING RETURNING id) \
     INSERT INTO checkpoints (run, step, transition, to_place, state, at) SELECT id, 0, '', 'start', $10, $9 FROM r";
 
-impl PostgresStore {
-    /// Commits `cp` in one round trip; `Ok(false)` when the fence did not hold.
+impl Dialect for Postgres {
+    const CLAIM_RUNNABLE: &'static str = claim_runnable!(
+        " FOR UPDATE SKIP LOCKED",
+        "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))",
+        "(r.workflow || ':' || r.version) IN (SELECT jsonb_array_elements_text(CAST($6 AS TEXT)::jsonb))",
+    );
+
+    const DUE_SCHEDULES: &'static str =
+        due_schedules!("r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))");
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    /// Commits `cp` in one round trip ([`COMMIT_ONE`]); `Ok(false)` when the fence
+    /// did not hold.
     async fn one_statement_commit(
-        &self,
-        cp: &loopstack_core::Checkpoint,
+        store: &SqlStore<Self>,
+        cp: &Checkpoint,
         unchanged: bool,
         patch: Option<&str>,
-    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+    ) -> Option<Result<bool, StoreError>> {
         use crate::sql::{backend, corrupt, to_i64};
         let docs = &cp.documents;
         let mut columns =
@@ -166,7 +182,7 @@ impl PostgresStore {
             .bind(loopstack_core::store::SIGNAL_OUTLIVED_RUN)
             .bind(cp.status.is_finished())
             .bind(patch)
-            .execute(&self.pool)
+            .execute(&store.pool)
             .await;
         Some(match done {
             Ok(done) => Ok(done.rows_affected() == 1),
@@ -176,13 +192,13 @@ impl PostgresStore {
         })
     }
 
-    /// Creates a run in one round trip; `Ok(false)` if it exists.
+    /// Creates a run in one round trip ([`CREATE_ONE`]); `Ok(false)` if it exists.
     async fn one_statement_create(
-        &self,
-        run: &loopstack_core::NewRun,
+        store: &SqlStore<Self>,
+        run: &NewRun,
         epoch: i64,
         now: i64,
-    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+    ) -> Option<Result<bool, StoreError>> {
         let done = sqlx::query(CREATE_ONE)
             .bind(run.run_id.0)
             .bind(&*run.workflow)
@@ -197,9 +213,31 @@ impl PostgresStore {
             .bind(run.parent_signal.as_deref())
             .bind(i64::from(run.version))
             .bind(run.trace_parent.as_deref())
-            .execute(&self.pool)
+            .execute(&store.pool)
             .await;
         Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))
+    }
+
+    /// Serializes appends ([`EVENT_LOCK`]).
+    async fn begin_append(tx: &mut Transaction<'static, Self>) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(EVENT_LOCK)
+            .execute(&mut **tx)
+            .await
+            .map_err(crate::sql::backend)?;
+        Ok(())
+    }
+
+    /// Notifies the followers of this schema's log (delivered at commit).
+    async fn end_append(tx: &mut Transaction<'static, Self>, newest: i64) -> Result<(), StoreError> {
+        sqlx::query(NOTIFY).bind(newest.to_string()).execute(&mut **tx).await.map_err(crate::sql::backend)?;
+        Ok(())
+    }
+
+    /// Waits for a notification, or [`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL).
+    async fn wait_events(store: &SqlStore<Self>, after: u64, max: Duration) {
+        listen_for_events(store);
+        store.events.wait(after, max.min(crate::events::POSTGRES_FALLBACK_POLL)).await;
     }
 }
 
@@ -215,79 +253,49 @@ const CHANNEL: &str = "SELECT 'loopstack_events_' || left(md5(current_schema()),
 /// Notifies this schema's channel of the newest id `$1`.
 const NOTIFY: &str = "SELECT pg_notify('loopstack_events_' || left(md5(current_schema()), 16), $1)";
 
-/// The event log's backend part (see `crate::events`).
-impl PostgresStore {
-    async fn begin_append(
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    ) -> Result<(), loopstack_core::StoreError> {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(EVENT_LOCK)
-            .execute(&mut **tx)
-            .await
-            .map_err(crate::sql::backend)?;
-        Ok(())
+/// Starts, once, the task that `LISTEN`s on this schema's channel and wakes the
+/// followers; it reconnects after a lost connection (the fallback poll covers
+/// what was missed) and ends with the store's pool.
+fn listen_for_events(store: &SqlStore<Postgres>) {
+    if store.events.listening.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
     }
-
-    /// Notifies the followers of this schema's log (delivered at commit).
-    async fn end_append(
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        newest: i64,
-    ) -> Result<(), loopstack_core::StoreError> {
-        sqlx::query(NOTIFY).bind(newest.to_string()).execute(&mut **tx).await.map_err(crate::sql::backend)?;
-        Ok(())
-    }
-
-    /// Waits for a notification, or [`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL).
-    async fn log_wait(&self, after: u64, max: Duration) -> Result<(), loopstack_core::StoreError> {
-        self.listen_for_events();
-        self.events.wait(after, max.min(crate::events::POSTGRES_FALLBACK_POLL)).await;
-        Ok(())
-    }
-
-    /// Starts, once, the task that `LISTEN`s on this schema's channel and wakes the
-    /// followers; it reconnects after a lost connection (the fallback poll covers
-    /// what was missed) and ends with the store's pool.
-    fn listen_for_events(&self) {
-        if self.events.listening.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
-        }
-        let pool = self.pool.clone();
-        let wake = std::sync::Arc::downgrade(&self.events);
-        tokio::spawn(async move {
-            let mut listener = loop {
-                let connected = async {
-                    let channel: String = sqlx::query_scalar(CHANNEL).fetch_one(&pool).await?;
-                    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-                    listener.listen(&channel).await?;
-                    Ok::<_, sqlx::Error>(listener)
-                };
-                match connected.await {
-                    Ok(listener) => break listener,
-                    Err(sqlx::Error::PoolClosed) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not LISTEN for run events; polling");
-                        tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
-                    }
-                }
-                if wake.strong_count() == 0 {
-                    return;
-                }
+    let pool = store.pool.clone();
+    let wake = std::sync::Arc::downgrade(&store.events);
+    tokio::spawn(async move {
+        let mut listener = loop {
+            let connected = async {
+                let channel: String = sqlx::query_scalar(CHANNEL).fetch_one(&pool).await?;
+                let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                listener.listen(&channel).await?;
+                Ok::<_, sqlx::Error>(listener)
             };
-            loop {
-                match listener.recv().await {
-                    Ok(notification) => {
-                        let Some(wake) = wake.upgrade() else { return };
-                        if let Ok(id) = notification.payload().parse() {
-                            wake.saw(id);
-                        }
-                    }
-                    Err(sqlx::Error::PoolClosed) => return,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "the LISTEN connection failed; reconnecting");
-                        tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
-                    }
+            match connected.await {
+                Ok(listener) => break listener,
+                Err(sqlx::Error::PoolClosed) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not LISTEN for run events; polling");
+                    tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
                 }
             }
-        });
-    }
+            if wake.strong_count() == 0 {
+                return;
+            }
+        };
+        loop {
+            match listener.recv().await {
+                Ok(notification) => {
+                    let Some(wake) = wake.upgrade() else { return };
+                    if let Ok(id) = notification.payload().parse() {
+                        wake.saw(id);
+                    }
+                }
+                Err(sqlx::Error::PoolClosed) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the LISTEN connection failed; reconnecting");
+                    tokio::time::sleep(crate::events::POSTGRES_FALLBACK_POLL).await;
+                }
+            }
+        }
+    });
 }

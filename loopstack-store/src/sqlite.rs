@@ -4,7 +4,14 @@ use std::path::Path;
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use loopstack_core::{Checkpoint, NewRun, StoreError};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteQueryResult, SqliteSynchronous,
+};
+use sqlx::{Sqlite, Transaction};
+
+use crate::sql::queries::{claim_runnable, due_schedules};
+use crate::sql::{Dialect, SqlStore};
 
 /// How many more times opening a store tries after a failure (another process
 /// creating the same new file at the same moment).
@@ -38,12 +45,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// # let _ = runtime; std::fs::remove_dir_all(&dir).unwrap();
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
-    lease: Option<Duration>,
-    last: std::sync::Arc<crate::sql::LastStates>,
-    events: std::sync::Arc<crate::events::EventWake>,
+    sql: SqlStore<Sqlite>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.sql.debug_as("SqliteStore", f)
+    }
 }
 
 impl SqliteStore {
@@ -86,14 +96,7 @@ impl SqliteStore {
                 Ok::<_, loopstack_core::StoreError>(pool)
             };
             match opened.await {
-                Ok(pool) => {
-                    return Ok(Self {
-                        pool,
-                        lease: Some(crate::DEFAULT_LEASE),
-                        last: Default::default(),
-                        events: Default::default(),
-                    });
-                }
+                Ok(pool) => return Ok(Self { sql: SqlStore::new(pool) }),
                 Err(_) if attempt < OPEN_ATTEMPTS => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
@@ -107,67 +110,59 @@ impl SqliteStore {
     /// none: then only an explicit resume takes over a run whose process died).
     #[must_use]
     pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
-        self.lease = lease;
+        self.sql.lease = lease;
         self
     }
 
     /// The connection pool, for queries of your own.
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.sql.pool
     }
 }
 
-crate::sql::sql_store!(
-    SqliteStore,
-    sqlx::Sqlite,
-    "",
-    "r.workflow IN (SELECT value FROM json_each($4))",
-    "(r.workflow || ':' || r.version) IN (SELECT value FROM json_each($6))"
-);
+crate::sql::forward_store!(SqliteStore);
 
-impl SqliteStore {
+impl Dialect for Sqlite {
+    const CLAIM_RUNNABLE: &'static str = claim_runnable!(
+        "",
+        "r.workflow IN (SELECT value FROM json_each($4))",
+        "(r.workflow || ':' || r.version) IN (SELECT value FROM json_each($6))",
+    );
+
+    const DUE_SCHEDULES: &'static str = due_schedules!("r.workflow IN (SELECT value FROM json_each($4))");
+
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
     /// SQLite cannot modify rows in a `WITH` clause: commits take a transaction.
-    #[allow(clippy::unused_async)]
     async fn one_statement_commit(
-        &self,
-        _: &loopstack_core::Checkpoint,
+        _: &SqlStore<Self>,
+        _: &Checkpoint,
         _: bool,
         _: Option<&str>,
-    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+    ) -> Option<Result<bool, StoreError>> {
         None
     }
 
-    /// See [`SqliteStore::one_statement_commit`].
-    #[allow(clippy::unused_async)]
-    async fn one_statement_create(
-        &self,
-        _: &loopstack_core::NewRun,
-        _: i64,
-        _: i64,
-    ) -> Option<Result<bool, loopstack_core::StoreError>> {
+    /// Nor insert in one: a run and its first checkpoint take a transaction.
+    async fn one_statement_create(_: &SqlStore<Self>, _: &NewRun, _: i64, _: i64) -> Option<Result<bool, StoreError>> {
         None
     }
-}
 
-/// The event log's backend part (see `crate::events`): SQLite has one writer at a
-/// time, so ids are committed in order without a lock, and followers poll.
-impl SqliteStore {
-    #[allow(clippy::unused_async)]
-    async fn begin_append(_: &mut sqlx::Transaction<'static, sqlx::Sqlite>) -> Result<(), loopstack_core::StoreError> {
+    /// SQLite has one writer at a time, so ids are committed in order without a
+    /// lock.
+    async fn begin_append(_: &mut Transaction<'static, Self>) -> Result<(), StoreError> {
         Ok(())
     }
 
-    #[allow(clippy::unused_async)]
-    async fn end_append(
-        _: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-        _newest: i64,
-    ) -> Result<(), loopstack_core::StoreError> {
+    /// Followers poll: nothing to notify.
+    async fn end_append(_: &mut Transaction<'static, Self>, _newest: i64) -> Result<(), StoreError> {
         Ok(())
     }
 
     /// Waits for an append by this process, or [`SQLITE_EVENT_POLL`](crate::SQLITE_EVENT_POLL).
-    async fn log_wait(&self, after: u64, max: Duration) -> Result<(), loopstack_core::StoreError> {
-        self.events.wait(after, max.min(crate::events::SQLITE_EVENT_POLL)).await;
-        Ok(())
+    async fn wait_events(store: &SqlStore<Self>, after: u64, max: Duration) {
+        store.events.wait(after, max.min(crate::events::SQLITE_EVENT_POLL)).await;
     }
 }

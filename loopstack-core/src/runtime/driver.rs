@@ -379,33 +379,23 @@ async fn prepare<W: Workflow>(
                 None => step,
             };
             // A checkpoint from before a migration of the source holds the state of
-            // the version it was taken under: the fork starts at that version and
-            // migrates, as a parked run of it would.
+            // the version it was taken under: the fork's first step migrates it.
             let version = if wf.definition().migrates_from().is_empty() {
                 stored.version
             } else {
                 crate::store::version_at_step(&store.history(source).await?, step, stored.version)
             };
-            let edited = match edits {
-                Some(edits) if !edits.is_empty() => {
-                    Some(Box::pin(fork_edits(runtime, wf, &stored, step, version, *edits)).await?)
-                }
-                _ => None,
+            let edits = edits.filter(|e| !e.is_empty());
+            let first = if edits.is_some() || version != wf.definition().version() {
+                Some(Box::pin(fork_first_step(runtime, wf, &stored, step, version, edits.map(|e| *e))).await?)
+            } else {
+                None
             };
-            let mut record = store.fork(source, step, run_id.unwrap_or_default()).await?;
-            record.version = version;
-            let mut checked = check_run(wf, &record)?;
-            let mut run = parts(&record);
-            migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
-            // The edits apply to the state as this version reads it: after a migration.
-            if let Some(changes) = edited {
-                let current =
-                    if checked.migrated_from.is_some() { store.load_run(record.run_id).await? } else { record };
-                record = Box::pin(commit_fork_edits(runtime, &current, changes)).await?;
-                checked = check_run(wf, &record)?;
-                run = parts(&record);
-            }
-            let Checked { place, state, .. } = checked;
+            // The copy and its first step in one write: never a fork without its
+            // edits, nor one stored at a version its state is not of.
+            let record = store.fork(source, step, run_id.unwrap_or_default(), first).await?;
+            let Checked { place, state, .. } = check_run(wf, &record)?;
+            let run = parts(&record);
             let documents = store.documents(record.run_id).await?;
             Ready {
                 run,
@@ -497,44 +487,67 @@ async fn prepare<W: Workflow>(
     Ok(Prepared::Ready(ready))
 }
 
-/// What a fork's edits step commits, checked against the workflow before anything
-/// is stored.
-struct ForkChanges {
-    /// The edited state.
-    state: Box<RawValue>,
-    /// The `loopstack_fork` document's content.
-    record: Box<RawValue>,
-    /// New versions of the messages edited (their step is set at the commit).
-    messages: Vec<Document>,
-}
-
-/// A fork's edited state, messages and the document that records its edits,
-/// checked against the workflow before anything is stored.
-async fn fork_edits<W: Workflow>(
+/// A fork's first step of its own, checked against the workflow before anything is
+/// stored: its edits (transition [`FORK_TRANSITION`](crate::fork::FORK_TRANSITION),
+/// with the edited state, the new versions of edited messages and the document that
+/// records the edits), or, for a checkpoint of an older `version`, the migration to
+/// the workflow's (the edits then apply to the migrated state, in the same step).
+async fn fork_first_step<W: Workflow>(
     runtime: &Runtime,
     wf: &W,
     source: &RunRecord,
     step: u64,
     version: u32,
-    edits: crate::ForkEdits,
-) -> Result<ForkChanges, RunError> {
-    use crate::fork::{ForkError, ForkRecord};
-    let name = wf.definition().name();
-    let checkpoint = match runtime.inner.store().checkpoint(source.run_id, step).await {
+    edits: Option<crate::ForkEdits>,
+) -> Result<crate::store::ForkStep, RunError> {
+    use crate::fork::ForkError;
+    use crate::store::{ForkStep, Migrated, StepRecord};
+    let def = wf.definition();
+    let name = def.name();
+    let store = runtime.inner.store();
+    let checkpoint = match store.checkpoint(source.run_id, step).await {
         Ok(checkpoint) => checkpoint,
         Err(StoreError::CheckpointNotFound { .. }) => {
             return Err(ForkError::UnknownStep { run_id: source.run_id, step, last: source.step }.into());
         }
         Err(e) => return Err(e.into()),
     };
-    let base: Value = if version == wf.definition().version() {
-        serde_json::from_str(checkpoint.state.get()).map_err(state_error(name, source.run_id))?
+    let from = checkpoint.step.to.clone();
+    let next = step + 1;
+    let (base, to, migration) = if version == def.version() {
+        let base: Value = serde_json::from_str(checkpoint.state.get()).map_err(state_error(name, source.run_id))?;
+        (base, from.clone(), None)
     } else {
-        // The checkpoint is of an older version: the edits apply to it migrated.
-        let old = RunRecord { version, place: checkpoint.step.to.clone(), state: checkpoint.state, ..source.clone() };
-        let (state, _) = migrate(wf, &old)?;
-        serde_json::to_value(&state).map_err(state_error(name, source.run_id))?
+        let old = RunRecord { version, place: from.clone(), state: checkpoint.state, ..source.clone() };
+        let (state, place) = migrate(wf, &old)?;
+        let migrated = Migrated { version: def.version(), definition_hash: def.hash().to_owned().into() };
+        if edits.is_none() {
+            // Only the migration: the step a parked run of that version would take.
+            let value = runtime.redact(checkpoint_state(&state, name, source.run_id, None)?);
+            let transition = crate::store::migration_step_name(version, def.version());
+            let step = StepRecord::at(next, transition, from, place, runtime.now());
+            return Ok(ForkStep::new(step, value).migrate(migrated));
+        }
+        let base = serde_json::to_value(&state).map_err(state_error(name, source.run_id))?;
+        (base, place.into(), Some((version, migrated)))
     };
+    let edits = edits.unwrap_or_default();
+    fork_edits(runtime, wf, source, step, (base, from, to), migration, edits).await
+}
+
+/// The edits step of [`fork_first_step`]: `base` is the state the edits apply to,
+/// and the step goes from place `from` to `to`.
+async fn fork_edits<W: Workflow>(
+    runtime: &Runtime,
+    wf: &W,
+    source: &RunRecord,
+    step: u64,
+    (base, from, to): (Value, std::borrow::Cow<'static, str>, std::borrow::Cow<'static, str>),
+    migration: Option<(u32, crate::store::Migrated)>,
+    edits: crate::ForkEdits,
+) -> Result<crate::store::ForkStep, RunError> {
+    use crate::fork::{ForkError, ForkRecord};
+    let name = wf.definition().name();
     let edited = crate::fork::edit_state(name, base, &edits)?;
     let bad = |e: serde_json::Error| ForkError::BadState { workflow: name, reason: e.to_string() };
     let state: W::State = serde_json::from_value(edited).map_err(bad)?;
@@ -548,42 +561,36 @@ async fn fork_edits<W: Workflow>(
     if let Some(settings) = crate::fork::settings_of(value.get()) {
         wf.check_fork(&settings)?;
     }
-    let messages = if edits.messages.is_empty() {
-        Vec::new()
-    } else {
-        let documents = runtime.inner.store().documents_at(source.run_id, step).await?;
-        crate::fork::edit_messages(&documents, source.run_id, step, &edits.messages, 0)?
-    };
-    let record = ForkRecord { source: source.run_id, step, changes: edits.changes(), edits };
+    let next = step + 1;
+    // The documents the fork copies: the source's as of `step`.
+    let copied = runtime.inner.store().documents_at(source.run_id, step).await?;
+    let messages = crate::fork::edit_messages(&copied, source.run_id, step, &edits.messages, next)?;
+    let mut changes = edits.changes();
+    if let Some((version, migrated)) = &migration {
+        changes.push(format!("migrated from version {version} to {}", migrated.version));
+    }
+    let record = ForkRecord { source: source.run_id, step, changes, edits };
     let doc = serde_json::value::to_raw_value(&record).map_err(state_error(name, source.run_id))?;
-    Ok(ForkChanges { state: runtime.redact(value), record: runtime.redact(doc), messages })
-}
-
-/// Commits a fork's edits as its step of its own, with the document of them.
-async fn commit_fork_edits(runtime: &Runtime, fork: &RunRecord, changes: ForkChanges) -> Result<RunRecord, RunError> {
-    let ForkChanges { state, record: doc, messages } = changes;
-    let store = runtime.inner.store();
-    let seq = store.documents(fork.run_id).await?.len() as u64;
-    let step = fork.step + 1;
-    let document = crate::Document {
-        seq,
+    let document = Document {
+        seq: copied.len() as u64,
         doc_type: crate::fork::FORK_DOCUMENT.into(),
         key: None,
         version: 1,
         tags: Vec::new(),
         metadata: Default::default(),
-        content: doc,
-        step,
+        content: runtime.redact(doc),
+        step: next,
     };
-    let place = fork.place.clone();
-    let transition =
-        crate::store::StepRecord::at(step, crate::fork::FORK_TRANSITION, place.clone(), place, runtime.now());
-    let mut checkpoint =
-        crate::store::Checkpoint::new(fork.run_id, fork.fence(), transition, RunStatus::Running, state);
-    checkpoint.documents.extend(messages.into_iter().map(|m| Arc::new(Document { step, ..m })));
-    checkpoint.documents.push(std::sync::Arc::new(document));
-    store.commit(checkpoint).await?;
-    Ok(store.load_run(fork.run_id).await?)
+    let transition = crate::store::StepRecord::at(next, crate::fork::FORK_TRANSITION, from, to, runtime.now());
+    let mut first = crate::store::ForkStep::new(transition, runtime.redact(value));
+    for message in messages {
+        first = first.document(Arc::new(message));
+    }
+    first = first.document(Arc::new(document));
+    if let Some((_, migrated)) = migration {
+        first = first.migrate(migrated);
+    }
+    Ok(first)
 }
 
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {

@@ -81,6 +81,31 @@ impl MemRun {
         self.checkpoints[i..].iter().find_map(|c| c.state.as_deref()).unwrap_or(&self.record.state)
     }
 
+    /// Takes step `t` to `state`, saving `documents`: the run's step, place and
+    /// state, and a checkpoint entry.
+    fn advance(&mut self, t: StepRecord, state: Box<RawValue>, documents: Vec<Arc<Document>>) {
+        self.apply_documents(documents);
+        let r = &mut self.record;
+        r.step = t.step;
+        r.place = t.to.clone();
+        // The state before moves into the previous entry, unless it did not change.
+        let before = std::mem::replace(&mut r.state, state);
+        if before.get() != r.state.get()
+            && let Some(last) = self.checkpoints.last_mut()
+        {
+            last.state = Some(before);
+        }
+        self.record.updated_at = t.at;
+        self.record.place_since = t.at;
+        self.checkpoints.push(MemCheckpoint {
+            step: t.step,
+            transition: t.transition,
+            to: t.to,
+            at: t.at,
+            state: None,
+        });
+    }
+
     fn apply_documents(&mut self, documents: Vec<Arc<Document>>) {
         for doc in documents {
             // `seq` is the document's position in the run: a new document is the next
@@ -311,30 +336,15 @@ impl Store for MemoryStore {
         if let Some(id) = cp.signal {
             run.signals[(id - 1) as usize].status = SignalStatus::Delivered { step };
         }
-        run.apply_documents(cp.documents);
-        let r = &mut run.record;
-        r.step = step;
-        r.place = cp.transition.to.clone();
-        r.status = cp.status;
-        // The state before moves into the previous entry, unless it did not change.
-        let before = std::mem::replace(&mut r.state, cp.state);
-        if before.get() != r.state.get()
-            && let Some(last) = run.checkpoints.last_mut()
-        {
-            last.state = Some(before);
-        }
-        let r = &mut run.record;
+        run.record.status = cp.status;
         if let Some(migrated) = cp.migration {
-            r.version = migrated.version;
-            r.definition_hash = migrated.definition_hash;
+            run.record.version = migrated.version;
+            run.record.definition_hash = migrated.definition_hash;
         }
-        r.updated_at = cp.transition.at;
-        r.place_since = cp.transition.at;
         if cp.lease_until.is_some() {
-            r.lease_until = cp.lease_until;
+            run.record.lease_until = cp.lease_until;
         }
-        let t = cp.transition;
-        run.checkpoints.push(MemCheckpoint { step: t.step, transition: t.transition, to: t.to, at: t.at, state: None });
+        run.advance(cp.transition, cp.state, cp.documents);
         if cp.status.is_finished() {
             run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
         }
@@ -441,7 +451,13 @@ impl Store for MemoryStore {
         Ok(self.lock().get(run_id)?.signals.clone())
     }
 
-    async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError> {
+    async fn fork(
+        &self,
+        source: RunId,
+        step: u64,
+        new_run: RunId,
+        first: Option<super::ForkStep>,
+    ) -> Result<RunRecord, StoreError> {
         let mut inner = self.lock();
         if inner.runs.contains_key(&new_run) {
             return Err(StoreError::RunExists(new_run));
@@ -481,14 +497,17 @@ impl Store for MemoryStore {
             // A fork is a trace of its own.
             trace_parent: None,
         };
-        let mut run = MemRun {
-            record: record.clone(),
-            checkpoints,
-            current: Vec::new(),
-            versions: Vec::new(),
-            signals: Vec::new(),
-        };
+        let mut run = MemRun { record, checkpoints, current: Vec::new(), versions: Vec::new(), signals: Vec::new() };
         run.apply_documents(src.versions.iter().filter(|d| d.step <= step).cloned().collect());
+        // Under the same lock as the copy: both are stored, or (refused above) neither.
+        if let Some(first) = first {
+            if let Some(migrated) = first.migration {
+                run.record.version = migrated.version;
+                run.record.definition_hash = migrated.definition_hash;
+            }
+            run.advance(first.transition, first.state, first.documents);
+        }
+        let record = run.record.clone();
         inner.runs.insert(new_run, run);
         Ok(record)
     }

@@ -611,6 +611,50 @@ pub struct Checkpoint {
     pub migration: Option<Migrated>,
 }
 
+/// A fork's first step of its own, written by [`Store::fork`] in the transaction
+/// that copies the source, so that a fork never exists without it: how the runtime
+/// stores a fork's edits (transition [`FORK_TRANSITION`](crate::fork::FORK_TRANSITION),
+/// from the checkpoint's place to the same place, with the edited state and the
+/// [`FORK_DOCUMENT`](crate::fork::FORK_DOCUMENT) that records the edits).
+///
+/// It is written as a [`Checkpoint`] of the new run would be (at epoch 1, status
+/// running), without a fence to check: the run is new.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ForkStep {
+    /// The step; its `step` is the forked step plus one.
+    pub transition: StepRecord,
+    /// The fork's state after the step, as JSON.
+    pub state: Box<RawValue>,
+    /// The documents the step saves, numbered after the ones the fork copies.
+    pub documents: Vec<Arc<Document>>,
+    /// The version and table the step moves the fork to, when the forked step is of
+    /// an older version than the workflow's (a fork from before its source's
+    /// migration): the fork is then never stored at a version its state is not of.
+    pub migration: Option<Migrated>,
+}
+
+impl ForkStep {
+    /// A first step with its state, saving no documents.
+    pub fn new(transition: StepRecord, state: Box<RawValue>) -> Self {
+        Self { transition, state, documents: Vec::new(), migration: None }
+    }
+
+    /// Moves the fork to `migrated`'s version and table with the step.
+    #[must_use]
+    pub fn migrate(mut self, migrated: Migrated) -> Self {
+        self.migration = Some(migrated);
+        self
+    }
+
+    /// Saves `document` with the step.
+    #[must_use]
+    pub fn document(mut self, document: Arc<Document>) -> Self {
+        self.documents.push(document);
+        self
+    }
+}
+
 /// The version and table a run moves to with a migration's commit
 /// ([`Checkpoint::migration`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -948,7 +992,19 @@ pub trait Store: Send + Sync + 'static {
     /// documents as they were after that step; the new run is running at epoch 1
     /// and records where it came from. A fork is nobody's child: it copies neither
     /// `parent` nor `parent_signal`, so it never notifies the source's parent.
-    async fn fork(&self, source: RunId, step: u64, new_run: RunId) -> Result<RunRecord, StoreError>;
+    ///
+    /// With `first`, the fork's first step of its own (a fork's edits, see
+    /// [`ForkStep`]) is written in the same transaction as the copy: the new run is
+    /// at step `step + 1` with that step's place and state, or, when the fork is
+    /// refused (an unknown source or step, an existing `new_run`), nothing is
+    /// stored at all.
+    async fn fork(
+        &self,
+        source: RunId,
+        step: u64,
+        new_run: RunId,
+        first: Option<ForkStep>,
+    ) -> Result<RunRecord, StoreError>;
 
     /// Loads a run.
     async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError>;

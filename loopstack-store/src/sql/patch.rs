@@ -1,0 +1,208 @@
+//! A checkpoint's state as a patch of the state before it (see [`state_patch`]), and
+//! how the stores keep the base of the next patch ([`LastStates`]).
+
+use loopstack_core::serde_json::value::RawValue;
+use loopstack_core::{RunId, StoreError};
+
+use super::corrupt;
+
+/// The members of a JSON object with their values' texts exactly as written, in
+/// order; `None` for any other JSON.
+fn members(json: &str) -> Option<Vec<(String, &RawValue)>> {
+    use loopstack_core::serde;
+    struct Members<'a>(Vec<(String, &'a RawValue)>);
+    impl<'de> serde::Deserialize<'de> for Members<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Members<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                        out.push(entry);
+                    }
+                    Ok(Members(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    if !json.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<Members<'_>>(json).ok().map(|m| m.0)
+}
+
+fn push_key(out: &mut String, key: &str) {
+    out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+}
+
+/// A checkpoint's state as a patch of the state before it, when both are JSON
+/// objects and the patch is smaller: a JSON array that lists the members of `next` in
+/// order, each as the base's member at an index (`3`), a range of them (`[0, 4]`),
+/// or a member with a new value (`["key", value]`). Base members not listed are
+/// dropped. Values are kept as their exact texts, so applying the patch gives back
+/// `next` byte for byte.
+pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
+    let (base, members_next) = (members(base)?, members(next)?);
+    // Each member of `next`: the index of an equal base member, or its own text.
+    let mut entries: Vec<Result<usize, (&str, &str)>> = Vec::with_capacity(members_next.len());
+    for (key, value) in &members_next {
+        match base.iter().position(|(k, v)| k == key && v.get() == value.get()) {
+            Some(i) => entries.push(Ok(i)),
+            None => entries.push(Err((key, value.get()))),
+        }
+    }
+    let mut out = String::from("[");
+    let mut i = 0;
+    while i < entries.len() {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        match entries[i] {
+            Ok(first) => {
+                let mut last = first;
+                while let Some(Ok(n)) = entries.get(i + 1)
+                    && *n == last + 1
+                {
+                    last += 1;
+                    i += 1;
+                }
+                if last == first {
+                    out.push_str(&first.to_string());
+                } else {
+                    out.push_str(&format!("[{first},{last}]"));
+                }
+            }
+            Err((key, value)) => {
+                out.push('[');
+                push_key(&mut out, key);
+                out.push(',');
+                out.push_str(value);
+                out.push(']');
+            }
+        }
+        i += 1;
+    }
+    out.push(']');
+    (out.len() < next.len()).then_some(out)
+}
+
+/// The state a [`state_patch`] was made for.
+pub(crate) fn apply_patch(base: &str, patch: &str) -> Result<String, StoreError> {
+    let base = members(base).ok_or_else(|| corrupt("a state patch applies to an object"))?;
+    let entries: Vec<&RawValue> = serde_json::from_str(patch).map_err(corrupt)?;
+    let mut out = String::from("{");
+    let push = |out: &mut String, key: &str, value: &str| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        push_key(out, key);
+        out.push(':');
+        out.push_str(value);
+    };
+    let member = |i: usize| base.get(i).ok_or_else(|| corrupt("a state patch names a missing member"));
+    for entry in entries {
+        let text = entry.get();
+        if !text.starts_with('[') {
+            let i: usize = serde_json::from_str(text).map_err(corrupt)?;
+            let (k, v) = member(i)?;
+            push(&mut out, k, v.get());
+        } else if let Ok((first, last)) = serde_json::from_str::<(usize, usize)>(text) {
+            for i in first..=last {
+                let (k, v) = member(i)?;
+                push(&mut out, k, v.get());
+            }
+        } else {
+            let (key, value): (String, &RawValue) = serde_json::from_str(text).map_err(corrupt)?;
+            push(&mut out, &key, value.get());
+        }
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// After how many patches in a row a checkpoint stores its state in full again, so
+/// reading one replays a bounded chain.
+pub(crate) const MAX_PATCH_CHAIN: u32 = 16;
+
+/// The last state each run committed through this store value, by run: the base of
+/// the next checkpoint's patch. Only a hint: without an entry (another process, a
+/// restart) the next checkpoint stores its state in full.
+#[derive(Debug, Default)]
+pub(crate) struct LastStates(std::sync::Mutex<std::collections::HashMap<RunId, LastState>>);
+
+#[derive(Debug, Clone)]
+pub(crate) struct LastState {
+    pub(crate) epoch: u64,
+    pub(crate) step: u64,
+    pub(crate) state: std::sync::Arc<str>,
+    /// Patches since the last full state.
+    pub(crate) chain: u32,
+}
+
+impl LastStates {
+    /// Keeps at most this many runs (running ones; finished runs are dropped).
+    const CAP: usize = 16_384;
+
+    pub(crate) fn get(&self, run_id: RunId, epoch: u64, step: u64) -> Option<LastState> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&run_id).filter(|l| l.epoch == epoch && l.step == step).cloned()
+    }
+
+    pub(crate) fn set(&self, run_id: RunId, last: Option<LastState>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match last {
+            Some(last) => {
+                if map.len() >= Self::CAP {
+                    map.clear();
+                }
+                map.insert(run_id, last);
+            }
+            None => {
+                map.remove(&run_id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{apply_patch, state_patch};
+
+    #[test]
+    fn a_patch_gives_back_the_next_state_byte_for_byte() {
+        let base =
+            r#"{"prompt":"What is up?","turns":0,"usage":{"input_tokens":0},"big":123456789012345678901234567890}"#;
+        let next = r#"{"turns":1,"usage":{"input_tokens":50},"big":123456789012345678901234567890,"new":[1.5e300,"\u00e9\""]}"#;
+        let patch = state_patch(base, next).expect("smaller than the state");
+        assert_eq!(patch, r#"[["turns",1],["usage",{"input_tokens":50}],3,["new",[1.5e300,"\u00e9\""]]]"#);
+        assert_eq!(apply_patch(base, &patch).unwrap(), next);
+    }
+
+    #[test]
+    fn no_patch_for_other_json_or_when_it_would_not_be_smaller() {
+        assert_eq!(state_patch("[1,2]", "[1,3]"), None);
+        assert_eq!(state_patch(r#"{"a":1}"#, "7"), None);
+        assert_eq!(state_patch(r#"{"a":1}"#, r#"{"b":2}"#), None, "a patch as long as the state is not kept");
+        assert!(apply_patch("[1]", "[]").is_err());
+        assert!(apply_patch(r#"{"a":1}"#, "[1]").is_err(), "a member the base lacks");
+        assert!(apply_patch(r#"{"a":1}"#, r#"["a"]"#).is_err());
+    }
+
+    #[test]
+    fn unchanged_members_are_listed_as_ranges_of_the_base() {
+        let base = r#"{"a":1,"b":2,"c":3,"d":4,"pad":"xxxxxxxxxxxxxxxxxxxxxxxx"}"#;
+        let next = r#"{"b":2,"c":3,"d":4,"pad":"xxxxxxxxxxxxxxxxxxxxxxxx","e":5}"#;
+        let patch = state_patch(base, next).unwrap();
+        assert_eq!(patch, r#"[[1,4],["e",5]]"#);
+        assert_eq!(apply_patch(base, &patch).unwrap(), next);
+        let reordered = r#"{"pad":"xxxxxxxxxxxxxxxxxxxxxxxx","a":1,"b":2,"c":3,"d":4}"#;
+        let patch = state_patch(base, reordered).unwrap();
+        assert_eq!(patch, "[4,[0,3]]");
+        assert_eq!(apply_patch(base, &patch).unwrap(), reordered);
+    }
+}

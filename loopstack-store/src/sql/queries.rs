@@ -1,0 +1,338 @@
+//! The SQL of both stores, as named constants: numbered `$n` parameters work in
+//! SQLite and PostgreSQL alike. The few statements with a dialect's words in them
+//! are macros here ([`claim_runnable!`], [`due_schedules!`]) that each dialect
+//! fills in (`Dialect::CLAIM_RUNNABLE`, `Dialect::DUE_SCHEDULES`); the statements
+//! only one dialect has live in its file (the PostgreSQL one-statement commit).
+//!
+//! The column lists and shared fragments are macros that expand to literals, so
+//! every statement is a `&'static str` built by `concat!` at compile time.
+
+/// Statuses a run ends in: a fenced write never touches such a run.
+macro_rules! finished {
+    () => {
+        "('completed', 'failed', 'cancelled')"
+    };
+}
+
+/// The integer id of the run whose uuid is `$1`: child tables refer to a run by its
+/// row's id.
+macro_rules! run {
+    () => {
+        "(SELECT id FROM runs WHERE run_id = $1)"
+    };
+}
+
+/// The run row's columns; a run's state is its latest checkpoint's (see
+/// `CHECKPOINT_CHAIN`), not a column.
+macro_rules! run_columns {
+    () => {
+        "run_id, workflow, status, place, step, error, definition_hash, version, \
+     parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
+     lease_until, created_at, updated_at, trace_parent"
+    };
+}
+
+macro_rules! doc_columns {
+    () => {
+        "seq, version, doc_type, doc_key, tags, metadata, content, step"
+    };
+}
+
+macro_rules! signal_columns {
+    () => {
+        "id, name, payload, status, step, reason, received_at"
+    };
+}
+
+/// The columns of a schedule row.
+macro_rules! schedule_columns {
+    () => {
+        "id, workflow, input, recurrence, missed, grace_ms, paused, next_due, \
+     last_due, last_run, last_error, created_at, updated_at"
+    };
+}
+
+pub(crate) use run_columns;
+
+/// The worker's claim: one statement that picks runs that can move and takes them.
+/// `$lock` ends the pick (in PostgreSQL the picked rows are locked, skipping rows
+/// another worker is taking); `$workflow_in` says that `r.workflow` is one of the
+/// names in the JSON array `$4`, compared exactly (never as a pattern: `_` and `%`
+/// in a name are plain characters), and `$version_in` that `r.workflow:r.version` is
+/// one of the keys in the JSON array `$6` (`WorkflowVersions::keys`).
+macro_rules! claim_runnable {
+    ($lock:literal, $workflow_in:literal, $version_in:literal $(,)?) => {
+        concat!(
+            "UPDATE runs SET status = 'running', epoch = epoch + 1, \
+            error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
+            WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
+            AND ",
+            $workflow_in,
+            " AND ",
+            $version_in,
+            " AND (r.status = 'queued' \
+            OR (r.status = 'running' AND r.lease_until IS NOT NULL AND r.lease_until <= $3) \
+            OR (r.status = 'waiting' AND ((r.wake_at IS NOT NULL AND r.wake_at <= $3) \
+            OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending')))) \
+            ORDER BY r.updated_at LIMIT $5",
+            $lock,
+            ") RETURNING ",
+            $crate::sql::queries::run_columns!()
+        )
+    };
+}
+
+/// The schedules due at `$1`, at most `$2`, of the workflows `$workflow_in` names
+/// (the dialect's "`r.workflow` is one of the names in the JSON array `$4`"); `$3`
+/// is unused but for its place.
+macro_rules! due_schedules {
+    ($workflow_in:literal) => {
+        concat!(
+            "SELECT ",
+            $crate::sql::queries::schedule_columns!(),
+            " FROM schedules r WHERE NOT r.paused AND r.next_due <= $1 AND r.next_due <= $3 AND ",
+            $workflow_in,
+            " ORDER BY r.next_due LIMIT $2"
+        )
+    };
+}
+
+pub(crate) use {claim_runnable, due_schedules, schedule_columns};
+
+// Runs.
+
+pub(crate) const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
+
+/// One run taken by id, if its status is one of the set `$5` (see `status_set`) and,
+/// with `$6`, only once its lease ran out by then.
+pub(crate) const CLAIM: &str = concat!(
+    "UPDATE runs SET status = 'running', epoch = epoch + 1, error = NULL, waiting_for = '[]', \
+            wake_at = NULL, lease_owner = $2, lease_until = $3, updated_at = $4 \
+            WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
+            AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
+            RETURNING ",
+    run_columns!()
+);
+
+pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
+            definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
+            place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12) \
+            ON CONFLICT (run_id) DO NOTHING";
+
+pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
+
+pub(crate) const LIST_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE ($1 IS NULL OR workflow = $1) \
+            AND ($2 = ',' OR $2 LIKE ('%,' || status || ',%')) AND ($3 IS NULL OR place = $3) \
+            AND ($4 IS NULL OR parent = $4) AND ($5 IS NULL OR created_at >= $5) \
+            AND ($6 IS NULL OR created_at < $6) AND ($7 IS NULL OR run_id < $7) \
+            ORDER BY run_id DESC LIMIT $8"
+);
+
+pub(crate) const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
+
+// A drive's fenced writes: each matches the run row only at the epoch and step the
+// writer read, and never a finished run.
+
+/// The place a step left is not stored: it is the place the step before reached.
+pub(crate) const COMMIT_CHECKPOINT: &str = concat!(
+    "INSERT INTO checkpoints (run, step, transition, \
+            to_place, state, state_patch, at) SELECT id, $4, $5, $6, \
+            CASE WHEN $9 THEN NULL ELSE $7 END, $10, $8 \
+            FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
+    finished!()
+);
+
+pub(crate) const COMMIT_RUN: &str = concat!(
+    "UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
+            place_since = $7, lease_until = COALESCE($8, lease_until) \
+            WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
+    finished!()
+);
+
+/// A migration's commit moves the run row to its new version and table, in the
+/// commit's transaction and behind the same fence.
+pub(crate) const MIGRATE_RUN: &str =
+    "UPDATE runs SET version = $3, definition_hash = $4 WHERE run_id = $1 AND epoch = $2";
+
+pub(crate) const SET_STATUS: &str = concat!(
+    "UPDATE runs SET status = $4, error = $5, updated_at = $6, lease_owner = NULL, \
+            lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
+    finished!()
+);
+
+pub(crate) const PARK: &str = concat!(
+    "UPDATE runs SET status = 'waiting', waiting_for = $5, wake_at = $7, lease_owner = NULL, \
+            lease_until = NULL, updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
+            AND status NOT IN ",
+    finished!()
+);
+
+// Checkpoints and documents.
+
+pub(crate) const INSERT_CHECKPOINT: &str = concat!(
+    "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
+            VALUES (",
+    run!(),
+    ", $2, $3, $4, $5, $6)"
+);
+
+pub(crate) const INSERT_DOCUMENT: &str = concat!(
+    "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) VALUES (",
+    run!(),
+    ", $2, $3, $4, $5, $6, $7, $8, $9)"
+);
+
+pub(crate) const HISTORY: &str = concat!(
+    "SELECT step, transition, LAG(to_place, 1, '') OVER (ORDER BY step) AS from_place, \
+            to_place, at FROM checkpoints WHERE run = ",
+    run!(),
+    " ORDER BY step"
+);
+
+/// A checkpoint's state is the last full state at or before it, with the patches
+/// after that applied (a row with neither left the state as it was).
+pub(crate) const CHECKPOINT_CHAIN: &str = concat!(
+    "SELECT step, transition, COALESCE((SELECT p.to_place \
+            FROM checkpoints p WHERE p.run = c.run AND p.step = c.step - 1), '') AS from_place, to_place, at, state, \
+            state_patch FROM checkpoints c WHERE c.run = ",
+    run!(),
+    " AND c.step <= $2 AND c.step >= \
+            (SELECT MAX(s.step) FROM checkpoints s WHERE s.run = c.run AND s.step <= $2 AND s.state IS NOT NULL) \
+            ORDER BY c.step"
+);
+
+pub(crate) const DOCUMENTS_AT: &str = concat!(
+    "SELECT ",
+    doc_columns!(),
+    " FROM documents d WHERE d.run = ",
+    run!(),
+    " AND d.step <= $2 AND d.version = (SELECT MAX(v.version) FROM documents v \
+            WHERE v.run = d.run AND v.seq = d.seq AND v.step <= $2) ORDER BY d.seq"
+);
+
+pub(crate) const DOCUMENT_VERSIONS: &str =
+    concat!("SELECT ", doc_columns!(), " FROM documents WHERE run = ", run!(), " ORDER BY step, seq, version");
+
+pub(crate) const DOCUMENT_HISTORY: &str = concat!(
+    "SELECT ",
+    doc_columns!(),
+    " FROM documents WHERE run = ",
+    run!(),
+    " AND doc_type = $2 AND doc_key = $3 ORDER BY version"
+);
+
+// Signals.
+
+pub(crate) const NEXT_SIGNAL: &str = concat!(
+    "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND status NOT IN ",
+    finished!(),
+    " RETURNING id, signal_seq, status"
+);
+
+/// The signal's run id comes from the update that counted it, in the same
+/// transaction.
+pub(crate) const INSERT_SIGNAL: &str = "INSERT INTO signals (run, id, name, payload, status, step, reason, \
+            received_at) VALUES ($1, $2, $3, $4, 'pending', NULL, NULL, $5)";
+
+pub(crate) const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = $1";
+
+pub(crate) const PENDING_SIGNALS: &str =
+    concat!("SELECT ", signal_columns!(), " FROM signals WHERE run = ", run!(), " AND status = 'pending' ORDER BY id");
+
+pub(crate) const ALL_SIGNALS: &str =
+    concat!("SELECT ", signal_columns!(), " FROM signals WHERE run = ", run!(), " ORDER BY id");
+
+pub(crate) const DELIVER_SIGNAL: &str = concat!(
+    "UPDATE signals SET status = 'delivered', step = $3 WHERE run = ",
+    run!(),
+    " AND id = $2 AND status = 'pending'"
+);
+
+pub(crate) const REJECT_SIGNAL: &str = "UPDATE signals SET status = 'rejected', reason = $4 \
+            WHERE run = (SELECT id FROM runs WHERE run_id = $1 AND epoch = $2) AND id = $3 AND status = 'pending'";
+
+pub(crate) const REJECT_PENDING: &str =
+    concat!("UPDATE signals SET status = 'rejected', reason = $2 WHERE run = ", run!(), " AND status = 'pending'");
+
+// Forks.
+
+/// A fork is nobody's child: `parent` and `parent_signal` stay NULL.
+pub(crate) const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
+            definition_hash, version, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
+            wake_at, lease_owner, lease_until, created_at, updated_at) \
+            SELECT $2, workflow, 'running', $3, $4, NULL, definition_hash, version, NULL, run_id, $4, 1, 0, '[]', $5, \
+            NULL, NULL, NULL, $5, $5 FROM runs WHERE run_id = $1";
+
+pub(crate) const FORK_CHECKPOINTS: &str = concat!(
+    "INSERT INTO checkpoints (run, step, transition, to_place, state, \
+            state_patch, at) SELECT (SELECT id FROM runs WHERE run_id = $2), step, transition, to_place, state, \
+            state_patch, at FROM checkpoints WHERE run = ",
+    run!(),
+    " AND step <= $3"
+);
+
+pub(crate) const FORK_DOCUMENTS: &str = concat!(
+    "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, \
+            metadata, content, step) SELECT (SELECT id FROM runs WHERE run_id = $2), seq, version, doc_type, doc_key, \
+            tags, metadata, content, step FROM documents WHERE run = ",
+    run!(),
+    " AND step <= $3"
+);
+
+// Schedules (see `crate::schedules`).
+
+pub(crate) const SELECT_SCHEDULE: &str = concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE id = $1");
+
+pub(crate) const LIST_SCHEDULES: &str = concat!("SELECT ", schedule_columns!(), " FROM schedules ORDER BY id");
+
+pub(crate) const PAUSE_SCHEDULE: &str = concat!(
+    "UPDATE schedules SET paused = $2, next_due = COALESCE($3, next_due), \
+            updated_at = $4 WHERE id = $1 RETURNING ",
+    schedule_columns!()
+);
+
+pub(crate) const INSERT_SCHEDULE: &str = "INSERT INTO schedules (id, workflow, input, recurrence, missed, grace_ms, \
+            paused, next_due, last_due, last_run, last_error, created_at, updated_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, NULL, $9, $9) ON CONFLICT (id) DO NOTHING";
+
+/// The compare-and-set: only the writer that read `next_due = $2` moves it.
+pub(crate) const FIRE_SCHEDULE: &str = "UPDATE schedules SET next_due = COALESCE($3, next_due), \
+            paused = ($3 IS NULL), last_due = COALESCE($4, last_due), last_run = COALESCE($5, last_run), \
+            last_error = $6, updated_at = $7 WHERE id = $1 AND next_due = $2 AND NOT paused";
+
+pub(crate) const INSERT_SCHEDULED_RUN: &str = "INSERT INTO schedule_runs (schedule, due, run_id) VALUES ($1, $2, $3) \
+            ON CONFLICT (schedule, due) DO NOTHING";
+
+pub(crate) const SCHEDULED_RUNS: &str = "SELECT schedule, due, run_id FROM schedule_runs WHERE schedule = $1 \
+            ORDER BY due DESC LIMIT $2";
+
+pub(crate) const DELETE_SCHEDULE: &str = "DELETE FROM schedules WHERE id = $1";
+
+pub(crate) const DELETE_SCHEDULE_RUNS: &str = "DELETE FROM schedule_runs WHERE schedule = $1";
+
+// The event log (see `crate::events`).
+
+pub(crate) const READ_RUN_EVENTS: &str =
+    "SELECT id, origin, event FROM events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+
+pub(crate) const READ_EVENTS: &str = "SELECT id, origin, event FROM events WHERE id > $1 ORDER BY id LIMIT $2";
+
+pub(crate) const LAST_EVENT_ID: &str = "SELECT MAX(id) FROM events";
+
+pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM events WHERE at < $1";
+
+pub(crate) const PRUNE_EVENTS_BY_COUNT: &str = "DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - $1";
+
+pub(crate) const DROP_EXPIRED_LISTENERS: &str = "DELETE FROM event_listeners WHERE until < $1";
+
+pub(crate) const LISTEN: &str = "INSERT INTO event_listeners (listener, until) VALUES ($1, $2) \
+                     ON CONFLICT (listener) DO UPDATE SET until = excluded.until";
+
+pub(crate) const UNLISTEN: &str = "DELETE FROM event_listeners WHERE listener = $1";
+
+pub(crate) const HAS_LISTENERS: &str = "SELECT CAST(1 AS BIGINT) FROM event_listeners WHERE until > $1 LIMIT 1";
