@@ -200,3 +200,100 @@ async fn a_fork_from_a_checkpoint_goes_on_under_another_prompt() {
     let last: loopstack_llm::Message = source_docs.last().unwrap().read().unwrap();
     assert_eq!(last.text(), "[plain] 4 C, rain");
 }
+
+/// A chart: a tool whose result comes with an image.
+struct Chart;
+
+#[async_trait::async_trait]
+impl Tool for Chart {
+    fn name(&self) -> &str {
+        "chart"
+    }
+    fn description(&self) -> &str {
+        "The week's temperatures as a chart."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _args: Value, _cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("the chart of the week").with_image(png(3)))
+    }
+}
+
+/// A PNG's signature and `extra` more bytes: enough for its media type to be read.
+fn png(extra: usize) -> loopstack_llm::image::Image {
+    let mut bytes = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d];
+    bytes.extend(std::iter::repeat_n(7, extra));
+    loopstack_llm::image::Image::from_bytes(&bytes).unwrap()
+}
+
+/// Says what it was shown: the images of the whole conversation, by size.
+fn image_model() -> ScriptedModel {
+    ScriptedModel::from_fn(|r: &loopstack_llm::ChatRequest| {
+        let images: Vec<String> = r
+            .messages
+            .iter()
+            .flat_map(|m| m.images())
+            .map(|(image, call)| match image {
+                loopstack_llm::image::Image::Base64 { data, .. } => {
+                    format!("{} from {}", data.len(), if call.is_some() { "the tool" } else { "the user" })
+                }
+                other => format!("{other:?}"),
+            })
+            .collect();
+        let script = ScriptedModel::new();
+        Ok(match r.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            None => script.tool_call_response("chart", json!({})),
+            Some(_) => script.text_response(format!("I saw {}", images.join(", "))),
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_run_with_images_replays_them_from_the_recording() {
+    let runtime = Runtime::new();
+    let tools = ToolRegistry::new().with(Chart).unwrap();
+    let agent = Agent::new(image_model(), "m", tools.clone()).system(SYSTEM);
+    let reply = agent.ask_with_images(&runtime, "How was the week?", [png(1)]).await.unwrap();
+    assert_eq!(reply.text, "I saw 20 from the user, 20 from the tool", "the question's image and the chart's");
+    let file = RunExport::of(runtime.store().as_ref(), reply.run_id).await.unwrap().to_json();
+
+    let recording = Recording::from_export(&RunExport::from_json(&file).unwrap()).unwrap();
+    let replay = recording.model();
+    let replayed = Agent::new(replay.clone(), "m", recording.tools(&tools).registry().unwrap()).system(SYSTEM);
+    let again = replay.replay(&replayed, &Runtime::new()).await.unwrap();
+    assert_eq!(again.text, reply.text);
+    assert_eq!(replay.served(), 2);
+}
+
+#[tokio::test]
+async fn a_fork_with_edits_replays_under_its_own_prompt() {
+    let model = ScriptedModel::from_fn(|r: &loopstack_llm::ChatRequest| {
+        let script = ScriptedModel::new();
+        Ok(match r.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            None => script.tool_call_response("get_weather", json!({"location": r.messages[0].text()})),
+            Some(result) => {
+                let style = r.settings.system.as_deref().unwrap_or_default();
+                script.text_response(format!("[{style}] {}", result.content))
+            }
+        })
+    });
+    let (tools, _) = weather("4 C, rain");
+    let runtime = Runtime::new();
+    let source = agent(model.clone(), tools.clone(), "plain").ask(&runtime, "Oslo").await.unwrap();
+    // From step 1, the question saved: another prompt and another question.
+    let edits = loopstack_core::ForkEdits::new().system("poetic").message_text(0, "Bergen");
+    let fork = agent(model, tools.clone(), "plain").fork_with(&runtime, source.run_id, 1, edits).await.unwrap();
+    assert_eq!(fork.text, "[poetic] 4 C, rain");
+    let export = RunExport::of(runtime.store().as_ref(), fork.run_id).await.unwrap();
+    let recording = Recording::from_export(&export).unwrap();
+    assert_eq!(recording.prompt(), "Bergen", "the fork's question, as edited");
+
+    let replay = recording.model();
+    let replayed = agent(replay.clone(), recording.tools(&tools).registry().unwrap(), "poetic");
+    assert_eq!(replay.replay(&replayed, &Runtime::new()).await.unwrap().text, "[poetic] 4 C, rain");
+    // Under the source's prompt it departs at the first request, saying how.
+    let source_prompt = agent(replay.clone(), recording.tools(&tools).registry().unwrap(), "plain");
+    let Err(ReplayError::Diverged(diff)) = replay.replay(&source_prompt, &Runtime::new()).await else { panic!() };
+    assert!(diff.contains("- poetic") && diff.contains("+ plain"), "{diff}");
+}

@@ -163,8 +163,15 @@ pub struct RecordedTurn {
 pub struct Recording {
     run_id: RunId,
     turns: Vec<RecordedTurn>,
-    results: HashMap<String, ToolResult>,
+    results: HashMap<String, RecordedResult>,
     output: Option<String>,
+}
+
+/// A tool call's recorded result, with the images its tool returned.
+#[derive(Debug, Clone)]
+struct RecordedResult {
+    result: ToolResult,
+    images: Vec<crate::image::Image>,
 }
 
 impl Recording {
@@ -180,13 +187,22 @@ impl Recording {
         // By conversation: what was last recorded, which the turns after it that record
         // nothing were sent under.
         let mut current: HashMap<Option<String>, Arc<Value>> = HashMap::new();
-        let (mut turns, mut results) = (Vec::new(), HashMap::new());
+        let (mut turns, mut results) = (Vec::new(), HashMap::<String, RecordedResult>::new());
+        let images = stored_images(export)?;
         for doc in export.documents.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
-            let message: Message = doc.read().map_err(|e| ReplayError::Export(e.to_string()))?;
+            let mut message: Message = doc.read().map_err(|e| ReplayError::Export(e.to_string()))?;
+            // As a request shows them: with their data, not the run's references.
+            resolve_images(&mut message, &images)?;
             let name = doc.tags.iter().find_map(|t| t.strip_prefix(NAMED_CONVERSATION_PREFIX)).map(str::to_owned);
             let conversation = conversations.entry(name.clone()).or_default();
             for result in message.tool_results_iter() {
-                results.insert(result.tool_use_id.clone(), result.clone());
+                results
+                    .insert(result.tool_use_id.clone(), RecordedResult { result: result.clone(), images: Vec::new() });
+            }
+            for (image, call) in message.images() {
+                if let Some(recorded) = call.and_then(|call| results.get_mut(call)) {
+                    recorded.images.push(image.clone());
+                }
             }
             if message.role == Role::Assistant {
                 let meta = |name: &str| doc.metadata.get(name);
@@ -234,6 +250,14 @@ impl Recording {
         self.turns[0].messages.first().map(Message::text).unwrap_or_default()
     }
 
+    /// The images shown with the prompt.
+    pub fn prompt_images(&self) -> Vec<crate::image::Image> {
+        let first = self.turns[0].messages.first();
+        first
+            .map(|m| m.images().filter(|(_, call)| call.is_none()).map(|(i, _)| i.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// The recorded run's final answer (an agent's `output`), if it has one.
     pub fn output(&self) -> Option<&str> {
         self.output.as_deref()
@@ -263,7 +287,7 @@ impl Recording {
 #[derive(Debug, Clone)]
 pub struct ReplayTools {
     live: ToolRegistry,
-    results: Arc<HashMap<String, ToolResult>>,
+    results: Arc<HashMap<String, RecordedResult>>,
     run_live: Vec<String>,
 }
 
@@ -299,7 +323,7 @@ impl ReplayTools {
 /// A tool that answers with recorded results.
 struct Recorded {
     spec: Arc<ToolSpec>,
-    results: Arc<HashMap<String, ToolResult>>,
+    results: Arc<HashMap<String, RecordedResult>>,
 }
 
 #[async_trait::async_trait]
@@ -324,8 +348,10 @@ impl Tool for Recorded {
 
     async fn call(&self, _args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
         match self.results.get(cx.call_id()) {
-            Some(result) if result.is_error => Ok(ToolOutput::error(result.content.clone())),
-            Some(result) => Ok(ToolOutput::text(result.content.clone())),
+            Some(RecordedResult { result, .. }) if result.is_error => Ok(ToolOutput::error(result.content.clone())),
+            Some(RecordedResult { result, images }) => {
+                Ok(images.iter().fold(ToolOutput::text(result.content.clone()), |out, i| out.with_image(i.clone())))
+            }
             None => Err(ToolError::new(format!(
                 "the recording has no result for call `{}` to `{}`",
                 cx.call_id(),
@@ -353,7 +379,13 @@ impl ReplayModel {
     /// took every recorded turn and that its answer is the recorded one.
     pub async fn replay(&self, agent: &Agent, runtime: &Runtime) -> Result<AgentReply, ReplayError> {
         self.served.store(0, Ordering::Relaxed);
-        let reply = match agent.ask(runtime, self.recording.prompt()).await {
+        let (prompt, images) = (self.recording.prompt(), self.recording.prompt_images());
+        let asked = if images.is_empty() {
+            agent.ask(runtime, prompt).await
+        } else {
+            agent.ask_with_images(runtime, prompt, images).await
+        };
+        let reply = match asked {
             Ok(reply) => reply,
             Err(AskError::Step { source: AgentError::Llm(LlmError::Replay { diff, .. }), .. }) => {
                 return Err(ReplayError::Diverged(diff));
@@ -430,4 +462,29 @@ impl ChatModel for ReplayModel {
         self.served.fetch_add(1, Ordering::Relaxed);
         Ok(turn.response.clone())
     }
+}
+
+/// The images an export's messages refer to, by key: the data of its
+/// [`IMAGE_DOCUMENT`](crate::image::IMAGE_DOCUMENT) documents.
+fn stored_images(export: &RunExport) -> Result<HashMap<&str, crate::image::Image>, ReplayError> {
+    let mut images = HashMap::new();
+    for doc in export.documents.iter().filter(|d| d.doc_type == crate::image::IMAGE_DOCUMENT) {
+        let Some(key) = doc.key.as_deref() else { continue };
+        let saved: crate::image::ImageDocument = doc.read().map_err(|e| ReplayError::Export(e.to_string()))?;
+        images.insert(key, crate::image::Image::Base64 { media_type: saved.media_type, data: saved.data });
+    }
+    Ok(images)
+}
+
+/// Replaces a message's references to stored images with their data.
+fn resolve_images(message: &mut Message, images: &HashMap<&str, crate::image::Image>) -> Result<(), ReplayError> {
+    for block in &mut message.content {
+        let crate::message::ContentBlock::Image { source, .. } = block else { continue };
+        let crate::image::Image::Stored { key, .. } = &*source else { continue };
+        let Some(data) = images.get(key.as_str()) else {
+            return Err(ReplayError::Export(format!("the image `{key}` a message refers to is not in the export")));
+        };
+        *source = data.clone();
+    }
+    Ok(())
 }
