@@ -198,8 +198,8 @@ pub enum Command {
         edits: Box<ForkFlags>,
     },
     /// Runs an eval: each case of DATASET (JSONL: {"id", "input", "expected"} a line)
-    /// a run of the registered agent AGENT, scored, shown as a table (or JSON). The
-    /// same --id over the same store resumes an eval that was interrupted: its
+    /// a run of the registered agent (--agent) or workflow (--workflow), scored,
+    /// shown as a table (or JSON). The same --id over the same store resumes an eval that was interrupted: its
     /// finished cases are read back, not run again. Exit status: 0 when every case
     /// passed, 3 when some failed (the report is printed all the same), 1 on an
     /// error, 2 for a command line that does not parse.
@@ -318,8 +318,12 @@ pub struct EvalCommand {
     /// The dataset, a JSONL file.
     pub dataset: std::path::PathBuf,
     /// The registered agent.
+    #[arg(long, required_unless_present = "workflow", conflicts_with = "workflow")]
+    pub agent: Option<String>,
+    /// A registered workflow of any kind instead of an agent: each case's input is
+    /// its input as JSON, and the scorers read its final state as JSON.
     #[arg(long)]
-    pub agent: String,
+    pub workflow: Option<String>,
     /// Runs per case.
     #[arg(long, default_value_t = 1)]
     pub repeats: u32,
@@ -816,7 +820,10 @@ pub const EVAL_FAILED: u8 = 3;
 /// What `eval` was given.
 struct EvalArgs<'a> {
     dataset: &'a std::path::Path,
+    /// The agent's name, or the workflow's.
     agent: &'a str,
+    /// Whether `agent` names a workflow of any kind (`--workflow`).
+    workflow: bool,
     repeats: u32,
     concurrency: usize,
     id: Option<RunId>,
@@ -842,7 +849,8 @@ async fn eval(runtime: &Runtime, args: EvalArgs<'_>, json: bool) -> Result<Strin
         None => None,
     };
     let dataset = Dataset::load_jsonl(args.dataset).map_err(|e| bad(&e))?;
-    let mut eval = Eval::named(dataset, args.agent).repeats(args.repeats).concurrency(args.concurrency);
+    let eval = if args.workflow { Eval::workflow(dataset, args.agent) } else { Eval::named(dataset, args.agent) };
+    let mut eval = eval.repeats(args.repeats).concurrency(args.concurrency);
     for scorer in args.scorers {
         eval = match scorer.split_once(':') {
             None if scorer == "contains" => eval.scorer(Contains::expected()),
@@ -1225,7 +1233,8 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         Command::Eval(e) => {
             let args = EvalArgs {
                 dataset: &e.dataset,
-                agent: &e.agent,
+                agent: e.agent.as_deref().or(e.workflow.as_deref()).unwrap_or_default(),
+                workflow: e.workflow.is_some(),
                 repeats: e.repeats,
                 concurrency: e.concurrency,
                 id: e.id,

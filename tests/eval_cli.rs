@@ -133,3 +133,72 @@ fn an_eval_killed_mid_case_resumes_with_its_id_without_running_finished_cases_ag
     assert!(resumed[2].epoch > killed[2].epoch);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A workflow that is no agent: it prices an order, ten off with a coupon.
+mod pricing {
+    use loopstack::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Default, Serialize, Deserialize)]
+    pub(crate) struct Quote {
+        pub(crate) total: u32,
+        #[serde(default)]
+        pub(crate) coupon: Option<String>,
+        #[serde(default)]
+        pub(crate) price: u32,
+    }
+
+    pub(crate) struct Pricing;
+
+    #[workflow(name = "pricing")]
+    impl Pricing {
+        #[transition(to = End)]
+        async fn price(&self, quote: &mut Quote, _cx: &mut RunContext) -> Result<()> {
+            quote.price = if quote.coupon.is_some() { quote.total.saturating_sub(10) } else { quote.total };
+            Ok(())
+        }
+    }
+}
+
+/// Any registered workflow is a target, in code and on the command line: a case's
+/// input is the run's input as JSON, and the scorers read its final state.
+#[tokio::test]
+async fn an_eval_of_a_workflow_that_is_not_an_agent_scores_its_final_state() {
+    use clap::Parser as _;
+    use loopstack::eval::{Contains, Dataset, Eval, FitsSchema};
+    let dataset = Dataset::from_jsonl(
+        "pricing",
+        r#"{"id": "plain", "input": {"total": 50}, "expected": "\"price\":50"}
+{"id": "coupon", "input": {"total": 50, "coupon": "TEN"}, "expected": "\"price\":40"}
+{"id": "wrong", "input": {"total": 50}, "expected": "\"price\":45"}
+"#,
+    )
+    .unwrap();
+    let runtime = loopstack::Runtime::new().register(pricing::Pricing);
+    let schema =
+        serde_json::json!({"type": "object", "required": ["price"], "properties": {"price": {"type": "integer"}}});
+    let eval = Eval::workflow(dataset, "pricing").scorer(Contains::expected()).scorer(FitsSchema::new(schema).unwrap());
+    let report = eval.run(&runtime).await.unwrap();
+    let passed: Vec<(&str, bool)> = report.cases.iter().map(|c| (c.case.as_str(), c.passed)).collect();
+    assert_eq!(passed, [("plain", true), ("coupon", true), ("wrong", false)]);
+    let state = runtime.store().load_run(report.cases[1].run_id).await.unwrap().state;
+    assert!(state.get().contains("\"price\":40"), "each case is a run of the workflow: {}", state.get());
+
+    // On the command line: `eval FILE --workflow pricing`, scored the same.
+    let dir = std::env::temp_dir().join(format!("loopstack-eval-workflow-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pricing.jsonl");
+    std::fs::write(
+        &file,
+        "{\"id\": \"coupon\", \"input\": {\"total\": 30, \"coupon\": \"TEN\"}, \"expected\": \"\\\"price\\\":20\"}\n",
+    )
+    .unwrap();
+    let args = ["app", "--json", "eval", file.to_str().unwrap(), "--workflow", "pricing"];
+    let out = loopstack::cli::execute(&runtime, &loopstack::cli::Cli::try_parse_from(args).unwrap()).await.unwrap();
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["summary"]["passed"], 1, "{report}");
+    // An agent or a workflow, not both.
+    let both = ["app", "eval", "x.jsonl", "--agent", "weather", "--workflow", "pricing"];
+    assert!(loopstack::cli::Cli::try_parse_from(both).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

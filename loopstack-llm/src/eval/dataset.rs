@@ -18,7 +18,10 @@ pub struct Case {
     /// The case's name in reports: unique in its dataset.
     #[serde(default)]
     pub id: String,
-    /// The input: an agent's prompt.
+    /// The input: an agent's prompt, or a workflow's input as JSON text
+    /// ([`Eval::workflow`](super::Eval::workflow)). In a JSONL dataset it is a string,
+    /// taken as is, or any other JSON value, kept as its JSON text.
+    #[serde(deserialize_with = "input_text")]
     pub input: String,
     /// What is expected, for the scorers that compare with it ([`Exact`](super::Exact),
     /// [`Contains`](super::Contains) and your own).
@@ -129,5 +132,13 @@ impl Dataset {
     /// Its cases.
     pub fn cases(&self) -> &[Case] {
         &self.cases
+    }
+}
+
+/// A case's `input`: a string as is, any other JSON value as its JSON text.
+fn input_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => Ok(text),
+        other => Ok(other.to_string()),
     }
 }

@@ -107,11 +107,13 @@ pub struct Outcome {
 /// What an eval reports as it goes: cases done, of how many, and the last one.
 pub type Progress = dyn Fn(usize, usize, &CaseReport) + Send + Sync;
 
-/// What an eval runs its cases on: an agent at hand, or one registered by name.
+/// What an eval runs its cases on: an agent at hand, one registered by name, or
+/// any registered workflow.
 #[derive(Clone)]
 enum Subject {
     Agent(Box<Agent>),
     Named(String),
+    Workflow(String),
 }
 
 /// An eval of an agent on a dataset: see the [module docs](self).
@@ -172,11 +174,21 @@ impl Eval {
         }
     }
 
+    /// An eval of any workflow registered in the runtime as `workflow`, an agent or
+    /// not: each case's `input` is the run's input as JSON (text that is not JSON is
+    /// a JSON string), and the outcome's `text` is the run's final state as JSON
+    /// (a state that is a string: the string), its `answer` the state itself, so
+    /// every scorer reads it (`Exact`, `Contains`, `Matches`, `FitsSchema`, a judge).
+    /// Its tool calls are those of any conversation the run kept.
+    pub fn workflow(dataset: Dataset, workflow: impl Into<String>) -> Self {
+        Self { subject: Subject::Workflow(workflow.into()), ..Self::named(dataset, String::new()) }
+    }
+
     /// The agent's name.
     fn agent_name(&self) -> &str {
         match &self.subject {
             Subject::Agent(agent) => agent.name(),
-            Subject::Named(name) => name,
+            Subject::Named(name) | Subject::Workflow(name) => name,
         }
     }
 
@@ -279,7 +291,9 @@ impl Eval {
         match (runtime.store().load_run(run_id).await, &self.subject) {
             (Ok(record), subject) if matches!(record.status, RunStatus::Queued | RunStatus::Running) => match subject {
                 Subject::Agent(agent) => run_failure(agent.resume(runtime, run_id).await)?,
-                Subject::Named(_) => run_failure(runtime.resume_by_name(run_id).await.map_err(AskError::from))?,
+                Subject::Named(_) | Subject::Workflow(_) => {
+                    run_failure(runtime.resume_by_name(run_id).await.map_err(AskError::from))?;
+                }
             },
             (Ok(_), _) => {}
             (Err(StoreError::RunNotFound(_)), Subject::Agent(agent)) => {
@@ -290,10 +304,13 @@ impl Eval {
                 let started = runtime.start_by_name(name, Value::String(case.input.clone()), run_id).await;
                 run_failure(started.map_err(AskError::from))?;
             }
+            (Err(StoreError::RunNotFound(_)), Subject::Workflow(name)) => {
+                let input = serde_json::from_str(&case.input).unwrap_or_else(|_| Value::String(case.input.clone()));
+                run_failure(runtime.start_by_name(name, input, run_id).await.map_err(AskError::from))?;
+            }
             (Err(e), _) => return Err(e.into()),
         }
         let record = runtime.store().load_run(run_id).await?;
-        let state: AgentState = serde_json::from_str(record.state.get()).unwrap_or_default();
         let documents = runtime.store().documents(run_id).await?;
         let tool_calls = documents
             .iter()
@@ -301,6 +318,27 @@ impl Eval {
             .filter_map(|d| d.read::<Message>().ok())
             .flat_map(|m| m.tool_uses().cloned().collect::<Vec<_>>())
             .collect();
+        if matches!(self.subject, Subject::Workflow(_)) {
+            let state: Value = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
+            let text = match &state {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            return Ok(Outcome {
+                run_id,
+                status: record.status,
+                agent_status: None,
+                text,
+                answer: Some(state),
+                tool_calls,
+                usage: Usage::default(),
+                cost: 0.0,
+                turns: 0,
+                latency: record.updated_at.since(record.created_at),
+                error: record.error,
+            });
+        }
+        let state: AgentState = serde_json::from_str(record.state.get()).unwrap_or_default();
         Ok(Outcome {
             run_id,
             status: record.status,
