@@ -856,6 +856,16 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     click(client, "button[data-tab=history]").await;
     click(client, "button[data-fork='1']").await;
     fill(client, "form.fork-form textarea[name=system]", "be kind").await;
+    // A message number without its new text is refused on the page, and nothing is sent.
+    fill(client, "form.fork-form input[name=message_index]", "0").await;
+    click(client, "form.fork-form button[type=submit]").await;
+    until(
+        client,
+        "the request for the text",
+        "document.querySelector('form.fork-form .form-error')?.textContent.includes('its new text')",
+    )
+    .await;
+    fill(client, "form.fork-form textarea[name=message_text]", "Reset the password of bob").await;
     screenshot(client, dir, "forks-1-form.png").await;
     click(client, "form.fork-form button[type=submit]").await;
     until(
@@ -869,7 +879,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     until(
         client,
         "where the fork came from",
-        "document.querySelector('.facts dd.fork')?.textContent.includes('at step 1 with: system prompt changed')",
+        "document.querySelector('.facts dd.fork')?.textContent.includes('at step 1 with: system prompt changed, message 0 edited')",
     )
     .await;
     let fork: Value =
@@ -880,7 +890,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     assert_eq!(run["forked_from"], json!({"run_id": source, "step": 1}));
     screenshot(client, dir, "forks-2-fork.png").await;
 
-    // Side by side with the original: both wait at the approval, with the same call.
+    // Side by side with the original: both wait at the approval, each with the call its question asks for.
     click(client, ".facts a.compare-link").await;
     until(client, "two columns", "document.querySelectorAll('.compare-side').length === 2").await;
     let sides: Value = client
@@ -890,8 +900,8 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
         )
         .await
         .unwrap();
-    let call = r#"reset_password {"user":"ada"}"#;
-    assert_eq!(sides, json!([[source, "waiting", call], [fork, "waiting", call]]));
+    let call = |user: &str| format!(r#"reset_password {{"user":"{user}"}}"#);
+    assert_eq!(sides, json!([[source, "waiting", call("ada")], [fork, "waiting", call("bob")]]));
     screenshot(client, dir, "forks-3-compare.png").await;
 
     // Two evals of the weather agent from the command line, on the same file; the

@@ -926,11 +926,13 @@
     const system = h("textarea", { name: "system", rows: 3, placeholder: "system prompt (the run's own when empty)", "aria-label": "system prompt" });
     const model = h("input", { type: "text", name: "model", placeholder: "PROVIDER:MODEL (the run's own when empty)", "aria-label": "model" });
     const keep = h("input", { type: "number", name: "keep_messages", min: 0, placeholder: "keep the first N messages", "aria-label": "messages to keep" });
+    const reword = h("input", { type: "number", name: "message_index", min: 0, placeholder: "reword message N (from 0)", "aria-label": "message to reword" });
+    const text = h("textarea", { name: "message_text", rows: 2, placeholder: "its new text", "aria-label": "the message's new text" });
     const state = h("textarea", { name: "state", rows: 4, placeholder: "the whole state as JSON (the checkpoint's when empty)", "aria-label": "state" });
     const error = h("p", { class: "form-error", role: "alert" });
     const submit = h("button", { class: "primary", type: "submit", text: "Fork" });
     const form = h("form", { class: "fork-form", "data-fork-step": String(step) },
-      h("h3", { text: "Fork from step " + step }), system, model, keep, state, error, h("div", { class: "actions" }, submit));
+      h("h3", { text: "Fork from step " + step }), system, model, keep, reword, text, state, error, h("div", { class: "actions" }, submit));
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       error.textContent = "";
@@ -938,6 +940,11 @@
       if (system.value.trim()) edits.system = system.value;
       if (model.value.trim()) edits.model = model.value.trim();
       if (keep.value !== "") edits.keep_messages = Number(keep.value);
+      if ((reword.value !== "") !== Boolean(text.value.trim())) {
+        error.textContent = "to reword a message, give its number (from 0) and its new text";
+        return;
+      }
+      if (reword.value !== "") edits.messages = [{ index: Number(reword.value), text: text.value }];
       if (state.value.trim()) {
         try {
           edits.state = JSON.parse(state.value);
