@@ -158,6 +158,8 @@ mod tests {
         let hidden =
             |app: &App| app.command::<Own>().get_arguments().find(|a| a.get_id() == "mcp").unwrap().is_hide_set();
         assert!(hidden(&app));
-        assert!(!hidden(&App { takes_mcp: true, ..App::new("desk") }));
+        let mut taking = App::new("desk");
+        taking.takes_mcp = true;
+        assert!(!hidden(&taking));
     }
 }
