@@ -1,0 +1,122 @@
+//! Listing runs: a query and a page.
+
+use super::*;
+
+/// A filter over runs, for [`Store::list_runs`]: newest first, a page at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunQuery {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// Only runs in one of these statuses (any when empty).
+    pub status: Vec<RunStatus>,
+    /// Only runs at this place.
+    pub place: Option<String>,
+    /// Only children of this run.
+    pub parent: Option<RunId>,
+    /// Only runs created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only runs created before this time.
+    pub created_before: Option<Timestamp>,
+    /// Only runs older than this one (the previous page's [`RunPage::next`]).
+    pub before: Option<RunId>,
+    /// The page size, 1 to 1,000 (50 by default).
+    pub limit: u32,
+}
+
+impl Default for RunQuery {
+    fn default() -> Self {
+        Self {
+            workflow: None,
+            status: Vec::new(),
+            place: None,
+            parent: None,
+            created_after: None,
+            created_before: None,
+            before: None,
+            limit: 50,
+        }
+    }
+}
+
+impl RunQuery {
+    /// Every run, 50 a page.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only runs of `workflow`.
+    #[must_use]
+    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
+        self.workflow = Some(workflow.into());
+        self
+    }
+
+    /// Only runs in `status` (call again to allow several).
+    #[must_use]
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.status.push(status);
+        self
+    }
+
+    /// Only runs at `place`.
+    #[must_use]
+    pub fn place(mut self, place: impl Into<String>) -> Self {
+        self.place = Some(place.into());
+        self
+    }
+
+    /// Only children of `parent`.
+    #[must_use]
+    pub fn parent(mut self, parent: RunId) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Only runs created in `[after, before)`.
+    #[must_use]
+    pub fn created_between(mut self, after: Option<Timestamp>, before: Option<Timestamp>) -> Self {
+        self.created_after = after;
+        self.created_before = before;
+        self
+    }
+
+    /// The page after the one that returned `next`.
+    #[must_use]
+    pub fn before(mut self, next: RunId) -> Self {
+        self.before = Some(next);
+        self
+    }
+
+    /// The page size, clamped to 1..=1000.
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The page size as stores apply it.
+    pub fn page_size(&self) -> u32 {
+        self.limit.clamp(1, 1000)
+    }
+
+    /// Whether `run` passes the filter (the paging cursor aside); what every store's
+    /// query must agree with.
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        self.workflow.as_ref().is_none_or(|w| *w == run.workflow)
+            && (self.status.is_empty() || self.status.contains(&run.status))
+            && self.place.as_ref().is_none_or(|p| *p == run.place)
+            && self.parent.is_none_or(|p| run.parent == Some(p))
+            && self.created_after.is_none_or(|t| run.created_at >= t)
+            && self.created_before.is_none_or(|t| run.created_at < t)
+    }
+}
+
+/// One page of runs, newest first.
+#[derive(Debug, Clone)]
+pub struct RunPage {
+    /// The runs, without their states.
+    pub runs: Vec<RunSummary>,
+    /// Pass to [`RunQuery::before`] for the next page; `None` on the last.
+    pub next: Option<RunId>,
+}
