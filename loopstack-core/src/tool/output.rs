@@ -1,0 +1,251 @@
+//! What a tool returns: its output ([`ToolOutput`]) or its error ([`ToolError`]).
+
+use super::*;
+
+/// The content of a tool result.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum ToolContent {
+    /// Text, sent to the model as it is.
+    Text(String),
+    /// A structured result, sent to the model as JSON.
+    Json(Value),
+}
+
+/// What a tool returns for one call, as the model will see it: text or JSON, and
+/// whether the call failed. With the call's id and the tool's name it becomes the
+/// call's result (`ToolCallResult` in `loopstack::llm`), the one type the steps
+/// that run calls give back.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The content.
+    pub content: ToolContent,
+    /// Whether the call failed; providers mark such results as errors.
+    pub is_error: bool,
+    /// Set when the call has no result yet: it runs on as this child run (a
+    /// workflow tool whose run waits for a person, a timer). Its result arrives as
+    /// the child's [`ChildEnded`](crate::ChildEnded) signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<RunId>,
+    /// Images the model is shown with the result (a chart, a screenshot), after its
+    /// text; see [`ToolOutput::with_image`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::image::Image>,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { content: ToolContent::Text(text.into()), is_error: false, pending: None, images: Vec::new() }
+    }
+
+    /// A structured result.
+    pub fn json(value: Value) -> Self {
+        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new() }
+    }
+
+    /// A call whose result is not there yet: it comes when child run `child` ends.
+    pub fn pending(child: RunId) -> Self {
+        Self {
+            content: ToolContent::Text(format!("pending: run {child}")),
+            is_error: false,
+            pending: Some(child),
+            images: Vec::new(),
+        }
+    }
+
+    /// Adds an image the model is shown with the result, after its text: a chart,
+    /// a screenshot. A result without images is sent as it always was.
+    ///
+    /// ```
+    /// use loopstack_core::{ToolOutput, image::Image};
+    ///
+    /// let png = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d];
+    /// let output = ToolOutput::text("the chart of May").with_image(Image::from_bytes(&png).unwrap());
+    /// assert_eq!(output.images.len(), 1);
+    /// ```
+    #[must_use]
+    pub fn with_image(mut self, image: crate::image::Image) -> Self {
+        self.images.push(image);
+        self
+    }
+
+    /// Whether the call has no result yet (see [`ToolOutput::pending`]).
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// An error result with a message for the model.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { content: ToolContent::Text(message.into()), is_error: true, pending: None, images: Vec::new() }
+    }
+
+    /// The content as the text sent to a model: text as it is, JSON serialized.
+    pub fn to_text(&self) -> Cow<'_, str> {
+        match &self.content {
+            ToolContent::Text(t) => Cow::Borrowed(t),
+            ToolContent::Json(v) => Cow::Owned(v.to_string()),
+        }
+    }
+
+    /// Consumes the output and returns its text.
+    pub fn into_text(self) -> String {
+        match self.content {
+            ToolContent::Text(t) => t,
+            ToolContent::Json(v) => v.to_string(),
+        }
+    }
+}
+
+impl From<ToolError> for ToolOutput {
+    fn from(err: ToolError) -> Self {
+        Self::error(err.to_string())
+    }
+}
+
+/// Turns what a tool handler returns into a [`ToolOutput`].
+///
+/// Text types become text results, [`Json`] and [`Value`] structured results.
+/// `#[tool]` also accepts any other `Serialize` type and sends it as JSON.
+pub trait IntoToolOutput {
+    /// Converts into the output.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for &str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+impl IntoToolOutput for Cow<'_, str> {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self.into_owned())
+    }
+}
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::json(self)
+    }
+}
+impl<T: Serialize> IntoToolOutput for Json<T> {
+    fn into_tool_output(self) -> ToolOutput {
+        match serde_json::to_value(&self.0) {
+            Ok(v) => ToolOutput::json(v),
+            Err(e) => ToolOutput::error(format!("the tool's result could not be serialized: {e}")),
+        }
+    }
+}
+
+/// A structured tool result, serialized to JSON for the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Json<T>(pub T);
+
+/// What kind of failure a [`ToolError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// The model's arguments did not match the schema.
+    InvalidArguments,
+    /// The model called a tool that does not exist or was not offered.
+    UnknownTool,
+    /// The handler returned an error.
+    Failed,
+    /// The handler panicked.
+    Panicked,
+    /// The call took longer than its timeout.
+    TimedOut,
+    /// The handler asked for the run the call is made from ([`ToolContext::runtime`])
+    /// and the call was not given it: the tool does not ask for it
+    /// ([`ToolOptions::needs_run`], `#[tool(needs_run)]`), or it was called outside a run.
+    NoRun,
+}
+
+/// A failed tool call. Its message is what the model sees.
+///
+/// Like `anyhow::Error`, any `std::error::Error` converts into it with `?`, so a
+/// handler can use `?` on its own errors. For a message of your own, use
+/// [`ToolError::new`].
+pub struct ToolError {
+    kind: ToolErrorKind,
+    message: String,
+}
+
+impl ToolError {
+    /// A handler failure with a message for the model.
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self { kind: ToolErrorKind::Failed, message: message.to_string() }
+    }
+
+    /// An error of a given kind.
+    pub fn with_kind(kind: ToolErrorKind, message: impl fmt::Display) -> Self {
+        Self { kind, message: message.to_string() }
+    }
+
+    /// The model's arguments were not valid.
+    pub fn invalid_arguments(message: impl fmt::Display) -> Self {
+        Self::with_kind(ToolErrorKind::InvalidArguments, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ToolErrorKind {
+        self.kind
+    }
+
+    /// The message the model sees.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolError").field("kind", &self.kind).field("message", &self.message).finish()
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
+    fn from(err: E) -> Self {
+        let mut message = err.to_string();
+        let mut source = err.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Self::new(message)
+    }
+}
+
+impl ToolError {
+    /// A handler failure from a boxed error (`From` cannot cover it: it would overlap
+    /// the conversion from every `std::error::Error`). Use it as
+    /// `.map_err(ToolError::from_boxed)?`.
+    pub fn from_boxed(err: crate::BoxError) -> Self {
+        let mut message = err.to_string();
+        let mut source = err.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Self::new(message)
+    }
+}
