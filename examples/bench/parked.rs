@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-pub(crate) async fn run(_: &crate::Args) -> ExitCode {
+pub(crate) async fn run(args: &crate::Args) -> ExitCode {
+    let _ = args.signals;
     eprintln!("W6 is not there yet");
     ExitCode::FAILURE
 }
