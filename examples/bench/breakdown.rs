@@ -15,7 +15,9 @@
 //! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU).
 //!
 //! The store itself (`SqliteStore` under the agent, as in W4) is the last line, in
-//! the same process; each line gives microseconds per run and per statement.
+//! the same process. The variants take turns, `--n / 5` runs each a round for five
+//! rounds, so a busy disk weighs on all alike; each line gives the median round's
+//! microseconds per run and per statement.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -288,72 +290,110 @@ async fn fresh(dir: &std::path::Path, name: &str, store_schema: bool) -> Result<
     Ok(path)
 }
 
-/// Replays `replay` `n` times into a fresh file; microseconds per run.
-async fn time(
-    dir: &std::path::Path,
-    name: &str,
-    replay: &Replay,
-    store_schema: bool,
-    driver: Driver,
+/// One way of writing: its open connection and its replay, timed round by round.
+struct Variant<'r> {
+    writes: &'static str,
+    driver: &'static str,
     full: bool,
-    n: usize,
-) -> Result<f64, String> {
-    let path = fresh(dir, name, store_schema).await?;
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let warmup = 20;
-    match driver {
-        Driver::Rusqlite => {
-            let mut conn = crate::plain::open_sqlite(&path)?;
-            // As sqlx connects: foreign keys on.
-            conn.pragma_update(None, "foreign_keys", "ON").map_err(|x| e(&x))?;
-            if !full {
-                conn.pragma_update(None, "synchronous", "OFF").map_err(|x| e(&x))?;
+    replay: &'r Replay,
+    conn: Conn,
+    /// Microseconds per run, one figure a round.
+    rounds: Vec<f64>,
+}
+
+enum Conn {
+    Rusqlite(rusqlite::Connection),
+    Pool(SqlitePool),
+    Held(SqlitePool, sqlx::pool::PoolConnection<sqlx::Sqlite>),
+}
+
+impl<'r> Variant<'r> {
+    async fn open(
+        dir: &std::path::Path,
+        (writes, replay): (&'static str, &'r Replay),
+        driver: Driver,
+        full: bool,
+    ) -> Result<Variant<'r>, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let name = match driver {
+            Driver::Rusqlite => "rusqlite",
+            Driver::SqlxPool => "sqlx pool",
+            Driver::SqlxConnection => "sqlx connection",
+        };
+        let file = format!("{writes}-{}-{}", name.replace(' ', "-"), if full { "full" } else { "off" });
+        let path = fresh(dir, &file, writes == "store").await?;
+        let conn = match driver {
+            Driver::Rusqlite => {
+                let conn = crate::plain::open_sqlite(&path)?;
+                // As sqlx connects: foreign keys on.
+                conn.pragma_update(None, "foreign_keys", "ON").map_err(|x| e(&x))?;
+                if !full {
+                    conn.pragma_update(None, "synchronous", "OFF").map_err(|x| e(&x))?;
+                }
+                Conn::Rusqlite(conn)
             }
-            for _ in 0..warmup {
-                rusqlite_run(&mut conn, replay, RunId::new().0.as_bytes()).map_err(|x| e(&x))?;
+            Driver::SqlxPool | Driver::SqlxConnection => {
+                // The store's options (sqlite.rs), `synchronous` as asked.
+                let options = SqliteConnectOptions::new()
+                    .filename(&path)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(if full { SqliteSynchronous::Full } else { SqliteSynchronous::Off })
+                    .busy_timeout(std::time::Duration::from_secs(30));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connect_with(options)
+                    .await
+                    .map_err(|x| e(&x))?;
+                if driver == Driver::SqlxConnection {
+                    let held = pool.acquire().await.map_err(|x| e(&x))?;
+                    Conn::Held(pool, held)
+                } else {
+                    Conn::Pool(pool)
+                }
             }
-            let started = Instant::now();
-            for _ in 0..n {
-                rusqlite_run(&mut conn, replay, RunId::new().0.as_bytes()).map_err(|x| e(&x))?;
+        };
+        Ok(Variant { writes, driver: name, full, replay, conn, rounds: Vec::new() })
+    }
+
+    /// Replays `n` runs; microseconds per run.
+    async fn runs(&mut self, n: usize) -> Result<f64, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let started = Instant::now();
+        for _ in 0..n {
+            let id = RunId::new().0;
+            match &mut self.conn {
+                Conn::Rusqlite(conn) => rusqlite_run(conn, self.replay, id.as_bytes()).map_err(|x| e(&x))?,
+                Conn::Pool(pool) => sqlx_run(&*pool, self.replay, id).await.map_err(|x| e(&x))?,
+                Conn::Held(_, conn) => sqlx_run(&mut **conn, self.replay, id).await.map_err(|x| e(&x))?,
             }
-            Ok(started.elapsed().as_secs_f64() * 1e6 / n as f64)
         }
-        Driver::SqlxPool | Driver::SqlxConnection => {
-            // The store's options (sqlite.rs), `synchronous` as asked.
-            let options = SqliteConnectOptions::new()
-                .filename(&path)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(if full { SqliteSynchronous::Full } else { SqliteSynchronous::Off })
-                .busy_timeout(std::time::Duration::from_secs(30));
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .connect_with(options)
-                .await
-                .map_err(|x| e(&x))?;
-            let mut held = match driver {
-                Driver::SqlxConnection => Some(pool.acquire().await.map_err(|x| e(&x))?),
-                _ => None,
-            };
-            let once = async |held: &mut Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>| match held {
-                Some(conn) => sqlx_run(&mut **conn, replay, RunId::new().0).await,
-                None => sqlx_run(&pool, replay, RunId::new().0).await,
-            };
-            for _ in 0..warmup {
-                once(&mut held).await.map_err(|x| e(&x))?;
+        Ok(started.elapsed().as_secs_f64() * 1e6 / n as f64)
+    }
+
+    async fn close(self) {
+        match self.conn {
+            Conn::Rusqlite(_) => {}
+            Conn::Pool(pool) => pool.close().await,
+            Conn::Held(pool, held) => {
+                drop(held);
+                pool.close().await;
             }
-            let started = Instant::now();
-            for _ in 0..n {
-                once(&mut held).await.map_err(|x| e(&x))?;
-            }
-            let us = started.elapsed().as_secs_f64() * 1e6 / n as f64;
-            drop(held);
-            pool.close().await;
-            Ok(us)
         }
     }
 }
+
+/// The median of a variant's rounds.
+fn median(rounds: &[f64]) -> f64 {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Rounds of the breakdown: each variant runs `n / ROUNDS` runs a round, in turn, so
+/// a busy disk or CPU weighs on all of them alike; each line is the median round.
+const ROUNDS: usize = 5;
 
 pub(crate) async fn run(args: &Args) -> ExitCode {
     match breakdown(args).await {
@@ -379,47 +419,49 @@ async fn breakdown(args: &Args) -> Result<(), String> {
         for _ in 0..args.warmup {
             fw.run_one().await?;
         }
-        let started = Instant::now();
-        for _ in 0..args.n {
-            fw.run_one().await?;
-        }
-        let loopstack_us = started.elapsed().as_secs_f64() * 1e6 / args.n as f64;
 
         let store_writes = recorded.store_replay();
         let base_writes = recorded.baseline_replay();
-        let count = |r: &Replay| r.iter().map(Vec::len).sum::<usize>();
-        let line = |writes: &str, driver: &str, sync: &str, us: f64, statements: usize, txs: usize| {
-            json!({
-                "workload": "W4", "breakdown": true, "store": "sqlite", "writes": writes, "driver": driver,
-                "synchronous": sync, "n": args.n, "us_per_run": round(us, 1),
-                "statements_per_run": statements, "transactions_per_run": txs,
-                "us_per_statement": round(us / statements as f64, 1),
-            })
-        };
-        for (writes, replay, store_schema) in [("baseline", &base_writes, false), ("store", &store_writes, true)] {
-            for (driver, name) in [
-                (Driver::Rusqlite, "rusqlite"),
-                (Driver::SqlxPool, "sqlx pool"),
-                (Driver::SqlxConnection, "sqlx connection"),
-            ] {
+        let mut variants = Vec::new();
+        for writes in [("baseline", &base_writes), ("store", &store_writes)] {
+            for driver in [Driver::Rusqlite, Driver::SqlxPool, Driver::SqlxConnection] {
                 for full in [true, false] {
-                    let file = format!("{writes}-{}-{full}", name.replace(' ', "-"));
-                    let us = time(&dir, &file, replay, store_schema, driver, full, args.n).await?;
-                    let out = line(writes, name, if full { "full" } else { "off" }, us, count(replay), replay.len());
-                    println!("{out}");
+                    let mut variant = Variant::open(&dir, writes, driver, full).await?;
+                    variant.runs(20).await?; // warm up
+                    variants.push(variant);
                 }
             }
         }
-        // Statements of a run through the store, with the framework's own work.
-        let out = line(
-            "loopstack",
-            "sqlx pool (SqliteStore)",
-            "full",
-            loopstack_us,
-            count(&store_writes),
-            store_writes.len(),
-        );
-        println!("{out}");
+        let per_round = (args.n / ROUNDS).max(1);
+        let mut loopstack = Vec::new();
+        for _ in 0..ROUNDS {
+            for variant in &mut variants {
+                let us = variant.runs(per_round).await?;
+                variant.rounds.push(us);
+            }
+            let started = Instant::now();
+            for _ in 0..per_round {
+                fw.run_one().await?;
+            }
+            loopstack.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+        }
+        let count = |r: &Replay| r.iter().map(Vec::len).sum::<usize>();
+        let line = |writes: &str, driver: &str, sync: &str, us: f64, replay: &Replay| {
+            let statements = count(replay);
+            json!({
+                "workload": "W4", "breakdown": true, "store": "sqlite", "writes": writes, "driver": driver,
+                "synchronous": sync, "n": per_round * ROUNDS, "us_per_run": round(us, 1),
+                "statements_per_run": statements, "transactions_per_run": replay.len(),
+                "us_per_statement": round(us / statements as f64, 1),
+            })
+        };
+        for variant in variants {
+            let sync = if variant.full { "full" } else { "off" };
+            println!("{}", line(variant.writes, variant.driver, sync, median(&variant.rounds), variant.replay));
+            variant.close().await;
+        }
+        // The same statements through the store, with the framework's own work.
+        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "full", median(&loopstack), &store_writes));
         Ok(())
     }
     .await;

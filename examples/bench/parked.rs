@@ -31,7 +31,7 @@ use loopstack_store::{PostgresStore, SqliteStore};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::measure::round;
+use crate::measure::{proc_usage, round};
 use crate::workers::{ChildProcess, control};
 use crate::{Args, DbKind};
 
@@ -144,24 +144,6 @@ pub(crate) fn child_main() -> Option<ExitCode> {
     });
     println!("{}", out.unwrap_or_else(|e| json!({"ok": false, "error": e})));
     Some(ExitCode::SUCCESS)
-}
-
-/// A process's resident set and CPU time (user + system, in clock ticks) from /proc.
-fn proc_usage(pid: &str) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command's closing parenthesis: utime and stime are the
-    // 12th and 13th.
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    (rss, tick(11) + tick(12))
 }
 
 fn mb(kb: u64) -> f64 {

@@ -363,6 +363,8 @@ async fn drain(args: &Args, side: &str, workers: usize) -> Result<Value, String>
             "model_calls": model_calls,
             "tool_calls": tool_calls,
             "worker_peak_rss_mb": peak,
+            // The workers' CPU time (user and system, 10 ms ticks) per run.
+            "worker_cpu_ms_per_run": round(sum("cpu_ticks") as f64 * 10.0 / n as f64, 2),
             "ok": ok,
         }))
     }
