@@ -14,8 +14,9 @@
 //!   has it) or sqlx on one connection held for the whole replay (no pool);
 //! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU).
 //!
-//! The store itself (`SqliteStore` under the agent, as in W4) is the last line, in
-//! the same process. The variants take turns, `--n / 5` runs each a round for five
+//! The store itself (`SqliteStore` under the agent, as in W4) is the last two lines,
+//! in the same process, as opened and with its connections switched to
+//! synchronous=OFF. The variants take turns, `--n / 5` runs each a round for five
 //! rounds, so a busy disk weighs on all alike; each line gives the median round's
 //! microseconds per run and per statement.
 
@@ -419,6 +420,20 @@ async fn breakdown(args: &Args) -> Result<(), String> {
         for _ in 0..args.warmup {
             fw.run_one().await?;
         }
+        // The store again, each of its pool's 4 connections switched to
+        // synchronous=OFF (the pool keeps them: no idle timeout, no lifetime).
+        let off_store = SqliteStore::open(dir.join("loopstack-off.db")).await.map_err(|x| e(&x))?;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let mut conn = off_store.pool().acquire().await.map_err(|x| e(&x))?;
+            sqlx::query("PRAGMA synchronous = OFF").execute(&mut *conn).await.map_err(|x| e(&x))?;
+            held.push(conn);
+        }
+        drop(held);
+        let fw_off = Framework::durable(Workload::W4, Arc::new(off_store));
+        for _ in 0..args.warmup {
+            fw_off.run_one().await?;
+        }
 
         let store_writes = recorded.store_replay();
         let base_writes = recorded.baseline_replay();
@@ -433,7 +448,7 @@ async fn breakdown(args: &Args) -> Result<(), String> {
             }
         }
         let per_round = (args.n / ROUNDS).max(1);
-        let mut loopstack = Vec::new();
+        let (mut loopstack, mut loopstack_off) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             for variant in &mut variants {
                 let us = variant.runs(per_round).await?;
@@ -444,6 +459,11 @@ async fn breakdown(args: &Args) -> Result<(), String> {
                 fw.run_one().await?;
             }
             loopstack.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+            let started = Instant::now();
+            for _ in 0..per_round {
+                fw_off.run_one().await?;
+            }
+            loopstack_off.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
         }
         let count = |r: &Replay| r.iter().map(Vec::len).sum::<usize>();
         let line = |writes: &str, driver: &str, sync: &str, us: f64, replay: &Replay| {
@@ -462,6 +482,7 @@ async fn breakdown(args: &Args) -> Result<(), String> {
         }
         // The same statements through the store, with the framework's own work.
         println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "full", median(&loopstack), &store_writes));
+        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "off", median(&loopstack_off), &store_writes));
         Ok(())
     }
     .await;

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{Baseline, Framework, QUESTION};
 use crate::db::{DurableBaseline, StepWriter};
-use crate::measure::{Subject as _, round, rss_kb};
+use crate::measure::{Subject as _, proc_usage, round, rss_kb};
 use crate::{Args, Workload};
 
 /// How often an idle worker, or an idle task of the baseline's, looks for work.
@@ -149,9 +149,7 @@ async fn loopstack_worker(schema: &str, concurrency: usize, control: Control) ->
     let _ = control.go.await;
     worker.run(control.stop).await.map_err(|e| e.to_string())?;
     let (model_calls, tool_calls) = fw.counts();
-    Ok(
-        json!({"ok": true, "model_calls": model_calls, "tool_calls": tool_calls, "peak_rss_mb": round(rss_kb().1 as f64 / 1024.0, 2)}),
-    )
+    Ok(finished(json!({"model_calls": model_calls, "tool_calls": tool_calls})))
 }
 
 async fn plain_worker(schema: &str, concurrency: usize, control: Control) -> Result<Value, String> {
@@ -194,9 +192,15 @@ async fn plain_worker(schema: &str, concurrency: usize, control: Control) -> Res
         model_calls += m;
         tool_calls += t;
     }
-    Ok(
-        json!({"ok": true, "runs": runs, "model_calls": model_calls, "tool_calls": tool_calls, "peak_rss_mb": round(rss_kb().1 as f64 / 1024.0, 2)}),
-    )
+    Ok(finished(json!({"runs": runs, "model_calls": model_calls, "tool_calls": tool_calls})))
+}
+
+/// A worker's last line: its counts, its peak RSS and its CPU time.
+fn finished(mut counts: Value) -> Value {
+    counts["ok"] = json!(true);
+    counts["peak_rss_mb"] = json!(round(rss_kb().1 as f64 / 1024.0, 2));
+    counts["cpu_ticks"] = json!(proc_usage("self").1);
+    counts
 }
 
 /// One task's connection of the baseline queue: claims jobs, writes their steps.
