@@ -252,6 +252,11 @@ fn compare(args: &Args) -> ExitCode {
             json!({"workload": format!("{:?}", args.workload), "ratio": key, "framework_over_baseline": ratio});
         if let Some(driver) = base.get("driver") {
             out["baseline"] = driver.clone();
+            if let (Some(a), Some(b)) = (fw["cpu_us_per_run"].as_f64(), base["cpu_us_per_run"].as_f64())
+                && b > 0.0
+            {
+                out["cpu_framework_over_baseline"] = json!(round(a / b, 2));
+            }
         }
         println!("{out}");
     }

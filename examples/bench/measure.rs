@@ -71,6 +71,7 @@ pub(crate) async fn measure(args: &Args, subject: &dyn Subject, db: Option<&Db>)
     };
     let (rss_before, _) = rss_kb();
     reset_peak_rss();
+    let (_, cpu_before) = proc_usage("self");
     let started = Instant::now();
     let mut walls = Vec::new();
     match w {
@@ -95,6 +96,7 @@ pub(crate) async fn measure(args: &Args, subject: &dyn Subject, db: Option<&Db>)
         }
     }
     let wall = started.elapsed();
+    let (_, cpu_after) = proc_usage("self");
     let (_, peak) = rss_kb();
     let after = subject.counts();
     let (model_calls, tool_calls) = (after.0 - before.0, after.1 - before.1);
@@ -124,6 +126,9 @@ pub(crate) async fn measure(args: &Args, subject: &dyn Subject, db: Option<&Db>)
         Workload::W1 => out["us_per_run"] = json!(round(wall.as_secs_f64() * 1e6 / args.n as f64, 2)),
         Workload::W4 => {
             out["us_per_run"] = json!(round(wall.as_secs_f64() * 1e6 / args.n as f64, 2));
+            // The process's CPU (user and system, 10 ms ticks): steadier than the wall
+            // time when other work shares the disk.
+            out["cpu_us_per_run"] = json!(round((cpu_after - cpu_before) as f64 * 1e4 / args.n as f64, 1));
             out["store"] = json!(args.store.name());
             out["driver"] = json!(match (args.side, args.store) {
                 (Side::Plain, crate::DbKind::Sqlite) => "rusqlite",
