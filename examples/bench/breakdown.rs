@@ -1,0 +1,493 @@
+//! `--workload W4 --breakdown` (SQLite): where the SQLite store's time goes.
+//!
+//! One real agent run through `SqliteStore` is recorded (its checkpoints' and
+//! documents' rows, as stored), then replayed `--n` times, each in its own file, by
+//! every combination of:
+//!
+//! - the writes: the baseline's (7 transactions, 11 statements a run: a run row, its
+//!   six updates and four documents, on the two baseline tables) or the store's own
+//!   (the same 7 transactions with 19 statements, as `RUST_LOG=sqlx=debug` lists them:
+//!   the run and its step-0 checkpoint; per transition a fenced checkpoint insert, the
+//!   fenced run update and the transition's documents; at the end the update that
+//!   rejects pending signals), on the store's schema (its indexes and foreign keys);
+//! - the driver: rusqlite (on this thread), sqlx through a pool of 4 (as the store
+//!   has it) or sqlx on one connection held for the whole replay (no pool);
+//! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU).
+//!
+//! The store itself (`SqliteStore` under the agent, as in W4) is the last two lines,
+//! in the same process, as opened and with its connections switched to
+//! synchronous=OFF. The variants take turns, `--n / 5` runs each a round for five
+//! rounds, so a busy disk weighs on all alike; each line gives the median round's
+//! microseconds per run and per statement.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use loopstack::RunId;
+use loopstack_store::SqliteStore;
+use serde_json::json;
+use sqlx::Row as _;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use crate::agent::Framework;
+use crate::measure::{Subject as _, round};
+use crate::{Args, Workload};
+
+// The store's statements, as loopstack-store/src/sql.rs has them.
+const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, definition_hash, version, \
+    parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
+    lease_until, created_at, updated_at, trace_parent) VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, \
+    NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12) ON CONFLICT (run_id) DO NOTHING";
+const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
+    VALUES ((SELECT id FROM runs WHERE run_id = $1), $2, $3, $4, $5, $6)";
+const COMMIT_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition, to_place, state, state_patch, at) \
+    SELECT id, $4, $5, $6, CASE WHEN $9 THEN NULL ELSE $7 END, $10, $8 FROM runs WHERE run_id = $1 AND epoch = $2 \
+    AND step = $3 AND status NOT IN ('completed', 'failed', 'cancelled')";
+const COMMIT_RUN: &str = "UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, place_since = $7, \
+    lease_until = COALESCE($8, lease_until) WHERE run_id = $1 AND epoch = $2 AND step = $3 \
+    AND status NOT IN ('completed', 'failed', 'cancelled')";
+const INSERT_DOCUMENT: &str = "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, \
+    step) VALUES ((SELECT id FROM runs WHERE run_id = $1), $2, $3, $4, $5, $6, $7, $8, $9)";
+const REJECT_PENDING: &str = "UPDATE signals SET status = 'rejected', reason = $2 WHERE run = (SELECT id FROM runs WHERE run_id = $1) AND status = 'pending'";
+
+// The baseline's (db.rs, plain.rs).
+const BASE_INSERT_RUN: &str = "INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)";
+const BASE_UPDATE_RUN: &str = "UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1";
+const BASE_INSERT_DOC: &str = "INSERT INTO bench_documents (run_id, seq, content) VALUES ($1, $2, $3)";
+
+/// A bound value; `Id` is the replayed run's id.
+#[derive(Clone, Debug)]
+enum V {
+    Id,
+    I(i64),
+    T(Option<String>),
+    B(bool),
+}
+
+fn t(s: &str) -> V {
+    V::T(Some(s.to_owned()))
+}
+
+/// A run's writes: transactions of statements with their values.
+type Replay = Vec<Vec<(&'static str, Vec<V>)>>;
+
+/// A checkpoint row: step, transition, to_place, state, state_patch.
+type CheckpointRow = (i64, String, String, Option<String>, Option<String>);
+/// A document row: seq, version, doc_type, doc_key, tags, metadata, content, step.
+type DocumentRow = (i64, i64, String, Option<String>, String, String, String, i64);
+
+/// One recorded run's rows.
+struct Recorded {
+    run: (String, String, i64, Option<String>),
+    checkpoints: Vec<CheckpointRow>,
+    documents: Vec<DocumentRow>,
+}
+
+async fn record(pool: &SqlitePool, run_id: RunId) -> Result<Recorded, sqlx::Error> {
+    let run = sqlx::query("SELECT workflow, definition_hash, version, lease_owner FROM runs WHERE run_id = $1")
+        .bind(run_id.0)
+        .fetch_one(pool)
+        .await?;
+    let run = (run.try_get(0)?, run.try_get(1)?, run.try_get(2)?, run.try_get(3)?);
+    let rows = sqlx::query(
+        "SELECT step, transition, to_place, state, state_patch FROM checkpoints \
+         WHERE run = (SELECT id FROM runs WHERE run_id = $1) ORDER BY step",
+    )
+    .bind(run_id.0)
+    .fetch_all(pool)
+    .await?;
+    let checkpoints = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
+    let rows = sqlx::query(
+        "SELECT seq, version, doc_type, doc_key, tags, metadata, content, step FROM documents \
+         WHERE run = (SELECT id FROM runs WHERE run_id = $1) ORDER BY step, seq",
+    )
+    .bind(run_id.0)
+    .fetch_all(pool)
+    .await?;
+    let documents = rows
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+                r.try_get(5)?,
+                r.try_get(6)?,
+                r.try_get(7)?,
+            ))
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    Ok(Recorded { run, checkpoints, documents })
+}
+
+impl Recorded {
+    /// The store's writes of this run, statement by statement.
+    fn store_replay(&self) -> Replay {
+        let now = 1_700_000_000_000_i64;
+        let (workflow, hash, version, owner) = &self.run;
+        let last = self.checkpoints.last().map_or(0, |c| c.0);
+        let mut txs = Vec::new();
+        let state0 = self.checkpoints.first().and_then(|c| c.3.clone());
+        txs.push(vec![
+            (
+                INSERT_RUN,
+                vec![
+                    V::Id,
+                    t(workflow),
+                    t("running"),
+                    t(hash),
+                    V::T(None),
+                    V::I(1),
+                    V::T(owner.clone()),
+                    V::I(now + 30_000),
+                    V::I(now),
+                    V::T(None),
+                    V::I(*version),
+                    V::T(None),
+                ],
+            ),
+            (INSERT_CHECKPOINT, vec![V::Id, V::I(0), t(""), t("start"), V::T(state0.clone()), V::I(now)]),
+        ]);
+        let mut full = state0.unwrap_or_default();
+        for (step, transition, to, state, patch) in &self.checkpoints[1..] {
+            let unchanged = state.is_none();
+            if let Some(state) = state {
+                full.clone_from(state);
+            }
+            let status = if *step == last { "completed" } else { "running" };
+            let mut tx = vec![
+                (
+                    COMMIT_CHECKPOINT,
+                    vec![
+                        V::Id,
+                        V::I(1),
+                        V::I(step - 1),
+                        V::I(*step),
+                        t(transition),
+                        t(to),
+                        t(&full),
+                        V::I(now),
+                        V::B(unchanged),
+                        V::T(patch.clone()),
+                    ],
+                ),
+                (
+                    COMMIT_RUN,
+                    vec![V::Id, V::I(1), V::I(step - 1), V::I(*step), t(to), t(status), V::I(now), V::I(now + 30_000)],
+                ),
+            ];
+            for (seq, version, doc_type, key, tags, metadata, content, _) in
+                self.documents.iter().filter(|d| d.7 == *step)
+            {
+                let values = vec![
+                    V::Id,
+                    V::I(*seq),
+                    V::I(*version),
+                    t(doc_type),
+                    V::T(key.clone()),
+                    t(tags),
+                    t(metadata),
+                    t(content),
+                    V::I(*step),
+                ];
+                tx.push((INSERT_DOCUMENT, values));
+            }
+            if *step == last {
+                tx.push((REJECT_PENDING, vec![V::Id, t("the run ended")]));
+            }
+            txs.push(tx);
+        }
+        txs
+    }
+
+    /// The baseline's writes of the same run: the run row, then per transition its
+    /// update and the transition's documents (their contents as the store has them).
+    fn baseline_replay(&self) -> Replay {
+        let mut txs = vec![vec![(BASE_INSERT_RUN, vec![V::Id, V::I(0), t(r#"{"step":0}"#)])]];
+        for (step, ..) in &self.checkpoints[1..] {
+            let state = format!(r#"{{"step":{step}}}"#);
+            let mut tx = vec![(BASE_UPDATE_RUN, vec![V::Id, V::I(*step), V::T(Some(state))])];
+            for d in self.documents.iter().filter(|d| d.7 == *step) {
+                tx.push((BASE_INSERT_DOC, vec![V::Id, V::I(d.0), t(&d.6)]));
+            }
+            txs.push(tx);
+        }
+        txs
+    }
+}
+
+fn rusqlite_run(conn: &mut rusqlite::Connection, replay: &Replay, id: &[u8]) -> rusqlite::Result<()> {
+    for statements in replay {
+        let tx = conn.transaction()?;
+        for (sql, values) in statements {
+            // `$n` is a name to SQLite (numbered by first appearance); `?n` is the n-th.
+            let sql = sql.replace('$', "?");
+            let mut stmt = tx.prepare_cached(&sql)?;
+            for (i, v) in values.iter().enumerate() {
+                match v {
+                    V::Id => stmt.raw_bind_parameter(i + 1, id)?,
+                    V::I(n) => stmt.raw_bind_parameter(i + 1, n)?,
+                    V::T(s) => stmt.raw_bind_parameter(i + 1, s)?,
+                    V::B(b) => stmt.raw_bind_parameter(i + 1, b)?,
+                }
+            }
+            stmt.raw_execute()?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+async fn sqlx_run<'c, C>(conn: C, replay: &Replay, id: uuid::Uuid) -> Result<(), sqlx::Error>
+where
+    C: sqlx::Acquire<'c, Database = sqlx::Sqlite>,
+{
+    let mut conn = conn.acquire().await?;
+    for statements in replay {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        for (sql, values) in statements {
+            let mut q = sqlx::query(sql);
+            for v in values {
+                q = match v {
+                    V::Id => q.bind(id),
+                    V::I(n) => q.bind(*n),
+                    V::T(s) => q.bind(s.clone()),
+                    V::B(b) => q.bind(*b),
+                };
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    Rusqlite,
+    SqlxPool,
+    SqlxConnection,
+}
+
+/// A fresh file with the writes' tables: the store's schema (created by the store,
+/// which is then closed) or the baseline's two tables.
+async fn fresh(dir: &std::path::Path, name: &str, store_schema: bool) -> Result<std::path::PathBuf, String> {
+    let path = dir.join(format!("{name}.db"));
+    if store_schema {
+        let store = SqliteStore::open(&path).await.map_err(|e| e.to_string())?;
+        store.pool().close().await;
+    } else {
+        let conn = crate::plain::open_sqlite(&path)?;
+        for sql in crate::db::BASELINE_SQLITE {
+            conn.execute(sql, []).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(path)
+}
+
+/// One way of writing: its open connection and its replay, timed round by round.
+struct Variant<'r> {
+    writes: &'static str,
+    driver: &'static str,
+    full: bool,
+    replay: &'r Replay,
+    conn: Conn,
+    /// Microseconds per run, one figure a round.
+    rounds: Vec<f64>,
+}
+
+enum Conn {
+    Rusqlite(rusqlite::Connection),
+    Pool(SqlitePool),
+    Held(SqlitePool, sqlx::pool::PoolConnection<sqlx::Sqlite>),
+}
+
+impl<'r> Variant<'r> {
+    async fn open(
+        dir: &std::path::Path,
+        (writes, replay): (&'static str, &'r Replay),
+        driver: Driver,
+        full: bool,
+    ) -> Result<Variant<'r>, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let name = match driver {
+            Driver::Rusqlite => "rusqlite",
+            Driver::SqlxPool => "sqlx pool",
+            Driver::SqlxConnection => "sqlx connection",
+        };
+        let file = format!("{writes}-{}-{}", name.replace(' ', "-"), if full { "full" } else { "off" });
+        let path = fresh(dir, &file, writes == "store").await?;
+        let conn = match driver {
+            Driver::Rusqlite => {
+                let conn = crate::plain::open_sqlite(&path)?;
+                // As sqlx connects: foreign keys on.
+                conn.pragma_update(None, "foreign_keys", "ON").map_err(|x| e(&x))?;
+                if !full {
+                    conn.pragma_update(None, "synchronous", "OFF").map_err(|x| e(&x))?;
+                }
+                Conn::Rusqlite(conn)
+            }
+            Driver::SqlxPool | Driver::SqlxConnection => {
+                // The store's options (sqlite.rs), `synchronous` as asked.
+                let options = SqliteConnectOptions::new()
+                    .filename(&path)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(if full { SqliteSynchronous::Full } else { SqliteSynchronous::Off })
+                    .busy_timeout(std::time::Duration::from_secs(30));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connect_with(options)
+                    .await
+                    .map_err(|x| e(&x))?;
+                if driver == Driver::SqlxConnection {
+                    let held = pool.acquire().await.map_err(|x| e(&x))?;
+                    Conn::Held(pool, held)
+                } else {
+                    Conn::Pool(pool)
+                }
+            }
+        };
+        Ok(Variant { writes, driver: name, full, replay, conn, rounds: Vec::new() })
+    }
+
+    /// Replays `n` runs; microseconds per run.
+    async fn runs(&mut self, n: usize) -> Result<f64, String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let started = Instant::now();
+        for _ in 0..n {
+            let id = RunId::new().0;
+            match &mut self.conn {
+                Conn::Rusqlite(conn) => rusqlite_run(conn, self.replay, id.as_bytes()).map_err(|x| e(&x))?,
+                Conn::Pool(pool) => sqlx_run(&*pool, self.replay, id).await.map_err(|x| e(&x))?,
+                Conn::Held(_, conn) => sqlx_run(&mut **conn, self.replay, id).await.map_err(|x| e(&x))?,
+            }
+        }
+        Ok(started.elapsed().as_secs_f64() * 1e6 / n as f64)
+    }
+
+    async fn close(self) {
+        match self.conn {
+            Conn::Rusqlite(_) => {}
+            Conn::Pool(pool) => pool.close().await,
+            Conn::Held(pool, held) => {
+                drop(held);
+                pool.close().await;
+            }
+        }
+    }
+}
+
+/// The median of a variant's rounds.
+fn median(rounds: &[f64]) -> f64 {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Rounds of the breakdown: each variant runs `n / ROUNDS` runs a round, in turn, so
+/// a busy disk or CPU weighs on all of them alike; each line is the median round.
+const ROUNDS: usize = 5;
+
+pub(crate) async fn run(args: &Args) -> ExitCode {
+    match breakdown(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("{}", json!({"workload": "W4", "breakdown": true, "ok": false, "error": e}));
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn breakdown(args: &Args) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let dir = std::env::temp_dir().join(format!("loopstack-bench-breakdown-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).map_err(|x| e(&x))?;
+    let result = async {
+        // The store under the agent, as W4 measures it; its first run is the recording.
+        let store = SqliteStore::open(dir.join("loopstack.db")).await.map_err(|x| e(&x))?;
+        let pool = store.pool().clone();
+        let fw = Framework::durable(Workload::W4, Arc::new(store));
+        let reply = fw.agent.ask(&fw.runtime, crate::agent::QUESTION).await.map_err(|x| e(&x))?;
+        let recorded = record(&pool, reply.run_id).await.map_err(|x| e(&x))?;
+        for _ in 0..args.warmup {
+            fw.run_one().await?;
+        }
+        // The store again, each of its pool's 4 connections switched to
+        // synchronous=OFF (the pool keeps them: no idle timeout, no lifetime).
+        let off_store = SqliteStore::open(dir.join("loopstack-off.db")).await.map_err(|x| e(&x))?;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let mut conn = off_store.pool().acquire().await.map_err(|x| e(&x))?;
+            sqlx::query("PRAGMA synchronous = OFF").execute(&mut *conn).await.map_err(|x| e(&x))?;
+            held.push(conn);
+        }
+        drop(held);
+        let fw_off = Framework::durable(Workload::W4, Arc::new(off_store));
+        for _ in 0..args.warmup {
+            fw_off.run_one().await?;
+        }
+
+        let store_writes = recorded.store_replay();
+        let base_writes = recorded.baseline_replay();
+        let mut variants = Vec::new();
+        for writes in [("baseline", &base_writes), ("store", &store_writes)] {
+            for driver in [Driver::Rusqlite, Driver::SqlxPool, Driver::SqlxConnection] {
+                for full in [true, false] {
+                    let mut variant = Variant::open(&dir, writes, driver, full).await?;
+                    variant.runs(20).await?; // warm up
+                    variants.push(variant);
+                }
+            }
+        }
+        let per_round = (args.n / ROUNDS).max(1);
+        let (mut loopstack, mut loopstack_off) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            for variant in &mut variants {
+                let us = variant.runs(per_round).await?;
+                variant.rounds.push(us);
+            }
+            let started = Instant::now();
+            for _ in 0..per_round {
+                fw.run_one().await?;
+            }
+            loopstack.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+            let started = Instant::now();
+            for _ in 0..per_round {
+                fw_off.run_one().await?;
+            }
+            loopstack_off.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+        }
+        let count = |r: &Replay| r.iter().map(Vec::len).sum::<usize>();
+        let line = |writes: &str, driver: &str, sync: &str, us: f64, replay: &Replay| {
+            let statements = count(replay);
+            json!({
+                "workload": "W4", "breakdown": true, "store": "sqlite", "writes": writes, "driver": driver,
+                "synchronous": sync, "n": per_round * ROUNDS, "us_per_run": round(us, 1),
+                "statements_per_run": statements, "transactions_per_run": replay.len(),
+                "us_per_statement": round(us / statements as f64, 1),
+            })
+        };
+        for variant in variants {
+            let sync = if variant.full { "full" } else { "off" };
+            println!("{}", line(variant.writes, variant.driver, sync, median(&variant.rounds), variant.replay));
+            variant.close().await;
+        }
+        // The same statements through the store, with the framework's own work.
+        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "full", median(&loopstack), &store_writes));
+        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "off", median(&loopstack_off), &store_writes));
+        Ok(())
+    }
+    .await;
+    if std::env::var_os("LOOPSTACK_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result
+}
