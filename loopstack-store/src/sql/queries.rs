@@ -65,7 +65,12 @@ macro_rules! claim_runnable {
         concat!(
             "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
-            WHERE id IN (SELECT r.id FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
+            WHERE id IN (SELECT r.id FROM runs r WHERE r.id IN (\
+            SELECT id FROM runs WHERE status = 'queued' \
+            UNION ALL SELECT id FROM runs WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= $3 \
+            UNION ALL SELECT id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= $3 \
+            UNION ALL SELECT run FROM signals WHERE status = 'pending') \
+            AND r.status IN ('queued', 'running', 'waiting') \
             AND ",
             $workflow_in,
             " AND ",
