@@ -14,6 +14,8 @@ use crate::error::{RunError, StoreError};
 use crate::store::{Claim, MemoryStore, RunId, RunStatus, Store};
 use crate::workflow::{IntoSignal, Workflow};
 
+mod builder;
+mod by_name;
 mod driver;
 pub(crate) mod registry;
 mod run_loop;
@@ -25,6 +27,8 @@ mod worker;
 pub(crate) use shared::Clock;
 use shared::Shared;
 
+pub use builder::Drive;
+pub(crate) use builder::Mode;
 pub use worker::{SCHEDULE_CHECK, Worker};
 
 /// The default limit of transitions per drive.
@@ -288,93 +292,6 @@ impl Runtime {
         self
     }
 
-    /// Creates a queued run of the registered workflow `workflow`, its input read
-    /// from JSON, and returns its id: for command lines and HTTP callers. A worker
-    /// (or [`Runtime::drive_by_name`]) drives it.
-    pub async fn submit_by_name(&self, workflow: &str, input: Value) -> Result<RunId, RunError> {
-        self.registered(workflow)?.submit_json(self, input).await
-    }
-
-    /// Claims and drives run `run_id` of a registered workflow to its next wait or
-    /// end, as [`Runtime::resume`] does, without the workflow's type.
-    ///
-    /// A running run is taken only once its lease ran out (its driver died); one
-    /// another driver holds is left to it ([`RunError::Store`] with
-    /// [`StoreError::Leased`] or [`RunError::InvalidStatus`]).
-    pub async fn drive_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store().load_run(run_id).await?;
-        let wf = self.registered(&record.workflow)?;
-        wf.wake(self, run_id, registry::Wake::Recover, true).await
-    }
-
-    /// Starts run `run_id` of the registered workflow `workflow`, its input read
-    /// from JSON, and drives it, as [`Runtime::start`] does without the workflow's
-    /// type: for evals of agents known by name. A run of that id that exists is
-    /// refused ([`StoreError::RunExists`]).
-    pub async fn start_by_name(&self, workflow: &str, input: Value, run_id: RunId) -> Result<RunOutcome, RunError> {
-        self.registered(workflow)?.start_json(self, input, run_id).await
-    }
-
-    /// Continues run `run_id` of a registered workflow from its last checkpoint,
-    /// taking it over from any other driver, as [`Runtime::resume`] does without the
-    /// workflow's type: for a run whose process was killed (its lease may not have
-    /// run out yet). [`Runtime::drive_by_name`] leaves a live driver's run alone.
-    pub async fn resume_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store().load_run(run_id).await?;
-        let wf = self.registered(&record.workflow)?;
-        wf.wake(self, run_id, registry::Wake::Resume, true).await
-    }
-
-    /// Creates child run `child` of run `parent`, a run of the registered workflow
-    /// `workflow` with its input read from JSON, queued, unless it exists; when it
-    /// ends, the parent gets a [`ChildEnded`](crate::ChildEnded) signal named
-    /// `signal`. For steps that start children they know only by name (a workflow
-    /// tool); a transition that has the workflow uses
-    /// [`RunContext::start_child`](crate::RunContext::start_child). Drive it with
-    /// [`Runtime::drive_child`].
-    pub async fn create_child(
-        &self,
-        parent: RunId,
-        child: RunId,
-        workflow: &str,
-        input: Value,
-        signal: &'static str,
-    ) -> Result<(), RunError> {
-        self.registered(workflow)?.create_child_json(self, child, parent, signal, input).await
-    }
-
-    /// Drives a queued or waiting child run of a registered workflow to its end or
-    /// next wait, without waking its parent: for the parent's own step that waits
-    /// for it. A run another driver holds is left to it ([`RunError::InvalidStatus`]).
-    pub async fn drive_child(&self, child: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store().load_run(child).await?;
-        self.registered(&record.workflow)?.wake(self, child, registry::Wake::IfIdle, false).await
-    }
-
-    /// Sends a signal by name, with a JSON payload, to a run of a registered
-    /// workflow and drives it on, as [`Runtime::signal`] does without the
-    /// workflow's type: for command lines and HTTP callers. The payload must fit the
-    /// JSON Schema the wait transition publishes (compiled once per workflow), or it
-    /// is refused with [`RunError::InvalidSignalPayload`] before anything is stored.
-    pub async fn signal_by_name(&self, run_id: RunId, name: &str, payload: Value) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store().load_run(run_id).await?;
-        self.registered(&record.workflow)?.signal_json(self, run_id, name.to_owned(), payload).await
-    }
-
-    /// Retries a failed or cancelled run of a registered workflow, as
-    /// [`Runtime::retry`] does without the workflow's type.
-    pub async fn retry_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
-        let record = self.inner.store().load_run(run_id).await?;
-        self.registered(&record.workflow)?.retry(self, run_id).await
-    }
-
-    pub(crate) fn registered(&self, workflow: &str) -> Result<&Arc<dyn registry::Drivable>, RunError> {
-        self.inner.workflow(workflow).ok_or_else(|| RunError::UnknownWorkflow {
-            workflow: workflow.to_owned(),
-            registered: self.inner.registry().names(),
-        })
-    }
-
     /// The secret values (API keys, tokens) kept out of what runs record: register
     /// one with `runtime.secrets().register(key)`; clones of the runtime share them.
     /// Every occurrence is replaced by `[redacted]` in documents (content and
@@ -618,78 +535,6 @@ impl Runtime {
             });
         }
         Ok(parent.map(|p| p.run_id))
-    }
-}
-
-pub(crate) enum Mode<I> {
-    Start(I),
-    Resume(RunId),
-    /// Like `Resume`, but only a queued or waiting run: a child its parent drives,
-    /// a parent its child wakes.
-    Wake(RunId),
-    /// Like `Resume`, but a running run only once its lease ran out: a resume asked
-    /// for from outside (a command line, an HTTP call), never a takeover.
-    Recover(RunId),
-    Retry(RunId),
-    Fork(RunId, u64, Option<Box<crate::ForkEdits>>),
-    Claimed(Box<crate::RunRecord>),
-    Signal(RunId, Result<(std::borrow::Cow<'static, str>, Value), serde_json::Error>),
-}
-
-/// A run to drive; await it. Set options with its methods first.
-#[must_use = "a run does nothing until awaited"]
-pub struct Drive<'a, W: Workflow> {
-    runtime: &'a Runtime,
-    workflow: &'a W,
-    mode: Mode<W::Input>,
-    run_id: Option<RunId>,
-    max_steps: u64,
-    cancellation: Option<CancellationToken>,
-    /// Whether a child that ends in this drive wakes its parent (not when its
-    /// parent's own drive drives it).
-    pub(crate) cascade: bool,
-}
-
-impl<'a, W: Workflow> Drive<'a, W> {
-    pub(crate) fn new(runtime: &'a Runtime, workflow: &'a W, mode: Mode<W::Input>) -> Self {
-        Self {
-            runtime,
-            workflow,
-            mode,
-            run_id: None,
-            max_steps: runtime.inner.max_steps(),
-            cancellation: None,
-            cascade: true,
-        }
-    }
-
-    /// Sets the step limit for this drive.
-    pub fn max_steps(mut self, max_steps: u64) -> Self {
-        self.max_steps = max_steps;
-        self
-    }
-
-    /// Gives a new run (started or forked) this id; ignored otherwise.
-    pub fn run_id(mut self, run_id: RunId) -> Self {
-        self.run_id = Some(run_id);
-        self
-    }
-
-    /// Cancels the run when `token` is cancelled: it stops at its next await, the
-    /// transition in flight is dropped with everything it started, and the run is
-    /// recorded as cancelled at its last checkpoint.
-    pub fn cancel_on(mut self, token: CancellationToken) -> Self {
-        self.cancellation = Some(token);
-        self
-    }
-}
-
-impl<'a, W: Workflow> IntoFuture for Drive<'a, W> {
-    type Output = Result<RunReport<W::State>, RunError>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(driver::drive(self))
     }
 }
 
