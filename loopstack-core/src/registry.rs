@@ -149,8 +149,29 @@ pub struct ToolRegistry {
 
 #[derive(Clone, Default)]
 struct Inner {
+    /// The names, in registration order; `entries[i]` is the tool named `order[i]`.
     order: Vec<Arc<str>>,
-    by_name: HashMap<Arc<str>, Entry>,
+    entries: Vec<Entry>,
+    /// Positions by name, for a registry too large to scan (see [`Inner::SCAN`]).
+    by_name: HashMap<Arc<str>, usize>,
+}
+
+impl Inner {
+    /// Up to this many tools a lookup compares names instead of hashing one: an
+    /// agent's few tools are looked up several times for every call.
+    const SCAN: usize = 8;
+
+    fn position(&self, name: &str) -> Option<usize> {
+        if self.order.len() <= Self::SCAN {
+            self.order.iter().position(|n| **n == *name)
+        } else {
+            self.by_name.get(name).copied()
+        }
+    }
+
+    fn entry(&self, name: &str) -> Option<&Entry> {
+        self.position(name).map(|i| &self.entries[i])
+    }
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -186,7 +207,7 @@ impl ToolRegistry {
         if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName(name));
         }
-        if let Some(existing) = self.inner.by_name.get(name.as_str()) {
+        if let Some(existing) = self.inner.entry(&name) {
             return Err(RegistryError::Duplicate { name, existing: existing.type_name, new: type_name });
         }
         let input_schema = tool.input_schema();
@@ -212,8 +233,9 @@ impl ToolRegistry {
         spec.fingerprint();
         let key: Arc<str> = Arc::from(name.as_str());
         let inner = Arc::make_mut(&mut self.inner);
-        inner.order.push(key.clone());
-        inner.by_name.insert(key, Entry { spec, tool, type_name, known_args });
+        inner.by_name.insert(key.clone(), inner.order.len());
+        inner.order.push(key);
+        inner.entries.push(Entry { spec, tool, type_name, known_args });
         Ok(self)
     }
 
@@ -232,7 +254,8 @@ impl ToolRegistry {
         f: impl FnOnce(ToolOptions) -> ToolOptions,
     ) -> Result<&mut Self, RegistryError> {
         let inner = Arc::make_mut(&mut self.inner);
-        let entry = inner.by_name.get_mut(name).ok_or_else(|| RegistryError::Unknown(name.to_owned()))?;
+        let i = inner.position(name).ok_or_else(|| RegistryError::Unknown(name.to_owned()))?;
+        let entry = &mut inner.entries[i];
         let spec = Arc::make_mut(&mut entry.spec);
         spec.options = f(spec.options);
         Ok(self)
@@ -240,17 +263,17 @@ impl ToolRegistry {
 
     /// The tool registered under `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.inner.by_name.get(name).map(|e| &e.tool)
+        self.inner.entry(name).map(|e| &e.tool)
     }
 
     /// The spec of the tool registered under `name`.
     pub fn spec(&self, name: &str) -> Option<&Arc<ToolSpec>> {
-        self.inner.by_name.get(name).map(|e| &e.spec)
+        self.inner.entry(name).map(|e| &e.spec)
     }
 
     /// The specs of all tools, in registration order.
     pub fn specs(&self) -> impl Iterator<Item = &Arc<ToolSpec>> + '_ {
-        self.inner.order.iter().map(|n| &self.inner.by_name[n].spec)
+        self.inner.entries.iter().map(|e| &e.spec)
     }
 
     /// The names of all tools, in registration order.
@@ -274,7 +297,7 @@ impl ToolRegistry {
     /// exist. Arguments the schema does not list are dropped with a `tracing` warning
     /// before the tool sees them.
     pub async fn call(&self, name: &str, mut args: Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let Some(entry) = self.inner.by_name.get(name) else {
+        let Some(entry) = self.inner.entry(name) else {
             return Err(self.unknown_tool(name, None));
         };
         if let (Some(known), Value::Object(map)) = (&entry.known_args, &mut args)

@@ -530,7 +530,7 @@ impl LlmDelegateToolCalls {
         // Named after OpenTelemetry's GenAI conventions: a span `execute_tool {name}`.
         let span = tracing::info_span!(
             "loopstack.tool",
-            otel.name = format!("execute_tool {}", call.name),
+            otel.name = tracing::field::display(format_args!("execute_tool {}", call.name)),
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %call.name,
             gen_ai.tool.call.id = %call.id,

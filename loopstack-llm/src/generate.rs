@@ -347,6 +347,10 @@ pub struct TurnExtras {
     pub agent: Option<&'static str>,
 }
 
+/// No extras, for turns without any: a static, so a turn's future need not hold one.
+pub(crate) static NO_EXTRAS: TurnExtras =
+    TurnExtras { tools: Vec::new(), response_schema: None, context: None, agent: None };
+
 /// What a model turn produced; small and serde, so a workflow keeps it in its state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -485,7 +489,7 @@ impl LlmGenerateText {
 
     /// Runs one turn.
     pub async fn call(&self, cx: &mut RunContext, options: &GenerateOptions) -> Result<GenerateResult, AgentError> {
-        self.call_with(cx, options, &TurnExtras::default()).await
+        self.call_with(cx, options, &NO_EXTRAS).await
     }
 
     /// Runs one turn that also offers `extras`.
@@ -502,6 +506,25 @@ impl LlmGenerateText {
         options: &GenerateOptions,
         extras: &TurnExtras,
     ) -> Result<GenerateResult, AgentError> {
+        let turn = self.turn(cx, options, extras).await?;
+        Ok(GenerateResult {
+            message: Arc::unwrap_or_clone(turn.message),
+            stop_reason: turn.stop_reason,
+            usage: turn.usage,
+            provider: turn.provider.to_owned(),
+            model: turn.model,
+            offered_tools: options.tools.clone(),
+        })
+    }
+
+    /// [`LlmGenerateText::call_with`], with the message shared with the saved
+    /// document: the agent's turns read it without a copy.
+    pub(crate) async fn turn(
+        &self,
+        cx: &mut RunContext,
+        options: &GenerateOptions,
+        extras: &TurnExtras,
+    ) -> Result<Turn, AgentError> {
         let model = self.models.get(&options.provider)?;
         // The chain is checked before the first model is asked, so that a fallback
         // that is not registered is an error at once, not when it is needed.
@@ -539,7 +562,8 @@ impl LlmGenerateText {
         // `otel` feature) sends what trace backends read: a span `chat {model}`.
         let span = tracing::info_span!(
             "loopstack.llm",
-            otel.name = format!("chat {}", options.model),
+            // Formatted only when the span is recorded.
+            otel.name = tracing::field::display(format_args!("chat {}", options.model)),
             otel.kind = "client",
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = model.provider(),
@@ -578,9 +602,9 @@ impl LlmGenerateText {
             span.record("latency_ms", crate::usage::as_i64(started.elapsed().as_millis()));
         }
 
-        let provider = model.provider().to_owned();
+        let provider = model.provider();
         cx.emit(|| EventKind::Usage {
-            provider: provider.clone(),
+            provider: provider.to_owned(),
             model: response.model.clone(),
             input_tokens: response.usage.input_tokens,
             output_tokens: response.usage.output_tokens,
@@ -588,7 +612,7 @@ impl LlmGenerateText {
             cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
         });
         let mut meta = SaveOptions::new()
-            .meta("provider", provider.as_str())
+            .meta("provider", provider)
             .meta("model", response.model.as_str())
             .meta("usage", serde_json::to_value(response.usage)?)
             .meta("stop_reason", response.stop_reason.as_str());
@@ -605,15 +629,19 @@ impl LlmGenerateText {
         // without parsing it again.
         let message = Arc::new(response.message);
         save_shared_message(cx, message.clone(), options.conversation.as_deref(), meta)?;
-        Ok(GenerateResult {
-            message: Arc::unwrap_or_clone(message),
-            stop_reason: response.stop_reason,
-            usage: response.usage,
-            provider,
-            model: response.model,
-            offered_tools: options.tools.clone(),
-        })
+        Ok(Turn { message, stop_reason: response.stop_reason, usage: response.usage, provider, model: response.model })
     }
+}
+
+/// One model turn as [`LlmGenerateText::turn`] gives it: a [`GenerateResult`] whose
+/// message is the saved document's, shared.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    pub(crate) message: Arc<Message>,
+    pub(crate) stop_reason: StopReason,
+    pub(crate) usage: Usage,
+    pub(crate) provider: &'static str,
+    pub(crate) model: String,
 }
 
 /// One model's reply: streamed when someone subscribed to the run's events.

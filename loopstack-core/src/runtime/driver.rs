@@ -595,7 +595,6 @@ async fn fork_edits<W: Workflow>(
 
 pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
-    let name = wf.definition().name();
     runtime.inner.events().prepare_drive().await;
     let lease = runtime.inner.drive_lease();
     // Boxed: the preparation's locals (a claimed record, a state per arm) would
@@ -604,6 +603,22 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Prepared::Ready(ready) => ready,
         Prepared::Done(report) => return Ok(report),
     };
+    run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade).await
+}
+
+/// The loop of a prepared drive and how it ended. A plain function that builds the
+/// future: the run's state and context are locals of that future only, never of
+/// `drive`'s, so no run in flight keeps room for them twice.
+fn run_ready<'a, W: Workflow>(
+    runtime: &'a Runtime,
+    wf: &'a W,
+    ready: Ready<W::State>,
+    lease: Option<LeaseCfg>,
+    max_steps: u64,
+    cancellation: Option<tokio_util::sync::CancellationToken>,
+    cascade: bool,
+) -> impl std::future::Future<Output = Result<RunReport<W::State>, RunError>> + Send + 'a {
+    let name = wf.definition().name();
     let Ready {
         run: ClaimedRun { run_id, step, epoch, place_since, trace_parent },
         place,
@@ -622,8 +637,12 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     if taken_over {
         cx = cx.taken_over();
     }
-    let span =
-        tracing::info_span!("loopstack.run", otel.name = format!("run {name}"), workflow = name, run_id = %run_id);
+    let span = tracing::info_span!(
+        "loopstack.run",
+        otel.name = tracing::field::display(format_args!("run {name}")),
+        workflow = name,
+        run_id = %run_id
+    );
     crate::trace::join(&span, run_id, trace_parent.as_deref());
     async move {
         let run_loop = RunLoop {
@@ -671,7 +690,8 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
                     Ok(()) => {
                         cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
                         // Its children go with it.
-                        super::cancel_children(runtime, run_id, "the parent run ended").await;
+                        // Boxed: only a failed run has it, and its future would sit in every run's.
+                        Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;
                     }
                     // Another driver owns the run now: that is this drive's outcome.
                     Err(store_err) if store_err.is_lost_run() => {
@@ -701,5 +721,4 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
         Ok(RunReport { run_id, outcome, state, steps: cx.step })
     }
     .instrument(span)
-    .await
 }

@@ -147,7 +147,8 @@ impl<W: Workflow> RunLoop<'_, W> {
         let first_step = cx.step;
         // The error of this drive's own signal, once it was refused; returned when
         // the run has parked again.
-        let mut own_error: Option<RunError> = None;
+        // Boxed: it is rare, and the loop's future holds it across every step.
+        let mut own_error: Option<Box<RunError>> = None;
         loop {
             let from = cx.place;
             let fence = Fence { epoch: self.epoch, step: cx.step };
@@ -208,7 +209,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                                         signals: signals.iter().map(|&s| s.into()).collect(),
                                     });
                                     return match own_error {
-                                        Some(e) => Err(e),
+                                        Some(e) => Err(*e),
                                         None => Ok(RunOutcome::Waiting { place: from, signals }),
                                     };
                                 }
@@ -293,7 +294,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 let reason = cx.runtime.inner.redact_text(&error.to_string()).into_owned();
                 cx.runtime.inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
-                    own_error = Some(error);
+                    own_error = Some(Box::new(error));
                 }
                 continue;
             }
@@ -371,7 +372,7 @@ impl<W: Workflow> RunLoop<'_, W> {
         place: &'static str,
         enabled: &[&'static str],
         mut pending: Vec<SignalRecord>,
-        own_error: &mut Option<RunError>,
+        own_error: &mut Option<Box<RunError>>,
     ) -> Result<Option<SignalRecord>, RunError> {
         if let Some(pos) = self.own_signal.and_then(|own| pending.iter().position(|s| s.id == own)) {
             let own = pending.remove(pos);
@@ -391,7 +392,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             store.reject_signal(run_id, self.epoch, s.id, &error.to_string()).await?;
             if self.own_signal == Some(s.id) {
                 self.own_signal = None;
-                *own_error = Some(error);
+                *own_error = Some(Box::new(error));
             }
         }
         Ok(None)

@@ -32,7 +32,9 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    runs: HashMap<RunId, MemRun>,
+    /// Boxed: the table keeps spare slots (up to half of it after it grows), and an
+    /// unboxed slot is the size of a whole run record.
+    runs: HashMap<RunId, Box<MemRun>>,
     /// Finished runs, oldest-finished first, when a bound is set.
     finished: VecDeque<RunId>,
     keep_finished: Option<usize>,
@@ -175,13 +177,13 @@ impl Inner {
         };
         self.runs.insert(
             run.run_id,
-            MemRun {
+            Box::new(MemRun {
                 record: record.clone(),
                 checkpoints: vec![step_zero(now)],
                 current: Vec::new(),
                 versions: Vec::new(),
                 signals: Vec::new(),
-            },
+            }),
         );
         Ok(record)
     }
@@ -225,11 +227,11 @@ impl MemoryStore {
 
 impl Inner {
     fn run(&mut self, run_id: RunId) -> Result<&mut MemRun, StoreError> {
-        self.runs.get_mut(&run_id).ok_or(StoreError::RunNotFound(run_id))
+        self.runs.get_mut(&run_id).map(|r| &mut **r).ok_or(StoreError::RunNotFound(run_id))
     }
 
     fn get(&self, run_id: RunId) -> Result<&MemRun, StoreError> {
-        self.runs.get(&run_id).ok_or(StoreError::RunNotFound(run_id))
+        self.runs.get(&run_id).map(|r| &**r).ok_or(StoreError::RunNotFound(run_id))
     }
 
     /// Delivers a write's [`OutSignal`] as `send_signal` would; a finished or
@@ -296,6 +298,7 @@ impl Store for MemoryStore {
         let mut runnable: Vec<&mut MemRun> = inner
             .runs
             .values_mut()
+            .map(|r| &mut **r)
             .filter(|r| {
                 let pending = r.signals.iter().any(|s| s.status == SignalStatus::Pending);
                 workflows.iter().any(|w| w.matches(&r.record.workflow, r.record.version))
@@ -508,7 +511,7 @@ impl Store for MemoryStore {
             run.advance(first.transition, first.state, first.documents);
         }
         let record = run.record.clone();
-        inner.runs.insert(new_run, run);
+        inner.runs.insert(new_run, Box::new(run));
         Ok(record)
     }
 

@@ -116,24 +116,32 @@ pub(crate) fn strip_fence(text: &str) -> &str {
 /// perhaps with doubled braces, or a fenced block or the JSON at the end of some
 /// prose (`I'll check. ```json {...} ````).
 pub(crate) fn looks_like_tool_call(text: &str) -> bool {
-    let mut candidates = vec![strip_fence(text)];
+    // Checked in turn, without collecting them: every final answer is checked.
+    if is_call_json(strip_fence(text)) {
+        return true;
+    }
     // Fenced blocks anywhere in the text.
     let mut rest = text;
     while let Some(open) = rest.find("```") {
         let after = &rest[open + 3..];
         let Some(close) = after.find("```") else { break };
         let body = &after[..close];
-        candidates.push(body.split_once('\n').map_or(body, |(_, b)| b).trim());
+        if is_call_json(body.split_once('\n').map_or(body, |(_, b)| b).trim()) {
+            return true;
+        }
         rest = &after[close + 3..];
     }
     // The JSON that ends some prose.
-    if let Some(at) = text.find(['{', '[']) {
-        candidates.push(text[at..].trim());
-    }
-    candidates.into_iter().any(is_call_json)
+    text.find(['{', '[']).is_some_and(|at| is_call_json(text[at..].trim()))
 }
 
 fn is_call_json(text: &str) -> bool {
+    // Only an object or an array can be a call: other text is not parsed (a parse
+    // error allocates, and most answers are prose). serde_json skips these
+    // whitespace characters before a value.
+    if !matches!(text.trim_start_matches([' ', '\t', '\n', '\r']).as_bytes().first(), Some(b'{' | b'[')) {
+        return false;
+    }
     let parsed = if text.starts_with("{{") {
         serde_json::from_str::<Value>(&text.replace("{{", "{").replace("}}", "}"))
     } else {

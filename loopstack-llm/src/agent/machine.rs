@@ -113,19 +113,13 @@ impl Agent {
     #[transition(from = Ready, to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let agent = self.active(state)?;
-        // A fork's system prompt and model, in place of the agent's.
-        let forked;
-        let options = match &state.fork_settings {
-            None => &agent.options,
-            Some(settings) => {
-                forked = super::fork::options(&agent.options, settings);
-                &forked
-            }
-        };
-        let result = match self.extras(state, agent) {
-            None => agent.generate.call(cx, options).await?,
-            Some(extras) => agent.generate.call_with(cx, options, &extras).await?,
-        };
+        // A fork's system prompt and model, in place of the agent's. Both it and the
+        // extras are boxed: the turn's future holds them while the model answers, in
+        // every run in flight, and most turns have neither.
+        let forked = state.fork_settings.as_ref().map(|s| Box::new(super::fork::options(&agent.options, s)));
+        let options = forked.as_deref().unwrap_or(&agent.options);
+        let extras = self.extras(state, agent).map(Box::new);
+        let result = agent.generate.turn(cx, options, extras.as_deref().unwrap_or(&crate::generate::NO_EXTRAS)).await?;
         state.turns = state.turns.saturating_add(1);
         state.usage += result.usage;
         if !self.prices.is_empty() {

@@ -62,7 +62,10 @@ pub(crate) fn fingerprint(request: &ChatRequest) -> u64 {
 
 /// The fingerprint as stored: 16 hex digits.
 pub(crate) fn fingerprint_text(fingerprint: u64) -> String {
-    format!("{fingerprint:016x}")
+    // `format!("{fingerprint:016x}")` without the formatting machinery: every model
+    // turn writes one.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    (0..16).rev().map(|i| char::from(HEX[(fingerprint >> (i * 4)) as usize & 0xf])).collect()
 }
 
 /// Whether the last fingerprint the conversation `name` recorded is `fingerprint`:
@@ -90,4 +93,14 @@ pub(crate) fn config(request: &ChatRequest, fp: &str) -> Value {
         config["schema"] = json!(schema.name);
     }
     config
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fingerprint_text_is_sixteen_lowercase_hex_digits() {
+        for fp in [0, 1, 0xabc, 0x0123_4567_89ab_cdef, u64::MAX, 0xf000_0000_0000_000f] {
+            assert_eq!(super::fingerprint_text(fp), format!("{fp:016x}"));
+        }
+    }
 }
