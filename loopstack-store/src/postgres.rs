@@ -125,6 +125,9 @@ impl Dialect for Postgres {
         " FOR UPDATE SKIP LOCKED",
         "r.workflow IN (SELECT jsonb_array_elements_text(CAST($4 AS TEXT)::jsonb))",
         "(r.workflow || ':' || r.version) IN (SELECT jsonb_array_elements_text(CAST($6 AS TEXT)::jsonb))",
+        "",
+        "",
+        "",
     );
 
     const DUE_SCHEDULES: &'static str =

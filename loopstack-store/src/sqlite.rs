@@ -128,6 +128,9 @@ impl Dialect for Sqlite {
         "",
         "r.workflow IN (SELECT value FROM json_each($4))",
         "(r.workflow || ':' || r.version) IN (SELECT value FROM json_each($6))",
+        " NOT INDEXED",
+        " INDEXED BY runs_leased",
+        " INDEXED BY runs_waking",
     );
 
     const DUE_SCHEDULES: &'static str = due_schedules!("r.workflow IN (SELECT value FROM json_each($4))");

@@ -54,21 +54,29 @@ macro_rules! schedule_columns {
 
 pub(crate) use run_columns;
 
-/// The worker's claim: one statement that picks runs that can move and takes them.
+/// The worker's claim: one statement that picks runs that can move and takes them,
+/// visiting only such runs (queued and running ones by `runs_by_status`, due timers
+/// by `runs_waking`, pending signals by `signals_pending`), however many wait.
 /// `$lock` ends the pick (in PostgreSQL the picked rows are locked, skipping rows
 /// another worker is taking); `$workflow_in` says that `r.workflow` is one of the
 /// names in the JSON array `$4`, compared exactly (never as a pattern: `_` and `%`
 /// in a name are plain characters), and `$version_in` that `r.workflow:r.version` is
-/// one of the keys in the JSON array `$6` (`WorkflowVersions::keys`).
+/// one of the keys in the JSON array `$6` (`WorkflowVersions::keys`). `$picked`,
+/// `$leased` and `$waking` are the dialect's table hints for the picked runs (found
+/// by their row ids), the running runs whose lease ran out and the waiting runs with a
+/// due timer.
 macro_rules! claim_runnable {
-    ($lock:literal, $workflow_in:literal, $version_in:literal $(,)?) => {
+    ($lock:literal, $workflow_in:literal, $version_in:literal, $picked:literal, $leased:literal, $waking:literal $(,)?) => {
         concat!(
             "UPDATE runs SET status = 'running', epoch = epoch + 1, \
             error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3 \
-            WHERE id IN (SELECT r.id FROM runs r WHERE r.id IN (\
-            SELECT id FROM runs WHERE status = 'queued' \
-            UNION ALL SELECT id FROM runs WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= $3 \
-            UNION ALL SELECT id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= $3 \
+            WHERE id IN (SELECT r.id FROM runs r",
+            $picked,
+            " WHERE r.id IN (SELECT id FROM runs WHERE status = 'queued' UNION ALL SELECT id FROM runs",
+            $leased,
+            " WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= $3 UNION ALL SELECT id FROM runs",
+            $waking,
+            " WHERE status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= $3 \
             UNION ALL SELECT run FROM signals WHERE status = 'pending') \
             AND r.status IN ('queued', 'running', 'waiting') \
             AND ",
