@@ -17,6 +17,7 @@ use crate::workflow::{IntoSignal, Workflow};
 mod builder;
 mod by_name;
 mod driver;
+mod fork;
 pub(crate) mod registry;
 mod run_loop;
 mod schedules;
