@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Runtime;
-use super::driver::migrate;
+use super::migrate::migrate;
 use super::state::{checkpoint_state, state_error};
 use crate::document::Document;
 use crate::error::{RunError, StoreError};

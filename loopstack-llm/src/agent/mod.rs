@@ -24,6 +24,7 @@ mod machine;
 mod run;
 mod state;
 mod status;
+mod steps;
 mod tool;
 
 use answer::AnswerFormat;

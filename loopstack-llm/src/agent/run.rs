@@ -240,7 +240,7 @@ impl Agent {
         cx: &mut RunContext,
         answer: impl Fn(&ToolUse) -> (String, bool),
     ) -> Result<bool, AgentError> {
-        let message = machine::last_message(cx, self.conversation_name())?;
+        let message = steps::last_message(cx, self.conversation_name())?;
         let results: Vec<ToolResult> = message
             .tool_uses()
             .map(|call| {

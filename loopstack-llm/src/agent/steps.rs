@@ -1,0 +1,149 @@
+//! What the agent's transitions share: counting new input, summarizing for the
+//! context policy, applying approval decisions, and reading the conversation.
+
+use std::sync::Arc;
+
+use loopstack_core::{RunContext, ToolOutput};
+
+use super::{Agent, AgentState, AgentStatus, Limit, PendingCall, ToolDecision, ToolDecisions};
+use crate::context::{SUMMARY_PROMPT, estimate_tokens, summary_input};
+use crate::delegate::{ToolCallResult, ToolDenial};
+use crate::error::AgentError;
+use crate::message::{Message, StopReason};
+
+impl Agent {
+    /// Adds the newest message (tool results, a user's message) to the estimate of the
+    /// next turn's input, with a context policy.
+    pub(super) fn count_new_input(&self, state: &mut AgentState, cx: &RunContext) -> Result<(), AgentError> {
+        if self.context.limits().is_some() {
+            state.input_estimate += estimate_tokens(&*last_message(cx, self.conversation_name())?);
+        }
+        Ok(())
+    }
+
+    /// Summarizes the turns left out (and the summary before them) with the agent's
+    /// model, or the next of its fallback chain when one is unavailable (as a turn
+    /// falls back); its tokens and cost (by the run's `prices`) are the run's.
+    pub(super) async fn summarize(
+        &self,
+        prices: &super::Prices,
+        state: &mut AgentState,
+        left_out: &[Arc<Message>],
+        previous: Option<&str>,
+    ) -> Result<String, AgentError> {
+        let input = summary_input(previous, left_out);
+        let first = (&self.options.provider, &self.options.model);
+        let chain = std::iter::once(first).chain(self.options.fallbacks.iter().map(|f| (&f.provider, &f.model)));
+        let mut failures = Vec::new();
+        for (provider, model_name) in chain {
+            let model = self.generate.models().get(provider)?;
+            let request = crate::ChatRequest::new(model_name.clone(), vec![Message::user(input.clone())])
+                .system(SUMMARY_PROMPT)
+                .max_tokens(1024);
+            match model.chat(&request).await {
+                Ok(response) => {
+                    state.usage += response.usage;
+                    if let Some(cost) = prices.cost(model_name, &response.usage) {
+                        state.cost += cost;
+                    }
+                    return Ok(response.message.text());
+                }
+                Err(error) if self.options.fallbacks.is_empty() || failures.is_empty() && !error.is_unavailable() => {
+                    return Err(error.into());
+                }
+                Err(error) => {
+                    let unavailable = error.is_unavailable();
+                    tracing::warn!(%error, provider, model = %model_name, "the summary's model failed");
+                    failures.push(error);
+                    if !unavailable {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(AgentError::AllModelsFailed { failures })
+    }
+
+    /// The limit that forbids the next turn, if any: the agent's limits, or those a
+    /// `raise_limit` signal set. The cost budget counts the next turn at what the last
+    /// one cost, so a run stops before the turn that would pass it.
+    pub(super) fn budget_reached(&self, state: &AgentState) -> Option<Limit> {
+        let (limits, raised) = (&self.limits, state.raised.unwrap_or_default());
+        let max_turns = raised.max_turns.unwrap_or(limits.max_turns);
+        if state.turns >= max_turns {
+            return Some(Limit::Turns { max: max_turns });
+        }
+        let used = state.usage.all_tokens();
+        if let Some(max) = raised.max_total_tokens.or(limits.max_total_tokens)
+            && used >= max
+        {
+            return Some(Limit::TotalTokens { max, used });
+        }
+        if let Some(max) = raised.max_cost.or(limits.max_cost)
+            // (A turn that lands on the budget exactly does not pass it.)
+            && state.cost + state.last_turn_cost > max + max.abs() * 1e-9
+        {
+            return Some(Limit::Cost { max, spent: state.cost });
+        }
+        None
+    }
+}
+
+/// Refuses decisions that name a call twice or a call that does not wait in `pending`.
+pub(super) fn check_decisions(decisions: &ToolDecisions, pending: &[PendingCall]) -> Result<(), AgentError> {
+    for (i, decision) in decisions.decisions.iter().enumerate() {
+        if decisions.decisions[..i].iter().any(|d| d.call_id == decision.call_id) {
+            return Err(AgentError::DuplicateDecision { call_id: decision.call_id.clone() });
+        }
+    }
+    if let Some(unknown) = decisions.decisions.iter().find(|d| !pending.iter().any(|p| p.call_id == d.call_id)) {
+        return Err(AgentError::NotPending {
+            call_id: unknown.call_id.clone(),
+            pending: pending.iter().map(|p| p.call_id.clone()).collect(),
+        });
+    }
+    Ok(())
+}
+
+impl ToolDecision {
+    /// Records the decision on `call`: a given result answers it, a denial denies
+    /// it, an approval lets it run.
+    pub(super) fn apply(self, call: PendingCall, state: &mut AgentState) {
+        if let Some(result) = self.result {
+            state.answered.push(ToolCallResult::new(call.call_id, call.name, ToolOutput::text(result)));
+        } else if !self.approved {
+            state.denied.push(ToolDenial::new(call.call_id, self.reason));
+        }
+    }
+}
+
+/// How a turn without tool calls ends the run.
+pub(super) fn final_status(state: &AgentState, text: &str) -> AgentStatus {
+    AgentStatus::of_answer(state.last_stop.as_ref().unwrap_or(&StopReason::EndTurn), text)
+}
+
+/// The last message of the conversation: the assistant's, right after a turn.
+impl Agent {
+    /// The table this agent runs under: the macro's (`agent`), or the one renamed
+    /// for [`Agent::named`].
+    pub(super) fn table(&self, default: &'static loopstack_core::Definition) -> &'static loopstack_core::Definition {
+        self.table.unwrap_or(default)
+    }
+}
+
+/// The messages of the conversation, shared (not copied).
+pub(super) fn shared_conversation(
+    cx: &RunContext,
+    conversation: Option<&str>,
+) -> Result<Vec<Arc<Message>>, AgentError> {
+    let docs = cx.documents().iter().filter(|d| crate::generate::in_conversation(d, conversation));
+    Ok(docs.map(|d| cx.read_shared::<Message>(d)).collect::<Result<_, _>>()?)
+}
+
+pub(super) fn last_message(cx: &RunContext, conversation: Option<&str>) -> Result<Arc<Message>, AgentError> {
+    let doc = cx.documents().iter().rev().find(|d| crate::generate::in_conversation(d, conversation));
+    match doc {
+        Some(doc) => Ok(cx.read_shared(doc)?),
+        None => Err(AgentError::Document(serde::de::Error::custom("the run has no message document"))),
+    }
+}
