@@ -9,18 +9,29 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 const INDEX: &str = include_str!("studio/index.html");
-const APP: &str = include_str!("studio/app.js");
-const DIAGRAM: &str = include_str!("studio/diagram.js");
-const FORMS: &str = include_str!("studio/forms.js");
-const STYLE: &str = include_str!("studio/studio.css");
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// The page's files under `/studio/`: the stylesheet, the two classic scripts
+/// (`forms.js`, `diagram.js`) and the ES modules `app.js` imports.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("studio.css", "text/css; charset=utf-8", include_str!("studio/studio.css")),
+    ("forms.js", JS, include_str!("studio/forms.js")),
+    ("diagram.js", JS, include_str!("studio/diagram.js")),
+    ("app.js", JS, include_str!("studio/app.js")),
+    ("common.js", JS, include_str!("studio/common.js")),
+    ("runs.js", JS, include_str!("studio/runs.js")),
+    ("run.js", JS, include_str!("studio/run.js")),
+    ("details.js", JS, include_str!("studio/details.js")),
+    ("compare.js", JS, include_str!("studio/compare.js")),
+];
 
 pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/", get(|| async { asset(INDEX, "text/html; charset=utf-8") }))
-        .route("/studio/app.js", get(|| async { asset(APP, "text/javascript; charset=utf-8") }))
-        .route("/studio/diagram.js", get(|| async { asset(DIAGRAM, "text/javascript; charset=utf-8") }))
-        .route("/studio/forms.js", get(|| async { asset(FORMS, "text/javascript; charset=utf-8") }))
-        .route("/studio/studio.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
+    ASSETS.iter().fold(
+        Router::new().route("/", get(|| async { asset(INDEX, "text/html; charset=utf-8") })),
+        |router, &(name, content_type, body)| {
+            router.route(&format!("/studio/{name}"), get(move || async move { asset(body, content_type) }))
+        },
+    )
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {

@@ -297,23 +297,36 @@ async fn studio_is_served_without_the_token_and_the_api_it_reads_needs_it() {
     let (address, _runtime) = start(ServeOptions::new().token("t0ken-123")).await;
     let page = get_raw(&address, "/").await;
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    assert!(page.contains("<script src=\"/studio/app.js\"></script>"), "{page}");
+    assert!(page.contains("<script type=\"module\" src=\"/studio/app.js\"></script>"), "{page}");
     // The page runs only its own scripts, and nothing is fetched from elsewhere.
     assert!(page.to_ascii_lowercase().contains("content-security-policy: default-src 'self'"), "{page}");
     assert!(!page.contains("https://"), "the page links outside: {page}");
-    for (path, kind) in [
-        ("/studio/app.js", "text/javascript"),
-        ("/studio/diagram.js", "text/javascript"),
-        ("/studio/forms.js", "text/javascript"),
-        ("/studio/studio.css", "text/css"),
-    ] {
-        let asset = get_raw(&address, path).await;
+    // Every file the page loads, and every module those import, is served.
+    let mut queue = vec![
+        "/studio/app.js".to_owned(),
+        "/studio/diagram.js".into(),
+        "/studio/forms.js".into(),
+        "/studio/studio.css".into(),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(path) = queue.pop() {
+        if !seen.insert(path.clone()) {
+            continue;
+        }
+        let kind = if path.ends_with(".css") { "text/css" } else { "text/javascript" };
+        let asset = get_raw(&address, &path).await;
         assert!(asset.starts_with("HTTP/1.1 200"), "{path}: {asset}");
         assert!(asset.to_ascii_lowercase().contains(&format!("content-type: {kind}")), "{path}");
         // The SVG namespace is a name, not an address anything is fetched from.
         let asset = asset.replace("http://www.w3.org/2000/svg", "");
         assert!(!asset.contains("https://") && !asset.contains("http://"), "{path} reaches outside");
+        for line in asset.lines().filter(|l| l.starts_with("import ")) {
+            let module = line.rsplit_once(" from \"./").and_then(|(_, m)| m.strip_suffix("\";"));
+            let module = module.unwrap_or_else(|| panic!("{path}: an import not of a sibling module: {line}"));
+            queue.push(format!("/studio/{module}"));
+        }
     }
+    assert!(seen.len() > 4, "app.js imports its modules: {seen:?}");
     let (status, _) = http(&address, "GET", "/api/workflows", None, None).await;
     assert_eq!(status, 401);
     let refused = get_raw(&address, "/api/runs").await;
