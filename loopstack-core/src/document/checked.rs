@@ -349,7 +349,10 @@ macro_rules! checked_fields {
                 key: &'static str,
                 value: &T,
             ) -> Result<(), C::Error> {
-                self.key(Some(Cow::Borrowed(key)))?;
+                // Fields keep no keys (see `serialize_struct`): no call per field.
+                if self.keys.is_some() {
+                    self.key(Some(Cow::Borrowed(key)))?;
+                }
                 let checked = self.member(value);
                 self.inner.serialize_field(key, &checked)
             }

@@ -364,11 +364,17 @@ pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::S
     let lease = runtime.inner.drive_lease();
     // Boxed: the preparation's locals (a claimed record, a state per arm) would
     // otherwise stay in the drive's future, in every run in flight, for its whole life.
-    let ready = match Box::pin(prepare(runtime, wf, mode, run_id, lease.as_ref())).await? {
-        Prepared::Ready(ready) => ready,
-        Prepared::Done(report) => return Ok(report),
+    // The prepared run is moved into the loop's future within this block: a local
+    // of the block ends with it, so the drive's future keeps no room for it beside
+    // the loop's (a moved-from local of the whole body would keep its space).
+    let run = {
+        let ready = match Box::pin(prepare(runtime, wf, mode, run_id, lease.as_ref())).await? {
+            Prepared::Ready(ready) => ready,
+            Prepared::Done(report) => return Ok(report),
+        };
+        run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade)
     };
-    run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade).await
+    run.await
 }
 
 /// The loop of a prepared drive and how it ended. A plain function that builds the

@@ -313,13 +313,18 @@ impl<W: Workflow> RunLoop<'_, W> {
             };
             // The runtime's clock, which the timers of the place it reaches count by.
             let at = self.clock.now();
-            let record = StepRecord::at(step, t.name, from, t.to, at);
-            let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
-            checkpoint.notify = notify;
-            checkpoint.documents = std::mem::take(&mut cx.pending);
-            checkpoint.signal = signal;
-            checkpoint.lease_until = self.lease.map(|l| at + l.duration);
-            cx.runtime.inner.store().commit(checkpoint).await?;
+            // The checkpoint is a local of the block that builds the commit: the
+            // loop's future keeps no room for it while the commit is awaited.
+            let commit = {
+                let record = StepRecord::at(step, t.name, from, t.to, at);
+                let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
+                checkpoint.notify = notify;
+                checkpoint.documents = std::mem::take(&mut cx.pending);
+                checkpoint.signal = signal;
+                checkpoint.lease_until = self.lease.map(|l| at + l.duration);
+                cx.runtime.inner.store().commit(checkpoint)
+            };
+            commit.await?;
             for child in cx.take_children() {
                 // A transition that runs again after a crash finds the children it
                 // started before, which a resumed drive already has.

@@ -138,9 +138,14 @@ impl LlmGenerateText {
         // What the turn sent besides the conversation, for replays: its fingerprint
         // and itself, with the first reply sent under it (the replies after it that
         // sent the same record nothing).
-        let fingerprint = crate::recording::fingerprint_text(crate::recording::fingerprint(&request));
-        let recorded = (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
-            .then(|| self.record_of(&request, &fingerprint));
+        // The record is built once the model answered, from the request as the first
+        // model got it: a run in flight keeps only the fingerprint while it waits.
+        let fingerprint = crate::recording::fingerprint(&request);
+        let record = |request: &ChatRequest, cx: &RunContext| {
+            let fingerprint = crate::recording::fingerprint_text(fingerprint);
+            (!crate::recording::same_as_last(cx, options.conversation.as_deref(), &fingerprint))
+                .then(|| self.record_of(request, &fingerprint))
+        };
 
         // Named after OpenTelemetry's GenAI conventions, so an OTLP exporter (the
         // `otel` feature) sends what trace backends read: a span `chat {model}`.
@@ -162,14 +167,18 @@ impl LlmGenerateText {
         );
         let started = Instant::now();
         let first = ask(model.as_ref(), &request, cx).instrument(span.clone()).await;
-        let (mut response, model, failures) = match first {
-            Ok(response) => (response, model, Vec::new()),
+        let (mut response, model, failures, recorded) = match first {
+            Ok(response) => (response, model, Vec::new(), record(&request, cx)),
             Err(error) if fallbacks.is_empty() || !error.is_unavailable() => return Err(error.into()),
             Err(error) => {
+                // Before the fallbacks change the request's model.
+                let recorded = record(&request, cx);
                 // Boxed: only turns whose model failed pay for the chain's state.
-                Box::pin(fall_back(model, &options.model, error, &fallbacks, &mut request, cx))
-                    .instrument(span.clone())
-                    .await?
+                let (response, model, failures) =
+                    Box::pin(fall_back(model, &options.model, error, &fallbacks, &mut request, cx))
+                        .instrument(span.clone())
+                        .await?;
+                (response, model, failures, recorded)
             }
         };
         for (old, new) in rename_duplicate_ids(&mut response.message) {
