@@ -33,7 +33,9 @@ pub struct RunContext {
     committed_len: usize,
     undo: Vec<(usize, Arc<Document>)>,
     pub(crate) pending: Vec<Arc<Document>>,
-    pub(crate) cancellation: CancellationToken,
+    /// Made when first asked for: a run driven without `cancel_on` and whose
+    /// transitions never ask pays for no token.
+    pub(crate) cancellation: std::sync::OnceLock<CancellationToken>,
     /// The runtime driving the run: its events, registered workflows and settings.
     pub(crate) runtime: Runtime,
     /// Child runs this transition started, in order; how many it started is the
@@ -65,7 +67,7 @@ impl RunContext {
         workflow: &'static str,
         (place, step): (&'static str, u64),
         docs: Vec<Arc<Document>>,
-        cancellation: CancellationToken,
+        cancellation: Option<CancellationToken>,
         runtime: Runtime,
     ) -> Self {
         let mut keyed: HashMap<String, Vec<usize>> = HashMap::new();
@@ -86,7 +88,7 @@ impl RunContext {
             committed_len,
             undo: Vec::new(),
             pending: Vec::new(),
-            cancellation,
+            cancellation: cancellation.map(std::sync::OnceLock::from).unwrap_or_default(),
             runtime,
             children: Vec::new(),
             shared: Vec::new(),
@@ -97,7 +99,7 @@ impl RunContext {
     /// code that takes a `&mut RunContext`. Documents saved here are never committed.
     pub fn detached(workflow: &'static str) -> Self {
         let runtime = Runtime::new();
-        Self::new(RunId::new(), workflow, (crate::START, 0), Vec::new(), CancellationToken::new(), runtime)
+        Self::new(RunId::new(), workflow, (crate::START, 0), Vec::new(), None, runtime)
     }
 
     /// Marks the context's first checkpoint as committed by an earlier drive.
@@ -178,7 +180,7 @@ impl RunContext {
 
     /// Cancelled when the run is cancelled.
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancellation
+        self.cancellation.get_or_init(CancellationToken::new)
     }
 
     /// Whether anyone subscribed to run events

@@ -403,7 +403,6 @@ fn run_ready<'a, W: Workflow>(
     // Without `cancel_on` nothing outside the run can cancel it, so no transition needs
     // to race a cancellation future.
     let watch_cancellation = cancellation.is_some();
-    let cancellation = cancellation.unwrap_or_default();
     let mut cx = RunContext::new(run_id, name, (place, step), documents, cancellation, runtime.clone());
     if taken_over {
         cx = cx.taken_over();

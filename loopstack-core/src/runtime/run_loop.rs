@@ -221,7 +221,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                     }
                 }
             };
-            if cx.cancellation.is_cancelled() {
+            if cx.cancellation.get().is_some_and(CancellationToken::is_cancelled) {
                 return Err(RunError::Cancelled { workflow: name, run_id, place: from });
             }
             if cx.step - first_step >= self.max_steps {
@@ -236,7 +236,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 to: t.to.into(),
                 step,
             });
-            let token = self.watch_cancellation.then(|| cx.cancellation.clone());
+            let token = self.watch_cancellation.then(|| cx.cancellation().clone());
             // The store handle is cloned only when a lease is renewed during the transition.
             let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
@@ -351,7 +351,7 @@ impl<W: Workflow> RunLoop<'_, W> {
     /// watching its cancellation meanwhile, as a transition does.
     async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
-        let token = self.watch_cancellation.then(|| cx.cancellation.clone());
+        let token = self.watch_cancellation.then(|| cx.cancellation().clone());
         let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),

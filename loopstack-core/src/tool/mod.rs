@@ -253,7 +253,8 @@ pub struct ToolContext {
     index: usize,
     run_id: Option<RunId>,
     step: Option<u64>,
-    cancellation: CancellationToken,
+    /// Made when first asked for, unless the caller gave one.
+    cancellation: std::sync::OnceLock<CancellationToken>,
     runtime: Option<crate::Runtime>,
     parent_state: Option<Arc<Value>>,
     secrets: Option<crate::secrets::Secrets>,
@@ -268,7 +269,7 @@ impl ToolContext {
             index: 0,
             run_id: None,
             step: None,
-            cancellation: CancellationToken::new(),
+            cancellation: std::sync::OnceLock::new(),
             runtime: None,
             parent_state: None,
             secrets: None,
@@ -367,7 +368,7 @@ impl ToolContext {
     /// Sets the token that cancels the call.
     #[must_use]
     pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
-        self.cancellation = token;
+        self.cancellation = std::sync::OnceLock::from(token);
         self
     }
 
@@ -415,7 +416,7 @@ impl ToolContext {
 
     /// Cancelled when the run is cancelled; long-running tools may watch it.
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancellation
+        self.cancellation.get_or_init(CancellationToken::new)
     }
 }
 
