@@ -41,7 +41,7 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod events;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "postgres")]
 mod schedules;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
@@ -64,6 +64,12 @@ pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
+
+/// The SQLite driver the [`SqliteStore`] runs on, for
+/// [`SqliteStore::with_connection`].
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use rusqlite;
 
 /// The lease a runtime takes on a run of a SQL store while it drives it, unless the
 /// store is set otherwise: renewed with every commit and every 10 s in between.
