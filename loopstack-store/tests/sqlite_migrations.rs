@@ -19,6 +19,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0005_versions.sql", include_str!("../migrations/sqlite/0005_versions.sql")),
     ("0006_trace_parent.sql", include_str!("../migrations/sqlite/0006_trace_parent.sql")),
     ("0007_claim_indexes.sql", include_str!("../migrations/sqlite/0007_claim_indexes.sql")),
+    ("0008_lean_run_indexes.sql", include_str!("../migrations/sqlite/0008_lean_run_indexes.sql")),
 ];
 
 fn tempdir(name: &str) -> std::path::PathBuf {

@@ -38,6 +38,7 @@ const MIGRATIONS: &[conn::Migration] = &[
     (5, "versions", include_str!("../../migrations/sqlite/0005_versions.sql")),
     (6, "trace parent", include_str!("../../migrations/sqlite/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../../migrations/sqlite/0007_claim_indexes.sql")),
+    (8, "lean run indexes", include_str!("../../migrations/sqlite/0008_lean_run_indexes.sql")),
 ];
 
 /// The worker's claim in SQLite's words: no row locks (one writer at a time), the
