@@ -40,7 +40,9 @@ mod runs;
 
 #[cfg(feature = "postgres")]
 pub(crate) use dialect::Dialect;
-pub(crate) use patch::{LastState, LastStates, StepState, apply_patch, plan_state};
+#[cfg(feature = "sqlite")]
+pub(crate) use patch::apply_patch;
+pub(crate) use patch::{LastState, LastStates, StepState, plan_state};
 
 #[cfg(feature = "postgres")]
 /// The state of a SQL store over dialect `D`: its pool, its lease, the last state
