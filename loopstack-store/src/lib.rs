@@ -31,7 +31,7 @@
 //! the weather agent loop, six checkpointed transitions a run): on SQLite 2.2 to 2.7
 //! times the CPU of plain rusqlite writing the same steps (half that of plain sqlx),
 //! and about 2 KB of database a run; on PostgreSQL, where a commit is one statement,
-//! 0.8 to 0.9 times plain tokio-postgres's CPU, and about 3.2 KB.
+//! 0.7 to 0.9 times plain tokio-postgres's CPU, and about 3.2 KB.
 //!
 //! ```
 //! use loopstack_core::{RunQuery, RunStatus, Store};
