@@ -190,9 +190,10 @@ async fn a_sqlite_worker_killed_and_restarted_finishes_every_run() {
 
     let mut first = spawn_worker(&args, "first", 2);
     until("a third of the runs and the worker holding one", async || {
-        let held: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running'")
-            .fetch_one(sqlite.pool())
+        let held: i64 = sqlite
+            .with_connection(|c| c.query_row("SELECT count(*) FROM runs WHERE status = 'running'", [], |r| r.get(0)))
             .await
+            .unwrap()
             .unwrap();
         held > 0 && count(&*store, RunStatus::Completed).await >= RUNS / 3
     })

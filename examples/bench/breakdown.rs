@@ -10,12 +10,13 @@
 //!   the run and its step-0 checkpoint; per transition a fenced checkpoint insert, the
 //!   fenced run update and the transition's documents; at the end the update that
 //!   rejects pending signals), on the store's schema (its indexes and foreign keys);
-//! - the driver: rusqlite (on this thread), sqlx through a pool of 4 (as the store
-//!   has it) or sqlx on one connection held for the whole replay (no pool);
+//! - the driver: rusqlite (on this thread; the store's driver, which runs them on
+//!   a thread of its own), sqlx through a pool of 4 (as the store had it before) or
+//!   sqlx on one connection held for the whole replay (no pool);
 //! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU).
 //!
 //! The store itself (`SqliteStore` under the agent, as in W4) is the last two lines,
-//! in the same process, as opened and with its connections switched to
+//! in the same process, as opened and with its connection switched to
 //! synchronous=OFF. The variants take turns, `--n / 5` runs each a round for five
 //! rounds, so a busy disk weighs on all alike; each line gives the median round's
 //! microseconds per run and per statement.
@@ -34,7 +35,7 @@ use crate::agent::Framework;
 use crate::measure::{Subject as _, round};
 use crate::{Args, Workload};
 
-// The store's statements, as loopstack-store/src/sql.rs has them.
+// The store's statements, as loopstack-store/src/sql/queries.rs has them.
 const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, definition_hash, version, \
     parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
     lease_until, created_at, updated_at, trace_parent) VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, \
@@ -280,8 +281,7 @@ enum Driver {
 async fn fresh(dir: &std::path::Path, name: &str, store_schema: bool) -> Result<std::path::PathBuf, String> {
     let path = dir.join(format!("{name}.db"));
     if store_schema {
-        let store = SqliteStore::open(&path).await.map_err(|e| e.to_string())?;
-        store.pool().close().await;
+        drop(SqliteStore::open(&path).await.map_err(|e| e.to_string())?);
     } else {
         let conn = crate::plain::open_sqlite(&path)?;
         for sql in crate::db::BASELINE_SQLITE {
@@ -413,23 +413,22 @@ async fn breakdown(args: &Args) -> Result<(), String> {
     let result = async {
         // The store under the agent, as W4 measures it; its first run is the recording.
         let store = SqliteStore::open(dir.join("loopstack.db")).await.map_err(|x| e(&x))?;
-        let pool = store.pool().clone();
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(dir.join("loopstack.db")))
+            .await
+            .map_err(|x| e(&x))?;
         let fw = Framework::durable(Workload::W4, Arc::new(store));
         let reply = fw.agent.ask(&fw.runtime, crate::agent::QUESTION).await.map_err(|x| e(&x))?;
         let recorded = record(&pool, reply.run_id).await.map_err(|x| e(&x))?;
         for _ in 0..args.warmup {
             fw.run_one().await?;
         }
-        // The store again, each of its pool's 4 connections switched to
-        // synchronous=OFF (the pool keeps them: no idle timeout, no lifetime).
+        // The store again, its connection switched to synchronous=OFF.
         let off_store = SqliteStore::open(dir.join("loopstack-off.db")).await.map_err(|x| e(&x))?;
-        let mut held = Vec::new();
-        for _ in 0..4 {
-            let mut conn = off_store.pool().acquire().await.map_err(|x| e(&x))?;
-            sqlx::query("PRAGMA synchronous = OFF").execute(&mut *conn).await.map_err(|x| e(&x))?;
-            held.push(conn);
-        }
-        drop(held);
+        off_store
+            .with_connection(|c| c.pragma_update(None, "synchronous", "OFF"))
+            .await
+            .map_err(|x| e(&x))?
+            .map_err(|x| e(&x))?;
         let fw_off = Framework::durable(Workload::W4, Arc::new(off_store));
         for _ in 0..args.warmup {
             fw_off.run_one().await?;
@@ -481,8 +480,8 @@ async fn breakdown(args: &Args) -> Result<(), String> {
             variant.close().await;
         }
         // The same statements through the store, with the framework's own work.
-        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "full", median(&loopstack), &store_writes));
-        println!("{}", line("loopstack", "sqlx pool (SqliteStore)", "off", median(&loopstack_off), &store_writes));
+        println!("{}", line("loopstack", "SqliteStore", "full", median(&loopstack), &store_writes));
+        println!("{}", line("loopstack", "SqliteStore", "off", median(&loopstack_off), &store_writes));
         Ok(())
     }
     .await;

@@ -57,7 +57,9 @@ impl Db {
                     db.sqlite = Some(pool);
                 } else {
                     let store = SqliteStore::open(&path).await.map_err(|x| e(&x))?;
-                    db.sqlite = Some(store.pool().clone());
+                    // A pool of its own on the store's file, to read its size.
+                    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+                    db.sqlite = Some(sqlx::SqlitePool::connect_with(options).await.map_err(|x| e(&x))?);
                     db.store = Some(Arc::new(store));
                 }
                 db.dir = Some(dir);

@@ -131,7 +131,8 @@ pub(crate) async fn measure(args: &Args, subject: &dyn Subject, db: Option<&Db>)
             out["cpu_us_per_run"] = json!(round((cpu_after - cpu_before) as f64 * 1e4 / args.n as f64, 1));
             out["store"] = json!(args.store.name());
             out["driver"] = json!(match (args.side, args.store) {
-                (Side::Plain, crate::DbKind::Sqlite) => "rusqlite",
+                // The SQLite store runs on rusqlite too (on a thread of its own).
+                (Side::Plain | Side::Loopstack, crate::DbKind::Sqlite) => "rusqlite",
                 (Side::Plain, _) => "tokio-postgres",
                 _ => "sqlx",
             });

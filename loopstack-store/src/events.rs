@@ -10,20 +10,9 @@
 //!   followers wake at once; they poll every [`POSTGRES_FALLBACK_POLL`] too, for
 //!   notifications lost while the listening connection was reconnecting.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use loopstack_core::serde_json;
-use loopstack_core::store::{EventRetention, LoggedEvent};
-use loopstack_core::{RunEvent, RunId, StoreError, Timestamp};
-use sqlx::{Arguments as _, Row as _};
 use tokio::sync::watch;
-
-use crate::sql::queries::{
-    DROP_EXPIRED_LISTENERS, HAS_LISTENERS, LAST_EVENT_ID, LISTEN, PRUNE_EVENTS_BY_AGE, PRUNE_EVENTS_BY_COUNT,
-    READ_EVENTS, READ_RUN_EVENTS, UNLISTEN,
-};
-use crate::sql::{Dialect, SqlStore, backend, corrupt, to_i64, to_u64};
 
 /// How often a follower of a SQLite store's log reads it for events that other
 /// processes appended.
@@ -77,130 +66,148 @@ impl EventWake {
     }
 }
 
-impl<D> SqlStore<D>
-where
-    D: Dialect,
-    for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
-    for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
-    for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
-    usize: sqlx::ColumnIndex<D::Row>,
-    for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
-    for<'r> String: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
-    for<'r> uuid::Uuid: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
-    for<'r> Option<i64>: sqlx::Encode<'r, D>,
-    for<'r> Option<String>: sqlx::Encode<'r, D>,
-    for<'r> Option<uuid::Uuid>: sqlx::Encode<'r, D>,
-    for<'s> Option<&'s str>: sqlx::Encode<'s, D>,
-{
-    pub(crate) async fn append_events(&self, origin: &str, events: &[Arc<RunEvent>]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut rows = Vec::with_capacity(events.len());
-        for event in events {
-            rows.push((event.run_id.0, event.at.as_millis(), serde_json::to_string(&**event).map_err(corrupt)?));
-        }
-        // The statement sqlx's `QueryBuilder::push_values` writes, built by hand: a
-        // builder's arguments cannot be borrowed generically for its whole life.
-        let mut sql = String::from("INSERT INTO events (run_id, origin, at, event) VALUES ");
-        let mut args = D::Arguments::default();
-        for (i, (run_id, at, event)) in rows.into_iter().enumerate() {
-            sql.push_str(if i == 0 { "(" } else { ", (" });
-            args.add(run_id).map_err(StoreError::Backend)?;
-            args.format_placeholder(&mut sql).map_err(corrupt)?;
-            sql.push_str(", ");
-            args.add(origin).map_err(StoreError::Backend)?;
-            args.format_placeholder(&mut sql).map_err(corrupt)?;
-            sql.push_str(", ");
-            args.add(at).map_err(StoreError::Backend)?;
-            args.format_placeholder(&mut sql).map_err(corrupt)?;
-            sql.push_str(", ");
-            args.add(event).map_err(StoreError::Backend)?;
-            args.format_placeholder(&mut sql).map_err(corrupt)?;
-            sql.push(')');
-        }
-        sql.push_str(" RETURNING id");
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        D::begin_append(&mut tx).await?;
-        let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(backend)?;
-        let newest = ids.into_iter().max().unwrap_or(0);
-        D::end_append(&mut tx, newest).await?;
-        tx.commit().await.map_err(backend)?;
-        self.events.saw(u64::try_from(newest).unwrap_or(0));
-        Ok(())
-    }
+#[cfg(feature = "postgres")]
+mod sqlx_log {
+    use std::sync::Arc;
+    use std::time::Duration;
 
-    pub(crate) async fn read_events(
-        &self,
-        after: u64,
-        run: Option<RunId>,
-        limit: u32,
-    ) -> Result<Vec<LoggedEvent>, StoreError> {
-        let rows = match run {
-            Some(run) => {
-                sqlx::query(READ_RUN_EVENTS)
-                    .bind(run.0)
-                    .bind(to_i64(after))
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await
+    use loopstack_core::serde_json;
+    use loopstack_core::store::{EventRetention, LoggedEvent};
+    use loopstack_core::{RunEvent, RunId, StoreError, Timestamp};
+    use sqlx::{Arguments as _, Row as _};
+
+    use crate::sql::queries::{
+        DROP_EXPIRED_LISTENERS, HAS_LISTENERS, LAST_EVENT_ID, LISTEN, PRUNE_EVENTS_BY_AGE, PRUNE_EVENTS_BY_COUNT,
+        READ_EVENTS, READ_RUN_EVENTS, UNLISTEN,
+    };
+    use crate::sql::{Dialect, SqlStore, backend, corrupt, to_i64, to_u64};
+
+    impl<D> SqlStore<D>
+    where
+        D: Dialect,
+        for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+        for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+        for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
+        usize: sqlx::ColumnIndex<D::Row>,
+        for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+        for<'r> String: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+        for<'r> uuid::Uuid: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
+        for<'r> Option<i64>: sqlx::Encode<'r, D>,
+        for<'r> Option<String>: sqlx::Encode<'r, D>,
+        for<'r> Option<uuid::Uuid>: sqlx::Encode<'r, D>,
+        for<'s> Option<&'s str>: sqlx::Encode<'s, D>,
+    {
+        pub(crate) async fn append_events(&self, origin: &str, events: &[Arc<RunEvent>]) -> Result<(), StoreError> {
+            if events.is_empty() {
+                return Ok(());
             }
-            None => sqlx::query(READ_EVENTS).bind(to_i64(after)).bind(i64::from(limit)).fetch_all(&self.pool).await,
+            let mut rows = Vec::with_capacity(events.len());
+            for event in events {
+                rows.push((event.run_id.0, event.at.as_millis(), serde_json::to_string(&**event).map_err(corrupt)?));
+            }
+            // The statement sqlx's `QueryBuilder::push_values` writes, built by hand: a
+            // builder's arguments cannot be borrowed generically for its whole life.
+            let mut sql = String::from("INSERT INTO events (run_id, origin, at, event) VALUES ");
+            let mut args = D::Arguments::default();
+            for (i, (run_id, at, event)) in rows.into_iter().enumerate() {
+                sql.push_str(if i == 0 { "(" } else { ", (" });
+                args.add(run_id).map_err(StoreError::Backend)?;
+                args.format_placeholder(&mut sql).map_err(corrupt)?;
+                sql.push_str(", ");
+                args.add(origin).map_err(StoreError::Backend)?;
+                args.format_placeholder(&mut sql).map_err(corrupt)?;
+                sql.push_str(", ");
+                args.add(at).map_err(StoreError::Backend)?;
+                args.format_placeholder(&mut sql).map_err(corrupt)?;
+                sql.push_str(", ");
+                args.add(event).map_err(StoreError::Backend)?;
+                args.format_placeholder(&mut sql).map_err(corrupt)?;
+                sql.push(')');
+            }
+            sql.push_str(" RETURNING id");
+            let mut tx = self.pool.begin().await.map_err(backend)?;
+            D::begin_append(&mut tx).await?;
+            let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(backend)?;
+            let newest = ids.into_iter().max().unwrap_or(0);
+            D::end_append(&mut tx, newest).await?;
+            tx.commit().await.map_err(backend)?;
+            self.events.saw(u64::try_from(newest).unwrap_or(0));
+            Ok(())
         }
-        .map_err(backend)?;
-        let mut events = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id = to_u64(row.try_get("id").map_err(corrupt)?)?;
-            let text: String = row.try_get("event").map_err(corrupt)?;
-            match serde_json::from_str(&text) {
-                Ok(event) => {
-                    events.push(LoggedEvent { id, origin: row.try_get("origin").map_err(corrupt)?, event });
+
+        pub(crate) async fn read_events(
+            &self,
+            after: u64,
+            run: Option<RunId>,
+            limit: u32,
+        ) -> Result<Vec<LoggedEvent>, StoreError> {
+            let rows = match run {
+                Some(run) => {
+                    sqlx::query(READ_RUN_EVENTS)
+                        .bind(run.0)
+                        .bind(to_i64(after))
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await
                 }
-                Err(e) => tracing::debug!(id, error = %e, "skipped an event this build cannot read"),
+                None => sqlx::query(READ_EVENTS).bind(to_i64(after)).bind(i64::from(limit)).fetch_all(&self.pool).await,
             }
+            .map_err(backend)?;
+            let mut events = Vec::with_capacity(rows.len());
+            for row in rows {
+                let id = to_u64(row.try_get("id").map_err(corrupt)?)?;
+                let text: String = row.try_get("event").map_err(corrupt)?;
+                match serde_json::from_str(&text) {
+                    Ok(event) => {
+                        events.push(LoggedEvent { id, origin: row.try_get("origin").map_err(corrupt)?, event });
+                    }
+                    Err(e) => tracing::debug!(id, error = %e, "skipped an event this build cannot read"),
+                }
+            }
+            Ok(events)
         }
-        Ok(events)
-    }
 
-    pub(crate) async fn last_event_id(&self) -> Result<u64, StoreError> {
-        let id: Option<i64> = sqlx::query_scalar(LAST_EVENT_ID).fetch_one(&self.pool).await.map_err(backend)?;
-        to_u64(id.unwrap_or(0))
-    }
+        pub(crate) async fn last_event_id(&self) -> Result<u64, StoreError> {
+            let id: Option<i64> = sqlx::query_scalar(LAST_EVENT_ID).fetch_one(&self.pool).await.map_err(backend)?;
+            to_u64(id.unwrap_or(0))
+        }
 
-    pub(crate) async fn wait_events(&self, after: u64, max: Duration) -> Result<(), StoreError> {
-        D::wait_events(self, after, max).await;
-        Ok(())
-    }
+        pub(crate) async fn wait_events(&self, after: u64, max: Duration) -> Result<(), StoreError> {
+            D::wait_events(self, after, max).await;
+            Ok(())
+        }
 
-    pub(crate) async fn prune_events(&self, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
-        let oldest = now.as_millis().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
-        let by_age = sqlx::query(PRUNE_EVENTS_BY_AGE).bind(oldest).execute(&self.pool).await.map_err(backend)?;
-        let by_count = sqlx::query(PRUNE_EVENTS_BY_COUNT)
-            .bind(to_i64(retention.max_events))
-            .execute(&self.pool)
-            .await
-            .map_err(backend)?;
-        Ok(D::rows_affected(&by_age) + D::rows_affected(&by_count))
-    }
+        pub(crate) async fn prune_events(&self, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
+            let oldest =
+                now.as_millis().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
+            let by_age = sqlx::query(PRUNE_EVENTS_BY_AGE).bind(oldest).execute(&self.pool).await.map_err(backend)?;
+            let by_count = sqlx::query(PRUNE_EVENTS_BY_COUNT)
+                .bind(to_i64(retention.max_events))
+                .execute(&self.pool)
+                .await
+                .map_err(backend)?;
+            Ok(D::rows_affected(&by_age) + D::rows_affected(&by_count))
+        }
 
-    pub(crate) async fn listen_events(&self, listener: &str, until: Timestamp) -> Result<(), StoreError> {
-        let now = Timestamp::now().as_millis();
-        sqlx::query(DROP_EXPIRED_LISTENERS).bind(now).execute(&self.pool).await.map_err(backend)?;
-        sqlx::query(LISTEN).bind(listener).bind(until.as_millis()).execute(&self.pool).await.map_err(backend)?;
-        Ok(())
-    }
+        pub(crate) async fn listen_events(&self, listener: &str, until: Timestamp) -> Result<(), StoreError> {
+            let now = Timestamp::now().as_millis();
+            sqlx::query(DROP_EXPIRED_LISTENERS).bind(now).execute(&self.pool).await.map_err(backend)?;
+            sqlx::query(LISTEN).bind(listener).bind(until.as_millis()).execute(&self.pool).await.map_err(backend)?;
+            Ok(())
+        }
 
-    pub(crate) async fn unlisten_events(&self, listener: &str) -> Result<(), StoreError> {
-        sqlx::query(UNLISTEN).bind(listener).execute(&self.pool).await.map_err(backend)?;
-        Ok(())
-    }
+        pub(crate) async fn unlisten_events(&self, listener: &str) -> Result<(), StoreError> {
+            sqlx::query(UNLISTEN).bind(listener).execute(&self.pool).await.map_err(backend)?;
+            Ok(())
+        }
 
-    pub(crate) async fn has_event_listeners(&self, now: Timestamp) -> Result<bool, StoreError> {
-        let found: Option<i64> = sqlx::query_scalar(HAS_LISTENERS)
-            .bind(now.as_millis())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        Ok(found.is_some())
+        pub(crate) async fn has_event_listeners(&self, now: Timestamp) -> Result<bool, StoreError> {
+            let found: Option<i64> = sqlx::query_scalar(HAS_LISTENERS)
+                .bind(now.as_millis())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+            Ok(found.is_some())
+        }
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "versions", include_str!("../migrations/postgres/0005_versions.sql")),
     (6, "trace parent", include_str!("../migrations/postgres/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../migrations/postgres/0007_claim_indexes.sql")),
+    (8, "lean run indexes", include_str!("../migrations/postgres/0008_lean_run_indexes.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes

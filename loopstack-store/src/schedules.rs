@@ -8,14 +8,13 @@
 //! SQLite writers take turns. Either way one due time starts one run.
 
 use loopstack_core::serde_json;
-use loopstack_core::{RunId, StoreError, Timestamp};
-use sqlx::Row as _;
+use loopstack_core::{StoreError, Timestamp};
 
 use crate::sql::queries::{
     DELETE_SCHEDULE, DELETE_SCHEDULE_RUNS, FIRE_SCHEDULE, INSERT_SCHEDULE, INSERT_SCHEDULED_RUN, LIST_SCHEDULES,
     PAUSE_SCHEDULE, SCHEDULED_RUNS, SELECT_SCHEDULE,
 };
-use crate::sql::{Dialect, SqlStore, backend, corrupt, raw, to_i64, to_u64};
+use crate::sql::{Dialect, SqlStore, backend, corrupt, to_i64};
 
 impl<D> SqlStore<D>
 where
@@ -32,33 +31,6 @@ where
     for<'r> Option<uuid::Uuid>: sqlx::Encode<'r, D>,
     for<'s> Option<&'s str>: sqlx::Encode<'s, D>,
 {
-    fn schedule_from_row(row: &D::Row) -> Result<loopstack_core::ScheduleRecord, StoreError> {
-        use loopstack_core::schedule::{Missed, Recurrence};
-        let get_err = |e: sqlx::Error| corrupt(e);
-        let recurrence: String = row.try_get("recurrence").map_err(get_err)?;
-        let recurrence: Recurrence = serde_json::from_str(&recurrence).map_err(corrupt)?;
-        let missed: String = row.try_get("missed").map_err(get_err)?;
-        let missed: Missed = missed.parse().map_err(corrupt)?;
-        let last_due: Option<i64> = row.try_get("last_due").map_err(get_err)?;
-        let last_run: Option<uuid::Uuid> = row.try_get("last_run").map_err(get_err)?;
-        let mut record = loopstack_core::ScheduleRecord::new(
-            row.try_get("id").map_err(get_err)?,
-            row.try_get("workflow").map_err(get_err)?,
-            raw(row.try_get("input").map_err(get_err)?)?,
-            recurrence,
-            missed,
-            to_u64(row.try_get("grace_ms").map_err(get_err)?)?,
-            row.try_get("paused").map_err(get_err)?,
-            Timestamp::from_millis(row.try_get("next_due").map_err(get_err)?),
-            Timestamp::from_millis(row.try_get("created_at").map_err(get_err)?),
-        );
-        record.last_due = last_due.map(Timestamp::from_millis);
-        record.last_run = last_run.map(RunId);
-        record.last_error = row.try_get("last_error").map_err(get_err)?;
-        record.updated_at = Timestamp::from_millis(row.try_get("updated_at").map_err(get_err)?);
-        Ok(record)
-    }
-
     pub(crate) async fn create_schedule(&self, s: &loopstack_core::ScheduleRecord) -> Result<(), StoreError> {
         let done = sqlx::query(INSERT_SCHEDULE)
             .bind(&s.id)
@@ -190,14 +162,6 @@ where
         if rows.is_empty() {
             self.load_schedule(id).await?;
         }
-        rows.iter()
-            .map(|row| {
-                Ok(loopstack_core::schedule::ScheduledRun {
-                    schedule: row.try_get("schedule").map_err(corrupt)?,
-                    due: Timestamp::from_millis(row.try_get("due").map_err(corrupt)?),
-                    run_id: RunId(row.try_get("run_id").map_err(corrupt)?),
-                })
-            })
-            .collect()
+        rows.iter().map(Self::scheduled_run_from_row).collect()
     }
 }

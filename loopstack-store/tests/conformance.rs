@@ -92,11 +92,11 @@ const SPOIL: &str = "UPDATE checkpoints SET state = '{\"unreadable' WHERE state 
     AND run = (SELECT id FROM runs WHERE run_id = $1)";
 
 fn spoil_sqlite(store: &SqliteStore) -> impl Fn(RunId) -> BoxFuture<'static, ()> + Send + Sync + 'static {
-    let pool = store.pool().clone();
+    let store = store.clone();
     move |run_id: RunId| -> BoxFuture<'static, ()> {
-        let pool = pool.clone();
+        let store = store.clone();
         Box::pin(async move {
-            sqlx::query(SPOIL).bind(run_id.0).execute(&pool).await.unwrap();
+            store.with_connection(move |c| c.execute(SPOIL, [run_id.0])).await.unwrap().unwrap();
         })
     }
 }

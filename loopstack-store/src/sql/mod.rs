@@ -12,26 +12,39 @@
 //! The public stores wrap a `SqlStore` and forward the `Store` trait to it
 //! ([`forward_store!`]), so their API stays their own.
 
+#[cfg(feature = "postgres")]
 use std::borrow::Cow;
+#[cfg(feature = "postgres")]
 use std::sync::Arc;
+#[cfg(feature = "postgres")]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use futures::future::BoxFuture;
 use loopstack_core::serde_json::value::RawValue;
 use loopstack_core::{RunStatus, StoreError};
+#[cfg(feature = "postgres")]
 use sqlx::Pool;
+#[cfg(feature = "postgres")]
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
+#[cfg(feature = "postgres")]
 pub(crate) mod dialect;
 mod patch;
 pub(crate) mod queries;
+#[cfg(feature = "postgres")]
 mod reads;
-mod rows;
+pub(crate) mod rows;
+#[cfg(feature = "postgres")]
 mod runs;
 
+#[cfg(feature = "postgres")]
 pub(crate) use dialect::Dialect;
-pub(crate) use patch::{LastState, LastStates, MAX_PATCH_CHAIN};
+#[cfg(feature = "sqlite")]
+pub(crate) use patch::apply_patch;
+pub(crate) use patch::{LastState, LastStates, StepState, plan_state};
 
+#[cfg(feature = "postgres")]
 /// The state of a SQL store over dialect `D`: its pool, its lease, the last state
 /// each of its runs committed (the base of the next patch) and its event wake.
 /// Clones share all of it.
@@ -42,6 +55,7 @@ pub(crate) struct SqlStore<D: sqlx::Database> {
     pub(crate) events: Arc<crate::events::EventWake>,
 }
 
+#[cfg(feature = "postgres")]
 impl<D: sqlx::Database> SqlStore<D> {
     pub(crate) fn new(pool: Pool<D>) -> Self {
         Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default(), events: Default::default() }
@@ -59,12 +73,14 @@ impl<D: sqlx::Database> SqlStore<D> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<D: sqlx::Database> Clone for SqlStore<D> {
     fn clone(&self) -> Self {
         Self { pool: self.pool.clone(), lease: self.lease, last: self.last.clone(), events: self.events.clone() }
     }
 }
 
+#[cfg(feature = "postgres")]
 /// Writes `impl Store for $store`, whose field `sql` is a [`SqlStore`]: each method
 /// calls the `SqlStore` method of the same name and signature.
 macro_rules! forward_store {
@@ -152,8 +168,10 @@ macro_rules! forward_store {
     };
 }
 
+#[cfg(feature = "postgres")]
 pub(crate) use forward_store;
 
+#[cfg(feature = "postgres")]
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
@@ -186,11 +204,13 @@ pub(crate) fn status_set(statuses: &[RunStatus]) -> String {
     s
 }
 
+#[cfg(feature = "postgres")]
 /// The migrations, embedded in the binary: the schema is created and upgraded on
 /// first use, with no files at run time.
 #[derive(Debug)]
 pub(crate) struct Embedded(pub(crate) &'static [(i64, &'static str, &'static str)]);
 
+#[cfg(feature = "postgres")]
 impl MigrationSource<'static> for Embedded {
     fn resolve(self) -> BoxFuture<'static, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
         Box::pin(async move {
@@ -211,6 +231,7 @@ impl MigrationSource<'static> for Embedded {
     }
 }
 
+#[cfg(feature = "postgres")]
 pub(crate) async fn migrator(migrations: Embedded) -> Result<Migrator, StoreError> {
     Migrator::new(migrations).await.map_err(|e| StoreError::Backend(Box::new(e)))
 }

@@ -125,6 +125,49 @@ pub(crate) fn apply_patch(base: &str, patch: &str) -> Result<String, StoreError>
     Ok(out)
 }
 
+/// How a step's state is stored: in full, as a patch of the state before it, or
+/// not at all when it did not change.
+#[derive(Clone, Copy)]
+pub(crate) struct StepState<'a> {
+    /// The state in full.
+    pub(crate) state: &'a str,
+    /// The step left the state as it was, or `patch` gives it: no full state.
+    pub(crate) unchanged: bool,
+    /// The state as a patch of the one before it.
+    pub(crate) patch: Option<&'a str>,
+}
+
+/// How a commit stores its state (see [`plan_state`]).
+pub(crate) struct Planned {
+    /// No full state: unchanged, or `patch`.
+    pub(crate) unchanged: bool,
+    pub(crate) patch: Option<String>,
+    /// Patches since the last full state, this one included.
+    pub(crate) chain: u32,
+}
+
+impl Planned {
+    /// The state `next` as this plan stores it.
+    pub(crate) fn state<'a>(&'a self, next: &'a str) -> StepState<'a> {
+        StepState { state: next, unchanged: self.unchanged, patch: self.patch.as_deref() }
+    }
+}
+
+/// The state `next` as a patch of the one this drive committed last (`last`), when
+/// that is known and the patch is smaller; else in full (or neither, when it did not
+/// change).
+pub(crate) fn plan_state(last: Option<&LastState>, next: &str) -> Planned {
+    let (unchanged, patch, chain) = match last {
+        Some(l) if &*l.state == next => (true, None, l.chain),
+        Some(l) if l.chain < MAX_PATCH_CHAIN => match state_patch(&l.state, next) {
+            Some(patch) => (true, Some(patch), l.chain + 1),
+            None => (false, None, 0),
+        },
+        _ => (false, None, 0),
+    };
+    Planned { unchanged, patch, chain }
+}
+
 /// After how many patches in a row a checkpoint stores its state in full again, so
 /// reading one replays a bounded chain.
 pub(crate) const MAX_PATCH_CHAIN: u32 = 16;

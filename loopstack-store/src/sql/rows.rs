@@ -1,106 +1,232 @@
-//! Rows into records: a run's row, a step, a document, a signal.
+//! Rows into records: a run's row, a step, a document, a signal, a schedule. Written
+//! once over [`Cols`], the columns of a row by name, which both drivers' rows give:
+//! rusqlite's for the SQLite store, sqlx's (through [`Sx`]) for PostgreSQL.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use loopstack_core::serde_json;
-use loopstack_core::{Document, RunId, RunSummary, SignalRecord, SignalStatus, StepRecord, StoreError, Timestamp};
-use sqlx::Row as _;
+use loopstack_core::{
+    Document, RunId, RunSummary, ScheduleRecord, SignalRecord, SignalStatus, StepRecord, StoreError, Timestamp,
+};
 
-use super::{Dialect, SqlStore, corrupt, raw, to_u64};
+use super::{corrupt, raw, to_u64};
 
-impl<D> SqlStore<D>
+/// A row's columns by name, as the types the schema uses; a column of another type
+/// is [`StoreError::Corrupt`].
+pub(crate) trait Cols {
+    fn int(&self, column: &str) -> Result<i64, StoreError>;
+    fn int_opt(&self, column: &str) -> Result<Option<i64>, StoreError>;
+    fn text(&self, column: &str) -> Result<String, StoreError>;
+    fn text_opt(&self, column: &str) -> Result<Option<String>, StoreError>;
+    fn uuid(&self, column: &str) -> Result<uuid::Uuid, StoreError>;
+    fn uuid_opt(&self, column: &str) -> Result<Option<uuid::Uuid>, StoreError>;
+    fn flag(&self, column: &str) -> Result<bool, StoreError>;
+}
+
+/// A sqlx row as [`Cols`].
+#[cfg(feature = "postgres")]
+pub(crate) struct Sx<'a, R>(pub(crate) &'a R);
+
+#[cfg(feature = "postgres")]
+impl<R> Cols for Sx<'_, R>
 where
-    D: Dialect,
+    R: sqlx::Row,
+    for<'s> &'s str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> uuid::Uuid: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn int(&self, column: &str) -> Result<i64, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn int_opt(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn text(&self, column: &str) -> Result<String, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn text_opt(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn uuid(&self, column: &str) -> Result<uuid::Uuid, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn uuid_opt(&self, column: &str) -> Result<Option<uuid::Uuid>, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+    fn flag(&self, column: &str) -> Result<bool, StoreError> {
+        self.0.try_get(column).map_err(corrupt)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Cols for rusqlite::Row<'_> {
+    fn int(&self, column: &str) -> Result<i64, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn int_opt(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn text(&self, column: &str) -> Result<String, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn text_opt(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn uuid(&self, column: &str) -> Result<uuid::Uuid, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn uuid_opt(&self, column: &str) -> Result<Option<uuid::Uuid>, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+    fn flag(&self, column: &str) -> Result<bool, StoreError> {
+        self.get(column).map_err(corrupt)
+    }
+}
+
+/// A run's row, without its state.
+pub(crate) fn summary(row: &impl Cols) -> Result<RunSummary, StoreError> {
+    let status = row.text("status")?;
+    let waiting = row.text("waiting_for")?;
+    let forked_from = row.uuid_opt("forked_from")?;
+    let forked_step = row.int_opt("forked_step")?;
+    let mut record = RunSummary {
+        run_id: RunId(row.uuid("run_id")?),
+        workflow: Cow::Owned(row.text("workflow")?),
+        status: status.parse()?,
+        place: Cow::Owned(row.text("place")?),
+        step: to_u64(row.int("step")?)?,
+        error: row.text_opt("error")?,
+        definition_hash: Cow::Owned(row.text("definition_hash")?),
+        version: u32::try_from(row.int("version")?).map_err(|_| corrupt("a run's version is out of range"))?,
+        parent: row.uuid_opt("parent")?.map(RunId),
+        parent_signal: row.text_opt("parent_signal")?.map(Cow::Owned),
+        forked_from: None,
+        epoch: to_u64(row.int("epoch")?)?,
+        signal_seq: to_u64(row.int("signal_seq")?)?,
+        waiting_for: serde_json::from_str(&waiting).map_err(corrupt)?,
+        place_since: Timestamp::from_millis(row.int("place_since")?),
+        wake_at: row.int_opt("wake_at")?.map(Timestamp::from_millis),
+        lease_owner: row.text_opt("lease_owner")?,
+        lease_until: row.int_opt("lease_until")?.map(Timestamp::from_millis),
+        created_at: Timestamp::from_millis(row.int("created_at")?),
+        updated_at: Timestamp::from_millis(row.int("updated_at")?),
+        trace_parent: row.text_opt("trace_parent")?,
+    };
+    if let (Some(id), Some(step)) = (forked_from, forked_step) {
+        record.forked_from = Some((RunId(id), to_u64(step)?));
+    }
+    Ok(record)
+}
+
+pub(crate) fn step(row: &impl Cols) -> Result<StepRecord, StoreError> {
+    let transition = row.text("transition")?;
+    let from = row.text("from_place")?;
+    let to = row.text("to_place")?;
+    let mut step = StepRecord::new(to_u64(row.int("step")?)?, transition, from, to);
+    step.at = Timestamp::from_millis(row.int("at")?);
+    Ok(step)
+}
+
+pub(crate) fn document(row: &impl Cols) -> Result<Arc<Document>, StoreError> {
+    let tags = row.text("tags")?;
+    let metadata = row.text("metadata")?;
+    Ok(Arc::new(Document {
+        seq: to_u64(row.int("seq")?)?,
+        doc_type: Cow::Owned(row.text("doc_type")?),
+        key: row.text_opt("doc_key")?,
+        version: u32::try_from(row.int("version")?).map_err(corrupt)?,
+        tags: serde_json::from_str(&tags).map_err(corrupt)?,
+        metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
+        content: raw(row.text("content")?)?,
+        step: to_u64(row.int("step")?)?,
+    }))
+}
+
+pub(crate) fn signal(row: &impl Cols) -> Result<SignalRecord, StoreError> {
+    let status = row.text("status")?;
+    let step = row.int_opt("step")?;
+    let reason = row.text_opt("reason")?;
+    let status = match status.as_str() {
+        "pending" => SignalStatus::Pending,
+        "delivered" => SignalStatus::Delivered { step: to_u64(step.unwrap_or_default())? },
+        "rejected" => SignalStatus::Rejected { reason: reason.unwrap_or_default() },
+        other => return Err(corrupt(format!("unknown signal status `{other}`"))),
+    };
+    Ok(SignalRecord {
+        id: to_u64(row.int("id")?)?,
+        name: row.text("name")?,
+        payload: raw(row.text("payload")?)?,
+        status,
+        received_at: Timestamp::from_millis(row.int("received_at")?),
+    })
+}
+
+pub(crate) fn schedule(row: &impl Cols) -> Result<ScheduleRecord, StoreError> {
+    use loopstack_core::schedule::{Missed, Recurrence};
+    let recurrence: Recurrence = serde_json::from_str(&row.text("recurrence")?).map_err(corrupt)?;
+    let missed: Missed = row.text("missed")?.parse().map_err(corrupt)?;
+    let mut record = ScheduleRecord::new(
+        row.text("id")?,
+        row.text("workflow")?,
+        raw(row.text("input")?)?,
+        recurrence,
+        missed,
+        to_u64(row.int("grace_ms")?)?,
+        row.flag("paused")?,
+        Timestamp::from_millis(row.int("next_due")?),
+        Timestamp::from_millis(row.int("created_at")?),
+    );
+    record.last_due = row.int_opt("last_due")?.map(Timestamp::from_millis);
+    record.last_run = row.uuid_opt("last_run")?.map(RunId);
+    record.last_error = row.text_opt("last_error")?;
+    record.updated_at = Timestamp::from_millis(row.int("updated_at")?);
+    Ok(record)
+}
+
+/// A scheduled run's row.
+pub(crate) fn scheduled_run(row: &impl Cols) -> Result<loopstack_core::schedule::ScheduledRun, StoreError> {
+    Ok(loopstack_core::schedule::ScheduledRun {
+        schedule: row.text("schedule")?,
+        due: Timestamp::from_millis(row.int("due")?),
+        run_id: RunId(row.uuid("run_id")?),
+    })
+}
+
+/// The decoders as the sqlx code calls them, on a dialect's rows.
+#[cfg(feature = "postgres")]
+impl<D> super::SqlStore<D>
+where
+    D: super::Dialect,
     for<'s> &'s str: sqlx::ColumnIndex<D::Row>,
     for<'r> i64: sqlx::Decode<'r, D> + sqlx::Type<D>,
+    for<'r> bool: sqlx::Decode<'r, D> + sqlx::Type<D>,
     for<'r> String: sqlx::Decode<'r, D> + sqlx::Type<D>,
     for<'r> uuid::Uuid: sqlx::Decode<'r, D> + sqlx::Type<D>,
 {
-    /// A run's row, without its state.
-    pub(super) fn summary_from_row(row: &D::Row) -> Result<RunSummary, StoreError> {
-        let get_err = |e: sqlx::Error| corrupt(e);
-        let status: String = row.try_get("status").map_err(get_err)?;
-        let waiting: String = row.try_get("waiting_for").map_err(get_err)?;
-        let forked_from: Option<uuid::Uuid> = row.try_get("forked_from").map_err(get_err)?;
-        let forked_step: Option<i64> = row.try_get("forked_step").map_err(get_err)?;
-        let parent: Option<uuid::Uuid> = row.try_get("parent").map_err(get_err)?;
-        let lease_until: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
-        let wake_at: Option<i64> = row.try_get("wake_at").map_err(get_err)?;
-        let mut record = RunSummary {
-            run_id: RunId(row.try_get("run_id").map_err(get_err)?),
-            workflow: Cow::Owned(row.try_get("workflow").map_err(get_err)?),
-            status: status.parse()?,
-            place: Cow::Owned(row.try_get("place").map_err(get_err)?),
-            step: to_u64(row.try_get("step").map_err(get_err)?)?,
-            error: row.try_get("error").map_err(get_err)?,
-            definition_hash: Cow::Owned(row.try_get("definition_hash").map_err(get_err)?),
-            version: u32::try_from(row.try_get::<i64, _>("version").map_err(get_err)?)
-                .map_err(|_| corrupt("a run's version is out of range"))?,
-            parent: parent.map(RunId),
-            parent_signal: row.try_get::<Option<String>, _>("parent_signal").map_err(get_err)?.map(Cow::Owned),
-            forked_from: None,
-            epoch: to_u64(row.try_get("epoch").map_err(get_err)?)?,
-            signal_seq: to_u64(row.try_get("signal_seq").map_err(get_err)?)?,
-            waiting_for: serde_json::from_str(&waiting).map_err(corrupt)?,
-            place_since: Timestamp::from_millis(row.try_get("place_since").map_err(get_err)?),
-            wake_at: wake_at.map(Timestamp::from_millis),
-            lease_owner: row.try_get("lease_owner").map_err(get_err)?,
-            lease_until: lease_until.map(Timestamp::from_millis),
-            created_at: Timestamp::from_millis(row.try_get("created_at").map_err(get_err)?),
-            updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(get_err)?),
-            trace_parent: row.try_get("trace_parent").map_err(get_err)?,
-        };
-        if let (Some(id), Some(step)) = (forked_from, forked_step) {
-            record.forked_from = Some((RunId(id), to_u64(step)?));
-        }
-        Ok(record)
+    pub(crate) fn summary_from_row(row: &D::Row) -> Result<RunSummary, StoreError> {
+        summary(&Sx(row))
     }
 
-    pub(super) fn step_from_row(row: &D::Row) -> Result<StepRecord, StoreError> {
-        let get_err = |e: sqlx::Error| corrupt(e);
-        let transition: String = row.try_get("transition").map_err(get_err)?;
-        let from: String = row.try_get("from_place").map_err(get_err)?;
-        let to: String = row.try_get("to_place").map_err(get_err)?;
-        let mut step = StepRecord::new(to_u64(row.try_get("step").map_err(get_err)?)?, transition, from, to);
-        step.at = Timestamp::from_millis(row.try_get("at").map_err(get_err)?);
-        Ok(step)
+    pub(crate) fn step_from_row(row: &D::Row) -> Result<StepRecord, StoreError> {
+        step(&Sx(row))
     }
 
-    pub(super) fn document_from_row(row: &D::Row) -> Result<Arc<Document>, StoreError> {
-        let get_err = |e: sqlx::Error| corrupt(e);
-        let tags: String = row.try_get("tags").map_err(get_err)?;
-        let metadata: String = row.try_get("metadata").map_err(get_err)?;
-        let version: i64 = row.try_get("version").map_err(get_err)?;
-        Ok(Arc::new(Document {
-            seq: to_u64(row.try_get("seq").map_err(get_err)?)?,
-            doc_type: Cow::Owned(row.try_get("doc_type").map_err(get_err)?),
-            key: row.try_get("doc_key").map_err(get_err)?,
-            version: u32::try_from(version).map_err(corrupt)?,
-            tags: serde_json::from_str(&tags).map_err(corrupt)?,
-            metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
-            content: raw(row.try_get("content").map_err(get_err)?)?,
-            step: to_u64(row.try_get("step").map_err(get_err)?)?,
-        }))
+    pub(crate) fn document_from_row(row: &D::Row) -> Result<Arc<Document>, StoreError> {
+        document(&Sx(row))
     }
 
-    pub(super) fn signal_from_row(row: &D::Row) -> Result<SignalRecord, StoreError> {
-        let get_err = |e: sqlx::Error| corrupt(e);
-        let status: String = row.try_get("status").map_err(get_err)?;
-        let step: Option<i64> = row.try_get("step").map_err(get_err)?;
-        let reason: Option<String> = row.try_get("reason").map_err(get_err)?;
-        let status = match status.as_str() {
-            "pending" => SignalStatus::Pending,
-            "delivered" => SignalStatus::Delivered { step: to_u64(step.unwrap_or_default())? },
-            "rejected" => SignalStatus::Rejected { reason: reason.unwrap_or_default() },
-            other => return Err(corrupt(format!("unknown signal status `{other}`"))),
-        };
-        Ok(SignalRecord {
-            id: to_u64(row.try_get("id").map_err(get_err)?)?,
-            name: row.try_get("name").map_err(get_err)?,
-            payload: raw(row.try_get("payload").map_err(get_err)?)?,
-            status,
-            received_at: Timestamp::from_millis(row.try_get("received_at").map_err(get_err)?),
-        })
+    pub(crate) fn signal_from_row(row: &D::Row) -> Result<SignalRecord, StoreError> {
+        signal(&Sx(row))
+    }
+
+    pub(crate) fn schedule_from_row(row: &D::Row) -> Result<ScheduleRecord, StoreError> {
+        schedule(&Sx(row))
+    }
+
+    pub(crate) fn scheduled_run_from_row(row: &D::Row) -> Result<loopstack_core::schedule::ScheduledRun, StoreError> {
+        scheduled_run(&Sx(row))
     }
 }

@@ -17,7 +17,7 @@ use super::queries::{
     INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL, PARK, REJECT_PENDING,
     SET_STATUS,
 };
-use super::{Dialect, LastState, MAX_PATCH_CHAIN, SqlStore, backend, corrupt, status_set, to_i64};
+use super::{Dialect, LastState, SqlStore, StepState, backend, corrupt, status_set, to_i64};
 
 /// The reason a finished run's pending signals are rejected with.
 const ENDED: &str = loopstack_core::store::SIGNAL_OUTLIVED_RUN;
@@ -235,14 +235,8 @@ where
         // when it did not change).
         let last = self.last.get(cp.run_id, cp.fence.epoch, cp.fence.step);
         let next = cp.state.get();
-        let (unchanged, patch, chain) = match &last {
-            Some(l) if &*l.state == next => (true, None, l.chain),
-            Some(l) if l.chain < MAX_PATCH_CHAIN => match super::patch::state_patch(&l.state, next) {
-                Some(patch) => (true, Some(patch), l.chain + 1),
-                None => (false, None, 0),
-            },
-            _ => (false, None, 0),
-        };
+        let plan = super::plan_state(last.as_ref(), next);
+        let (unchanged, patch, chain) = (plan.unchanged, plan.patch.as_deref(), plan.chain);
         let committed = |this: &Self| {
             let last = (!cp.status.is_finished()).then(|| LastState {
                 epoch: cp.fence.epoch,
@@ -259,7 +253,7 @@ where
         if cp.signal.is_none()
             && cp.notify.is_none()
             && cp.migration.is_none()
-            && let Some(done) = D::one_statement_commit(self, &cp, unchanged, patch.as_deref()).await
+            && let Some(done) = D::one_statement_commit(self, &cp, unchanged, patch).await
         {
             if !done? {
                 return Err(self.fence_error(cp.run_id, cp.fence).await);
@@ -268,7 +262,7 @@ where
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(backend)?;
-        let state = StepState { state: next, unchanged, patch: patch.as_deref() };
+        let state = plan.state(next);
         if !Self::write_step(&mut tx, cp.run_id, cp.fence, &cp.transition, cp.status, state, cp.lease_until).await? {
             drop(tx);
             return Err(self.fence_error(cp.run_id, cp.fence).await);
@@ -547,16 +541,4 @@ where
         }
         self.load(new_run).await
     }
-}
-
-/// How a step's state is stored (see `SqlStore::commit`): in full, as a patch of the
-/// state before it, or not at all when it did not change.
-#[derive(Clone, Copy)]
-struct StepState<'a> {
-    /// The state in full.
-    state: &'a str,
-    /// The step left the state as it was, or `patch` gives it: no full state.
-    unchanged: bool,
-    /// The state as a patch of the one before it.
-    patch: Option<&'a str>,
 }
