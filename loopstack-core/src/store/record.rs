@@ -449,4 +449,36 @@ impl NewRun {
         self.trace_parent = traceparent;
         self
     }
+
+    /// The record of the run as created: at step 0 and the start place, with
+    /// `epoch` (raised by each claim; a store gives a run it creates running the
+    /// epoch of its first claim) and `at` as its creation time. What a store's
+    /// [`Store::create_run`] returns.
+    pub fn into_record(self, epoch: u64, at: Timestamp) -> RunRecord {
+        let lease_owner = self.lease.as_ref().map(|l| l.owner.clone());
+        RunRecord {
+            run_id: self.run_id,
+            workflow: self.workflow,
+            status: self.status,
+            place: Cow::Borrowed(crate::START),
+            step: 0,
+            state: self.state,
+            error: None,
+            definition_hash: self.definition_hash,
+            version: self.version,
+            parent: self.parent,
+            parent_signal: self.parent_signal,
+            forked_from: None,
+            epoch,
+            signal_seq: 0,
+            waiting_for: Vec::new(),
+            place_since: at,
+            wake_at: None,
+            lease_owner,
+            lease_until: self.lease.map(|l| l.until),
+            created_at: at,
+            updated_at: at,
+            trace_parent: self.trace_parent,
+        }
+    }
 }

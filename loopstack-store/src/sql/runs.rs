@@ -1,7 +1,6 @@
 //! Creating and claiming runs, the fenced writes of a drive (`commit`,
 //! `set_status`, `park`, `heartbeat`) and forks.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use loopstack_core::serde_json;
@@ -171,30 +170,7 @@ where
 
         let base = LastState { epoch: epoch as u64, step: 0, state: Arc::from(run.state.get()), chain: 0 };
         self.last.set(run.run_id, Some(base));
-        Ok(RunRecord {
-            run_id: run.run_id,
-            workflow: run.workflow,
-            status: run.status,
-            place: Cow::Borrowed(loopstack_core::START),
-            step: 0,
-            state: run.state,
-            error: None,
-            definition_hash: run.definition_hash,
-            version: run.version,
-            parent: run.parent,
-            parent_signal: run.parent_signal,
-            forked_from: None,
-            epoch: epoch as u64,
-            signal_seq: 0,
-            waiting_for: Vec::new(),
-            place_since: at,
-            wake_at: None,
-            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
-            lease_until: run.lease.map(|l| l.until),
-            created_at: at,
-            updated_at: at,
-            trace_parent: run.trace_parent,
-        })
+        Ok(run.into_record(epoch as u64, at))
     }
 
     pub(crate) async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {

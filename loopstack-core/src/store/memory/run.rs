@@ -124,32 +124,10 @@ impl Inner {
             return Err(StoreError::RunExists(run.run_id));
         }
         let now = Timestamp::now();
-        let record = RunRecord {
-            run_id: run.run_id,
-            workflow: run.workflow,
-            status: run.status,
-            place: Cow::Borrowed(crate::START),
-            step: 0,
-            state: run.state,
-            error: None,
-            definition_hash: run.definition_hash,
-            version: run.version,
-            parent: run.parent,
-            parent_signal: run.parent_signal,
-            forked_from: None,
-            epoch: u64::from(run.status != RunStatus::Queued),
-            signal_seq: 0,
-            waiting_for: Vec::new(),
-            place_since: now,
-            wake_at: None,
-            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
-            lease_until: run.lease.map(|l| l.until),
-            created_at: now,
-            updated_at: now,
-            trace_parent: run.trace_parent,
-        };
+        let (run_id, epoch) = (run.run_id, u64::from(run.status != RunStatus::Queued));
+        let record = run.into_record(epoch, now);
         self.runs.insert(
-            run.run_id,
+            run_id,
             Box::new(MemRun {
                 record: record.clone(),
                 checkpoints: vec![step_zero(now)],
