@@ -352,6 +352,20 @@ pub(super) async fn queries_filter_and_page(store: &Arc<dyn Store>) {
     assert_eq!(second.next, None);
     let none = store.list_runs(&RunQuery::new().workflow("no_such_workflow")).await.unwrap();
     assert!(none.runs.is_empty() && none.next.is_none());
+    // Several statuses: runs in any of them; a time bound before them: none of them.
+    let mut finished = Vec::new();
+    for run in store.list_runs(&RunQuery::new().workflow("review").created_between(Some(t0), None)).await.unwrap().runs
+    {
+        if run.status != RunStatus::Waiting {
+            finished.push(run.status);
+        }
+    }
+    assert_eq!(finished.len(), 2, "the runs that did not wait: {finished:?}");
+    let either = RunQuery::new().workflow("review").status(RunStatus::Waiting).status(finished[0]).status(finished[1]);
+    let listed = store.list_runs(&either.created_between(Some(t0), None).limit(100)).await.unwrap();
+    assert_eq!(listed.runs.len(), 5, "waiting and {finished:?}");
+    let earlier = store.list_runs(&RunQuery::new().workflow("review").created_between(None, Some(t0))).await.unwrap();
+    assert!(earlier.runs.iter().all(|r| !ids.contains(&r.run_id) && r.created_at < t0));
 }
 
 pub(super) async fn signals_still_pending_when_a_run_ends_are_rejected(store: &Arc<dyn Store>) {

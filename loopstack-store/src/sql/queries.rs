@@ -135,6 +135,10 @@ pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status,
 
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
 
+/// SQLite's listing: one statement for every combination of filters, as SQLite has
+/// no index a status or workflow filter could use (its listings walk the runs by id
+/// either way). PostgreSQL's names only the filters set (`SqlStore::list_runs`).
+#[cfg(feature = "sqlite")]
 pub(crate) const LIST_RUNS: &str = concat!(
     "SELECT ",
     run_columns!(),

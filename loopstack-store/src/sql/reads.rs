@@ -10,11 +10,12 @@ use loopstack_core::{
 };
 use sqlx::Row as _;
 
+use super::queries::run_columns;
 use super::queries::{
     ALL_SIGNALS, CHECKPOINT_CHAIN, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY, INSERT_SIGNAL,
-    LIST_RUNS, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
+    NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
 };
-use super::{Dialect, SqlStore, backend, corrupt, raw, status_set, to_i64, to_u64};
+use super::{Dialect, SqlStore, backend, corrupt, raw, to_i64, to_u64};
 
 impl<D> SqlStore<D>
 where
@@ -177,18 +178,62 @@ where
 
     pub(crate) async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
         let size = query.page_size();
-        let rows = sqlx::query(LIST_RUNS)
-            .bind(query.workflow.as_deref())
-            .bind(status_set(&query.status))
-            .bind(query.place.as_deref())
-            .bind(query.parent.map(|p| p.0))
-            .bind(query.created_after.map(Timestamp::as_millis))
-            .bind(query.created_before.map(Timestamp::as_millis))
-            .bind(query.before.map(|b| b.0))
-            .bind(i64::from(size) + 1)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?;
+        // Only the filters the query sets, so each combination gets a plan of its
+        // own: written as `($1 IS NULL OR status = $1) AND ...`, one generic plan
+        // served them all and could use no index, so a page filtered by status
+        // read the runs of every other status first.
+        let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM runs WHERE TRUE"));
+        let mut params = 0;
+        let mut next = || {
+            params += 1;
+            format!("${params}")
+        };
+        // The placeholders first, then the values bound in the same order.
+        if query.workflow.is_some() {
+            sql += " AND workflow = ";
+            sql += &next();
+        }
+        if !query.status.is_empty() {
+            let list: Vec<String> = query.status.iter().map(|_| next()).collect();
+            sql += &format!(" AND status IN ({})", list.join(", "));
+        }
+        for (set, clause) in [
+            (query.place.is_some(), " AND place = "),
+            (query.parent.is_some(), " AND parent = "),
+            (query.created_after.is_some(), " AND created_at >= "),
+            (query.created_before.is_some(), " AND created_at < "),
+            (query.before.is_some(), " AND run_id < "),
+        ] {
+            if set {
+                sql += clause;
+                sql += &next();
+            }
+        }
+        sql += " ORDER BY run_id DESC LIMIT ";
+        sql += &next();
+        let mut select = sqlx::query(&sql);
+        if let Some(workflow) = &query.workflow {
+            select = select.bind(workflow.as_str());
+        }
+        for status in &query.status {
+            select = select.bind(status.as_str());
+        }
+        if let Some(place) = &query.place {
+            select = select.bind(place.as_str());
+        }
+        if let Some(parent) = query.parent {
+            select = select.bind(parent.0);
+        }
+        if let Some(after) = query.created_after {
+            select = select.bind(after.as_millis());
+        }
+        if let Some(before) = query.created_before {
+            select = select.bind(before.as_millis());
+        }
+        if let Some(cursor) = query.before {
+            select = select.bind(cursor.0);
+        }
+        let rows = select.bind(i64::from(size) + 1).fetch_all(&self.pool).await.map_err(backend)?;
         // The rows alone: a listing never reads a state.
         let mut runs = rows.iter().take(size as usize).map(Self::summary_from_row).collect::<Result<Vec<_>, _>>()?;
         let next = if rows.len() > size as usize {
