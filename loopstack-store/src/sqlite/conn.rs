@@ -52,10 +52,9 @@ impl Db {
                         return;
                     }
                 };
+                // Each job catches its own request's panic (see `call`).
                 while let Ok(job) = queue.recv() {
-                    // A request that panics answers nothing (its caller gets an
-                    // error); its transaction, if any, rolled back as it unwound.
-                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+                    job(&mut conn);
                 }
             })
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
@@ -71,10 +70,17 @@ impl Db {
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |conn| {
-            let _ = tx.send(f(conn));
+            // A request that panics is answered with the panic: the thread, and
+            // the store, go on (its transaction, if any, rolled back as it unwound).
+            let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(|| f(conn))));
         });
         self.jobs.send(job).map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())
+        match rx.await.map_err(|_| closed())? {
+            Ok(answer) => Ok(answer),
+            Err(panic) => Err(StoreError::Backend(
+                format!("a request to the SQLite store panicked: {}", loopstack_core::panic_message(&*panic)).into(),
+            )),
+        }
     }
 }
 
