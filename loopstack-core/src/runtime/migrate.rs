@@ -2,7 +2,7 @@
 //! state) and migrating a run of an older version, as a step of its own.
 
 use super::Runtime;
-use super::driver::ClaimedRun;
+use super::prepare::ClaimedRun;
 use super::shared::LeaseCfg;
 use super::state::{checkpoint_state, state_error};
 use crate::error::RunError;

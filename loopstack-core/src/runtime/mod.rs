@@ -20,6 +20,7 @@ mod cancel;
 mod driver;
 mod fork;
 mod migrate;
+mod prepare;
 pub(crate) mod registry;
 mod run_loop;
 mod schedules;
