@@ -194,7 +194,8 @@ async fn transcript(runtime: &Runtime, reply: &AgentReply, from: usize) -> Resul
     let messages: Vec<_> = docs.iter().filter(|d| d.doc_type == loopstack::llm::MESSAGE_DOCUMENT).collect();
     for doc in &messages[from.min(messages.len())..] {
         let message: Message = doc.read()?;
-        let who = doc.metadata.get("agent").and_then(|a| a.as_str()).unwrap_or("customer");
+        let agent = doc.metadata.get("agent");
+        let who = agent.as_ref().and_then(|a| a.as_str()).unwrap_or("customer");
         for block in &message.content {
             match block {
                 ContentBlock::Text { text } if message.role == loopstack::llm::Role::User => {

@@ -486,8 +486,8 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     // The conversation's messages (an image's data is a document of its own).
     for doc in store.documents(run_id).await?.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
         let message: Message = doc.read()?;
-        if let Some(u) = doc.metadata.get("usage") {
-            usage += serde_json::from_value::<Usage>(u.clone())?;
+        if let Some(u) = doc.metadata.read::<Usage>("usage") {
+            usage += u?;
         }
         for block in &message.content {
             match block {
@@ -771,9 +771,10 @@ mod tests {
         );
         assert!(docs.iter().all(|d| d.doc_type == "llm_message" && d.tags == ["conversation"]));
         for i in [1, 3] {
-            assert_eq!(docs[i].metadata["provider"], "scripted");
-            assert_eq!(docs[i].metadata["model"], "scripted-weather");
-            assert_eq!(docs[i].metadata["usage"]["input_tokens"], 50);
+            let meta = docs[i].metadata.to_map();
+            assert_eq!(meta["provider"], "scripted");
+            assert_eq!(meta["model"], "scripted-weather");
+            assert_eq!(meta["usage"]["input_tokens"], 50);
         }
         let steps: Vec<String> = runtime
             .store()

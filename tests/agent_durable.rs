@@ -360,7 +360,7 @@ async fn a_handoff_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
         (AgentStatus::Completed, "Done: password of ada reset", "password")
     );
     let docs = second.store().documents(reply.run_id).await.unwrap();
-    let writers: Vec<_> = docs.iter().filter_map(|d| d.metadata.get("agent").and_then(|a| a.as_str())).collect();
+    let writers: Vec<_> = docs.iter().filter_map(|d| d.metadata.get("agent")).collect();
     assert_eq!(writers, ["triage", "password", "password"]);
 }
 

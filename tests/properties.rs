@@ -273,7 +273,7 @@ async fn check_case(store: &Arc<dyn Store>, case: Case, seen: &Outcomes) -> Resu
                 prop_assert!(doc.value().is_ok(), "every document reads back");
             }
             prop_assert_eq!(docs[0].value().map(|v| text(&v)).unwrap(), text(&case.content));
-            prop_assert_eq!(text(&docs[0].metadata["m"]), text(&case.meta));
+            prop_assert_eq!(text(&docs[0].metadata.get("m").unwrap_or_default()), text(&case.meta));
             let message: Message = docs[1].read().expect("the call message reads back");
             let Some(ContentBlock::ToolUse(call)) = message.content.first() else {
                 return Err(TestCaseError::fail("the call is kept"));

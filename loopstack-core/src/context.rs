@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use crate::document::{CheckedError, Document, DocumentType, READ_DEPTH, SaveOptions, Unreadable};
+use crate::document::{CheckedError, Document, DocumentType, Metadata, READ_DEPTH, SaveOptions, Unreadable};
 use crate::events::{EventHub, EventKind};
 use crate::runtime::Runtime;
 use crate::store::RunId;
@@ -249,14 +249,14 @@ impl RunContext {
             CheckedError::Unreadable(why, _) => unreadable(T::TYPE, why),
             CheckedError::Serialize(e) => e,
         })?;
-        check_metadata(T::TYPE, &options)?;
         let mut options = options;
+        let metadata = metadata_of(T::TYPE, &mut options)?;
         for tag in T::default_tags().iter().rev() {
             if !options.tags.iter().any(|t| t == tag) {
                 options.tags.insert(0, Cow::Borrowed(*tag));
             }
         }
-        Ok(self.insert(T::TYPE.into(), content, options))
+        Ok(self.insert(T::TYPE.into(), content, options, metadata))
     }
 
     /// Saves a shared typed document like [`RunContext::save_with`], and keeps the
@@ -331,20 +331,29 @@ impl RunContext {
         if let Some(key) = crate::document::duplicate_key(content.get()) {
             return Err(unreadable(&doc_type, Unreadable::DuplicateKey(key)));
         }
-        check_metadata(&doc_type, &options)?;
-        Ok(self.insert(doc_type, content, options))
+        let mut options = options;
+        let metadata = metadata_of(&doc_type, &mut options)?;
+        Ok(self.insert(doc_type, content, options, metadata))
     }
 
-    fn insert(&mut self, doc_type: Cow<'static, str>, content: Box<RawValue>, options: SaveOptions) -> &Arc<Document> {
-        let SaveOptions { key, tags, mut metadata } = options;
+    fn insert(
+        &mut self,
+        doc_type: Cow<'static, str>,
+        content: Box<RawValue>,
+        options: SaveOptions,
+        metadata: Metadata,
+    ) -> &Arc<Document> {
+        let SaveOptions { key, tags, .. } = options;
         let secrets = self.runtime.secrets();
-        let content = if secrets.is_empty() {
-            content
+        let (content, metadata) = if secrets.is_empty() {
+            (content, metadata)
         } else {
-            for value in metadata.values_mut() {
-                secrets.redact_value(value);
-            }
-            crate::secrets::redact_raw(secrets, content)
+            let metadata = match metadata.into_raw() {
+                // Redacting strings in an object leaves an object.
+                Some(raw) => Metadata::from_raw(crate::secrets::redact_raw(secrets, raw)).unwrap_or_default(),
+                None => Metadata::new(),
+            };
+            (crate::secrets::redact_raw(secrets, content), metadata)
         };
         let existing = key.as_deref().and_then(|k| self.find_keyed(&doc_type, k));
         let (seq, version) = match existing {
@@ -398,12 +407,26 @@ fn unreadable(doc_type: &str, why: Unreadable) -> serde_json::Error {
     serde::ser::Error::custom(format_args!("a `{doc_type}` document cannot be saved: {why}"))
 }
 
-/// Refuses metadata nested deeper than serde_json reads back (the map is one level).
-fn check_metadata(doc_type: &str, options: &SaveOptions) -> Result<(), serde_json::Error> {
-    if options.metadata.values().any(|v| crate::document::value_deeper_than(v, 1, READ_DEPTH)) {
+/// The metadata `options` give, taken out of them: refused when it would not read
+/// back (nested deeper than serde_json reads, or given whole and not an object).
+fn metadata_of(doc_type: &str, options: &mut SaveOptions) -> Result<Metadata, serde_json::Error> {
+    let entries = std::mem::take(&mut options.entries);
+    // An entry's value is one level into the object.
+    if entries.values().any(|v| crate::document::value_deeper_than(v, 1, READ_DEPTH)) {
         return Err(unreadable(doc_type, Unreadable::TooDeep));
     }
-    Ok(())
+    match options.whole.take() {
+        None => Ok(Metadata::from(entries)),
+        Some(Err(why)) => {
+            Err(serde::ser::Error::custom(format_args!("a `{doc_type}` document cannot be saved: {why}")))
+        }
+        Some(Ok(whole)) if entries.is_empty() => Ok(whole),
+        Some(Ok(whole)) => {
+            let mut map = whole.to_map();
+            map.extend(entries);
+            Ok(Metadata::from(map))
+        }
+    }
 }
 
 /// Reports events of one run; see [`RunContext::emitter`].

@@ -77,7 +77,7 @@ pub use ::serde;
 pub use ::serde_json;
 pub use children::{ChildEnded, ChildError, ChildOptions, DEFAULT_CHILD_TIMEOUT};
 pub use context::{Emitter, RunContext, SHARED_KEPT};
-pub use document::{Document, DocumentType, SaveOptions};
+pub use document::{Document, DocumentType, Metadata, SaveOptions};
 pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
 pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings, MessageEdit};

@@ -215,6 +215,40 @@ fn saving_refuses_content_and_metadata_that_would_not_read_back() {
 }
 
 #[test]
+fn metadata_given_whole_is_stored_as_its_text_and_refused_when_it_would_not_read_back() {
+    #[derive(Serialize)]
+    struct Review<'a> {
+        reviewer: &'a str,
+        score: u8,
+        deep: Value,
+    }
+    let mut cx = RunContext::detached("unit");
+    let note = Note { text: "m".into() };
+    let review = Review { reviewer: "ada", score: 4, deep: nested(READ_DEPTH - 1) };
+    // One level for the object, 126 for its entry: as deep as reads back.
+    let doc = cx.save_with(&note, SaveOptions::new().metadata(&review)).unwrap().clone();
+    assert_eq!(doc.metadata.get("reviewer"), Some(json!("ada")));
+    assert_eq!(doc.metadata.read::<u8>("score").unwrap().unwrap(), 4);
+    assert!(doc.metadata.as_str().starts_with(r#"{"reviewer":"ada","score":4,"deep":[[["#));
+    // Entries added one at a time are added to it, and replace its own.
+    let doc = cx.save_with(&note, SaveOptions::new().meta("score", 5).metadata(&review).meta("by", "bob")).unwrap();
+    assert_eq!(doc.metadata.get("score"), Some(json!(5)));
+    assert_eq!(doc.metadata.get("by"), Some(json!("bob")));
+    assert_eq!(doc.metadata.get("reviewer"), Some(json!("ada")));
+
+    let saved = cx.documents().len();
+    let too_deep = Review { reviewer: "ada", score: 4, deep: nested(READ_DEPTH) };
+    let err = cx.save_with(&note, SaveOptions::new().metadata(&too_deep)).unwrap_err();
+    assert!(err.to_string().contains("`note` document cannot be saved: its metadata would not read back"), "{err}");
+    let err = cx.save_with(&note, SaveOptions::new().metadata(&[1, 2])).unwrap_err();
+    assert!(err.to_string().contains("metadata must be a JSON object"), "{err}");
+    let err =
+        cx.save_raw("raw", RawValue::from_string("1".into()).unwrap(), SaveOptions::new().metadata("x")).unwrap_err();
+    assert!(err.to_string().contains("`raw` document cannot be saved"), "{err}");
+    assert_eq!(cx.documents().len(), saved, "nothing refused was saved");
+}
+
+#[test]
 fn reading_a_document_that_does_not_parse_is_an_error_not_a_panic() {
     let deep = RawValue::from_string(format!("{}{}", "[".repeat(5_000), "]".repeat(5_000))).unwrap();
     let doc = Document {

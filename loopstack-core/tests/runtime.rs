@@ -443,7 +443,7 @@ async fn keyed_documents_replace_in_place_and_keep_history() {
     let current: Vec<(Option<&str>, String, u32)> =
         docs.iter().map(|d| (d.key.as_deref(), d.read::<Note>().unwrap().text, d.version)).collect();
     assert_eq!(current, [(Some("plan"), "final".into(), 3), (Some("other"), "x".into(), 1)]);
-    assert_eq!(docs[0].metadata["by"], json!(1));
+    assert_eq!(docs[0].metadata.get("by"), Some(json!(1)));
     assert!(docs[0].has_tag("notes") && docs[0].has_tag("t"));
     let history = rt.store().document_history(report.run_id, "note", "plan").await.unwrap();
     let versions: Vec<(u32, String)> = history.iter().map(|d| (d.version, d.read::<Note>().unwrap().text)).collect();

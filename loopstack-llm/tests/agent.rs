@@ -60,8 +60,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
         assert_eq!(doc.doc_type, "llm_message");
         assert_eq!(doc.tags, ["conversation"]);
     }
-    assert_eq!(docs[0].metadata.len(), 0);
-    let mut meta = docs[1].metadata.clone();
+    assert!(docs[0].metadata.is_empty());
+    let mut meta = docs[1].metadata.to_map();
     // What the turn sent besides the conversation, for replays: the model, settings
     // and tools, with a fingerprint of them.
     let config = meta.remove("request").unwrap();
@@ -74,7 +74,7 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
         json!({"provider": "scripted", "model": "m-1", "stop_reason": "tool_use",
                "usage": {"input_tokens": 50, "output_tokens": 10}})
     );
-    assert_eq!(docs[3].metadata["stop_reason"], "end_turn");
+    assert_eq!(docs[3].metadata.get("stop_reason"), Some(json!("end_turn")));
     // The same model, settings and tools: recorded once, with the first turn.
     assert!(!docs[3].metadata.contains_key("request"));
 

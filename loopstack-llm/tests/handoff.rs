@@ -73,10 +73,10 @@ async fn the_target_takes_the_next_turns_with_its_prompt_and_tools_and_the_conve
     let state: AgentState = serde_json::from_str(record.state.get()).unwrap();
     assert_eq!(state.agent.as_deref(), Some("billing"));
     let docs = runtime.store().documents(reply.run_id).await.unwrap();
-    let writers: Vec<&str> = docs
+    let writers: Vec<serde_json::Value> = docs
         .iter()
         .filter(|d| d.read::<Message>().unwrap().role == loopstack_llm::Role::Assistant)
-        .map(|d| d.metadata["agent"].as_str().unwrap())
+        .map(|d| d.metadata.get("agent").unwrap())
         .collect();
     assert_eq!(writers, ["triage", "billing", "billing"]);
 

@@ -193,7 +193,7 @@ async fn the_scripted_model_sees_the_images_and_the_store_keeps_each_once() {
     let images = store.documents(reply.run_id).await.unwrap();
     let images: Vec<_> = images.iter().filter(|d| d.doc_type == IMAGE_DOCUMENT).collect();
     assert_eq!(images.len(), 2);
-    assert_eq!(images[0].metadata["media_type"], "image/png");
+    assert_eq!(images[0].metadata.get("media_type"), Some(json!("image/png")));
 }
 
 #[test]

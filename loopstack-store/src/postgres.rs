@@ -151,16 +151,16 @@ impl Dialect for Postgres {
         let mut columns =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for d in docs {
-            let (tags, metadata) = match (serde_json::to_string(&d.tags), serde_json::to_string(&d.metadata)) {
-                (Ok(t), Ok(m)) => (t, m),
-                (Err(e), _) | (_, Err(e)) => return Some(Err(corrupt(e))),
+            let tags = match serde_json::to_string(&d.tags) {
+                Ok(t) => t,
+                Err(e) => return Some(Err(corrupt(e))),
             };
             columns.0.push(to_i64(d.seq));
             columns.1.push(i64::from(d.version));
             columns.2.push(d.doc_type.to_string());
             columns.3.push(d.key.clone());
             columns.4.push(tags);
-            columns.5.push(metadata);
+            columns.5.push(d.metadata.as_str().to_owned());
             columns.6.push(d.content.get().to_owned());
             columns.7.push(to_i64(d.step));
         }

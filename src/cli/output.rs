@@ -137,7 +137,7 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
 /// A metadata entry of a document as text (`?` when it has none).
 fn meta_text(doc: &loopstack_core::Document, name: &str) -> String {
     match doc.metadata.get(name) {
-        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::String(s)) => s,
         Some(other) => other.to_string(),
         None => "?".to_owned(),
     }

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+mod metadata;
+pub use metadata::Metadata;
+
 /// A document saved by a run: typed content plus its type name, an optional key,
 /// tags and metadata.
 ///
@@ -28,8 +31,9 @@ pub struct Document {
     pub version: u32,
     /// Tags, such as `conversation`.
     pub tags: Vec<Cow<'static, str>>,
-    /// Free-form metadata, such as the provider and the token usage.
-    pub metadata: Map<String, Value>,
+    /// Free-form metadata, such as the provider and the token usage, kept as its
+    /// JSON text ([`Metadata::get`] reads an entry).
+    pub metadata: Metadata,
     /// The content, as JSON.
     pub content: Box<RawValue>,
     /// The step (transition count) that saved this version.
@@ -103,7 +107,10 @@ pub trait DocumentType: Serialize + DeserializeOwned {
 pub struct SaveOptions {
     pub(crate) key: Option<String>,
     pub(crate) tags: Vec<Cow<'static, str>>,
-    pub(crate) metadata: Map<String, Value>,
+    /// Entries added one at a time ([`SaveOptions::meta`]).
+    pub(crate) entries: Map<String, Value>,
+    /// Metadata given whole ([`SaveOptions::metadata`]), or why it cannot be stored.
+    pub(crate) whole: Option<Result<Metadata, String>>,
 }
 
 impl SaveOptions {
@@ -124,9 +131,41 @@ impl SaveOptions {
         self
     }
 
-    /// Adds a metadata entry.
+    /// Adds a metadata entry; a later entry of the same name replaces it.
     pub fn meta(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
-        self.metadata.insert(name.into(), value.into());
+        self.entries.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the metadata to `meta`, which serializes as a JSON object (a struct or a
+    /// map): one serialization, where entries added one at a time each build a JSON
+    /// value. Entries added with [`SaveOptions::meta`] are added to it.
+    ///
+    /// Metadata that is not an object, or nests deeper than 127 levels (serde_json
+    /// would not read it back), is refused when the document is saved, and nothing
+    /// is saved. As in a JSON value, a float that is not finite is written as `null`,
+    /// and of an entry written twice the last is read.
+    ///
+    /// ```
+    /// use loopstack_core::SaveOptions;
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct Reviewed<'a> { reviewer: &'a str, score: u8 }
+    ///
+    /// let options = SaveOptions::new().metadata(&Reviewed { reviewer: "ada", score: 4 });
+    /// # let _ = options;
+    /// ```
+    pub fn metadata<T: Serialize + ?Sized>(mut self, meta: &T) -> Self {
+        // Not the checked serializer of contents and states: metadata is read as a
+        // map of JSON values, so only its depth can keep it from reading back.
+        let whole = match serde_json::value::to_raw_value(meta) {
+            Ok(raw) if nests_deeper_than(raw.get().as_bytes(), 0, READ_DEPTH) => {
+                Err(format!("its metadata would not read back: {}", Unreadable::TooDeep))
+            }
+            Ok(raw) => Metadata::from_raw(raw).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("its metadata does not serialize: {e}")),
+        };
+        self.whole = Some(whole);
         self
     }
 }
@@ -203,6 +242,11 @@ pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<B
 /// `depth` levels: one pass over the bytes, counting brackets outside strings and
 /// stopping as soon as it knows.
 pub(crate) fn nests_deeper_than(text: &[u8], depth: usize, limit: usize) -> bool {
+    // Text with fewer brackets than the room left cannot nest that deep: a count
+    // memchr makes in wide steps, where the walk below goes byte by byte.
+    if depth + memchr::memchr2_iter(b'[', b'{', text).count() <= limit {
+        return false;
+    }
     let mut depth = depth;
     let mut bytes = text.iter();
     while let Some(&b) = bytes.next() {

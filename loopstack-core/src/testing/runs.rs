@@ -389,7 +389,7 @@ pub(super) async fn signals_still_pending_when_a_run_ends_are_rejected(store: &A
         key: None,
         version: 1,
         tags: vec!["closing".into()],
-        metadata: serde_json::Map::new(),
+        metadata: crate::Metadata::new(),
         content: serde_json::value::to_raw_value(&Note { text: "closed".into() }).unwrap(),
         step: 3,
     };

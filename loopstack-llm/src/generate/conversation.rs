@@ -87,12 +87,7 @@ pub(crate) fn in_conversation(d: &loopstack_core::Document, name: Option<&str>) 
 /// [`Store::documents`](loopstack_core::Store::documents) or
 /// [`RunContext::documents`].
 pub fn turn_usage(documents: &[Arc<loopstack_core::Document>]) -> Vec<Usage> {
-    documents
-        .iter()
-        .filter(|d| d.doc_type == MESSAGE_DOCUMENT)
-        .filter_map(|d| d.metadata.get("usage"))
-        .filter_map(|u| serde_json::from_value(u.clone()).ok())
-        .collect()
+    documents.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT).filter_map(|d| d.metadata.read("usage")?.ok()).collect()
 }
 
 /// Saves `message` to conversation `name` of the run (the default for `None`).

@@ -7,6 +7,7 @@ use std::time::Instant;
 use futures::StreamExt as _;
 use loopstack_core::{DocumentType, EventKind, RunContext, SaveOptions, ToolRegistry, ToolSpec};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
 use crate::error::AgentError;
@@ -33,10 +34,13 @@ pub struct LlmGenerateText {
     models: Models,
     tools: ToolRegistry,
     /// The replay record last built, by its fingerprint: an agent's runs send the
-    /// same settings and tools, so each run's first reply clones it instead of
-    /// formatting every tool's entry again.
-    recorded: Arc<std::sync::Mutex<Option<(String, serde_json::Value)>>>,
+    /// same settings and tools, so each run's first reply writes its text instead
+    /// of formatting every tool's entry again.
+    recorded: Arc<std::sync::Mutex<Option<Recorded>>>,
 }
+
+/// A replay record's fingerprint and its JSON text.
+type Recorded = (String, Arc<RawValue>);
 
 impl LlmGenerateText {
     /// A step over these models and tools.
@@ -45,14 +49,17 @@ impl LlmGenerateText {
     }
 
     /// The replay record of `request`, whose fingerprint is `fingerprint`.
-    fn record_of(&self, request: &ChatRequest, fingerprint: &str) -> serde_json::Value {
+    fn record_of(&self, request: &ChatRequest, fingerprint: &str) -> Arc<RawValue> {
         let mut last = self.recorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((fp, config)) = &*last
             && fp == fingerprint
         {
             return config.clone();
         }
-        let config = crate::recording::config(request, fingerprint);
+        // As its text: each message that records it writes the text as it is.
+        let config: Arc<RawValue> = serde_json::value::to_raw_value(&crate::recording::config(request, fingerprint))
+            .expect("a JSON value serializes")
+            .into();
         *last = Some((fingerprint.to_owned(), config.clone()));
         config
     }
@@ -204,26 +211,40 @@ impl LlmGenerateText {
             cache_read_input_tokens: response.usage.cache_read_input_tokens,
             cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
         });
-        let mut meta = SaveOptions::new()
-            .meta("provider", provider)
-            .meta("model", response.model.as_str())
-            .meta("usage", serde_json::to_value(response.usage)?)
-            .meta("stop_reason", response.stop_reason.as_str());
-        if !failures.is_empty() {
-            meta = meta.meta("fallbacks", serde_json::to_value(&failures)?);
-        }
-        if let Some(agent) = extras.agent {
-            meta = meta.meta("agent", agent);
-        }
-        if let Some(config) = recorded {
-            meta = meta.meta(crate::recording::REQUEST_META, config);
-        }
+        let meta = SaveOptions::new().metadata(&TurnMeta {
+            agent: extras.agent,
+            fallbacks: &failures,
+            model: &response.model,
+            provider,
+            request: recorded.as_deref(),
+            stop_reason: response.stop_reason.as_str(),
+            usage: &response.usage,
+        });
         // Kept shared in the context, so the steps after this turn read the message
         // without parsing it again.
         let message = Arc::new(response.message);
         save_shared_message(cx, message.clone(), options.conversation.as_deref(), meta)?;
         Ok(Turn { message, stop_reason: response.stop_reason, usage: response.usage, provider, model: response.model })
     }
+}
+
+/// The metadata of a model's message, written in one serialization (entries in the
+/// order of their names, as a map of them would be written).
+#[derive(Serialize)]
+struct TurnMeta<'a> {
+    /// The agent that took the turn (a team's member).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a str>,
+    /// The models of the chain that failed before this one answered.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    fallbacks: &'a [Failure],
+    model: &'a str,
+    provider: &'a str,
+    /// What the turn sent besides its messages, when it differs from the last turn's.
+    #[serde(rename = "request", skip_serializing_if = "Option::is_none")]
+    request: Option<&'a RawValue>,
+    stop_reason: &'a str,
+    usage: &'a Usage,
 }
 
 /// One model turn as [`LlmGenerateText::turn`] gives it: a [`GenerateResult`] whose

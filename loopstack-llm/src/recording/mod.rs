@@ -68,6 +68,12 @@ pub(crate) fn fingerprint_text(fingerprint: u64) -> String {
     (0..16).rev().map(|i| char::from(HEX[(fingerprint >> (i * 4)) as usize & 0xf])).collect()
 }
 
+/// The fingerprint of a recorded request, read alone: hex digits, never escaped.
+#[derive(serde::Deserialize)]
+struct Fingerprint<'a> {
+    fp: &'a str,
+}
+
 /// Whether the last fingerprint the conversation `name` recorded is `fingerprint`:
 /// then the turn need not record it again.
 pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, fingerprint: &str) -> bool {
@@ -75,8 +81,8 @@ pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, 
         .iter()
         .rev()
         .filter(|d| crate::generate::in_conversation(d, name))
-        .find_map(|d| d.metadata.get(REQUEST_META))
-        .is_some_and(|last| last["fp"].as_str() == Some(fingerprint))
+        .find_map(|d| d.metadata.read::<Fingerprint<'_>>(REQUEST_META))
+        .is_some_and(|last| last.is_ok_and(|last| last.fp == fingerprint))
 }
 
 /// What `request` sent besides its messages, for a replay's diff, with its

@@ -205,11 +205,11 @@ impl Recording {
                 }
             }
             if message.role == Role::Assistant {
-                let meta = |name: &str| doc.metadata.get(name);
+                let meta = |name: &str| doc.metadata.get_raw(name);
                 // A turn that records nothing was sent under the last one recorded.
                 let (fingerprint, config) = match meta(REQUEST_META) {
                     Some(config) => {
-                        let config = Arc::new(config.clone());
+                        let config: Arc<Value> = Arc::new(serde_json::from_str(config.get()).unwrap_or_default());
                         current.insert(name.clone(), config.clone());
                         (config["fp"].as_str().map(str::to_owned), Some(config))
                     }
@@ -218,11 +218,11 @@ impl Recording {
                         None => (None, None),
                     },
                 };
-                let stop_reason = meta("stop_reason")
-                    .and_then(|s| serde_json::from_value::<StopReason>(s.clone()).ok())
-                    .unwrap_or(StopReason::EndTurn);
-                let usage = meta("usage").and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok());
-                let model = meta("model").and_then(Value::as_str).unwrap_or("replay");
+                let meta_of = &doc.metadata;
+                let stop_reason = meta_of.read("stop_reason").and_then(Result::ok).unwrap_or(StopReason::EndTurn);
+                let usage: Option<Usage> = meta_of.read("usage").and_then(Result::ok);
+                let model: Option<String> = meta_of.read("model").and_then(Result::ok);
+                let model = model.as_deref().unwrap_or("replay");
                 let response = ChatResponse::new(message.clone(), stop_reason, usage.unwrap_or_default(), model);
                 turns.push(RecordedTurn { messages: conversation.clone(), fingerprint, config, response });
             }

@@ -139,7 +139,7 @@ pub(crate) fn document(row: &impl Cols) -> Result<Arc<Document>, StoreError> {
         key: row.text_opt("doc_key")?,
         version: u32::try_from(row.int("version")?).map_err(corrupt)?,
         tags: serde_json::from_str(&tags).map_err(corrupt)?,
-        metadata: serde_json::from_str(&metadata).map_err(corrupt)?,
+        metadata: loopstack_core::Metadata::from_json(metadata).map_err(corrupt)?,
         content: raw(row.text("content")?)?,
         step: to_u64(row.int("step")?)?,
     }))

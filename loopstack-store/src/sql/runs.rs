@@ -344,7 +344,7 @@ where
                 .bind(&*doc.doc_type)
                 .bind(doc.key.as_deref())
                 .bind(serde_json::to_string(&doc.tags).map_err(corrupt)?)
-                .bind(serde_json::to_string(&doc.metadata).map_err(corrupt)?)
+                .bind(doc.metadata.as_str())
                 .bind(doc.content.get())
                 .bind(to_i64(doc.step))
                 .execute(&mut **tx)

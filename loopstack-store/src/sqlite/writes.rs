@@ -296,12 +296,21 @@ fn write_step(
 fn insert_documents(conn: &Connection, run_id: RunId, documents: &[Arc<Document>]) -> Result<(), StoreError> {
     for doc in documents {
         let tags = serde_json::to_string(&doc.tags).map_err(corrupt)?;
-        let metadata = serde_json::to_string(&doc.metadata).map_err(corrupt)?;
         let (seq, version, step) = (to_i64(doc.seq), i64::from(doc.version), to_i64(doc.step));
         exec(
             conn,
             INSERT_DOCUMENT,
-            &[&run_id.0, &seq, &version, &doc.doc_type, &doc.key, &tags, &metadata, &doc.content.get(), &step],
+            &[
+                &run_id.0,
+                &seq,
+                &version,
+                &doc.doc_type,
+                &doc.key,
+                &tags,
+                &doc.metadata.as_str(),
+                &doc.content.get(),
+                &step,
+            ],
         )?;
     }
     Ok(())
