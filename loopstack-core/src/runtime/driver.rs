@@ -83,68 +83,92 @@ fn run_ready<'a, W: Workflow>(
             parent: parent.as_ref(),
             children,
         };
-        let mut outcome = run_loop.run(&mut state, &mut cx).await;
-        // Whether this drive's write of the run's failure was refused: then the run
-        // did not end, and nothing else of its end may happen (its children, and
-        // the events, may be another driver's by now).
-        let mut end_refused = false;
-        let mut lost = None;
-        match &outcome {
-            Ok(RunOutcome::Completed) => {
-                tracing::info!(steps = cx.step, "run completed");
-                cx.emit(|| EventKind::Finished { status: RunStatus::Completed, error: None });
-            }
-            Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
-            Ok(_) => {}
-            // A refused signal leaves the run waiting; the loop parked it again.
-            Err(RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. }) => {
-                let error = outcome.as_ref().err().map(ToString::to_string).unwrap_or_default();
-                tracing::info!(error = %runtime.inner.redact_text(&error), "signal refused");
-            }
-            // Another driver owns this run now: the run is theirs, not failed.
-            Err(RunError::Store(e)) if e.is_lost_run() => {
-                tracing::warn!(error = %e, "another driver owns this run; this drive stops");
-            }
-            Err(e) => {
-                let error = runtime.inner.redact_text(&e.to_string()).into_owned();
-                tracing::warn!(%error, "run failed");
-                let status =
-                    if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
-                let fence = crate::store::Fence { epoch, step: cx.step };
-                let notify = parent.as_ref().and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-                match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
-                    Ok(()) => {
-                        cx.emit(|| EventKind::Finished { status, error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()) });
-                        // Its children go with it.
-                        // Boxed: only a failed run has it, and its future would sit in every run's.
-                        Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;
-                    }
-                    // Another driver owns the run now: that is this drive's outcome.
-                    Err(store_err) if store_err.is_lost_run() => {
-                        tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
-                        (end_refused, lost) = (true, Some(store_err));
-                    }
-                    Err(store_err) => {
-                        tracing::error!(error = %store_err, "could not record the run's failure");
-                        end_refused = true;
-                    }
-                }
-            }
-        }
-        if let Some(lost) = lost {
-            outcome = Err(RunError::Store(lost));
-        }
-        // A child that ended in a drive of its own wakes its parent, if this runtime
-        // has the parent's workflow; a parent that drives its children itself reads
-        // their ends from its inbox.
-        let ended = !end_refused
-            && (matches!(&outcome, Ok(RunOutcome::Completed))
-                || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run())));
-        if cascade && ended && let Some(parent) = &parent {
-            Box::pin(super::wake_parent(runtime, parent.run_id)).await;
-        }
-        let outcome = outcome?;
+        let outcome = run_loop.run(&mut state, &mut cx).await;
+        // A function of its own: its locals share the loop's room in this future.
+        let outcome = end_drive(runtime, &cx, name, epoch, parent.as_ref(), cascade, outcome).await?;
         Ok(RunReport { run_id, outcome, state, steps: cx.step })
     }
     .instrument(span)
+}
+
+/// Records how the loop of run `cx` ended: the run's failure (and its children's
+/// cancellation), the events, and the wake of a parent that waits for it. The loop's
+/// outcome, or the error of a drive that lost the run meanwhile.
+async fn end_drive(
+    runtime: &Runtime,
+    cx: &RunContext,
+    name: &'static str,
+    epoch: u64,
+    parent: Option<&crate::children::Parent>,
+    cascade: bool,
+    mut outcome: Result<RunOutcome, RunError>,
+) -> Result<RunOutcome, RunError> {
+    let run_id = cx.run_id;
+    // Whether this drive's write of the run's failure was refused: then the run
+    // did not end, and nothing else of its end may happen (its children, and
+    // the events, may be another driver's by now).
+    let mut end_refused = false;
+    let mut lost = None;
+    match &outcome {
+        Ok(RunOutcome::Completed) => {
+            tracing::info!(steps = cx.step, "run completed");
+            cx.emit(|| EventKind::Finished { status: RunStatus::Completed, error: None });
+        }
+        Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
+        Ok(_) => {}
+        // A refused signal leaves the run waiting; the loop parked it again.
+        Err(
+            RunError::InvalidSignalPayload { .. } | RunError::UnknownSignal { .. } | RunError::SignalRefused { .. },
+        ) => {
+            let error = outcome.as_ref().err().map(ToString::to_string).unwrap_or_default();
+            tracing::info!(error = %runtime.inner.redact_text(&error), "signal refused");
+        }
+        // Another driver owns this run now: the run is theirs, not failed.
+        Err(RunError::Store(e)) if e.is_lost_run() => {
+            tracing::warn!(error = %e, "another driver owns this run; this drive stops");
+        }
+        Err(e) => {
+            let error = runtime.inner.redact_text(&e.to_string()).into_owned();
+            tracing::warn!(%error, "run failed");
+            let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
+            let fence = crate::store::Fence { epoch, step: cx.step };
+            let notify = parent.and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
+            match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
+                Ok(()) => {
+                    cx.emit(|| EventKind::Finished {
+                        status,
+                        error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()),
+                    });
+                    // Its children go with it.
+                    // Boxed: only a failed run has it, and its future would sit in every run's.
+                    Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;
+                }
+                // Another driver owns the run now: that is this drive's outcome.
+                Err(store_err) if store_err.is_lost_run() => {
+                    tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
+                    (end_refused, lost) = (true, Some(store_err));
+                }
+                Err(store_err) => {
+                    tracing::error!(error = %store_err, "could not record the run's failure");
+                    end_refused = true;
+                }
+            }
+        }
+    }
+    if let Some(lost) = lost {
+        outcome = Err(RunError::Store(lost));
+    }
+    // A child that ended in a drive of its own wakes its parent, if this runtime
+    // has the parent's workflow; a parent that drives its children itself reads
+    // their ends from its inbox.
+    let ended = !end_refused
+        && (matches!(&outcome, Ok(RunOutcome::Completed))
+            || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run())));
+    if cascade
+        && ended
+        && let Some(parent) = parent
+    {
+        Box::pin(super::wake_parent(runtime, parent.run_id)).await;
+    }
+    outcome
 }

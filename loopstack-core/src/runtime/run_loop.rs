@@ -158,7 +158,9 @@ impl<W: Workflow> RunLoop<'_, W> {
                     // first wait here, rather than stay queued without a driver.
                     if !self.children.is_empty() {
                         let children = std::mem::take(&mut self.children);
-                        self.drive_children(cx, children).await?;
+                        // Boxed: only runs that start children drive them, and its
+                        // future would otherwise sit in every run's.
+                        Box::pin(self.drive_children(cx, children)).await?;
                     }
                     return Ok(RunOutcome::Completed);
                 }
@@ -197,7 +199,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                             // Drive the children this drive started before waiting for
                             // them: their ends arrive in the inbox, read again next.
                             let children = std::mem::take(&mut self.children);
-                            self.drive_children(cx, children).await?;
+                            Box::pin(self.drive_children(cx, children)).await?;
                             continue;
                         }
                         (None, None) => {
@@ -281,8 +283,12 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // from its checkpoint's state (the transition may have changed it before
                 // it failed, and a later signal of this drive must not commit that).
                 // Read back from the store: this path is rare, the common one keeps no copy.
-                let record = cx.runtime.inner.store().load_run(run_id).await?;
-                *state = serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?;
+                // The record is a local of this block: the loop's future keeps no room
+                // for it while the signal is rejected below.
+                *state = {
+                    let record = cx.runtime.inner.store().load_run(run_id).await?;
+                    serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?
+                };
                 let error = match err {
                     TransitionError::InvalidPayload(reason) => {
                         RunError::InvalidSignalPayload { workflow: name, run_id, signal: t.name, reason }
