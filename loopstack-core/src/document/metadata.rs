@@ -70,6 +70,12 @@ impl Metadata {
         serde_json::from_str(self.value_text(key)?).ok()
     }
 
+    /// The JSON text of entry `key`'s value as it is stored, like
+    /// [`Metadata::get_raw`] without reading the value through.
+    pub fn get_json(&self, key: &str) -> Option<&str> {
+        self.value_text(key)
+    }
+
     /// Entry `key`'s value, read.
     pub fn get(&self, key: &str) -> Option<Value> {
         self.read(key)?.ok()
@@ -289,6 +295,7 @@ mod tests {
         assert_eq!(m.get("a"), Some(json!([1, {"b": 2}])));
         assert_eq!(m.get("k\"ey"), Some(json!("v")));
         assert_eq!(m.get_raw("usage").map(RawValue::get), Some(r#"{"input_tokens":5}"#));
+        assert_eq!(m.get_json("usage"), Some(r#"{"input_tokens":5}"#));
         assert_eq!(m.get("b"), None, "a nested key is not an entry");
         assert!(!m.contains_key("missing"));
         assert_eq!(m.to_map().len(), 3);

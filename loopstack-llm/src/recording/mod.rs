@@ -81,8 +81,20 @@ pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, 
         .iter()
         .rev()
         .filter(|d| crate::generate::in_conversation(d, name))
-        .find_map(|d| d.metadata.read::<Fingerprint<'_>>(REQUEST_META))
-        .is_some_and(|last| last.is_ok_and(|last| last.fp == fingerprint))
+        .find_map(|d| d.metadata.get_json(REQUEST_META))
+        .is_some_and(|last| recorded_fingerprint(last) == Some(fingerprint))
+}
+
+/// The fingerprint of recorded request `record`: its first entry, as [`config`]
+/// writes it (a JSON object keeps its keys in order), read without the rest; any
+/// other record is read whole.
+fn recorded_fingerprint(record: &str) -> Option<&str> {
+    if let Some(fp) = record.strip_prefix(r#"{"fp":""#).and_then(|rest| rest.split_once('"')).map(|(fp, _)| fp)
+        && !fp.contains('\\')
+    {
+        return Some(fp);
+    }
+    serde_json::from_str::<Fingerprint<'_>>(record).ok().map(|f| f.fp)
 }
 
 /// What `request` sent besides its messages, for a replay's diff, with its
@@ -103,6 +115,17 @@ pub(crate) fn config(request: &ChatRequest, fp: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_recorded_fingerprint_reads_from_the_record_as_written_and_as_any_json() {
+        use super::recorded_fingerprint as fp;
+        let config = super::config(&crate::ChatRequest::new("m", Vec::new()), "0123456789abcdef");
+        assert_eq!(fp(&config.to_string()), Some("0123456789abcdef"), "the record as the runtime writes it");
+        assert_eq!(fp(r#"{ "model": "m", "fp": "00ff" }"#), Some("00ff"), "spaced, another order");
+        assert_eq!(fp(r#"{"fp":"a\u0062"}"#), None, "escaped: read whole, and not hex digits");
+        assert_eq!(fp(r#"{"model":"m"}"#), None);
+        assert_eq!(fp("[1]"), None);
+    }
+
     #[test]
     fn fingerprint_text_is_sixteen_lowercase_hex_digits() {
         for fp in [0, 1, 0xabc, 0x0123_4567_89ab_cdef, u64::MAX, 0xf000_0000_0000_000f] {
