@@ -71,7 +71,7 @@ fn run_ready<'a, W: Workflow>(
     );
     crate::trace::join(&span, run_id, trace_parent.as_deref());
     async move {
-        let run_loop = RunLoop {
+        let mut run_loop = RunLoop {
             wf,
             epoch,
             max_steps,

@@ -119,6 +119,16 @@ async fn with_heartbeat<F: Future>(
     }
 }
 
+/// What a wait comes to ([`RunLoop::wait`]).
+enum Waited {
+    /// A transition fires: its index, and a signal's payload and inbox id.
+    Fire(usize, Option<Value>, Option<u64>),
+    /// The route is read again: children were driven, or a signal came while parking.
+    Again,
+    /// The run parked, or this drive's own signal was refused: the loop's outcome.
+    Done(Result<RunOutcome, RunError>),
+}
+
 pub(super) struct RunLoop<'a, W> {
     pub(super) wf: &'a W,
     pub(super) epoch: u64,
@@ -139,7 +149,7 @@ pub(super) struct RunLoop<'a, W> {
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
-    pub(super) async fn run(mut self, state: &mut W::State, cx: &mut RunContext) -> Result<RunOutcome, RunError> {
+    pub(super) async fn run(&mut self, state: &mut W::State, cx: &mut RunContext) -> Result<RunOutcome, RunError> {
         let wf = self.wf;
         let def = wf.definition();
         let name = def.name();
@@ -169,57 +179,12 @@ impl<W: Workflow> RunLoop<'_, W> {
                     return Err(RunError::DeadEnd { workflow: name, run_id, place: from, false_guards });
                 }
                 Route::Wait { signals } => {
-                    let timers = timers(wf, from, state, run_id)?;
-                    let now = self.clock.now();
-                    let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
-                    let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-                    let inbox = cx.runtime.inner.store().inbox(run_id).await?;
-                    // Boxed: waits are rare, and its future would otherwise sit in every
-                    // run's future, waiting or not.
-                    let picked = Box::pin(self.pick_signal(
-                        cx.runtime.inner.store().as_ref(),
-                        run_id,
-                        from,
-                        &signals,
-                        inbox.pending,
-                        &mut own_error,
-                    ))
-                    .await?;
-                    match (picked, due) {
-                        // The earlier event wins: a timer that came due before the signal arrived.
-                        (Some(s), Some((index, at))) if at < s.received_at => (index, None, None),
-                        (Some(s), _) => {
-                            let index = def.transition(&s.name).expect("a picked signal names a transition").0;
-                            let payload: Value =
-                                serde_json::from_str(s.payload.get()).map_err(state_error(name, run_id))?;
-                            (index, Some(payload), Some(s.id))
-                        }
-                        (None, Some((index, _))) => (index, None, None),
-                        (None, None) if !self.children.is_empty() => {
-                            // Drive the children this drive started before waiting for
-                            // them: their ends arrive in the inbox, read again next.
-                            let children = std::mem::take(&mut self.children);
-                            Box::pin(self.drive_children(cx, children)).await?;
-                            continue;
-                        }
-                        (None, None) => {
-                            let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                            match cx.runtime.inner.store().park(run_id, &park).await {
-                                Ok(()) => {
-                                    cx.emit(|| EventKind::Waiting {
-                                        place: from.into(),
-                                        signals: signals.iter().map(|&s| s.into()).collect(),
-                                    });
-                                    return match own_error {
-                                        Some(e) => Err(*e),
-                                        None => Ok(RunOutcome::Waiting { place: from, signals }),
-                                    };
-                                }
-                                // A signal arrived while parking: read the inbox again.
-                                Err(StoreError::SignalArrived { .. }) => continue,
-                                Err(e) => return Err(e.into()),
-                            }
-                        }
+                    // Boxed: waits are rare, and what a wait holds would otherwise sit
+                    // in every run's future, waiting or not.
+                    match Box::pin(self.wait(state, cx, from, fence, signals, &mut own_error)).await? {
+                        Waited::Fire(index, payload, signal) => (index, payload, signal),
+                        Waited::Again => continue,
+                        Waited::Done(outcome) => return outcome,
                     }
                 }
             };
@@ -350,6 +315,67 @@ impl<W: Workflow> RunLoop<'_, W> {
                 self.own_signal = None;
             }
             span.in_scope(|| tracing::debug!("transition committed"));
+        }
+    }
+
+    /// Waits at place `from` for one of `signals` or a timer: a transition to fire
+    /// (a due timer, or the first signal picked from the inbox), the route to read
+    /// again, or the run parked (the loop's outcome).
+    async fn wait(
+        &mut self,
+        state: &W::State,
+        cx: &mut RunContext,
+        from: &'static str,
+        fence: Fence,
+        signals: Vec<&'static str>,
+        own_error: &mut Option<Box<RunError>>,
+    ) -> Result<Waited, RunError> {
+        let wf = self.wf;
+        let def = wf.definition();
+        let name = def.name();
+        let run_id = cx.run_id;
+        let timers = timers(wf, from, state, run_id)?;
+        let now = self.clock.now();
+        let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
+        let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
+        let inbox = cx.runtime.inner.store().inbox(run_id).await?;
+        let picked = self
+            .pick_signal(cx.runtime.inner.store().as_ref(), run_id, from, &signals, inbox.pending, own_error)
+            .await?;
+        match (picked, due) {
+            // The earlier event wins: a timer that came due before the signal arrived.
+            (Some(s), Some((index, at))) if at < s.received_at => Ok(Waited::Fire(index, None, None)),
+            (Some(s), _) => {
+                let index = def.transition(&s.name).expect("a picked signal names a transition").0;
+                let payload: Value = serde_json::from_str(s.payload.get()).map_err(state_error(name, run_id))?;
+                Ok(Waited::Fire(index, Some(payload), Some(s.id)))
+            }
+            (None, Some((index, _))) => Ok(Waited::Fire(index, None, None)),
+            (None, None) if !self.children.is_empty() => {
+                // Drive the children this drive started before waiting for
+                // them: their ends arrive in the inbox, read again next.
+                let children = std::mem::take(&mut self.children);
+                Box::pin(self.drive_children(cx, children)).await?;
+                Ok(Waited::Again)
+            }
+            (None, None) => {
+                let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
+                match cx.runtime.inner.store().park(run_id, &park).await {
+                    Ok(()) => {
+                        cx.emit(|| EventKind::Waiting {
+                            place: from.into(),
+                            signals: signals.iter().map(|&s| s.into()).collect(),
+                        });
+                        Ok(Waited::Done(match own_error.take() {
+                            Some(e) => Err(*e),
+                            None => Ok(RunOutcome::Waiting { place: from, signals }),
+                        }))
+                    }
+                    // A signal arrived while parking: read the inbox again.
+                    Err(StoreError::SignalArrived { .. }) => Ok(Waited::Again),
+                    Err(e) => Err(e.into()),
+                }
+            }
         }
     }
 
