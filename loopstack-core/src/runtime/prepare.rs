@@ -60,6 +60,29 @@ pub(super) struct ClaimedRun {
     pub(super) trace_parent: Option<String>,
 }
 
+impl<S> Ready<S> {
+    /// Stored run `record`, claimed by this drive at `place` in `state`: a run an
+    /// earlier drive committed, with no signal or children of this drive's yet.
+    fn taken_over(
+        run: ClaimedRun,
+        place: &'static str,
+        state: S,
+        documents: Vec<Arc<Document>>,
+        record: &RunRecord,
+    ) -> Self {
+        Self {
+            run,
+            place,
+            state,
+            documents,
+            own_signal: None,
+            parent: parent_of(record),
+            children: Vec::new(),
+            taken_over: true,
+        }
+    }
+}
+
 fn parts(record: &RunRecord) -> ClaimedRun {
     ClaimedRun {
         run_id: record.run_id,
@@ -255,7 +278,7 @@ async fn take_over<W: Workflow>(
     // A drive that died left the children it started queued, or running
     // without a driver: this one drives them, as the dead one would have.
     let children = if resume { left_children(store.as_ref(), id).await? } else { Vec::new() };
-    Ok(Ready { run, place, state, documents, own_signal: None, parent: parent_of(&record), children, taken_over: true })
+    Ok(Ready { children, ..Ready::taken_over(run, place, state, documents, &record) })
 }
 
 /// A run a worker claimed already.
@@ -271,16 +294,7 @@ async fn claimed<W: Workflow>(
     migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
     let Checked { place, state, .. } = checked;
     let documents = store.documents(record.run_id).await?;
-    Ok(Ready {
-        run,
-        place,
-        state,
-        documents,
-        own_signal: None,
-        parent: parent_of(&record),
-        children: Vec::new(),
-        taken_over: true,
-    })
+    Ok(Ready::taken_over(run, place, state, documents, &record))
 }
 
 /// A fork of run `source` at `step`, with its edits.
@@ -320,16 +334,7 @@ async fn fork<W: Workflow>(
     let Checked { place, state, .. } = check_run(wf, &record)?;
     let run = parts(&record);
     let documents = store.documents(record.run_id).await?;
-    Ok(Ready {
-        run,
-        place,
-        state,
-        documents,
-        own_signal: None,
-        parent: parent_of(&record),
-        children: Vec::new(),
-        taken_over: true,
-    })
+    Ok(Ready::taken_over(run, place, state, documents, &record))
 }
 
 /// A signal for run `id`: delivered by this drive when it claims the waiting run,
@@ -393,17 +398,7 @@ async fn signal_run<W: Workflow>(
             migrate_if_needed(runtime, wf, &mut run, &record, &checked, lease).await?;
             let Checked { place, state, .. } = checked;
             let documents = store.documents(id).await?;
-            let parent = parent_of(&record);
-            Ready {
-                run,
-                place,
-                state,
-                documents,
-                own_signal: Some(receipt.id),
-                parent,
-                children: Vec::new(),
-                taken_over: true,
-            }
+            Ready { own_signal: Some(receipt.id), ..Ready::taken_over(run, place, state, documents, &record) }
         }
         // Another driver holds the run (or it has not parked yet): the signal
         // waits in its inbox for that driver.

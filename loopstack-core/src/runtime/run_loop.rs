@@ -73,9 +73,12 @@ async fn supervise<F: Future + Send>(
 where
     F::Output: Send,
 {
+    // Boxed but the first: only a run that can be cancelled or holds a lease pays
+    // for the futures that watch it (a cancellation's is 216 bytes, and would sit in
+    // every run's future).
     match (heartbeat, token) {
         (None, None) => Ok(fut.await),
-        (None, Some(token)) => super::cancellable(token, fut).await.ok_or(Interrupted::Cancelled),
+        (None, Some(token)) => Box::pin(super::cancellable(token, fut)).await.ok_or(Interrupted::Cancelled),
         (Some(heartbeat), token) => Box::pin(with_heartbeat(fut, token, heartbeat)).await,
     }
 }
