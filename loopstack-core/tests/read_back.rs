@@ -249,6 +249,21 @@ fn metadata_given_whole_is_stored_as_its_text_and_refused_when_it_would_not_read
 }
 
 #[test]
+fn a_secret_in_metadata_is_redacted_however_the_metadata_was_given() {
+    use loopstack_core::secrets::REDACTED;
+    let mut cx = RunContext::detached("unit");
+    cx.runtime().secrets().register("tok_SECRET_123");
+    let note = Note { text: "m".into() };
+    let whole = json!({"header": "Bearer tok_SECRET_123", "nested": {"tok_SECRET_123": [1]}});
+    let options = SaveOptions::new().metadata(&whole).meta("token", "tok_SECRET_123");
+    let doc = cx.save_with(&note, options).unwrap();
+    assert!(!doc.metadata.as_str().contains("tok_SECRET_123"), "{}", doc.metadata.as_str());
+    assert_eq!(doc.metadata.get("token"), Some(json!(REDACTED)));
+    assert_eq!(doc.metadata.get("header"), Some(json!(format!("Bearer {REDACTED}"))));
+    assert_eq!(doc.metadata.get("nested"), Some(json!({ REDACTED: [1] })));
+}
+
+#[test]
 fn reading_a_document_that_does_not_parse_is_an_error_not_a_panic() {
     let deep = RawValue::from_string(format!("{}{}", "[".repeat(5_000), "]".repeat(5_000))).unwrap();
     let doc = Document {
