@@ -7,10 +7,48 @@ use std::sync::Arc;
 
 use loopstack_core::serde_json;
 use loopstack_core::{
-    Document, RunId, RunSummary, ScheduleRecord, SignalRecord, SignalStatus, StepRecord, StoreError, Timestamp,
+    Document, RunId, RunRecord, RunSummary, ScheduleRecord, SignalRecord, SignalStatus, StepRecord, StoreError,
+    Timestamp,
 };
 
 use super::{corrupt, raw, to_u64};
+
+/// The runs a worker's claim read, one by one. A run that cannot be read fails
+/// alone and the others are driven; a read the database failed leaves its run to
+/// come back when the lease runs out, and is the claim's error only when no run was
+/// read. The SQLite and PostgreSQL stores share this policy.
+pub(crate) struct ClaimedReads {
+    runs: Vec<RunRecord>,
+    failed: Option<StoreError>,
+}
+
+impl ClaimedReads {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Self { runs: Vec::with_capacity(n), failed: None }
+    }
+
+    /// Takes one claimed run's read; the error of a run that does not read (a
+    /// corrupt row), for the caller to fail that run with.
+    pub(crate) fn push(&mut self, read: Result<RunRecord, StoreError>) -> Option<StoreError> {
+        match read {
+            Ok(run) => self.runs.push(run),
+            Err(e @ StoreError::Corrupt(_)) => return Some(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a claimed run");
+                self.failed.get_or_insert(e);
+            }
+        }
+        None
+    }
+
+    /// The runs read, or the first failure when none was.
+    pub(crate) fn finish(self) -> Result<Vec<RunRecord>, StoreError> {
+        match self.failed {
+            Some(e) if self.runs.is_empty() => Err(e),
+            _ => Ok(self.runs),
+        }
+    }
+}
 
 /// A row's columns by name, as the types the schema uses; a column of another type
 /// is [`StoreError::Corrupt`].

@@ -423,25 +423,13 @@ where
             .fetch_all(&self.pool)
             .await
             .map_err(backend)?;
-        let mut runs = Vec::with_capacity(rows.len());
-        let mut failed = None;
+        let mut reads = super::rows::ClaimedReads::with_capacity(rows.len());
         for row in &rows {
-            // A run that cannot be read fails alone; the others are driven.
-            match self.read_claimed(row).await {
-                Ok(run) => runs.push(run),
-                Err(e @ StoreError::Corrupt(_)) => self.fail_unreadable(row, &e).await,
-                // The database failed the read: the run comes back when the lease
-                // runs out, and the rest are driven meanwhile.
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read a claimed run");
-                    failed.get_or_insert(e);
-                }
+            if let Some(unreadable) = reads.push(self.read_claimed(row).await) {
+                self.fail_unreadable(row, &unreadable).await;
             }
         }
-        match failed {
-            Some(e) if runs.is_empty() => Err(e),
-            _ => Ok(runs),
-        }
+        reads.finish()
     }
 
     pub(crate) async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {

@@ -200,25 +200,13 @@ pub(super) struct ClaimRunnable {
 pub(super) fn claim_runnable(conn: &mut Connection, c: &ClaimRunnable) -> Result<Vec<RunRecord>, StoreError> {
     let args: [&dyn rusqlite::ToSql; 6] = [&c.owner, &c.until, &c.now, &c.names, &c.limit, &c.keys];
     let taken = query(conn, super::CLAIM_RUNNABLE, &args, Taken::from_row)?;
-    let mut runs = Vec::with_capacity(taken.len());
-    let mut failed = None;
+    let mut reads = rows::ClaimedReads::with_capacity(taken.len());
     for mut taken in taken {
-        // A run that cannot be read fails alone; the others are driven.
-        match taken.read(conn) {
-            Ok(run) => runs.push(run),
-            Err(e @ StoreError::Corrupt(_)) => taken.fail(conn, &e),
-            // The database failed the read: the run comes back when the lease runs
-            // out, and the rest are driven meanwhile.
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read a claimed run");
-                failed.get_or_insert(e);
-            }
+        if let Some(unreadable) = reads.push(taken.read(conn)) {
+            taken.fail(conn, &unreadable);
         }
     }
-    match failed {
-        Some(e) if runs.is_empty() => Err(e),
-        _ => Ok(runs),
-    }
+    reads.finish()
 }
 
 pub(super) fn commit(conn: &mut Connection, last: &LastStates, cp: Checkpoint) -> Result<(), StoreError> {
