@@ -15,7 +15,7 @@
 use std::process::ExitCode;
 
 use loopstack::eval::{Case, Contains, Dataset, Eval, EvalReport, Outcome, Score, custom};
-use loopstack::llm::{Agent, ChatRequest, Message, ScriptedModel};
+use loopstack::llm::{Agent, ChatRequest, ScriptedModel};
 use loopstack::prelude::*;
 
 const SYSTEM: &str = "You answer weather questions. Call get_weather once for each city, then answer in one sentence.";
@@ -37,7 +37,7 @@ async fn get_weather(
 /// from the results; a greeting needs no tool.
 fn scripted() -> ScriptedModel {
     ScriptedModel::from_fn(|r: &ChatRequest| {
-        let question = r.messages.first().map(Message::text).unwrap_or_default();
+        let question = r.messages.first().map(|m| m.text()).unwrap_or_default();
         let script = ScriptedModel::new();
         let results: Vec<String> =
             r.messages.iter().flat_map(|m| m.tool_results_iter()).map(|t| t.content.clone()).collect();

@@ -68,7 +68,7 @@ fn agents() -> Result<(Agent, Agent), BoxError> {
 fn model() -> ScriptedModel {
     ScriptedModel::from_fn(|req: &ChatRequest| {
         let script = ScriptedModel::new();
-        let first = req.messages.first().map(Message::text).unwrap_or_default();
+        let first = req.messages.first().map(|m| m.text()).unwrap_or_default();
         let email = first.split_whitespace().find(|w| w.contains('@')).unwrap_or("you").trim_end_matches(['.', ',']);
         let result_of = |tool: &str| result_of(&req.messages, tool);
         Ok(match req.settings.system.as_deref() {
@@ -102,7 +102,7 @@ fn model() -> ScriptedModel {
 }
 
 /// The result the conversation holds for the last call to `tool`.
-fn result_of(messages: &[Message], tool: &str) -> Option<String> {
+fn result_of(messages: &[std::sync::Arc<Message>], tool: &str) -> Option<String> {
     let call = messages.iter().flat_map(|m| m.tool_uses()).filter(|c| c.name == tool).last()?;
     messages.iter().flat_map(|m| m.tool_results_iter()).find(|r| r.tool_use_id == call.id).map(|r| r.content.clone())
 }

@@ -179,7 +179,7 @@ fn scripted_weather_model() -> ScriptedModel {
         })?;
         let usage = Usage::new(50, 10);
         if let Some(result) = last.tool_results_iter().next() {
-            let question = request.messages.first().map(Message::text).unwrap_or_default();
+            let question = request.messages.first().map(|m| m.text()).unwrap_or_default();
             let answer = format!("In {}: {}", city_in(&question), result.content);
             return Ok(ChatResponse::new(Message::assistant(answer), StopReason::EndTurn, usage, "scripted-weather"));
         }

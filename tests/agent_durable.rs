@@ -185,7 +185,7 @@ async fn named_agents_share_a_store_and_resume_under_their_own_prompts(open: imp
 async fn chat_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Store>) {
     let model = || {
         ScriptedModel::from_fn(|req| {
-            let said: Vec<String> = req.messages.iter().map(Message::text).collect();
+            let said: Vec<String> = req.messages.iter().map(|m| m.text()).collect();
             Ok(ScriptedModel::new().text_response(format!("heard {}", said.join(" | "))))
         })
     };

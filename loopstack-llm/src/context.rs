@@ -201,11 +201,12 @@ pub(crate) fn summary_input<M: Borrow<Message>>(previous: Option<&str>, messages
 /// assistant message that has a message after it is answered in that message. For
 /// tests of what is sent; `Err` says what is wrong.
 #[doc(hidden)]
-pub fn check_pairing(messages: &[Message]) -> Result<(), String> {
+pub fn check_pairing<M: std::borrow::Borrow<Message>>(messages: &[M]) -> Result<(), String> {
+    let messages: Vec<&Message> = messages.iter().map(std::borrow::Borrow::borrow).collect();
     for (i, message) in messages.iter().enumerate() {
         let results: Vec<&str> = message.tool_results_iter().map(|r| r.tool_use_id.as_str()).collect();
         if !results.is_empty() {
-            let Some(before) = i.checked_sub(1).map(|j| &messages[j]) else {
+            let Some(before) = i.checked_sub(1).map(|j| messages[j]) else {
                 return Err(format!("message {i} has tool results but nothing before it"));
             };
             for id in &results {

@@ -22,7 +22,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! // A model computed from the request, like a stub server: it answers the last message.
 //! let model = ScriptedModel::from_fn(|req: &ChatRequest| {
-//!     let last = req.messages.last().map(Message::text).unwrap_or_default();
+//!     let last = req.messages.last().map(|m| m.text()).unwrap_or_default();
 //!     Ok(ScriptedModel::new().text_response(format!("You said: {last}")))
 //! });
 //! let agent = Agent::new(model.clone(), "echo-1", ToolRegistry::new());

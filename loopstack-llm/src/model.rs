@@ -131,8 +131,9 @@ pub struct ChatRequest {
     pub model: String,
     /// The system prompt, output limit, temperature and stop sequences.
     pub settings: ModelSettings,
-    /// The conversation, oldest first.
-    pub messages: Vec<Message>,
+    /// The conversation, oldest first. Shared with the run's documents: a turn sends
+    /// the conversation without copying it.
+    pub messages: Vec<Arc<Message>>,
     /// The tools offered in this turn.
     pub tools: Vec<Arc<ToolSpec>>,
     /// A JSON Schema the reply's text must follow, for models with structured
@@ -158,9 +159,9 @@ impl ResponseSchema {
 }
 
 impl ChatRequest {
-    /// A request for `model` with these messages.
-    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
-        Self { model: model.into(), messages, ..Self::default() }
+    /// A request for `model` with these messages (`Message`s or `Arc<Message>`s).
+    pub fn new<M: Into<Arc<Message>>>(model: impl Into<String>, messages: impl IntoIterator<Item = M>) -> Self {
+        Self { model: model.into(), messages: messages.into_iter().map(Into::into).collect(), ..Self::default() }
     }
 
     settings_setters!(s => s.settings);

@@ -92,8 +92,8 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
                    "required": ["location"], "additionalProperties": false})
         );
     }
-    assert_eq!(requests[0].messages, std::slice::from_ref(&user));
-    assert_eq!(requests[1].messages, [user, calls, results]);
+    assert_eq!(requests[0].messages, [std::sync::Arc::new(user.clone())]);
+    assert_eq!(requests[1].messages, [user, calls, results].map(std::sync::Arc::new));
 
     let record = runtime.store().load_run(reply.run_id).await.unwrap();
     assert_eq!(record.status, RunStatus::Completed);

@@ -3,7 +3,7 @@
 //! list, a bounded number at once.
 
 use loopstack_core::{ChildEnded, RunContext, RunId, RunOutcome, RunQuery, RunStatus, Runtime, ToolRegistry};
-use loopstack_llm::{Agent, AgentError, AgentState, ChatRequest, Message, ScriptedModel};
+use loopstack_llm::{Agent, AgentError, AgentState, ChatRequest, ScriptedModel};
 use loopstack_macros::workflow;
 use serde::{Deserialize, Serialize};
 
@@ -79,7 +79,7 @@ impl Desk {
 
 fn echo_agent() -> Agent {
     let model = ScriptedModel::from_fn(|req: &ChatRequest| {
-        let q = req.messages.last().map(Message::text).unwrap_or_default();
+        let q = req.messages.last().map(|m| m.text()).unwrap_or_default();
         Ok(ScriptedModel::new().text_response(format!("answer to {q}")))
     });
     Agent::new(model, "echo", ToolRegistry::new())

@@ -272,7 +272,7 @@ async fn a_chat_run_waits_for_the_user_after_each_answer() {
         (AgentStatus::AwaitingUser, "You said your name is Ada.")
     );
     assert_eq!(second.turns, 2);
-    let sent: Vec<String> = model.requests()[1].messages.iter().map(Message::text).collect();
+    let sent: Vec<String> = model.requests()[1].messages.iter().map(|m| m.text()).collect();
     assert_eq!(sent, ["I am Ada.", "Hello Ada.", "What is my name?"]);
 
     let closed = agent.close_chat(&runtime, first.run_id).await.unwrap();
@@ -322,7 +322,7 @@ async fn two_named_conversations_in_one_run_stay_apart() {
     let report = runtime.start(&wf, "Rust".to_owned()).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     let requests = model.requests();
-    let texts = |i: usize| requests[i].messages.iter().map(Message::text).collect::<Vec<_>>();
+    let texts = |i: usize| requests[i].messages.iter().map(|m| m.text()).collect::<Vec<_>>();
     assert_eq!(texts(0), ["Write about Rust"]);
     assert_eq!(texts(1), ["Critique: Rust is fast."], "the critic does not see the writer's conversation");
     let docs = runtime.store().documents(report.run_id).await.unwrap();

@@ -219,7 +219,7 @@ async fn a_typed_agent_answers_with_its_value() {
 #[tokio::test]
 async fn two_calls_in_one_turn_are_two_children_answered_in_call_order() {
     let child_model = ScriptedModel::from_fn(|req| {
-        let question = req.messages.last().map(loopstack_llm::Message::text).unwrap_or_default();
+        let question = req.messages.last().map(|m| m.text()).unwrap_or_default();
         Ok(ScriptedModel::new().text_response(format!("answer to {question}")))
     });
     let billing = billing(child_model);

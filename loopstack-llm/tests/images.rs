@@ -170,7 +170,7 @@ async fn the_scripted_model_sees_the_images_and_the_store_keeps_each_once() {
     assert_eq!(requests.len(), 5);
     let last = &requests[4].messages;
     assert_eq!(last[0].images().next(), Some((&photo, None)));
-    let charts: Vec<_> = last.iter().flat_map(Message::images).filter(|(_, call)| call.is_some()).collect();
+    let charts: Vec<_> = last.iter().flat_map(|m| m.images()).filter(|(_, call)| call.is_some()).collect();
     assert_eq!(charts.len(), 4);
     assert!(charts.iter().all(|(image, _)| *image == &chart));
 

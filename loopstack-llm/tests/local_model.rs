@@ -44,13 +44,13 @@ fn oslo(id: &str) -> ToolUse {
 
 /// Adds the reply and a result for each of its calls to the conversation.
 fn answer_calls(request: &mut ChatRequest, reply: &ChatResponse) {
-    request.messages.push(reply.message.clone());
+    request.messages.push(reply.message.clone().into());
     let results = reply.message.tool_uses().map(|call| ToolResult {
         tool_use_id: call.id.clone(),
         content: "Sunny, 14 degrees.".into(),
         is_error: false,
     });
-    request.messages.push(Message::tool_results(results));
+    request.messages.push(Message::tool_results(results).into());
 }
 
 /// Collects a stream: its events before `Done`, and the response of `Done`.
@@ -168,8 +168,8 @@ async fn with_text_tool_calls_off_the_json_stays_text() {
     assert_eq!(fenced.stop_reason, StopReason::EndTurn);
     assert_eq!(fenced.message.tool_uses().count(), 0);
     assert_eq!(fenced.message.text(), "{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}}");
-    request.messages.push(fenced.message.clone());
-    request.messages.push(Message::user("Well?"));
+    request.messages.push(fenced.message.clone().into());
+    request.messages.push(Message::user("Well?").into());
     let again = model.chat(&request).await.unwrap();
     assert_eq!(again.message.text(), "{{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Well\"}}}");
     assert_eq!(again.message.tool_uses().count(), 0);

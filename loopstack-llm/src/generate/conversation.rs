@@ -24,28 +24,35 @@ impl DocumentType for Message {
 pub const NAMED_CONVERSATION_PREFIX: &str = "conversation:";
 
 /// The run's default conversation: its message documents tagged `conversation`
-/// and belonging to no named conversation, in order.
-pub fn conversation(cx: &RunContext) -> Result<Vec<Message>, serde_json::Error> {
+/// and belonging to no named conversation, in order. Each message is shared with its
+/// document (one saved in this drive is not copied, an older one is read once).
+pub fn conversation(cx: &RunContext) -> Result<Vec<Arc<Message>>, serde_json::Error> {
     conversation_named(cx, None)
 }
 
 /// The messages of one conversation of the run, in order: the default one for
 /// `None`, else the one named so (see [`GenerateOptions::conversation`]). A
 /// workflow with two agents, or an agent and a critic, keeps one each.
-pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Message>, serde_json::Error> {
+pub fn conversation_named(cx: &RunContext, name: Option<&str>) -> Result<Vec<Arc<Message>>, serde_json::Error> {
     // Sized first: collecting results cannot reserve, and would grow (and move) the
     // messages as it reads them, every model turn.
     let docs = || cx.documents().iter().filter(|d| in_conversation(d, name));
     let mut messages = Vec::with_capacity(docs().count());
     for doc in docs() {
         // Messages saved in this drive are at hand; older ones are read.
-        let mut message = Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?);
-        if crate::image::shows_images(doc) {
-            crate::image::resolve_images(cx, &mut message)?;
-        }
-        messages.push(message);
+        messages.push(sent(cx, doc)?);
     }
     Ok(messages)
+}
+
+/// Message document `doc` as a turn sends it: shared with the document, unless it
+/// shows images, which are read into a copy.
+fn sent(cx: &RunContext, doc: &Arc<loopstack_core::Document>) -> Result<Arc<Message>, serde_json::Error> {
+    let mut message = cx.read_shared::<Message>(doc)?;
+    if crate::image::shows_images(doc) {
+        crate::image::resolve_images(cx, Arc::make_mut(&mut message))?;
+    }
+    Ok(message)
 }
 
 /// What `window` sends of conversation `name`: the messages it leaves out are not read.
@@ -53,19 +60,15 @@ pub(super) fn conversation_window(
     cx: &RunContext,
     name: Option<&str>,
     window: &crate::ContextWindow,
-) -> Result<Vec<Message>, serde_json::Error> {
+) -> Result<Vec<Arc<Message>>, serde_json::Error> {
     let docs = cx.documents().iter().filter(|d| in_conversation(d, name));
     let sent = docs.enumerate().filter(|(i, _)| *i == 0 || *i >= window.from);
     let mut messages = Vec::new();
     for (_, doc) in sent {
-        let mut message = Arc::unwrap_or_clone(cx.read_shared::<Message>(doc)?);
-        if crate::image::shows_images(doc) {
-            crate::image::resolve_images(cx, &mut message)?;
-        }
-        messages.push(message);
+        messages.push(self::sent(cx, doc)?);
     }
     if let Some(first) = messages.first_mut() {
-        crate::context::add_summary(first, window);
+        crate::context::add_summary(Arc::make_mut(first), window);
     }
     Ok(messages)
 }

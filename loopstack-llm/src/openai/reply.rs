@@ -91,7 +91,7 @@ pub(super) fn content_text(content: Option<&Value>) -> String {
 /// an earlier turn, and the same request gets the same ids. The conversation is only
 /// read when an id is needed.
 pub(super) struct CallIds<'a> {
-    conversation: &'a [Message],
+    conversation: &'a [std::sync::Arc<Message>],
     /// The number of tool calls in the conversation and the ids it uses, once read.
     earlier: Option<(usize, HashSet<&'a str>)>,
     /// The ids of this reply: the server's and those handed out.
@@ -100,7 +100,7 @@ pub(super) struct CallIds<'a> {
 
 impl<'a> CallIds<'a> {
     /// The ids of a reply to a request with these messages.
-    pub(super) fn new(conversation: &'a [Message]) -> Self {
+    pub(super) fn new(conversation: &'a [std::sync::Arc<Message>]) -> Self {
         Self { conversation, earlier: None, reply: HashSet::new() }
     }
 
@@ -270,10 +270,10 @@ mod tests {
             {"id": "call_2", "function": {"name": "w", "arguments": "{}"}},
             {"function": {"name": "w", "arguments": "{}"}},
         ]}}]});
-        let earlier = [Message {
+        let earlier = [std::sync::Arc::new(Message {
             role: Role::Assistant,
             content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
-        }];
+        })];
         let response = decode_response(body.to_string().as_bytes(), "m", &mut CallIds::new(&earlier)).unwrap();
         let ids: Vec<&str> = response.message.tool_uses().map(|t| t.id.as_str()).collect();
         assert_eq!(ids, ["call_1", "call_2", "call_3"]);

@@ -395,7 +395,8 @@ mod tests {
         assert_eq!(body["prompt_cache_key"], "tenant-7");
         assert!(!body.to_string().contains("cache_control"), "{body}");
         assert_eq!(
-            encode_request(&ChatRequest::new("m", vec![]), false, Wire::default()).get("prompt_cache_key"),
+            encode_request(&ChatRequest::new("m", Vec::<Message>::new()), false, Wire::default())
+                .get("prompt_cache_key"),
             None
         );
     }

@@ -426,10 +426,10 @@ mod tests {
 
     #[test]
     fn stream_tool_calls_without_an_id_get_ids_after_the_conversation() {
-        let earlier = [Message {
+        let earlier = [std::sync::Arc::new(Message {
             role: Role::Assistant,
             content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
-        }];
+        })];
         let mut decoder = Decoder::new("gpt-x", vec![], CallIds::new(&earlier));
         let mut out = Vec::new();
         for chunk in [

@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn text_call_ids_follow_the_calls_of_the_conversation() {
-        let conversation = vec![
+        let conversation = [
             Message::user("Weather in Paris?"),
             Message {
                 role: Role::Assistant,
@@ -397,7 +397,8 @@ mod tests {
                 // A server's own id that the numbering would reach.
                 content: vec![ContentBlock::ToolUse(ToolUse::new("call_2", "get_weather", json!({"city": "Rome"})))],
             },
-        ];
+        ]
+        .map(std::sync::Arc::new);
         let text = r#"[{"name": "get_weather", "arguments": {"city": "Oslo"}}, {"name": "get_weather", "arguments": {"city": "Bern"}}]"#;
         let ids_of = || {
             let mut response = reply(vec![ContentBlock::text(text)]);

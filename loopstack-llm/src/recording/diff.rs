@@ -1,6 +1,7 @@
 //! The readable difference between a recorded request and the one a replay sends.
 
 use std::fmt::Write;
+use std::sync::Arc;
 
 use serde_json::Value;
 use similar::{ChangeTag, TextDiff};
@@ -85,9 +86,9 @@ pub(super) fn config(out: &mut String, recorded: &Value, live: &Value) {
 
 /// How the live conversation differs from the recorded one: the first message that
 /// differs, as JSON lines, or the messages one has and the other lacks.
-pub(super) fn messages(out: &mut String, recorded: &[Message], live: &[Message]) {
+pub(super) fn messages(out: &mut String, recorded: &[Message], live: &[Arc<Message>]) {
     let pretty = |m: &Message| serde_json::to_string_pretty(m).unwrap_or_default();
-    match recorded.iter().zip(live).position(|(a, b)| a != b) {
+    match recorded.iter().zip(live).position(|(a, b)| a != &**b) {
         Some(i) => {
             let _ = writeln!(out, "  message {} ({:?}):", i + 1, live[i].role);
             lines(out, "    ", &pretty(&recorded[i]), &pretty(&live[i]));

@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn a_recorded_fingerprint_reads_from_the_record_as_written_and_as_any_json() {
         use super::recorded_fingerprint as fp;
-        let config = super::config(&crate::ChatRequest::new("m", Vec::new()), "0123456789abcdef");
+        let config = super::config(&crate::ChatRequest::new("m", Vec::<crate::Message>::new()), "0123456789abcdef");
         assert_eq!(fp(&config.to_string()), Some("0123456789abcdef"), "the record as the runtime writes it");
         assert_eq!(fp(r#"{ "model": "m", "fp": "00ff" }"#), Some("00ff"), "spaced, another order");
         assert_eq!(fp(r#"{"fp":"a\u0062"}"#), None, "escaped: read whole, and not hex digits");

@@ -410,14 +410,16 @@ impl ReplayModel {
         let mut candidates =
             turns.iter().filter(|t| t.messages.iter().filter(|m| m.role == Role::Assistant).count() == answered);
         let first = candidates.clone().next();
-        candidates.find(|t| t.messages.first() == request.messages.first()).or(first).ok_or_else(|| LlmError::Replay {
-            turn: answered + 1,
-            diff: format!(
-                "request {} of the replay has no recorded turn: the run {} recorded {} model turns",
-                answered + 1,
-                self.recording.run_id,
-                turns.len()
-            ),
+        candidates.find(|t| t.messages.first() == request.messages.first().map(|m| &**m)).or(first).ok_or_else(|| {
+            LlmError::Replay {
+                turn: answered + 1,
+                diff: format!(
+                    "request {} of the replay has no recorded turn: the run {} recorded {} model turns",
+                    answered + 1,
+                    self.recording.run_id,
+                    turns.len()
+                ),
+            }
         })
     }
 }
@@ -447,7 +449,7 @@ impl ChatModel for ReplayModel {
                 }
             }
         }
-        if turn.messages != request.messages {
+        if !turn.messages.iter().eq(request.messages.iter().map(|m| &**m)) {
             diff::messages(&mut out, &turn.messages, &request.messages);
         }
         if !out.is_empty() {
