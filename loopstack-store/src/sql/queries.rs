@@ -7,10 +7,14 @@
 //! The column lists and shared fragments are macros that expand to literals, so
 //! every statement is a `&'static str` built by `concat!` at compile time.
 
-/// Statuses a run ends in: a fenced write never touches such a run.
-macro_rules! finished {
+/// That the run has not ended (`completed`, `failed` or `cancelled`): a fenced write
+/// never touches a run that has. Three comparisons, not `NOT IN (..)`: SQLite builds
+/// a temporary B-tree for a list of more than two values at every execution of the
+/// statement, which cost each commit two of them (a fifth of its CPU; see
+/// `examples/bench`, W4).
+macro_rules! unfinished {
     () => {
-        "('completed', 'failed', 'cancelled')"
+        "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'"
     };
 }
 
@@ -159,15 +163,15 @@ pub(crate) const COMMIT_CHECKPOINT: &str = concat!(
     "INSERT INTO checkpoints (run, step, transition, \
             to_place, state, state_patch, at) SELECT id, $4, $5, $6, \
             CASE WHEN $9 THEN NULL ELSE $7 END, $10, $8 \
-            FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
-    finished!()
+            FROM runs WHERE run_id = $1 AND epoch = $2 AND step = $3 AND ",
+    unfinished!()
 );
 
 pub(crate) const COMMIT_RUN: &str = concat!(
     "UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
             place_since = $7, lease_until = COALESCE($8, lease_until) \
-            WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
-    finished!()
+            WHERE run_id = $1 AND epoch = $2 AND step = $3 AND ",
+    unfinished!()
 );
 
 /// A migration's commit moves the run row to its new version and table, in the
@@ -177,15 +181,15 @@ pub(crate) const MIGRATE_RUN: &str =
 
 pub(crate) const SET_STATUS: &str = concat!(
     "UPDATE runs SET status = $4, error = $5, updated_at = $6, lease_owner = NULL, \
-            lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ",
-    finished!()
+            lease_until = NULL WHERE run_id = $1 AND epoch = $2 AND step = $3 AND ",
+    unfinished!()
 );
 
 pub(crate) const PARK: &str = concat!(
     "UPDATE runs SET status = 'waiting', waiting_for = $5, wake_at = $7, lease_owner = NULL, \
             lease_until = NULL, updated_at = $6 WHERE run_id = $1 AND epoch = $2 AND step = $3 AND signal_seq = $4 \
-            AND status NOT IN ",
-    finished!()
+            AND ",
+    unfinished!()
 );
 
 // Checkpoints and documents.
@@ -246,8 +250,8 @@ pub(crate) const DOCUMENT_HISTORY: &str = concat!(
 // Signals.
 
 pub(crate) const NEXT_SIGNAL: &str = concat!(
-    "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND status NOT IN ",
-    finished!(),
+    "UPDATE runs SET signal_seq = signal_seq + 1 WHERE run_id = $1 AND ",
+    unfinished!(),
     " RETURNING id, signal_seq, status"
 );
 
@@ -275,6 +279,12 @@ pub(crate) const REJECT_SIGNAL: &str = "UPDATE signals SET status = 'rejected', 
 
 pub(crate) const REJECT_PENDING: &str =
     concat!("UPDATE signals SET status = 'rejected', reason = $2 WHERE run = ", run!(), " AND status = 'pending'");
+
+/// Whether the run has a pending signal: SQLite's update above builds a temporary
+/// B-tree for the rows it changes, so its store asks first (most runs end with none).
+#[cfg(feature = "sqlite")]
+pub(crate) const HAS_PENDING: &str =
+    concat!("SELECT 1 FROM signals WHERE run = ", run!(), " AND status = 'pending' LIMIT 1");
 
 // Forks.
 

@@ -220,6 +220,12 @@ fn open_and_migrate(path: Option<&std::path::Path>, migrations: &[Migration]) ->
     }
 }
 
+/// A connection to a new database in memory, its schema migrated.
+#[cfg(test)]
+pub(super) fn open_for_test(migrations: &[Migration]) -> Connection {
+    open_once(None, migrations).expect("an in-memory database opens")
+}
+
 /// Whether `e` is SQLite's "busy" or "locked": another connection holds the lock.
 fn is_busy(e: &StoreError) -> bool {
     let StoreError::Backend(e) = e else { return false };

@@ -15,9 +15,9 @@ use rusqlite::Connection;
 use super::conn::{exec, exec_raw, is_unique_violation, query, query_one, write};
 use super::reads::{checkpoint, exists, load, with_state};
 use crate::sql::queries::{
-    CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN, HEARTBEAT,
-    INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL, PARK, REJECT_PENDING,
-    SET_STATUS,
+    CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN, HAS_PENDING,
+    HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL, PARK,
+    REJECT_PENDING, SET_STATUS,
 };
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{LastState, LastStates, corrupt, status_set, to_i64};
@@ -231,7 +231,7 @@ pub(super) fn commit(conn: &mut Connection, last: &LastStates, cp: Checkpoint) -
         }
     }
     if cp.status.is_finished() {
-        exec(&tx, REJECT_PENDING, &[&cp.run_id.0, &ENDED])?;
+        reject_pending(&tx, cp.run_id)?;
     }
     // Last, after the run row: a run that notifies itself as it finishes drops the
     // signal, as a finished target does.
@@ -279,6 +279,16 @@ fn write_step(
     Ok(done != 0)
 }
 
+/// Rejects the pending signals of run `run_id`, which ended (in the caller's
+/// transaction): first asked whether it has any, as most runs end with none and the
+/// update costs a temporary B-tree even then.
+fn reject_pending(conn: &Connection, run_id: RunId) -> Result<(), StoreError> {
+    if query_one(conn, HAS_PENDING, &[&run_id.0], |_| Ok(()))?.is_some() {
+        exec(conn, REJECT_PENDING, &[&run_id.0, &ENDED])?;
+    }
+    Ok(())
+}
+
 /// Inserts the documents a step wrote, for run `run_id` (in the caller's
 /// transaction).
 fn insert_documents(conn: &Connection, run_id: RunId, documents: &[Arc<Document>]) -> Result<(), StoreError> {
@@ -321,7 +331,7 @@ pub(super) fn set_status(
         return Err(fence_error(conn, run_id, fence));
     }
     if status.is_finished() {
-        exec(&tx, REJECT_PENDING, &[&run_id.0, &ENDED])?;
+        reject_pending(&tx, run_id)?;
     }
     notify(&tx, notify_signal.as_ref())?;
     tx.commit()
