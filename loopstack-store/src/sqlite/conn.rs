@@ -4,6 +4,7 @@
 //! SQLite or the disk. Also how statements bind their numbered `$n` parameters, and
 //! how the connection is set up and its schema migrated.
 
+use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -11,11 +12,16 @@ use std::time::{Duration, Instant};
 
 use loopstack_core::StoreError;
 use rusqlite::types::ToSql;
-use rusqlite::{Connection, Row};
+use rusqlite::{Connection, Row, Statement};
 use sha2::{Digest as _, Sha384};
 
-/// A request: runs on the connection's thread.
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// A request: runs on the connection's thread, with the store's statements
+/// ([`Conn`]) or, for [`SqliteStore::with_connection`](super::SqliteStore::with_connection),
+/// with the connection itself.
+enum Job {
+    Request(Box<dyn FnOnce(&Conn<'_>) + Send>),
+    Connection(Box<dyn FnOnce(&mut Connection) + Send>),
+}
 
 /// How many more times opening a store tries after a failure (another process
 /// creating the same new file at the same moment).
@@ -52,9 +58,20 @@ impl Db {
                         return;
                     }
                 };
-                // Each job catches its own request's panic (see `call`).
-                while let Ok(job) = queue.recv() {
-                    job(&mut conn);
+                // Each job catches its own request's panic (see `call`). The
+                // statements borrow the connection: a job that takes the connection
+                // itself runs once they are finalized, and they are prepared again.
+                loop {
+                    let statements = Conn::new(&conn);
+                    let lend = loop {
+                        match queue.recv() {
+                            Ok(Job::Request(job)) => job(&statements),
+                            Ok(Job::Connection(job)) => break job,
+                            Err(_) => return,
+                        }
+                    };
+                    drop(statements);
+                    lend(&mut conn);
                 }
             })
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
@@ -62,18 +79,39 @@ impl Db {
         Ok(Self { jobs })
     }
 
-    /// Runs `f` on the connection and returns what it returns.
+    /// Runs `f` with the store's statements and returns what it returns.
     pub(super) async fn call<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Conn<'_>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = Job::Request(Box::new(move |conn| {
+            // A request that panics is answered with the panic: the thread, and
+            // the store, go on (its transaction, if any, rolled back as it unwound).
+            let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(|| f(conn))));
+        }));
+        self.answer(job, rx).await
+    }
+
+    /// Runs `f` on the connection itself and returns what it returns.
+    pub(super) async fn call_connection<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         F: FnOnce(&mut Connection) -> R + Send + 'static,
         R: Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |conn| {
-            // A request that panics is answered with the panic: the thread, and
-            // the store, go on (its transaction, if any, rolled back as it unwound).
+        let job = Job::Connection(Box::new(move |conn| {
             let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(|| f(conn))));
-        });
+        }));
+        self.answer(job, rx).await
+    }
+
+    async fn answer<R>(
+        &self,
+        job: Job,
+        rx: tokio::sync::oneshot::Receiver<std::thread::Result<R>>,
+    ) -> Result<R, StoreError> {
         self.jobs.send(job).map_err(|_| closed())?;
         match rx.await.map_err(|_| closed())? {
             Ok(answer) => Ok(answer),
@@ -102,45 +140,157 @@ pub(super) fn is_unique_violation(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// The statement `sql` (prepared once per connection), with its parameters bound
-/// as sqlx binds them: `$n` (and `?n`) takes `args[n - 1]`, a bare `?` the argument
-/// of its position.
-fn prepared<'c>(
+/// The connection as the store's requests use it, with its statements: each
+/// prepared once, the first time it runs, and found again by the address of its SQL
+/// (every statement of the store is a `&'static str`), with the argument each of its
+/// parameters takes. rusqlite's statement cache would hash the whole SQL twice per
+/// execution and copy it once.
+pub(super) struct Conn<'c> {
     conn: &'c Connection,
-    sql: &str,
-    args: &[&dyn ToSql],
-) -> rusqlite::Result<rusqlite::CachedStatement<'c>> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    for i in 1..=stmt.parameter_count() {
-        let n = stmt
-            .parameter_name(i)
-            .and_then(|name| name.strip_prefix('$').or_else(|| name.strip_prefix('?')))
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or(i);
-        let arg = args.get(n.wrapping_sub(1)).ok_or(rusqlite::Error::InvalidParameterCount(n, args.len()))?;
-        stmt.raw_bind_parameter(i, arg)?;
+    statements: RefCell<Vec<Slot<'c>>>,
+}
+
+/// A statement of [`Conn`]: `held` is `None` while it runs.
+struct Slot<'c> {
+    sql: (usize, usize),
+    held: Option<Prepared<'c>>,
+}
+
+struct Prepared<'c> {
+    stmt: Statement<'c>,
+    /// For each parameter, the index of the argument it takes.
+    args: Box<[usize]>,
+}
+
+impl<'c> Conn<'c> {
+    fn new(conn: &'c Connection) -> Self {
+        Self { conn, statements: RefCell::new(Vec::new()) }
     }
-    Ok(stmt)
+
+    /// The statement `sql`, its parameters bound as sqlx binds them: `$n` (and `?n`)
+    /// takes `args[n - 1]`, a bare `?` the argument of its position.
+    fn prepared(&self, sql: &'static str, args: &[&dyn ToSql]) -> rusqlite::Result<Held<'_, 'c>> {
+        let key = (sql.as_ptr() as usize, sql.len());
+        let mut slots = self.statements.borrow_mut();
+        let slot = match slots.iter().position(|s| s.sql == key) {
+            Some(i) => i,
+            None => {
+                slots.push(Slot { sql: key, held: None });
+                slots.len() - 1
+            }
+        };
+        // Taken while it runs; a statement run again inside its own run (a read
+        // inside a read of the same rows) is prepared anew.
+        let taken = slots[slot].held.take();
+        drop(slots);
+        let mut prepared = match taken {
+            Some(prepared) => prepared,
+            None => self.prepare(sql)?,
+        };
+        for (i, &arg) in prepared.args.iter().enumerate() {
+            let value = args.get(arg).ok_or(rusqlite::Error::InvalidParameterCount(arg + 1, args.len()))?;
+            prepared.stmt.raw_bind_parameter(i + 1, value)?;
+        }
+        Ok(Held { conn: self, slot, prepared: Some(prepared) })
+    }
+
+    fn prepare(&self, sql: &str) -> rusqlite::Result<Prepared<'c>> {
+        let stmt = self.conn.prepare_with_flags(sql, rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT)?;
+        let args = (1..=stmt.parameter_count())
+            .map(|i| {
+                stmt.parameter_name(i)
+                    .and_then(|name| name.strip_prefix('$').or_else(|| name.strip_prefix('?')))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(i)
+                    .wrapping_sub(1)
+            })
+            .collect();
+        Ok(Prepared { stmt, args })
+    }
+}
+
+#[cfg(test)]
+impl<'c> Conn<'c> {
+    pub(super) fn for_test(conn: &'c Connection) -> Self {
+        Self::new(conn)
+    }
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+/// A statement of [`Conn`] while it runs: given back when dropped.
+struct Held<'a, 'c> {
+    conn: &'a Conn<'c>,
+    slot: usize,
+    prepared: Option<Prepared<'c>>,
+}
+
+impl<'c> std::ops::Deref for Held<'_, 'c> {
+    type Target = Statement<'c>;
+    fn deref(&self) -> &Statement<'c> {
+        &self.prepared.as_ref().expect("held until dropped").stmt
+    }
+}
+
+impl<'c> std::ops::DerefMut for Held<'_, 'c> {
+    fn deref_mut(&mut self) -> &mut Statement<'c> {
+        &mut self.prepared.as_mut().expect("held until dropped").stmt
+    }
+}
+
+impl Drop for Held<'_, '_> {
+    fn drop(&mut self) {
+        let mut slots = self.conn.statements.borrow_mut();
+        let slot = &mut slots[self.slot].held;
+        if slot.is_none() {
+            *slot = self.prepared.take();
+        }
+    }
 }
 
 /// Runs a statement that returns no rows; how many rows it changed.
-pub(super) fn exec(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> Result<usize, StoreError> {
+pub(super) fn exec(conn: &Conn<'_>, sql: &'static str, args: &[&dyn ToSql]) -> Result<usize, StoreError> {
     exec_raw(conn, sql, args).map_err(backend)
 }
 
 /// [`exec`], with the driver's error.
-pub(super) fn exec_raw(conn: &Connection, sql: &str, args: &[&dyn ToSql]) -> rusqlite::Result<usize> {
-    prepared(conn, sql, args)?.raw_execute()
+pub(super) fn exec_raw(conn: &Conn<'_>, sql: &'static str, args: &[&dyn ToSql]) -> rusqlite::Result<usize> {
+    conn.prepared(sql, args)?.raw_execute()
 }
 
 /// Runs a query and reads each row with `f`.
 pub(super) fn query<T>(
-    conn: &Connection,
+    conn: &Conn<'_>,
+    sql: &'static str,
+    args: &[&dyn ToSql],
+    mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepared(sql, args).map_err(backend)?;
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(backend)? {
+        out.push(f(row)?);
+    }
+    Ok(out)
+}
+
+/// [`query`] for SQL built at run time: prepared through rusqlite's cache, which
+/// keys statements by their text.
+pub(super) fn query_text<T>(
+    conn: &Conn<'_>,
     sql: &str,
     args: &[&dyn ToSql],
     mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
-    let mut stmt = prepared(conn, sql, args).map_err(backend)?;
+    let mut stmt = conn.prepare_cached(sql).map_err(backend)?;
+    for (i, value) in args.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, value).map_err(backend)?;
+    }
     let mut rows = stmt.raw_query();
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(backend)? {
@@ -151,12 +301,12 @@ pub(super) fn query<T>(
 
 /// Runs a query and reads its first row, if any, with `f`.
 pub(super) fn query_one<T>(
-    conn: &Connection,
-    sql: &str,
+    conn: &Conn<'_>,
+    sql: &'static str,
     args: &[&dyn ToSql],
     f: impl FnOnce(&Row<'_>) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
-    let mut stmt = prepared(conn, sql, args).map_err(backend)?;
+    let mut stmt = conn.prepared(sql, args).map_err(backend)?;
     let mut rows = stmt.raw_query();
     match rows.next().map_err(backend)? {
         Some(row) => f(row).map(Some),
@@ -168,31 +318,31 @@ pub(super) fn query_one<T>(
 /// it up to the busy timeout), so no read in it is ever upgraded into a deadlock.
 /// Rolled back when dropped uncommitted. Its `BEGIN`, `COMMIT` and `ROLLBACK` are
 /// prepared once, as the statements are.
-pub(super) fn write(conn: &Connection) -> Result<Tx<'_>, StoreError> {
+pub(super) fn write<'a, 'c>(conn: &'a Conn<'c>) -> Result<Tx<'a, 'c>, StoreError> {
     exec(conn, "BEGIN IMMEDIATE", &[])?;
     Ok(Tx { conn })
 }
 
 /// A transaction [`write`] began.
-pub(super) struct Tx<'c> {
-    conn: &'c Connection,
+pub(super) struct Tx<'a, 'c> {
+    conn: &'a Conn<'c>,
 }
 
-impl Tx<'_> {
+impl Tx<'_, '_> {
     pub(super) fn commit(self) -> Result<(), StoreError> {
         // A failed `COMMIT` may leave the transaction open: the drop rolls it back.
         exec(self.conn, "COMMIT", &[]).map(drop)
     }
 }
 
-impl std::ops::Deref for Tx<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
+impl<'c> std::ops::Deref for Tx<'_, 'c> {
+    type Target = Conn<'c>;
+    fn deref(&self) -> &Conn<'c> {
         self.conn
     }
 }
 
-impl Drop for Tx<'_> {
+impl Drop for Tx<'_, '_> {
     fn drop(&mut self) {
         if !self.conn.is_autocommit() {
             let _ = exec(self.conn, "ROLLBACK", &[]);
@@ -270,7 +420,8 @@ CREATE TABLE IF NOT EXISTS _sqlx_migrations (
 /// know (the file is newer) or one whose SQL changed since it was applied are errors.
 fn migrate(conn: &mut Connection, migrations: &[Migration]) -> Result<(), StoreError> {
     let error = |what: String| StoreError::Backend(what.into());
-    let tx = write(conn)?;
+    let conn = Conn::new(conn);
+    let tx = write(&conn)?;
     tx.execute_batch(MIGRATIONS_TABLE).map_err(backend)?;
     let dirty = query_one(
         &tx,

@@ -7,9 +7,9 @@ use loopstack_core::schedule::{ScheduleFire, ScheduledRun};
 use loopstack_core::serde_json;
 use loopstack_core::store::{EventRetention, LoggedEvent};
 use loopstack_core::{RunId, ScheduleRecord, StoreError, Timestamp};
-use rusqlite::{Connection, ToSql};
+use rusqlite::ToSql;
 
-use super::conn::{exec, query, query_one, write};
+use super::conn::{Conn, exec, query, query_one, query_text, write};
 use super::writes::insert_run;
 use crate::sql::queries::{
     DELETE_SCHEDULE, DELETE_SCHEDULE_RUNS, DROP_EXPIRED_LISTENERS, FIRE_SCHEDULE, HAS_LISTENERS, INSERT_SCHEDULE,
@@ -21,11 +21,7 @@ use crate::sql::{corrupt, to_i64, to_u64};
 
 /// Appends events (`(run, at, event as JSON)`) in one `INSERT` and one transaction
 /// (SQLite has one writer at a time, so ids are committed in order); the newest id.
-pub(super) fn append_events(
-    conn: &mut Connection,
-    origin: &str,
-    events: &[(RunId, i64, String)],
-) -> Result<i64, StoreError> {
+pub(super) fn append_events(conn: &Conn<'_>, origin: &str, events: &[(RunId, i64, String)]) -> Result<i64, StoreError> {
     let mut sql = String::from("INSERT INTO events (run_id, origin, at, event) VALUES ");
     let mut args: Vec<&dyn ToSql> = Vec::with_capacity(events.len() * 4);
     let origin: &dyn ToSql = &origin;
@@ -35,13 +31,14 @@ pub(super) fn append_events(
     }
     sql.push_str(" RETURNING id");
     let tx = write(conn)?;
-    let ids = query(&tx, &sql, &args, |r| r.int("id"))?;
+    // Bare `?`s: the arguments in order.
+    let ids = query_text(&tx, &sql, &args, |r| r.int("id"))?;
     tx.commit()?;
     Ok(ids.into_iter().max().unwrap_or(0))
 }
 
 pub(super) fn read_events(
-    conn: &Connection,
+    conn: &Conn<'_>,
     after: u64,
     run: Option<RunId>,
     limit: u32,
@@ -62,34 +59,34 @@ pub(super) fn read_events(
     Ok(events)
 }
 
-pub(super) fn last_event_id(conn: &Connection) -> Result<u64, StoreError> {
+pub(super) fn last_event_id(conn: &Conn<'_>) -> Result<u64, StoreError> {
     let id = query_one(conn, LAST_EVENT_ID, &[], |r| r.get::<_, Option<i64>>(0).map_err(corrupt))?;
     to_u64(id.flatten().unwrap_or(0))
 }
 
-pub(super) fn prune_events(conn: &Connection, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
+pub(super) fn prune_events(conn: &Conn<'_>, now: Timestamp, retention: &EventRetention) -> Result<u64, StoreError> {
     let oldest = now.as_millis().saturating_sub(i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX));
     let by_age = exec(conn, PRUNE_EVENTS_BY_AGE, &[&oldest])?;
     let by_count = exec(conn, PRUNE_EVENTS_BY_COUNT, &[&to_i64(retention.max_events)])?;
     Ok((by_age + by_count) as u64)
 }
 
-pub(super) fn listen_events(conn: &Connection, listener: &str, until: Timestamp) -> Result<(), StoreError> {
+pub(super) fn listen_events(conn: &Conn<'_>, listener: &str, until: Timestamp) -> Result<(), StoreError> {
     exec(conn, DROP_EXPIRED_LISTENERS, &[&Timestamp::now().as_millis()])?;
     exec(conn, LISTEN, &[&listener, &until.as_millis()])?;
     Ok(())
 }
 
-pub(super) fn unlisten_events(conn: &Connection, listener: &str) -> Result<(), StoreError> {
+pub(super) fn unlisten_events(conn: &Conn<'_>, listener: &str) -> Result<(), StoreError> {
     exec(conn, UNLISTEN, &[&listener])?;
     Ok(())
 }
 
-pub(super) fn has_event_listeners(conn: &Connection, now: Timestamp) -> Result<bool, StoreError> {
+pub(super) fn has_event_listeners(conn: &Conn<'_>, now: Timestamp) -> Result<bool, StoreError> {
     Ok(query_one(conn, HAS_LISTENERS, &[&now.as_millis()], |_| Ok(()))?.is_some())
 }
 
-pub(super) fn create_schedule(conn: &Connection, s: &ScheduleRecord) -> Result<(), StoreError> {
+pub(super) fn create_schedule(conn: &Conn<'_>, s: &ScheduleRecord) -> Result<(), StoreError> {
     let recurrence = serde_json::to_string(&s.recurrence).map_err(corrupt)?;
     let (grace, due, created) = (to_i64(s.grace_ms), s.next_due.as_millis(), s.created_at.as_millis());
     let args: [&dyn ToSql; 9] =
@@ -100,17 +97,17 @@ pub(super) fn create_schedule(conn: &Connection, s: &ScheduleRecord) -> Result<(
     Ok(())
 }
 
-pub(super) fn load_schedule(conn: &Connection, id: &str) -> Result<ScheduleRecord, StoreError> {
+pub(super) fn load_schedule(conn: &Conn<'_>, id: &str) -> Result<ScheduleRecord, StoreError> {
     let found = query_one(conn, SELECT_SCHEDULE, &[&id], |r| rows::schedule(r))?;
     found.ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))
 }
 
-pub(super) fn list_schedules(conn: &Connection) -> Result<Vec<ScheduleRecord>, StoreError> {
+pub(super) fn list_schedules(conn: &Conn<'_>) -> Result<Vec<ScheduleRecord>, StoreError> {
     query(conn, LIST_SCHEDULES, &[], |r| rows::schedule(r))
 }
 
 pub(super) fn set_schedule_paused(
-    conn: &Connection,
+    conn: &Conn<'_>,
     id: &str,
     paused: bool,
     next_due: Option<Timestamp>,
@@ -120,7 +117,7 @@ pub(super) fn set_schedule_paused(
     found.ok_or_else(|| StoreError::ScheduleNotFound(id.to_owned()))
 }
 
-pub(super) fn delete_schedule(conn: &mut Connection, id: &str) -> Result<(), StoreError> {
+pub(super) fn delete_schedule(conn: &Conn<'_>, id: &str) -> Result<(), StoreError> {
     let tx = write(conn)?;
     if exec(&tx, DELETE_SCHEDULE, &[&id])? == 0 {
         return Err(StoreError::ScheduleNotFound(id.to_owned()));
@@ -130,7 +127,7 @@ pub(super) fn delete_schedule(conn: &mut Connection, id: &str) -> Result<(), Sto
 }
 
 pub(super) fn due_schedules(
-    conn: &Connection,
+    conn: &Conn<'_>,
     names: &str,
     now: Timestamp,
     limit: u32,
@@ -143,7 +140,7 @@ pub(super) fn due_schedules(
     Ok(found.into_iter().flatten().collect())
 }
 
-pub(super) fn fire_schedule(conn: &mut Connection, fire: &ScheduleFire) -> Result<bool, StoreError> {
+pub(super) fn fire_schedule(conn: &Conn<'_>, fire: &ScheduleFire) -> Result<bool, StoreError> {
     let now = Timestamp::now().as_millis();
     let (at, run_id) = match &fire.run {
         Some((at, run)) => (Some(at.as_millis()), Some(run.run_id.0)),
@@ -165,7 +162,7 @@ pub(super) fn fire_schedule(conn: &mut Connection, fire: &ScheduleFire) -> Resul
     Ok(true)
 }
 
-pub(super) fn scheduled_runs(conn: &Connection, id: &str, limit: u32) -> Result<Vec<ScheduledRun>, StoreError> {
+pub(super) fn scheduled_runs(conn: &Conn<'_>, id: &str, limit: u32) -> Result<Vec<ScheduledRun>, StoreError> {
     let runs = query(conn, SCHEDULED_RUNS, &[&id, &i64::from(limit)], |r| rows::scheduled_run(r))?;
     if runs.is_empty() {
         load_schedule(conn, id)?;

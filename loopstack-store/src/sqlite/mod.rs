@@ -150,13 +150,13 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> R + Send + 'static,
         R: Send + 'static,
     {
-        self.inner.db.call(f).await
+        self.inner.db.call_connection(f).await
     }
 
     /// Runs one of the store's requests on its connection.
     async fn call<R, F>(&self, f: F) -> Result<R, StoreError>
     where
-        F: FnOnce(&mut Connection, &LastStates) -> Result<R, StoreError> + Send + 'static,
+        F: FnOnce(&conn::Conn<'_>, &LastStates) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
         let last = self.inner.last.clone();
@@ -405,6 +405,43 @@ mod tests {
         COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT,
         INSERT_RUN, PARK, SELECT_RUN, SET_STATUS,
     };
+
+    /// A statement run again while it runs (a read inside a read of its rows) is
+    /// prepared anew; both see their own arguments, and the first is kept after.
+    #[test]
+    fn a_statement_runs_inside_its_own_run() {
+        let raw = super::conn::open_for_test(super::MIGRATIONS);
+        let conn = super::conn::Conn::for_test(&raw);
+        const PAIRS: &str = "SELECT value FROM json_each($1)";
+        let outer = super::conn::query(&conn, PAIRS, &[&"[1, 2]"], |row| {
+            let n: i64 = row.get(0).unwrap();
+            let inner = super::conn::query(&conn, PAIRS, &[&format!("[{}, {}]", n * 10, n * 100)], |r| {
+                Ok(r.get::<_, i64>(0).unwrap())
+            })?;
+            Ok((n, inner))
+        })
+        .unwrap();
+        assert_eq!(outer, [(1, vec![10, 100]), (2, vec![20, 200])]);
+        let again = super::conn::query(&conn, PAIRS, &[&"[3]"], |r| Ok(r.get::<_, i64>(0).unwrap())).unwrap();
+        assert_eq!(again, [3]);
+    }
+
+    /// A request that takes the connection itself (`with_connection`) runs between
+    /// the store's, whose statements are prepared again after it.
+    #[tokio::test]
+    async fn the_store_goes_on_after_a_request_that_takes_the_connection() {
+        let store = super::SqliteStore::memory().await.unwrap();
+        let first =
+            store.with_connection(|c| c.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0))).await;
+        assert_eq!(first.unwrap().unwrap(), 0);
+        let run_id = loopstack_core::RunId::new();
+        let missing = <super::SqliteStore as loopstack_core::Store>::load_run(&store, run_id).await;
+        assert!(matches!(missing, Err(loopstack_core::StoreError::RunNotFound(id)) if id == run_id));
+        let made = store.with_connection(|c| c.execute_batch("CREATE TABLE extra (x INTEGER)")).await;
+        assert!(made.unwrap().is_ok());
+        let missing = <super::SqliteStore as loopstack_core::Store>::load_run(&store, run_id).await;
+        assert!(matches!(missing, Err(loopstack_core::StoreError::RunNotFound(id)) if id == run_id));
+    }
 
     /// The statements of every run's steps build no temporary B-tree per execution
     /// (`OpenEphemeral`: SQLite's way with `x IN (a, b, c)` and `NOT IN`), which

@@ -8,9 +8,8 @@ use loopstack_core::{
     CheckpointRecord, Document, Inbox, RunId, RunPage, RunQuery, RunRecord, RunSummary, SignalReceipt, SignalRecord,
     StepRecord, StoreError, Timestamp,
 };
-use rusqlite::Connection;
 
-use super::conn::{exec, query, query_one, write};
+use super::conn::{Conn, exec, query, query_one, write};
 use crate::sql::queries::{
     ALL_SIGNALS, CHECKPOINT_CHAIN, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY, INSERT_SIGNAL,
     LIST_RUNS, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
@@ -18,13 +17,13 @@ use crate::sql::queries::{
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{corrupt, raw, status_set, to_i64, to_u64};
 
-pub(super) fn load(conn: &Connection, run_id: RunId) -> Result<RunRecord, StoreError> {
+pub(super) fn load(conn: &Conn<'_>, run_id: RunId) -> Result<RunRecord, StoreError> {
     let record = query_one(conn, SELECT_RUN, &[&run_id.0], |r| rows::summary(r))?;
     with_state(conn, record.ok_or(StoreError::RunNotFound(run_id))?)
 }
 
 /// A run's row with its state: that of its latest checkpoint.
-pub(super) fn with_state(conn: &Connection, run: RunSummary) -> Result<RunRecord, StoreError> {
+pub(super) fn with_state(conn: &Conn<'_>, run: RunSummary) -> Result<RunRecord, StoreError> {
     match chain(conn, run.run_id, run.step)? {
         Some((_, state)) => Ok(run.with_state(raw(state)?)),
         None => Err(corrupt(format!("run {} has no checkpoint {}", run.run_id, run.step))),
@@ -33,7 +32,7 @@ pub(super) fn with_state(conn: &Connection, run: RunSummary) -> Result<RunRecord
 
 /// The step record and state of checkpoint `step`: its chain's full state with the
 /// patches after it applied.
-fn chain(conn: &Connection, run_id: RunId, step: u64) -> Result<Option<(StepRecord, String)>, StoreError> {
+fn chain(conn: &Conn<'_>, run_id: RunId, step: u64) -> Result<Option<(StepRecord, String)>, StoreError> {
     let rows = query(conn, CHECKPOINT_CHAIN, &[&run_id.0, &to_i64(step)], |r| {
         Ok((rows::step(r)?, r.text_opt("state")?, r.text_opt("state_patch")?))
     })?;
@@ -54,7 +53,7 @@ fn chain(conn: &Connection, run_id: RunId, step: u64) -> Result<Option<(StepReco
     }
 }
 
-pub(super) fn exists(conn: &Connection, run_id: RunId) -> Result<(), StoreError> {
+pub(super) fn exists(conn: &Conn<'_>, run_id: RunId) -> Result<(), StoreError> {
     let found = query_one(conn, RUN_EXISTS, &[&run_id.0], |_| Ok(()))?;
     found.ok_or(StoreError::RunNotFound(run_id))
 }
@@ -69,7 +68,7 @@ pub(super) enum Docs {
     History(String, String),
 }
 
-pub(super) fn documents(conn: &Connection, run_id: RunId, which: &Docs) -> Result<Vec<Arc<Document>>, StoreError> {
+pub(super) fn documents(conn: &Conn<'_>, run_id: RunId, which: &Docs) -> Result<Vec<Arc<Document>>, StoreError> {
     let docs = match which {
         Docs::At(step) => query(conn, DOCUMENTS_AT, &[&run_id.0, &to_i64(*step)], |r| rows::document(r)),
         Docs::Versions => query(conn, DOCUMENT_VERSIONS, &[&run_id.0], |r| rows::document(r)),
@@ -84,7 +83,7 @@ pub(super) fn documents(conn: &Connection, run_id: RunId, which: &Docs) -> Resul
 }
 
 pub(super) fn send_signal(
-    conn: &mut Connection,
+    conn: &Conn<'_>,
     run_id: RunId,
     name: &str,
     payload: &str,
@@ -103,7 +102,7 @@ pub(super) fn send_signal(
     Ok(SignalReceipt { id: to_u64(id)?, status: status.parse()? })
 }
 
-pub(super) fn inbox(conn: &Connection, run_id: RunId) -> Result<Inbox, StoreError> {
+pub(super) fn inbox(conn: &Conn<'_>, run_id: RunId) -> Result<Inbox, StoreError> {
     // The count first: a signal arriving between the two reads makes the count
     // stale, so parking fails and the driver reads again.
     let seq = query_one(conn, SIGNAL_SEQ, &[&run_id.0], |r| r.int("signal_seq"))?;
@@ -113,7 +112,7 @@ pub(super) fn inbox(conn: &Connection, run_id: RunId) -> Result<Inbox, StoreErro
 }
 
 pub(super) fn reject_signal(
-    conn: &Connection,
+    conn: &Conn<'_>,
     run_id: RunId,
     epoch: u64,
     signal: u64,
@@ -130,7 +129,7 @@ pub(super) fn reject_signal(
     Ok(())
 }
 
-pub(super) fn signals(conn: &Connection, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError> {
+pub(super) fn signals(conn: &Conn<'_>, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError> {
     let signals = query(conn, ALL_SIGNALS, &[&run_id.0], |r| rows::signal(r))?;
     if signals.is_empty() {
         exists(conn, run_id)?;
@@ -138,7 +137,7 @@ pub(super) fn signals(conn: &Connection, run_id: RunId) -> Result<Vec<SignalReco
     Ok(signals)
 }
 
-pub(super) fn list_runs(conn: &Connection, q: &RunQuery) -> Result<RunPage, StoreError> {
+pub(super) fn list_runs(conn: &Conn<'_>, q: &RunQuery) -> Result<RunPage, StoreError> {
     let size = q.page_size();
     let (statuses, parent) = (status_set(&q.status), q.parent.map(|p| p.0));
     let (after, before) = (q.created_after.map(Timestamp::as_millis), q.created_before.map(Timestamp::as_millis));
@@ -156,7 +155,7 @@ pub(super) fn list_runs(conn: &Connection, q: &RunQuery) -> Result<RunPage, Stor
     Ok(RunPage { runs, next })
 }
 
-pub(super) fn history(conn: &Connection, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
+pub(super) fn history(conn: &Conn<'_>, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {
     let steps = query(conn, HISTORY, &[&run_id.0], |r| rows::step(r))?;
     if steps.is_empty() {
         exists(conn, run_id)?;
@@ -165,7 +164,7 @@ pub(super) fn history(conn: &Connection, run_id: RunId) -> Result<Vec<StepRecord
     Ok(steps.into_iter().skip(1).collect())
 }
 
-pub(super) fn checkpoint(conn: &Connection, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
+pub(super) fn checkpoint(conn: &Conn<'_>, run_id: RunId, step: u64) -> Result<CheckpointRecord, StoreError> {
     match chain(conn, run_id, step)? {
         Some((step, state)) => Ok(CheckpointRecord { step, state: raw(state)? }),
         None => {

@@ -10,9 +10,8 @@ use loopstack_core::{
     Checkpoint, Claim, Document, Fence, ForkStep, NewRun, RunId, RunRecord, RunStatus, RunSummary, StepRecord,
     StoreError, Timestamp,
 };
-use rusqlite::Connection;
 
-use super::conn::{exec, exec_raw, is_unique_violation, query, query_one, write};
+use super::conn::{Conn, exec, exec_raw, is_unique_violation, query, query_one, write};
 use super::reads::{checkpoint, exists, load, with_state};
 use crate::sql::queries::{
     CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN, HAS_PENDING,
@@ -26,7 +25,7 @@ use crate::sql::{LastState, LastStates, corrupt, status_set, to_i64};
 const ENDED: &str = loopstack_core::store::SIGNAL_OUTLIVED_RUN;
 
 /// Why a fenced write matched no row.
-pub(super) fn fence_error(conn: &Connection, run_id: RunId, fence: Fence) -> StoreError {
+pub(super) fn fence_error(conn: &Conn<'_>, run_id: RunId, fence: Fence) -> StoreError {
     match load(conn, run_id) {
         Ok(r) => match check_fence(run_id, r.status, r.epoch, r.step, fence) {
             Err(e) => e,
@@ -38,7 +37,7 @@ pub(super) fn fence_error(conn: &Connection, run_id: RunId, fence: Fence) -> Sto
 
 /// Puts a write's [`OutSignal`] in its target's inbox, as `send_signal` does; a
 /// finished or missing target drops it.
-fn notify(conn: &Connection, signal: Option<&OutSignal>) -> Result<(), StoreError> {
+fn notify(conn: &Conn<'_>, signal: Option<&OutSignal>) -> Result<(), StoreError> {
     let Some(signal) = signal else { return Ok(()) };
     let next = query_one(conn, NEXT_SIGNAL, &[&signal.run_id.0], |r| Ok((r.int("signal_seq")?, r.int("id")?)))?;
     let Some((id, run)) = next else { return Ok(()) };
@@ -49,7 +48,7 @@ fn notify(conn: &Connection, signal: Option<&OutSignal>) -> Result<(), StoreErro
 
 /// Creates a run and its step-0 checkpoint (in the caller's transaction); `false`
 /// (writing nothing) if the run exists.
-pub(super) fn insert_run(conn: &Connection, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
+pub(super) fn insert_run(conn: &Conn<'_>, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
     let owner = run.lease.as_ref().map(|l| l.owner.as_str());
     let until = run.lease.as_ref().map(|l| l.until.as_millis());
     let parent = run.parent.map(|p| p.0);
@@ -79,7 +78,7 @@ pub(super) fn insert_run(conn: &Connection, run: &NewRun, epoch: i64, now: i64) 
     Ok(true)
 }
 
-pub(super) fn create_run(conn: &mut Connection, last: &LastStates, run: NewRun) -> Result<RunRecord, StoreError> {
+pub(super) fn create_run(conn: &Conn<'_>, last: &LastStates, run: NewRun) -> Result<RunRecord, StoreError> {
     let now = Timestamp::now().as_millis();
     let epoch: i64 = i64::from(run.status != RunStatus::Queued);
     let tx = write(conn)?;
@@ -121,7 +120,7 @@ impl Taken {
     }
 
     /// The run with its state.
-    fn read(&mut self, conn: &Connection) -> Result<RunRecord, StoreError> {
+    fn read(&mut self, conn: &Conn<'_>) -> Result<RunRecord, StoreError> {
         let summary = std::mem::replace(&mut self.summary, Err(corrupt("read twice")))?;
         with_state(conn, summary)
     }
@@ -131,7 +130,7 @@ impl Taken {
     /// and its pending signals rejected, and its parent told as a failed child tells
     /// it. So it neither stops the claim of the runs after it nor stays running under
     /// a lease nobody renews; `retry` takes it up once it reads again.
-    fn fail(&self, conn: &mut Connection, why: &StoreError) {
+    fn fail(&self, conn: &Conn<'_>, why: &StoreError) {
         let Some(run_id) = self.run_id.map(RunId) else {
             return tracing::warn!(%why, "a claimed run has no readable id");
         };
@@ -161,7 +160,7 @@ impl Taken {
     }
 }
 
-pub(super) fn claim(conn: &mut Connection, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
+pub(super) fn claim(conn: &Conn<'_>, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
     let owner = claim.lease.as_ref().map(|l| l.owner.as_str());
     let until = claim.lease.as_ref().map(|l| l.until.as_millis());
     let now = Timestamp::now().as_millis();
@@ -197,7 +196,7 @@ pub(super) struct ClaimRunnable {
     pub(super) keys: String,
 }
 
-pub(super) fn claim_runnable(conn: &mut Connection, c: &ClaimRunnable) -> Result<Vec<RunRecord>, StoreError> {
+pub(super) fn claim_runnable(conn: &Conn<'_>, c: &ClaimRunnable) -> Result<Vec<RunRecord>, StoreError> {
     let args: [&dyn rusqlite::ToSql; 6] = [&c.owner, &c.until, &c.now, &c.names, &c.limit, &c.keys];
     let taken = query(conn, super::CLAIM_RUNNABLE, &args, Taken::from_row)?;
     let mut reads = rows::ClaimedReads::with_capacity(taken.len());
@@ -209,7 +208,7 @@ pub(super) fn claim_runnable(conn: &mut Connection, c: &ClaimRunnable) -> Result
     reads.finish()
 }
 
-pub(super) fn commit(conn: &mut Connection, last: &LastStates, cp: Checkpoint) -> Result<(), StoreError> {
+pub(super) fn commit(conn: &Conn<'_>, last: &LastStates, cp: Checkpoint) -> Result<(), StoreError> {
     let step = cp.transition.step;
     let base = last.get(cp.run_id, cp.fence.epoch, cp.fence.step);
     let next = cp.state.get();
@@ -251,7 +250,7 @@ pub(super) fn commit(conn: &mut Connection, last: &LastStates, cp: Checkpoint) -
 /// checkpoint and the run row's step, place, status and lease. `false` (with part
 /// of it written: roll back) when the fence does not hold.
 fn write_step(
-    conn: &Connection,
+    conn: &Conn<'_>,
     run_id: RunId,
     fence: Fence,
     t: &StepRecord,
@@ -282,7 +281,7 @@ fn write_step(
 /// Rejects the pending signals of run `run_id`, which ended (in the caller's
 /// transaction): first asked whether it has any, as most runs end with none and the
 /// update costs a temporary B-tree even then.
-fn reject_pending(conn: &Connection, run_id: RunId) -> Result<(), StoreError> {
+fn reject_pending(conn: &Conn<'_>, run_id: RunId) -> Result<(), StoreError> {
     if query_one(conn, HAS_PENDING, &[&run_id.0], |_| Ok(()))?.is_some() {
         exec(conn, REJECT_PENDING, &[&run_id.0, &ENDED])?;
     }
@@ -291,7 +290,7 @@ fn reject_pending(conn: &Connection, run_id: RunId) -> Result<(), StoreError> {
 
 /// Inserts the documents a step wrote, for run `run_id` (in the caller's
 /// transaction).
-fn insert_documents(conn: &Connection, run_id: RunId, documents: &[Arc<Document>]) -> Result<(), StoreError> {
+fn insert_documents(conn: &Conn<'_>, run_id: RunId, documents: &[Arc<Document>]) -> Result<(), StoreError> {
     for doc in documents {
         let tags = serde_json::to_string(&doc.tags).map_err(corrupt)?;
         let (seq, version, step) = (to_i64(doc.seq), i64::from(doc.version), to_i64(doc.step));
@@ -315,7 +314,7 @@ fn insert_documents(conn: &Connection, run_id: RunId, documents: &[Arc<Document>
 }
 
 pub(super) fn set_status(
-    conn: &mut Connection,
+    conn: &Conn<'_>,
     run_id: RunId,
     fence: Fence,
     status: RunStatus,
@@ -345,7 +344,7 @@ pub(super) struct Parked {
     pub(super) wake_at: Option<i64>,
 }
 
-pub(super) fn park(conn: &Connection, run_id: RunId, p: &Parked) -> Result<(), StoreError> {
+pub(super) fn park(conn: &Conn<'_>, run_id: RunId, p: &Parked) -> Result<(), StoreError> {
     let now = Timestamp::now().as_millis();
     let (epoch, step) = (to_i64(p.fence.epoch), to_i64(p.fence.step));
     let done = exec(conn, PARK, &[&run_id.0, &epoch, &step, &p.inbox_seq, &p.signals, &now, &p.wake_at])?;
@@ -356,7 +355,7 @@ pub(super) fn park(conn: &Connection, run_id: RunId, p: &Parked) -> Result<(), S
     Ok(())
 }
 
-pub(super) fn heartbeat(conn: &Connection, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
+pub(super) fn heartbeat(conn: &Conn<'_>, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {
     let done = exec(conn, HEARTBEAT, &[&run_id.0, &to_i64(epoch), &until.as_millis()])?;
     if done == 0 {
         let current = load(conn, run_id)?;
@@ -366,7 +365,7 @@ pub(super) fn heartbeat(conn: &Connection, run_id: RunId, epoch: u64, until: Tim
 }
 
 pub(super) fn fork(
-    conn: &mut Connection,
+    conn: &Conn<'_>,
     last: &LastStates,
     source: RunId,
     step: u64,
