@@ -8,8 +8,8 @@
 //!   six updates and four documents, on the two baseline tables) or the store's own
 //!   (the same 7 transactions with 19 statements, as `RUST_LOG=sqlx=debug` lists them:
 //!   the run and its step-0 checkpoint; per transition a fenced checkpoint insert, the
-//!   fenced run update and the transition's documents; at the end the update that
-//!   rejects pending signals), on the store's schema (its indexes and foreign keys);
+//!   fenced run update and the transition's documents; at the end the query for
+//!   pending signals to reject), on the store's schema (its indexes and foreign keys);
 //! - the driver: rusqlite (on this thread; the store's driver, which runs them on
 //!   a thread of its own), sqlx through a pool of 4 (as the store had it before) or
 //!   sqlx on one connection held for the whole replay (no pool);
@@ -44,13 +44,16 @@ const INSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition,
     VALUES ((SELECT id FROM runs WHERE run_id = $1), $2, $3, $4, $5, $6)";
 const COMMIT_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition, to_place, state, state_patch, at) \
     SELECT id, $4, $5, $6, CASE WHEN $9 THEN NULL ELSE $7 END, $10, $8 FROM runs WHERE run_id = $1 AND epoch = $2 \
-    AND step = $3 AND status NOT IN ('completed', 'failed', 'cancelled')";
+    AND step = $3 AND status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'";
 const COMMIT_RUN: &str = "UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, place_since = $7, \
     lease_until = COALESCE($8, lease_until) WHERE run_id = $1 AND epoch = $2 AND step = $3 \
-    AND status NOT IN ('completed', 'failed', 'cancelled')";
+    AND status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'";
 const INSERT_DOCUMENT: &str = "INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, \
     step) VALUES ((SELECT id FROM runs WHERE run_id = $1), $2, $3, $4, $5, $6, $7, $8, $9)";
-const REJECT_PENDING: &str = "UPDATE signals SET status = 'rejected', reason = $2 WHERE run = (SELECT id FROM runs WHERE run_id = $1) AND status = 'pending'";
+// The store asks whether the run has pending signals (it has none here), and only
+// then rejects them.
+const HAS_PENDING: &str =
+    "SELECT 1 FROM signals WHERE run = (SELECT id FROM runs WHERE run_id = $1) AND status = 'pending' LIMIT 1";
 
 // The baseline's (db.rs, plain.rs).
 const BASE_INSERT_RUN: &str = "INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)";
@@ -200,7 +203,7 @@ impl Recorded {
                 tx.push((INSERT_DOCUMENT, values));
             }
             if *step == last {
-                tx.push((REJECT_PENDING, vec![V::Id, t("the run ended")]));
+                tx.push((HAS_PENDING, vec![V::Id]));
             }
             txs.push(tx);
         }
