@@ -268,29 +268,32 @@ pub(super) fn query<T>(
     conn: &Conn<'_>,
     sql: &'static str,
     args: &[&dyn ToSql],
-    mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
+    f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
     let mut stmt = conn.prepared(sql, args).map_err(backend)?;
-    let mut rows = stmt.raw_query();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().map_err(backend)? {
-        out.push(f(row)?);
-    }
-    Ok(out)
+    read_rows(&mut stmt, f)
 }
 
-/// [`query`] for SQL built at run time: prepared through rusqlite's cache, which
-/// keys statements by their text.
+/// [`query`] for SQL built at run time, its parameters bare `?`s: prepared through
+/// rusqlite's cache, which keys statements by their text.
 pub(super) fn query_text<T>(
     conn: &Conn<'_>,
     sql: &str,
     args: &[&dyn ToSql],
-    mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
+    f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
     let mut stmt = conn.prepare_cached(sql).map_err(backend)?;
     for (i, value) in args.iter().enumerate() {
         stmt.raw_bind_parameter(i + 1, value).map_err(backend)?;
     }
+    read_rows(&mut stmt, f)
+}
+
+/// Runs the bound statement `stmt` and reads each row with `f`.
+fn read_rows<T>(
+    stmt: &mut Statement<'_>,
+    mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
     let mut rows = stmt.raw_query();
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(backend)? {
