@@ -133,6 +133,9 @@ impl SqliteStore {
     /// Runs `f` on the store's connection, on its thread, for queries of your own
     /// (between the store's requests, never inside one), and returns what it
     /// returns. `f` runs to its end before the store's next request: keep it short.
+    /// The store's own prepared statements are finalized while `f` has the
+    /// connection and prepared again after it, so this is for occasional use, not
+    /// for every step.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
