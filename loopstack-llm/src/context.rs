@@ -202,11 +202,11 @@ pub(crate) fn summary_input<M: Borrow<Message>>(previous: Option<&str>, messages
 /// tests of what is sent; `Err` says what is wrong.
 #[doc(hidden)]
 pub fn check_pairing<M: std::borrow::Borrow<Message>>(messages: &[M]) -> Result<(), String> {
-    let messages: Vec<&Message> = messages.iter().map(std::borrow::Borrow::borrow).collect();
-    for (i, message) in messages.iter().enumerate() {
+    let at = |i: usize| messages.get(i).map(std::borrow::Borrow::<Message>::borrow);
+    for (i, message) in messages.iter().map(std::borrow::Borrow::<Message>::borrow).enumerate() {
         let results: Vec<&str> = message.tool_results_iter().map(|r| r.tool_use_id.as_str()).collect();
         if !results.is_empty() {
-            let Some(before) = i.checked_sub(1).map(|j| messages[j]) else {
+            let Some(before) = i.checked_sub(1).and_then(at) else {
                 return Err(format!("message {i} has tool results but nothing before it"));
             };
             for id in &results {
@@ -215,7 +215,7 @@ pub fn check_pairing<M: std::borrow::Borrow<Message>>(messages: &[M]) -> Result<
                 }
             }
         }
-        if let Some(next) = messages.get(i + 1) {
+        if let Some(next) = at(i + 1) {
             for call in message.tool_uses() {
                 if !next.tool_results_iter().any(|r| r.tool_use_id == call.id) {
                     return Err(format!("call {} of message {i} has no result in message {}", call.id, i + 1));
