@@ -230,7 +230,7 @@ async fn killed_before_a_model_turn_the_run_resumes_to_the_same_result() {
     let run_id = crash_at("model", &db, &keys);
     let store = Arc::new(SqliteStore::open(&db).await.unwrap());
     let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "ready", 4), "{record:?}");
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "ready", 3), "{record:?}");
 
     let runtime = Runtime::with_shared_store(store.clone());
     let report = runtime.resume(&agent(), run_id).await.unwrap();
@@ -249,15 +249,15 @@ async fn killed_during_a_tool_call_the_call_runs_again_with_the_same_idempotency
     let run_id = crash_at("tool", &db, &keys);
     let store = Arc::new(SqliteStore::open(&db).await.unwrap());
     let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "prompt_executed", 2));
+    assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "prompt_executed", 1));
 
     let runtime = Runtime::with_shared_store(store.clone());
     let agent = agent();
     let report = runtime.resume(&agent, run_id).await.unwrap();
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(snapshot(&*store, run_id).await, agent_reference().await);
-    // The interrupted call and its rerun carried one key: run, step 3, call id.
-    let key = format!("{run_id}/3/call_0");
+    // The interrupted call and its rerun carried one key: run, step 2, call id.
+    let key = format!("{run_id}/2/call_0");
     let recorded = std::fs::read_to_string(&keys).unwrap();
     assert_eq!(recorded.lines().collect::<Vec<_>>(), [key.as_str()], "the killed call's key");
     let rerun: Vec<String> =

@@ -51,18 +51,19 @@ async fn a_fork_keeps_its_edited_prompt_and_model_across_a_restart() {
     let source = agent().ask(&first, "Refund A-17").await.unwrap();
     assert!(matches!(source.status, AgentStatus::AwaitingApproval { .. }), "{:?}", source.status);
 
-    // From step 1 (the prompt saved, no turn taken), under another prompt and model.
+    // From step 0 (the run as created: its prompt saved, no turn taken), under
+    // another prompt and model.
     let edits = ForkEdits::new().system("be kind").model("second", "m2");
-    let fork = agent().fork_with(&first, source.run_id, 1, edits.clone()).await.unwrap();
+    let fork = agent().fork_with(&first, source.run_id, 0, edits.clone()).await.unwrap();
     let AgentStatus::AwaitingApproval { calls } = fork.status else { panic!("{:?}", fork.status) };
     let record = first.store().load_run(fork.run_id).await.unwrap();
-    assert_eq!(record.forked_from, Some((source.run_id, 1)));
+    assert_eq!(record.forked_from, Some((source.run_id, 0)));
     let history = first.store().history(fork.run_id).await.unwrap();
-    assert_eq!(history[1].transition, loopstack::fork::FORK_TRANSITION, "the edits are the fork's step 2");
+    assert_eq!(history[0].transition, loopstack::fork::FORK_TRANSITION, "the edits are the fork's step 1");
     let docs = first.store().documents(fork.run_id).await.unwrap();
     let doc = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).expect("the fork says what changed");
     let said: ForkRecord = doc.read().unwrap();
-    assert_eq!((said.source, said.step, said.edits), (source.run_id, 1, edits));
+    assert_eq!((said.source, said.step, said.edits), (source.run_id, 0, edits));
     assert_eq!(said.changes, ["system prompt changed", "model: second:m2"]);
     drop(first);
 
@@ -84,11 +85,11 @@ async fn a_fork_with_a_replaced_state_drives_from_it() {
     let path = std::env::temp_dir().join(format!("loopstack-forks-{}.db", RunId::new()));
     let runtime = Runtime::with_shared_store(open(&path).await);
     let source = agent().ask(&runtime, "Refund A-17").await.unwrap();
-    // The state at step 1 with the turn budget spent: the fork stops at the limit.
-    let checkpoint = runtime.store().checkpoint(source.run_id, 1).await.unwrap();
+    // The state at step 0 with the turn budget spent: the fork stops at the limit.
+    let checkpoint = runtime.store().checkpoint(source.run_id, 0).await.unwrap();
     let mut state: serde_json::Value = serde_json::from_str(checkpoint.state.get()).unwrap();
     state["turns"] = 10.into();
-    let fork = agent().fork_with(&runtime, source.run_id, 1, ForkEdits::new().state(state)).await.unwrap();
+    let fork = agent().fork_with(&runtime, source.run_id, 0, ForkEdits::new().state(state)).await.unwrap();
     assert_eq!(fork.status, AgentStatus::LimitReached(Limit::Turns { max: 10 }));
     assert_eq!(fork.turns, 10);
     let docs = runtime.store().documents(fork.run_id).await.unwrap();
@@ -150,11 +151,11 @@ async fn a_fork_that_drops_messages_starts_before_the_first_one_dropped() {
     let fork = agent().fork_with(&runtime, source.run_id, last, ForkEdits::new().keep_messages(1)).await.unwrap();
     assert!(matches!(fork.status, AgentStatus::AwaitingApproval { .. }), "{:?}", fork.status);
     let record = runtime.store().load_run(fork.run_id).await.unwrap();
-    assert_eq!(record.forked_from, Some((source.run_id, 1)));
+    assert_eq!(record.forked_from, Some((source.run_id, 0)));
     let docs = runtime.store().documents(fork.run_id).await.unwrap();
     assert_eq!(messages(&docs), 2, "the prompt and the fork's own first turn");
     let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
-    assert_eq!((said.step, said.changes), (1, vec!["conversation cut to its first 1 messages".to_owned()]));
+    assert_eq!((said.step, said.changes), (0, vec!["conversation cut to its first 1 messages".to_owned()]));
     let _ = std::fs::remove_file(&path);
 }
 
@@ -175,16 +176,16 @@ async fn a_fork_can_edit_a_message_and_keeps_the_old_text_in_its_history() {
     let source = echo_agent().ask(&runtime, "Refund A-17").await.unwrap();
     assert_eq!(source.text, "you said: Refund A-17 (1 sent)");
 
-    // From step 1 (the question saved, no turn taken), with the question reworded.
+    // From step 0 (the question saved, no turn taken), with the question reworded.
     let edits = ForkEdits::new().message_text(0, "Refund B-9, please");
-    let fork = echo_agent().fork_with(&runtime, source.run_id, 1, edits).await.unwrap();
+    let fork = echo_agent().fork_with(&runtime, source.run_id, 0, edits).await.unwrap();
     assert_eq!(fork.text, "you said: Refund B-9, please (1 sent)");
     let docs = runtime.store().documents(fork.run_id).await.unwrap();
     let said: ForkRecord = docs.iter().find(|d| d.doc_type == loopstack::fork::FORK_DOCUMENT).unwrap().read().unwrap();
     assert_eq!(said.changes, ["message 0 edited"]);
     let question: loopstack::llm::Message = docs[0].read().unwrap();
     assert_eq!((question.role, question.text()), (loopstack::llm::Role::User, "Refund B-9, please".to_owned()));
-    assert_eq!((docs[0].version, docs[0].step), (2, 2), "the edits step saved the new version");
+    assert_eq!((docs[0].version, docs[0].step), (2, 1), "the edits step saved the new version");
     // The copied version keeps the old text; the source is untouched.
     let versions = runtime.store().document_versions(fork.run_id).await.unwrap();
     let old: loopstack::llm::Message = versions.iter().find(|d| d.seq == 0 && d.version == 1).unwrap().read().unwrap();
@@ -192,11 +193,11 @@ async fn a_fork_can_edit_a_message_and_keeps_the_old_text_in_its_history() {
     let source_docs = runtime.store().documents(source.run_id).await.unwrap();
     assert_eq!(source_docs[0].read::<loopstack::llm::Message>().unwrap().text(), "Refund A-17");
 
-    // On the command line: `fork RUN --step 1 --message 0=TEXT`.
+    // On the command line: `fork RUN --step 0 --message 0=TEXT`.
     use clap::Parser as _;
     let runtime = runtime.register(echo_agent());
     let run = source.run_id.to_string();
-    let args = |message: &str| ["app", "fork", run.as_str(), "--step", "1", "--message", message].map(str::to_owned);
+    let args = |message: &str| ["app", "fork", run.as_str(), "--step", "0", "--message", message].map(str::to_owned);
     let cli = loopstack::cli::Cli::try_parse_from(args("0=Refund C-3")).unwrap();
     let out = loopstack::cli::execute(&runtime, &cli).await.unwrap();
     assert!(out.contains("completed"), "{out}");

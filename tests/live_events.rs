@@ -25,7 +25,7 @@ mod common;
 const QUESTION: &str = "How is the weather in Berlin?";
 const ANSWER: &str = "Here is the weather: Mostly sunny in Berlin, 14C.";
 /// The agent loop's transitions, as the worker drives them.
-const TRANSITIONS: [&str; 6] = ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"];
+const TRANSITIONS: [&str; 5] = ["llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"];
 /// A guard against a hang, never a timed assertion.
 const DEADLINE: Duration = Duration::from_secs(120);
 

@@ -604,7 +604,7 @@ async fn a_run_is_forked_with_edits_over_http_under_the_same_rules() {
     let id = run["run_id"].as_str().unwrap().to_owned();
 
     // Guarded like the rest: the token, and no other origin.
-    let body = r#"{"step": 1, "edits": {"system": "be kind"}}"#;
+    let body = r#"{"step": 0, "edits": {"system": "be kind"}}"#;
     let (status, _) = http(&address, "POST", &format!("/api/runs/{id}/fork"), Some(body), None).await;
     assert_eq!(status, 401);
     let foreign = format!(
@@ -617,13 +617,13 @@ async fn a_run_is_forked_with_edits_over_http_under_the_same_rules() {
     assert_eq!((status, fork["place"].as_str()), (200, Some("awaiting_approval")), "{fork}");
     let fork_id = fork["run_id"].as_str().unwrap().to_owned();
     assert_ne!(fork_id, id);
-    assert_eq!(fork["forked_from"], json!({"run_id": id, "step": 1}));
+    assert_eq!(fork["forked_from"], json!({"run_id": id, "step": 0}));
     let (_, shown) = api("GET", format!("/api/runs/{fork_id}"), None).await;
     assert_eq!(shown["state"]["fork_settings"]["system"].as_str(), Some("be kind"));
     assert_eq!(shown["fork"]["changes"], json!(["system prompt changed"]));
     assert_eq!(
         shown["fork"]["text"].as_str(),
-        Some(format!("forked from {id} at step 1 with: system prompt changed").as_str())
+        Some(format!("forked from {id} at step 0 with: system prompt changed").as_str())
     );
 
     // Refused with the reason, and nothing stored: an unknown step, a state that does

@@ -845,7 +845,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     let Some(studio) = Studio::start("studio-forks", &[]).await else { return };
     let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
 
-    // A helpdesk run waits for approval; fork it from step 1 under another prompt.
+    // A helpdesk run waits for approval; fork it from step 0 (as created) under another prompt.
     client.goto(&format!("{base}#/start/helpdesk")).await.unwrap();
     fill(client, "form[data-form=input] textarea[data-path='']", "Reset the password of ada").await;
     click(client, "form[data-form=input] button[type=submit]").await;
@@ -854,7 +854,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
         client.execute("return document.querySelector('code.run-id').textContent;", vec![]).await.unwrap();
     let source = source.as_str().unwrap().to_owned();
     click(client, "button[data-tab=history]").await;
-    click(client, "button[data-fork='1']").await;
+    click(client, "button[data-fork='0']").await;
     fill(client, "form.fork-form textarea[name=system]", "be kind").await;
     // A message number without its new text is refused on the page, and nothing is sent.
     fill(client, "form.fork-form input[name=message_index]", "0").await;
@@ -879,7 +879,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     until(
         client,
         "where the fork came from",
-        "document.querySelector('.facts dd.fork')?.textContent.includes('at step 1 with: system prompt changed, message 0 edited')",
+        "document.querySelector('.facts dd.fork')?.textContent.includes('at step 0 with: system prompt changed, message 0 edited')",
     )
     .await;
     let fork: Value =
@@ -887,7 +887,7 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     let fork = fork.as_str().unwrap().to_owned();
     let run = api_run(client, &fork).await;
     assert_eq!(run["state"]["fork_settings"]["system"].as_str(), Some("be kind"), "{run}");
-    assert_eq!(run["forked_from"], json!({"run_id": source, "step": 1}));
+    assert_eq!(run["forked_from"], json!({"run_id": source, "step": 0}));
     screenshot(client, dir, "forks-2-fork.png").await;
 
     // Side by side with the original: both wait at the approval, each with the call its question asks for.

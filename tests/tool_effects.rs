@@ -157,9 +157,9 @@ fn kill_during(tool: &str, store: &str) -> RunId {
     run_id
 }
 
-/// The key of the run's one call, made at step 3 (setup, llm_turn, then the calls).
+/// The key of the run's one call, made at step 2 (llm_turn, then the calls).
 fn key(run_id: RunId) -> String {
-    format!("{run_id}/3/call_1")
+    format!("{run_id}/2/call_1")
 }
 
 async fn at_most_once_waits_for_the_result(store: &str) {

@@ -88,8 +88,7 @@ async fn runs_transitions_model_requests_and_tool_calls_have_spans() {
         .map(|f| (f["transition"].clone(), f["from"].clone(), f["to"].clone()))
         .collect();
     let expected = [
-        ("setup", "start", "ready"),
-        ("llm_turn", "ready", "prompt_executed"),
+        ("llm_turn", "start", "prompt_executed"),
         ("execute_tool_calls", "prompt_executed", "awaiting_tools"),
         ("tools_complete", "awaiting_tools", "ready"),
         ("llm_turn", "ready", "prompt_executed"),

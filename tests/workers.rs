@@ -120,8 +120,8 @@ async fn check_runs(store: &dyn Store, ids: &[RunId]) -> usize {
         let steps: Vec<(u64, String)> =
             store.history(id).await.unwrap().into_iter().map(|s| (s.step, s.transition.into_owned())).collect();
         let names: Vec<&str> = steps.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["setup", "llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
-        assert_eq!(steps.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(names, ["llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
+        assert_eq!(steps.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
         let docs = store.documents(id).await.unwrap();
         let docs: Vec<(String, String)> =
             docs.iter().map(|d| (d.doc_type.to_string(), d.content.get().to_owned())).collect();

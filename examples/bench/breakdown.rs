@@ -4,11 +4,11 @@
 //! documents' rows, as stored), then replayed `--n` times, each in its own file, by
 //! every combination of:
 //!
-//! - the writes: the baseline's (7 transactions, 11 statements a run: a run row, its
-//!   six updates and four documents, on the two baseline tables) or the store's own
-//!   (the same 7 transactions with 19 statements, as `RUST_LOG=sqlx=debug` lists them:
-//!   the run and its step-0 checkpoint; per transition a fenced checkpoint insert, the
-//!   fenced run update and the transition's documents; at the end the query for
+//! - the writes: the baseline's (6 transactions, 10 statements a run: a run row with
+//!   the question, its five updates and three more documents, on the two baseline
+//!   tables) or the store's own (the same 6 transactions with 18 statements: the run,
+//!   its step-0 checkpoint and the prompt; per transition a fenced checkpoint insert,
+//!   the fenced run update and the transition's documents; at the end the query for
 //!   pending signals to reject), on the store's schema (its indexes and foreign keys);
 //! - the driver: rusqlite (on this thread; the store's driver, which runs them on
 //!   a thread of its own), sqlx through a pool of 4 (as the store had it before) or
@@ -158,6 +158,8 @@ impl Recorded {
             ),
             (INSERT_CHECKPOINT, vec![V::Id, V::I(0), t(""), t("start"), V::T(state0.clone()), V::I(now)]),
         ]);
+        // The documents the run was created with (the agent's prompt), in its first transaction.
+        self.store_documents(0, txs.last_mut().expect("just pushed"));
         let mut full = state0.unwrap_or_default();
         for (step, transition, to, state, patch) in &self.checkpoints[1..] {
             let unchanged = state.is_none();
@@ -186,22 +188,7 @@ impl Recorded {
                     vec![V::Id, V::I(1), V::I(step - 1), V::I(*step), t(to), t(status), V::I(now), V::I(now + 30_000)],
                 ),
             ];
-            for (seq, version, doc_type, key, tags, metadata, content, _) in
-                self.documents.iter().filter(|d| d.7 == *step)
-            {
-                let values = vec![
-                    V::Id,
-                    V::I(*seq),
-                    V::I(*version),
-                    t(doc_type),
-                    V::T(key.clone()),
-                    t(tags),
-                    t(metadata),
-                    t(content),
-                    V::I(*step),
-                ];
-                tx.push((INSERT_DOCUMENT, values));
-            }
+            self.store_documents(*step, &mut tx);
             if *step == last {
                 tx.push((HAS_PENDING, vec![V::Id]));
             }
@@ -210,16 +197,40 @@ impl Recorded {
         txs
     }
 
-    /// The baseline's writes of the same run: the run row, then per transition its
-    /// update and the transition's documents (their contents as the store has them).
+    /// The store's inserts of the documents step `step` saved.
+    fn store_documents(&self, step: i64, tx: &mut Vec<(&'static str, Vec<V>)>) {
+        for (seq, version, doc_type, key, tags, metadata, content, _) in self.documents.iter().filter(|d| d.7 == step) {
+            let values = vec![
+                V::Id,
+                V::I(*seq),
+                V::I(*version),
+                t(doc_type),
+                V::T(key.clone()),
+                t(tags),
+                t(metadata),
+                t(content),
+                V::I(step),
+            ];
+            tx.push((INSERT_DOCUMENT, values));
+        }
+    }
+
+    /// The baseline's writes of the same run: the run row (with the documents it was
+    /// created with), then per transition its update and the transition's documents
+    /// (their contents as the store has them).
     fn baseline_replay(&self) -> Replay {
-        let mut txs = vec![vec![(BASE_INSERT_RUN, vec![V::Id, V::I(0), t(r#"{"step":0}"#)])]];
+        let docs = |step: i64, tx: &mut Vec<(&'static str, Vec<V>)>| {
+            for d in self.documents.iter().filter(|d| d.7 == step) {
+                tx.push((BASE_INSERT_DOC, vec![V::Id, V::I(d.0), t(&d.6)]));
+            }
+        };
+        let mut first = vec![(BASE_INSERT_RUN, vec![V::Id, V::I(0), t(r#"{"step":0}"#)])];
+        docs(0, &mut first);
+        let mut txs = vec![first];
         for (step, ..) in &self.checkpoints[1..] {
             let state = format!(r#"{{"step":{step}}}"#);
             let mut tx = vec![(BASE_UPDATE_RUN, vec![V::Id, V::I(*step), V::T(Some(state))])];
-            for d in self.documents.iter().filter(|d| d.7 == *step) {
-                tx.push((BASE_INSERT_DOC, vec![V::Id, V::I(d.0), t(&d.6)]));
-            }
+            docs(*step, &mut tx);
             txs.push(tx);
         }
         txs

@@ -213,9 +213,11 @@ impl StepWriter for Db {
 }
 
 /// The baseline loop, persisting the same steps the agent checkpoints, each in one
-/// plain transaction: create the run with the question, then `llm_turn` (the model's
-/// message), `execute_tool_calls` (the results), `tools_complete` (no document), the
-/// second `llm_turn`, and `respond` (no document).
+/// plain transaction: create the run with the question (as the agent saves its
+/// prompt when the run is created), then `llm_turn` (the model's message),
+/// `execute_tool_calls` (the results), `tools_complete` (no document), the second
+/// `llm_turn`, and `respond` (no document). A queued run (W5's job, its row made
+/// without the question) writes the question with its first `llm_turn`.
 pub(crate) struct DurableBaseline {
     inner: Baseline,
     writer: Arc<dyn StepWriter>,
@@ -239,17 +241,19 @@ impl DurableBaseline {
                 step += 1;
                 result
             };
-            if !queued {
-                write(&[], false).await?; // the run row
-            }
             let question = json!({"role": "user", "content": [{"type": "text", "text": QUESTION}]});
-            write(&[(0, question.to_string())], false).await?; // setup
+            let mut unsaved = Some((0, question.to_string()));
+            if !queued {
+                write(&[unsaved.take().expect("not saved yet")], false).await?; // the run row, with the question
+            }
             let mut messages = vec![question];
             loop {
                 let mut reply = model.chat(&messages).await?;
                 let stop = reply["stop_reason"].clone();
                 let message = reply["message"].take();
-                write(&[(messages.len() as i64, message.to_string())], false).await?; // llm_turn
+                let docs: Vec<(i64, String)> =
+                    unsaved.take().into_iter().chain([(messages.len() as i64, message.to_string())]).collect();
+                write(&docs, false).await?; // llm_turn
                 let calls: Vec<(String, Value)> = message["content"]
                     .as_array()
                     .into_iter()

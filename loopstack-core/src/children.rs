@@ -38,7 +38,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::context::RunContext;
-use crate::document::CheckedError;
+use crate::error::RunError;
 use crate::runtime::registry::Wake;
 use crate::store::{RunId, RunRecord, RunStatus};
 use crate::workflow::Workflow;
@@ -160,17 +160,16 @@ impl RunContext {
         match runtime.store().load_run(child).await {
             Ok(_) => {}
             Err(StoreError::RunNotFound(_)) => {
-                let state = crate::document::to_checked_raw_value(&workflow.init(input)).map_err(|e| match e {
-                    CheckedError::Unreadable(why, _) => {
-                        ChildError::Input { workflow: def.name(), reason: why.to_string() }
-                    }
-                    CheckedError::Serialize(e) => ChildError::Input { workflow: def.name(), reason: e.to_string() },
+                let created = crate::runtime::create(runtime, workflow, input, child).map_err(|e| {
+                    let reason = match e {
+                        RunError::UnstorableState { reason, .. } => reason,
+                        RunError::State { source, .. } => source.to_string(),
+                        RunError::Create { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
+                    ChildError::Input { workflow: def.name(), reason }
                 })?;
-                let state = runtime.redact(state);
-                let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
-                    .version(def.version())
-                    .queued()
-                    .child_of(self.run_id, signal);
+                let new = created.new.queued().child_of(self.run_id, signal);
                 let new = crate::trace::traced(new);
                 runtime.store().create_run(new).await?;
             }

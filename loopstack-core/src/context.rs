@@ -23,6 +23,9 @@ pub struct RunContext {
     workflow: &'static str,
     pub(crate) place: &'static str,
     pub(crate) step: u64,
+    /// The step of what is saved now: `step + 1`, or 0 while the run is created
+    /// ([`RunContext::creating`]).
+    save_step: u64,
     /// The step this drive took the run over at, when an earlier drive committed it
     /// (every drive but the one that created the run).
     took_over_at: Option<u64>,
@@ -46,8 +49,11 @@ pub struct RunContext {
     /// reference count, not a parse (a conversation is read at every model turn).
     /// Each entry holds its document, so the document's address cannot be reused
     /// by another while the entry lives.
-    shared: Vec<(Arc<Document>, Arc<dyn std::any::Any + Send + Sync>)>,
+    shared: SharedValues,
 }
+
+/// The typed values a context keeps of documents it saved, with the documents.
+pub(crate) type SharedValues = Vec<(Arc<Document>, Arc<dyn std::any::Any + Send + Sync>)>;
 
 impl std::fmt::Debug for RunContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +88,7 @@ impl RunContext {
             workflow,
             place,
             step,
+            save_step: step + 1,
             took_over_at: None,
             docs,
             keyed,
@@ -102,6 +109,26 @@ impl RunContext {
         Self::new(RunId::new(), workflow, (crate::START, 0), Vec::new(), None, runtime)
     }
 
+    /// The context of [`Workflow::on_create`](crate::Workflow::on_create) for run
+    /// `run_id`: what it saves is the run's at step 0.
+    pub(crate) fn creating(run_id: RunId, workflow: &'static str, runtime: Runtime) -> Self {
+        let mut cx = Self::new(run_id, workflow, (crate::START, 0), Vec::new(), None, runtime);
+        cx.save_step = 0;
+        cx
+    }
+
+    /// What a [`RunContext::creating`] context saved, for the run's creation, and
+    /// the typed values it keeps of them, for the drive that goes on from there.
+    pub(crate) fn into_created(self) -> (Vec<Arc<Document>>, SharedValues) {
+        (self.pending, self.shared)
+    }
+
+    /// Keeps the typed values a context of this run kept before
+    /// ([`RunContext::into_created`]): reads of those documents need no parse.
+    pub(crate) fn keep_shared(&mut self, shared: SharedValues) {
+        self.shared = shared;
+    }
+
     /// Marks the context's first checkpoint as committed by an earlier drive.
     pub(crate) fn taken_over(mut self) -> Self {
         self.took_over_at = Some(self.step);
@@ -110,6 +137,7 @@ impl RunContext {
 
     pub(crate) fn committed(&mut self, step: u64, place: &'static str) {
         self.step = step;
+        self.save_step = step + 1;
         self.place = place;
         self.committed_len = self.docs.len();
         self.undo.clear();
@@ -363,7 +391,7 @@ impl RunContext {
         if let (None, Some(k)) = (existing, &key) {
             self.keyed.entry(k.clone()).or_default().push(self.docs.len());
         }
-        let doc = Arc::new(Document { seq, doc_type, key, version, tags, metadata, content, step: self.step + 1 });
+        let doc = Arc::new(Document { seq, doc_type, key, version, tags, metadata, content, step: self.save_step });
         self.pending.push(doc.clone());
         match existing {
             Some(i) => {

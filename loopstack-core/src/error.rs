@@ -233,6 +233,17 @@ pub enum RunError {
         #[source]
         source: serde_json::Error,
     },
+    /// [`Workflow::on_create`](crate::Workflow::on_create) failed: no run was created.
+    #[error("workflow `{workflow}` could not create run {run_id}: {source}")]
+    Create {
+        /// The workflow's name.
+        workflow: &'static str,
+        /// The run it would have created.
+        run_id: RunId,
+        /// What `on_create` returned.
+        #[source]
+        source: BoxError,
+    },
     /// No workflow of this name is registered with the runtime.
     #[error("no workflow named `{workflow}` is registered; registered: {}", if .registered.is_empty() { "none".to_owned() } else { .registered.join(", ") })]
     UnknownWorkflow {
@@ -403,7 +414,12 @@ impl RunError {
             | Self::SignalRefused { run_id, .. }
             | Self::State { run_id, .. }
             | Self::UnstorableState { run_id, .. } => Some(*run_id),
-            Self::Store(_) | Self::Input { .. } | Self::UnknownWorkflow { .. } | Self::Fork(_) => None,
+            // A run `on_create` refused was never created.
+            Self::Store(_)
+            | Self::Input { .. }
+            | Self::UnknownWorkflow { .. }
+            | Self::Fork(_)
+            | Self::Create { .. } => None,
         }
     }
 

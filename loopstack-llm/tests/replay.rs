@@ -281,9 +281,9 @@ async fn a_fork_with_edits_replays_under_its_own_prompt() {
     let (tools, _) = weather("4 C, rain");
     let runtime = Runtime::new();
     let source = agent(model.clone(), tools.clone(), "plain").ask(&runtime, "Oslo").await.unwrap();
-    // From step 1, the question saved: another prompt and another question.
+    // From step 0, the question saved: another prompt and another question.
     let edits = loopstack_core::ForkEdits::new().system("poetic").message_text(0, "Bergen");
-    let fork = agent(model, tools.clone(), "plain").fork_with(&runtime, source.run_id, 1, edits).await.unwrap();
+    let fork = agent(model, tools.clone(), "plain").fork_with(&runtime, source.run_id, 0, edits).await.unwrap();
     assert_eq!(fork.text, "[poetic] 4 C, rain");
     let export = RunExport::of(runtime.store().as_ref(), fork.run_id).await.unwrap();
     let recording = Recording::from_export(&export).unwrap();

@@ -23,6 +23,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(state);
     syn::custom_keyword!(definition);
     syn::custom_keyword!(fork_check);
+    syn::custom_keyword!(on_create);
     syn::custom_keyword!(from);
     syn::custom_keyword!(to);
     syn::custom_keyword!(priority);
@@ -125,7 +126,8 @@ impl Parse for ToolArgs {
     }
 }
 
-/// `#[workflow(name = "..", version = N, input = Type, state = Type, definition = path, fork_check = path, crate = path)]`
+/// `#[workflow(name = "..", version = N, input = Type, state = Type, definition = path, fork_check = path,
+/// on_create = path, crate = path)]`
 #[derive(Default)]
 pub(crate) struct WorkflowArgs {
     pub(crate) name: Option<LitStr>,
@@ -135,6 +137,7 @@ pub(crate) struct WorkflowArgs {
     pub(crate) state: Option<Type>,
     pub(crate) definition: Option<Path>,
     pub(crate) fork_check: Option<Path>,
+    pub(crate) on_create: Option<Path>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -161,6 +164,9 @@ impl Parse for WorkflowArgs {
             } else if lh.peek(kw::fork_check) {
                 let key = input.parse::<kw::fork_check>()?.span;
                 set_once(&mut args.fork_check, key, "fork_check", value(input)?)
+            } else if lh.peek(kw::on_create) {
+                let key = input.parse::<kw::on_create>()?.span;
+                set_once(&mut args.on_create, key, "on_create", value(input)?)
             } else if lh.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 set_once(&mut args.krate, key, "crate", crate_path(input)?)

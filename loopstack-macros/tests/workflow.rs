@@ -712,3 +712,89 @@ fn the_input_schema_is_there_when_the_input_type_has_one() {
     assert_eq!(Generic { model: Fixed(1) }.input_schema(), None);
     assert_eq!(ApprovalFlow.input_schema(), Some(json!({ "type": "string" })));
 }
+
+/// `on_create`: documents saved when the run is created, at step 0, with no step of
+/// their own; an error there creates no run.
+mod on_create {
+    use super::*;
+    use loopstack::{Document, DocumentType, SaveOptions};
+
+    #[derive(Debug, Default, Serialize, Deserialize)]
+    struct Ticket {
+        subject: String,
+        words: usize,
+    }
+
+    impl From<String> for Ticket {
+        fn from(subject: String) -> Self {
+            Self { subject, words: 0 }
+        }
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct Subject {
+        text: String,
+    }
+
+    impl DocumentType for Subject {
+        const TYPE: &'static str = "subject";
+    }
+
+    struct Triage;
+
+    impl Triage {
+        fn save_subject(&self, state: &mut Ticket, cx: &mut RunContext) -> Result<(), BoxError> {
+            if state.subject.is_empty() {
+                return Err("a ticket needs a subject".into());
+            }
+            let text = std::mem::take(&mut state.subject);
+            cx.save_with(&Subject { text }, SaveOptions::new().tag("ticket"))?;
+            Ok(())
+        }
+    }
+
+    #[workflow(input = String, on_create = Self::save_subject)]
+    impl Triage {
+        /// Counts the subject's words, read from the document the creation saved.
+        #[transition(to = End)]
+        async fn count(&self, state: &mut Ticket, cx: &mut RunContext) -> Result<()> {
+            let subject: Subject = cx.documents()[0].read()?;
+            state.words = subject.text.split_whitespace().count();
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_documents_of_a_new_run_are_saved_at_step_zero() {
+        let runtime = Runtime::new();
+        let report = runtime.start(&Triage, "printer on fire".to_owned()).await.unwrap();
+        assert_eq!((report.outcome, report.state.words), (RunOutcome::Completed, 3));
+        let store = runtime.store();
+        let docs: Vec<std::sync::Arc<Document>> = store.documents(report.run_id).await.unwrap();
+        assert_eq!(docs.len(), 1);
+        assert_eq!((docs[0].seq, docs[0].step, &*docs[0].doc_type), (0, 0, "subject"));
+        assert_eq!(docs[0].tags, ["ticket"]);
+        assert_eq!(docs[0].read::<Subject>().unwrap(), Subject { text: "printer on fire".into() });
+        // No step was spent on it, and the state checkpointed at step 0 kept none of it.
+        let history = store.history(report.run_id).await.unwrap();
+        assert_eq!(history.iter().map(|s| &*s.transition).collect::<Vec<_>>(), ["count"]);
+        assert_eq!(store.checkpoint(report.run_id, 0).await.unwrap().state.get(), r#"{"subject":"","words":0}"#);
+
+        // A queued run has them too, for the worker that claims it.
+        let queued = runtime.submit(&Triage, "disk full".to_owned()).await.unwrap();
+        let docs = store.documents(queued).await.unwrap();
+        assert_eq!(docs[0].read::<Subject>().unwrap(), Subject { text: "disk full".into() });
+    }
+
+    #[tokio::test]
+    async fn an_error_in_on_create_creates_no_run() {
+        let runtime = Runtime::new();
+        let err = runtime.start(&Triage, String::new()).await.unwrap_err();
+        let RunError::Create { workflow, source, .. } = &err else { panic!("{err}") };
+        assert_eq!((*workflow, source.to_string().as_str()), ("triage", "a ticket needs a subject"));
+        assert!(err.to_string().starts_with("workflow `triage` could not create run "), "{err}");
+        assert_eq!(err.run_id(), None, "no run exists to name");
+        let listed = runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap();
+        assert!(listed.runs.is_empty(), "nothing was stored");
+    }
+}

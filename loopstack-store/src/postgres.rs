@@ -113,13 +113,65 @@ const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, stat
     INSERT INTO checkpoints (run, step, transition, to_place, state, state_patch, at) \
     SELECT id, $4, $9, $5, CASE WHEN $10 THEN NULL ELSE $11 END, $22, $7 FROM r";
 
-/// A run and its step-0 checkpoint in one statement.
+/// A run, its step-0 checkpoint and the documents it starts with (as arrays) in
+/// one statement.
 const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status, place, step, error, \
     definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
     place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
     VALUES ($1, $2, $3, 'start', 0, NULL, $4, $12, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $13) \
-    ON CONFLICT (run_id) DO NOTHING RETURNING id) \
+    ON CONFLICT (run_id) DO NOTHING RETURNING id), \
+    d AS (INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, step) \
+    SELECT r.id, x.seq, x.version, x.doc_type, x.doc_key, x.tags, x.metadata, x.content, x.step FROM r, \
+    UNNEST($14::BIGINT[], $15::BIGINT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::TEXT[], $20::TEXT[], \
+    $21::BIGINT[]) AS x(seq, version, doc_type, doc_key, tags, metadata, content, step)) \
     INSERT INTO checkpoints (run, step, transition, to_place, state, at) SELECT id, 0, '', 'start', $10, $9 FROM r";
+
+/// Documents as the columns `UNNEST` reads them, one array per column.
+#[derive(Default)]
+struct DocumentColumns {
+    seq: Vec<i64>,
+    version: Vec<i64>,
+    doc_type: Vec<String>,
+    key: Vec<Option<String>>,
+    tags: Vec<String>,
+    metadata: Vec<String>,
+    content: Vec<String>,
+    step: Vec<i64>,
+}
+
+impl DocumentColumns {
+    fn of(docs: &[std::sync::Arc<loopstack_core::Document>]) -> Result<Self, loopstack_core::StoreError> {
+        use crate::sql::{corrupt, to_i64};
+        let mut columns = Self::default();
+        for d in docs {
+            columns.tags.push(serde_json::to_string(&d.tags).map_err(corrupt)?);
+            columns.seq.push(to_i64(d.seq));
+            columns.version.push(i64::from(d.version));
+            columns.doc_type.push(d.doc_type.to_string());
+            columns.key.push(d.key.clone());
+            columns.metadata.push(d.metadata.as_str().to_owned());
+            columns.content.push(d.content.get().to_owned());
+            columns.step.push(to_i64(d.step));
+        }
+        Ok(columns)
+    }
+
+    /// Binds the eight arrays, in column order.
+    fn bind<'q>(
+        self,
+        query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(self.seq)
+            .bind(self.version)
+            .bind(self.doc_type)
+            .bind(self.key)
+            .bind(self.tags)
+            .bind(self.metadata)
+            .bind(self.content)
+            .bind(self.step)
+    }
+}
 
 impl Dialect for Postgres {
     const CLAIM_RUNNABLE: &'static str = claim_runnable!(
@@ -146,25 +198,12 @@ impl Dialect for Postgres {
         unchanged: bool,
         patch: Option<&str>,
     ) -> Option<Result<bool, StoreError>> {
-        use crate::sql::{backend, corrupt, to_i64};
-        let docs = &cp.documents;
-        let mut columns =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for d in docs {
-            let tags = match serde_json::to_string(&d.tags) {
-                Ok(t) => t,
-                Err(e) => return Some(Err(corrupt(e))),
-            };
-            columns.0.push(to_i64(d.seq));
-            columns.1.push(i64::from(d.version));
-            columns.2.push(d.doc_type.to_string());
-            columns.3.push(d.key.clone());
-            columns.4.push(tags);
-            columns.5.push(d.metadata.as_str().to_owned());
-            columns.6.push(d.content.get().to_owned());
-            columns.7.push(to_i64(d.step));
-        }
-        let done = sqlx::query(COMMIT_ONE)
+        use crate::sql::{backend, to_i64};
+        let columns = match DocumentColumns::of(&cp.documents) {
+            Ok(columns) => columns,
+            Err(e) => return Some(Err(e)),
+        };
+        let query = sqlx::query(COMMIT_ONE)
             .bind(cp.run_id.0)
             .bind(to_i64(cp.fence.epoch))
             .bind(to_i64(cp.fence.step))
@@ -175,15 +214,9 @@ impl Dialect for Postgres {
             .bind(cp.lease_until.map(loopstack_core::Timestamp::as_millis))
             .bind(&*cp.transition.transition)
             .bind(unchanged)
-            .bind(cp.state.get())
-            .bind(columns.0)
-            .bind(columns.1)
-            .bind(columns.2)
-            .bind(columns.3)
-            .bind(columns.4)
-            .bind(columns.5)
-            .bind(columns.6)
-            .bind(columns.7)
+            .bind(cp.state.get());
+        let done = columns
+            .bind(query)
             .bind(loopstack_core::store::SIGNAL_OUTLIVED_RUN)
             .bind(cp.status.is_finished())
             .bind(patch)
@@ -197,14 +230,19 @@ impl Dialect for Postgres {
         })
     }
 
-    /// Creates a run in one round trip ([`CREATE_ONE`]); `Ok(false)` if it exists.
+    /// Creates a run with its documents in one round trip ([`CREATE_ONE`]); `Ok(false)`
+    /// if it exists.
     async fn one_statement_create(
         store: &SqlStore<Self>,
         run: &NewRun,
         epoch: i64,
         now: i64,
     ) -> Option<Result<bool, StoreError>> {
-        let done = sqlx::query(CREATE_ONE)
+        let columns = match DocumentColumns::of(&run.documents) {
+            Ok(columns) => columns,
+            Err(e) => return Some(Err(e)),
+        };
+        let query = sqlx::query(CREATE_ONE)
             .bind(run.run_id.0)
             .bind(&*run.workflow)
             .bind(run.status.as_str())
@@ -217,9 +255,8 @@ impl Dialect for Postgres {
             .bind(run.state.get())
             .bind(run.parent_signal.as_deref())
             .bind(i64::from(run.version))
-            .bind(run.trace_parent.as_deref())
-            .execute(&store.pool)
-            .await;
+            .bind(run.trace_parent.as_deref());
+        let done = columns.bind(query).execute(&store.pool).await;
         Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))
     }
 

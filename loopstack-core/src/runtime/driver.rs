@@ -51,6 +51,7 @@ fn run_ready<'a, W: Workflow>(
         place,
         mut state,
         documents,
+        shared,
         own_signal,
         parent,
         children,
@@ -63,6 +64,7 @@ fn run_ready<'a, W: Workflow>(
     if taken_over {
         cx = cx.taken_over();
     }
+    cx.keep_shared(shared);
     let span = tracing::info_span!(
         "loopstack.run",
         otel.name = tracing::field::display(format_args!("run {name}")),

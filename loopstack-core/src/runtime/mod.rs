@@ -26,6 +26,8 @@ mod run_loop;
 mod schedules;
 mod shared;
 mod state;
+
+pub(crate) use state::create;
 mod worker;
 
 use cancel::{cancel_children, wake_parent};
@@ -454,16 +456,9 @@ impl Runtime {
     /// driving it: a [`Worker`] over the same store claims and drives it. Await its
     /// outcome with [`Runtime::wait_for`], or poll [`Store::load_run`].
     pub async fn submit<W: Workflow>(&self, workflow: &W, input: W::Input) -> Result<RunId, RunError> {
-        let def = workflow.definition();
         let run_id = RunId::new();
-        let state = workflow.init(input);
-        let value = self.redact(state::checkpoint_state(&state, def.name(), run_id, None)?);
-        self.inner
-            .store()
-            .create_run(crate::trace::traced(
-                crate::store::NewRun::new(run_id, def.name(), def.hash(), value).version(def.version()).queued(),
-            ))
-            .await?;
+        let created = state::create(self, workflow, input, run_id)?;
+        self.inner.store().create_run(crate::trace::traced(created.new.queued())).await?;
         Ok(run_id)
     }
 

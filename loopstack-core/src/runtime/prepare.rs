@@ -12,12 +12,12 @@ use super::fork::fork_first_step;
 use super::migrate::{Checked, check_run, migrate_if_needed};
 use super::registry::Wake;
 use super::shared::LeaseCfg;
-use super::state::{checkpoint_state, state_error};
+use super::state::state_error;
 use super::{Mode, RunOutcome, RunReport, Runtime};
 use crate::children::{Parent, StartedChild, child_ended, parent_of};
 use crate::document::{CheckedError, Document};
 use crate::error::{RunError, StoreError};
-use crate::store::{Claim, NewRun, RunId, RunRecord, RunStatus};
+use crate::store::{Claim, RunId, RunRecord, RunStatus};
 use crate::workflow::{Route, Workflow};
 
 fn invalid_status(workflow: &'static str, action: &'static str) -> impl FnOnce(StoreError) -> RunError {
@@ -36,6 +36,9 @@ pub(super) struct Ready<S> {
     pub(super) place: &'static str,
     pub(super) state: S,
     pub(super) documents: Vec<Arc<Document>>,
+    /// The typed values of the documents a run just created saved (none when an
+    /// earlier drive committed the checkpoint).
+    pub(super) shared: crate::context::SharedValues,
     pub(super) own_signal: Option<u64>,
     /// The parent to tell when the run ends, and the signal to tell it with.
     pub(super) parent: Option<Parent>,
@@ -75,6 +78,7 @@ impl<S> Ready<S> {
             place,
             state,
             documents,
+            shared: Vec::new(),
             own_signal: None,
             parent: parent_of(record),
             children: Vec::new(),
@@ -208,13 +212,11 @@ async fn start<W: Workflow>(
     run_id: Option<RunId>,
     lease: Option<&LeaseCfg>,
 ) -> Result<Ready<W::State>, RunError> {
-    let def = wf.definition();
-    let name = def.name();
     let store = runtime.inner.store();
     let run_id = run_id.unwrap_or_default();
-    let state = wf.init(input);
-    let value = runtime.redact(checkpoint_state(&state, name, run_id, None)?);
-    let mut new = crate::trace::traced(NewRun::new(run_id, name, def.hash(), value).version(def.version()));
+    let super::state::Created { state, new, shared } = super::state::create(runtime, wf, input, run_id)?;
+    let documents = new.documents.clone();
+    let mut new = crate::trace::traced(new);
     if let Some(l) = new_lease(runtime, lease) {
         new = new.lease(l);
     }
@@ -223,7 +225,8 @@ async fn start<W: Workflow>(
         run: parts(&record),
         place: crate::START,
         state,
-        documents: Vec::new(),
+        documents,
+        shared,
         own_signal: None,
         parent: None,
         children: Vec::new(),

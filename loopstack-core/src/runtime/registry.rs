@@ -219,14 +219,10 @@ impl<W: Workflow> Drivable for Registered<W> {
     }
 
     fn new_run_json(&self, runtime: &Runtime, run_id: RunId, input: Value) -> Result<crate::NewRun, RunError> {
-        let def = self.workflow.definition();
         let input = self.input(run_id, input)?;
-        let state =
-            runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), run_id, None)?);
+        let created = super::state::create(runtime, &*self.workflow, input, run_id)?;
         // A scheduled run: its own trace, under a `start` span (no request started it).
-        Ok(crate::trace::traced(
-            crate::store::NewRun::new(run_id, def.name(), def.hash(), state).version(def.version()).queued(),
-        ))
+        Ok(crate::trace::traced(created.new.queued()))
     }
 
     fn create_child_json<'a>(
@@ -238,19 +234,14 @@ impl<W: Workflow> Drivable for Registered<W> {
         input: Value,
     ) -> BoxFuture<'a, Result<(), RunError>> {
         Box::pin(async move {
-            let def = self.workflow.definition();
             match runtime.store().load_run(child).await {
                 Ok(_) => return Ok(()),
                 Err(crate::StoreError::RunNotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
             let input = self.input(child, input)?;
-            let state =
-                runtime.redact(super::state::checkpoint_state(&self.workflow.init(input), def.name(), child, None)?);
-            let new = crate::store::NewRun::new(child, def.name(), def.hash(), state)
-                .version(def.version())
-                .queued()
-                .child_of(parent, signal);
+            let created = super::state::create(runtime, &*self.workflow, input, child)?;
+            let new = created.new.queued().child_of(parent, signal);
             let new = crate::trace::traced(new);
             runtime.store().create_run(new).await?;
             Ok(())

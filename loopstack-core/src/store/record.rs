@@ -382,6 +382,10 @@ pub struct NewRun {
     pub lease: Option<Lease>,
     /// The W3C `traceparent` its drives continue ([`RunRecord::trace_parent`]).
     pub trace_parent: Option<String>,
+    /// The documents it starts with, saved at step 0 in the transaction that creates
+    /// it ([`Workflow::on_create`](crate::Workflow::on_create)): each with its `seq`
+    /// from 0 in order, and `step` 0.
+    pub documents: Vec<Arc<Document>>,
 }
 
 impl NewRun {
@@ -403,7 +407,15 @@ impl NewRun {
             parent_signal: None,
             lease: None,
             trace_parent: None,
+            documents: Vec::new(),
         }
+    }
+
+    /// Gives it the documents it starts with ([`NewRun::documents`]).
+    #[must_use]
+    pub fn documents(mut self, documents: Vec<Arc<Document>>) -> Self {
+        self.documents = documents;
+        self
     }
 
     /// Starts it under version `version` of its workflow.

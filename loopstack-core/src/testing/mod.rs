@@ -209,6 +209,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     retry_and_fork(&store).await;
     a_fork_and_its_first_step_are_stored_together_or_not_at_all(&store).await;
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
+    a_run_is_created_with_its_documents_or_not_at_all(&store).await;
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
     workers_claim_only_workflows_named_exactly(&store).await;

@@ -445,3 +445,41 @@ pub(super) async fn an_unreadable_run_fails_alone_when_it_is_claimed(store: &Arc
     assert_eq!(runs[0].0, bad);
     assert_eq!(runs[0].1, RunStatus::Failed);
 }
+
+pub(super) async fn a_run_is_created_with_its_documents_or_not_at_all(store: &Arc<dyn Store>) {
+    let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+    let note = |seq: u64, text: &str| {
+        Arc::new(Document {
+            seq,
+            doc_type: "note".into(),
+            key: None,
+            version: 1,
+            tags: vec!["conversation".into()],
+            metadata: Default::default(),
+            content: raw(json!({ "text": text })),
+            step: 0,
+        })
+    };
+    let docs = vec![note(0, "the prompt"), note(1, "an attachment")];
+    for queued in [false, true] {
+        let run_id = RunId::new();
+        let new = NewRun::new(run_id, "review", DEF.hash(), raw(json!({"n": 0}))).documents(docs.clone());
+        let new = if queued { new.queued() } else { new };
+        let run = store.create_run(new).await.unwrap();
+        assert_eq!(run.step, 0);
+        let stored = store.documents(run_id).await.unwrap();
+        assert_eq!(texts(&stored), ["the prompt", "an attachment"], "queued: {queued}");
+        assert!(stored.iter().all(|d| d.step == 0 && d.version == 1 && d.tags == ["conversation"]));
+        assert_eq!(texts(&store.documents_at(run_id, 0).await.unwrap()), ["the prompt", "an attachment"]);
+        assert_eq!(store.document_versions(run_id).await.unwrap().len(), 2);
+
+        // Creating it again is refused and writes nothing: its documents stay as they were.
+        let again = NewRun::new(run_id, "review", DEF.hash(), raw(json!({"n": 9}))).documents(vec![note(0, "other")]);
+        assert!(matches!(store.create_run(again).await, Err(StoreError::RunExists(id)) if id == run_id));
+        assert_eq!(texts(&store.documents(run_id).await.unwrap()), ["the prompt", "an attachment"]);
+
+        // A fork from step 0 starts with them.
+        let fork = store.fork(run_id, 0, RunId::new(), None).await.unwrap();
+        assert_eq!(texts(&store.documents(fork.run_id).await.unwrap()), ["the prompt", "an attachment"]);
+    }
+}

@@ -41,6 +41,21 @@ pub trait Workflow: Send + Sync + 'static {
     /// The state a run starts with.
     fn init(&self, input: Self::Input) -> Self::State;
 
+    /// Saves the documents a run starts with, once, when it is created: what it
+    /// saves in `cx` is stored with the run's first checkpoint (step 0, at `start`),
+    /// in the transaction that creates the run, and `state` (as [`Workflow::init`]
+    /// made it) is checkpointed as this leaves it. No step is spent on it, so a
+    /// workflow whose first transition only saved its input as documents needs none.
+    /// The agent saves its prompt here, as its conversation's first message.
+    ///
+    /// It runs before the run exists: `cx` holds no documents yet, and what it
+    /// saves has step 0. An error here creates no run. `#[workflow(on_create = path)]`
+    /// fills it in; by default nothing is saved.
+    fn on_create(&self, state: &mut Self::State, cx: &mut RunContext) -> Result<(), BoxError> {
+        let _ = (state, cx);
+        Ok(())
+    }
+
     /// Evaluates the guard of transition `transition` (an index into
     /// [`Definition::transitions`]); a transition without a guard returns `true`.
     fn guard(&self, transition: usize, state: &Self::State) -> bool;

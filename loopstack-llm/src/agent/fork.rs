@@ -41,7 +41,8 @@ impl Agent {
     /// let agent = Agent::new(model, "m", ToolRegistry::new()).system("terse");
     /// let runtime = Runtime::new();
     /// let first = agent.ask(&runtime, "Hi").await?;
-    /// let fork = agent.fork_with(&runtime, first.run_id, 1, ForkEdits::new().system("chatty")).await?;
+    /// // From step 0: the run as created, its prompt saved and no turn taken.
+    /// let fork = agent.fork_with(&runtime, first.run_id, 0, ForkEdits::new().system("chatty")).await?;
     /// assert_eq!((first.text.as_str(), fork.text.as_str()), ("(terse)", "(chatty)"));
     /// # Ok::<(), loopstack_llm::AskError>(()) }).unwrap();
     /// ```

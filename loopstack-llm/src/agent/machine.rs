@@ -19,25 +19,10 @@ use crate::message::{Message, StopReason, ToolUse};
 
 use super::steps::{check_decisions, final_status, last_message, shared_conversation};
 
-#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings)]
+#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings, on_create = Self::save_prompt)]
 impl Agent {
-    /// Saves the user's prompt as the first message.
-    #[transition(to = Ready)]
-    async fn setup(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        // The prompt lives on in the documents; the state stays small.
-        let prompt = Message::user(std::mem::take(&mut state.prompt));
-        if !self.prompt_images.is_empty() {
-            // Saved once, as image documents the message refers to.
-            let prompt = Message { content: [prompt.content, self.prompt_image_blocks()].concat(), ..prompt };
-            crate::image::save_with_images(cx, prompt, self.conversation_name(), Default::default())?;
-            return Ok(());
-        }
-        crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
-        Ok(())
-    }
-
     /// Ends the run before a turn that a limit forbids.
-    #[transition(from = Ready, to = End, priority = 10)]
+    #[transition(from = [Start, Ready], to = End, priority = 10)]
     #[guard(over_budget)]
     async fn stop_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
         let limit = self.budget_reached(state).expect("checked by the guard");
@@ -47,7 +32,7 @@ impl Agent {
     }
 
     /// Waits for a raised budget instead of ending the run, when the limits say so.
-    #[transition(from = Ready, to = BudgetSpent, priority = 11)]
+    #[transition(from = [Start, Ready], to = BudgetSpent, priority = 11)]
     #[guard(pauses_at_budget)]
     async fn pause_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
         let limit = self.budget_reached(state).expect("checked by the guard");
@@ -110,7 +95,7 @@ impl Agent {
     }
 
     /// One model turn.
-    #[transition(from = Ready, to = PromptExecuted)]
+    #[transition(from = [Start, Ready], to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let agent = self.active(state)?;
         // A fork's system prompt and model, in place of the agent's. Both it and the

@@ -51,8 +51,8 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// It is itself a `#[workflow]` (`Agent::definition().mermaid()` draws it):
 ///
 /// ```text
-/// start --setup--> ready --llm_turn--> prompt_executed
-/// ready --stop_at_limit [over_budget] (10)--> end
+/// start, ready --llm_turn--> prompt_executed
+/// start, ready --stop_at_limit [over_budget] (10)--> end
 /// prompt_executed --stop_repeating [repeats_itself] (40)--> end
 /// prompt_executed --stop_at_tool_limit [over_tool_limit] (35)--> end
 /// prompt_executed --hand_off [hands_off] (33)--> ready
@@ -134,7 +134,8 @@ pub struct Agent {
     /// What each turn sends of a long conversation.
     context: crate::ContextPolicy,
     /// The images of the prompt of the run this agent starts
-    /// ([`Agent::ask_with_images`]); saved by `setup`, never in a checkpoint.
+    /// ([`Agent::ask_with_images`]); saved when the run is created, never in a
+    /// checkpoint.
     pub(crate) prompt_images: Vec<crate::image::Image>,
     /// The agents the model may hand the conversation to.
     handoffs: handoff::Handoffs,

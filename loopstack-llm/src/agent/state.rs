@@ -66,7 +66,8 @@ impl From<ToolsCompleted> for (bool, usize) {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AgentState {
-    /// The user's prompt, until `setup` saves it as the first message document.
+    /// The user's prompt, until the run's creation saves it as the first message
+    /// document (so no checkpoint holds it).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
     /// The agent that takes the turns, once the run was handed to another one

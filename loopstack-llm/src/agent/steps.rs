@@ -12,6 +12,21 @@ use crate::error::AgentError;
 use crate::message::{Message, StopReason};
 
 impl Agent {
+    /// Saves the user's prompt as the conversation's first message when the run is
+    /// created ([`Workflow::on_create`](loopstack_core::Workflow::on_create)): it is a
+    /// document from step 0, and the state keeps none of it.
+    pub(super) fn save_prompt(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let prompt = Message::user(std::mem::take(&mut state.prompt));
+        if !self.prompt_images.is_empty() {
+            // Saved once, as image documents the message refers to.
+            let prompt = Message { content: [prompt.content, self.prompt_image_blocks()].concat(), ..prompt };
+            crate::image::save_with_images(cx, prompt, self.conversation_name(), Default::default())?;
+            return Ok(());
+        }
+        crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
+        Ok(())
+    }
+
     /// Adds the newest message (tool results, a user's message) to the estimate of the
     /// next turn's input, with a context policy.
     pub(super) fn count_new_input(&self, state: &mut AgentState, cx: &RunContext) -> Result<(), AgentError> {

@@ -147,6 +147,18 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
             }
         }
     });
+    let on_create = m.on_create.as_ref().map(|path| {
+        let call = quote_spanned!(path.span()=> #path(self, __loopstack_state, __loopstack_cx));
+        quote! {
+            fn on_create(
+                &self,
+                __loopstack_state: &mut Self::State,
+                __loopstack_cx: &mut #p::RunContext,
+            ) -> #p::Result<(), #p::BoxError> {
+                #p::Result::map_err(#call, ::core::convert::Into::into)
+            }
+        }
+    });
     let definition = match &m.definition {
         Some(path) => quote_spanned!(path.span()=> #path(self, &__LOOPSTACK_DEFINITION)),
         None => quote!(&__LOOPSTACK_DEFINITION),
@@ -184,6 +196,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
 
                 #migrate
                 #fork_check
+                #on_create
 
                 fn input_schema(&self) -> #p::Option<#p::serde_json::Value> {
                     #[allow(unused_imports)]

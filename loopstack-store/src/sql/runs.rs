@@ -56,8 +56,8 @@ where
         Ok(())
     }
 
-    /// Creates a run and its step-0 checkpoint within `tx`; `false` (writing
-    /// nothing) if the run exists.
+    /// Creates a run, its step-0 checkpoint and the documents it starts with,
+    /// within `tx`; `false` (writing nothing) if the run exists.
     pub(crate) async fn insert_run(
         tx: &mut Transaction<'static, D>,
         run: &NewRun,
@@ -93,11 +93,12 @@ where
             .execute(&mut **tx)
             .await
             .map_err(backend)?;
+        Self::insert_documents(tx, run.run_id, &run.documents).await?;
         Ok(true)
     }
 
-    /// Creates a run and its step-0 checkpoint in a transaction; `false` if the
-    /// run exists.
+    /// Creates a run, its step-0 checkpoint and its documents in a transaction;
+    /// `false` if the run exists.
     async fn create_in_transaction(&self, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
         if !Self::insert_run(&mut tx, run, epoch, now).await? {

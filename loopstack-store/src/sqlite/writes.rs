@@ -46,8 +46,8 @@ fn notify(conn: &Conn<'_>, signal: Option<&OutSignal>) -> Result<(), StoreError>
     Ok(())
 }
 
-/// Creates a run and its step-0 checkpoint (in the caller's transaction); `false`
-/// (writing nothing) if the run exists.
+/// Creates a run, its step-0 checkpoint and the documents it starts with (in the
+/// caller's transaction); `false` (writing nothing) if the run exists.
 pub(super) fn insert_run(conn: &Conn<'_>, run: &NewRun, epoch: i64, now: i64) -> Result<bool, StoreError> {
     let owner = run.lease.as_ref().map(|l| l.owner.as_str());
     let until = run.lease.as_ref().map(|l| l.until.as_millis());
@@ -75,6 +75,7 @@ pub(super) fn insert_run(conn: &Conn<'_>, run: &NewRun, epoch: i64, now: i64) ->
         return Ok(false);
     }
     exec(conn, INSERT_CHECKPOINT, &[&run.run_id.0, &0_i64, &"", &loopstack_core::START, &run.state.get(), &now])?;
+    insert_documents(conn, run.run_id, &run.documents)?;
     Ok(true)
 }
 

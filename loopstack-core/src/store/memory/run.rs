@@ -119,23 +119,23 @@ impl MemRun {
 }
 
 impl Inner {
-    pub(super) fn create_run(&mut self, run: NewRun) -> Result<RunRecord, StoreError> {
+    pub(super) fn create_run(&mut self, mut run: NewRun) -> Result<RunRecord, StoreError> {
         if self.runs.contains_key(&run.run_id) {
             return Err(StoreError::RunExists(run.run_id));
         }
         let now = Timestamp::now();
         let (run_id, epoch) = (run.run_id, u64::from(run.status != RunStatus::Queued));
+        let documents = std::mem::take(&mut run.documents);
         let record = run.into_record(epoch, now);
-        self.runs.insert(
-            run_id,
-            Box::new(MemRun {
-                record: record.clone(),
-                checkpoints: vec![step_zero(now)],
-                current: Vec::new(),
-                versions: Vec::new(),
-                signals: Vec::new(),
-            }),
-        );
+        let mut stored = Box::new(MemRun {
+            record: record.clone(),
+            checkpoints: vec![step_zero(now)],
+            current: Vec::new(),
+            versions: Vec::new(),
+            signals: Vec::new(),
+        });
+        stored.apply_documents(documents);
+        self.runs.insert(run_id, stored);
         Ok(record)
     }
 }

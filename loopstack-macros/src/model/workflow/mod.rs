@@ -56,6 +56,9 @@ pub(crate) struct WorkflowModel {
     /// `fork_check = path`: a method `fn(&self, &ForkSettings) -> Result<(),
     /// ForkError>` that checks a fork's system prompt and model.
     pub(crate) fork_check: Option<syn::Path>,
+    /// `on_create = path`: a method `fn(&self, &mut State, &mut RunContext) ->
+    /// Result<(), E>` that saves the documents a run starts with.
+    pub(crate) on_create: Option<syn::Path>,
     /// `Start` first, `End` last, the others in order of first appearance.
     pub(crate) places: Vec<Place>,
     pub(crate) transitions: Vec<Transition>,
@@ -419,6 +422,7 @@ impl WorkflowModel {
             name,
             definition: args.definition,
             fork_check: args.fork_check,
+            on_create: args.on_create,
             enum_ident,
             state: state.expect("a transition exists"),
             input: args.input,
