@@ -161,7 +161,7 @@ fn check_run_events(events: &[Arc<RunEvent>]) {
                 assert_eq!(open.take(), Some(*step), "committed once, after it started: {events:#?}");
             }
             EventKind::TextDelta { text: piece } => {
-                assert_eq!(open, Some(5), "the answer streams in the second model turn");
+                assert_eq!(open, Some(4), "the answer streams in the second model turn");
                 text.push_str(piece);
                 deltas += 1;
             }
