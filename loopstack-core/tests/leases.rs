@@ -169,3 +169,71 @@ async fn a_worker_fails_a_run_whose_place_its_build_no_longer_has() {
     assert!(error.contains("`nowhere`") && error.contains("0123456789abcdef") && error.contains(DEF.hash()), "{error}");
     assert_eq!(worker.run_once().await.unwrap(), 0);
 }
+
+/// Each step reads the run's lease as committed so far, then moves the runtime's
+/// clock on by its number of seconds: `three` (3 s), `four` (4 s), `one` (1 s).
+struct Ticking {
+    ahead: Arc<AtomicI64>,
+}
+
+static TICKING: Definition = Definition::new(
+    "ticking",
+    &[START, "a", "b", END],
+    &[
+        TransitionDef::new("three", &[START], "a"),
+        TransitionDef::new("four", &["a"], "b"),
+        TransitionDef::new("one", &["b"], END),
+    ],
+);
+
+impl Workflow for Ticking {
+    /// The lease each step found, in milliseconds of the runtime's clock.
+    type State = Vec<i64>;
+    type Input = ();
+    fn definition(&self) -> &'static Definition {
+        &TICKING
+    }
+    fn init(&self, (): ()) -> Vec<i64> {
+        Vec::new()
+    }
+    fn guard(&self, _: usize, _: &Vec<i64>) -> bool {
+        true
+    }
+    fn transition<'a>(
+        &'a self,
+        t: usize,
+        seen: &'a mut Vec<i64>,
+        cx: &'a mut RunContext,
+        _: Option<Value>,
+    ) -> BoxFuture<'a, Result<(), TransitionError>> {
+        Box::pin(async move {
+            let record = cx.runtime().store().load_run(cx.run_id()).await?;
+            seen.push(record.lease_until.expect("a lease while driven").as_millis());
+            let seconds = [3, 4, 1][t];
+            self.ahead.fetch_add(seconds * 1000, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_renews_the_lease_once_a_sixth_of_it_has_passed() {
+    let ahead = Arc::new(AtomicI64::new(0));
+    let store = MemoryStore::new();
+    // A fixed clock the steps move: the system clock would move between reads.
+    let start = Timestamp::now().as_millis();
+    let clock = {
+        let ahead = ahead.clone();
+        move || Timestamp::from_millis(start + ahead.load(Ordering::SeqCst))
+    };
+    let rt = Runtime::with_store(store.clone()).lease(Some(LEASE)).clock(clock);
+    let report = rt.start(&Ticking { ahead: ahead.clone() }, ()).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let lease = LEASE.as_millis() as i64;
+    // Taken at 0 s, until 30 s. `three` commits at 3 s, with 27 s of the lease left:
+    // kept. `four` commits at 7 s, 23 s left, less than five sixths: renewed to 37 s.
+    // `one` commits at 8 s, 29 s left: kept.
+    assert_eq!(report.state, [start + lease, start + lease, start + 7_000 + lease]);
+    let last = store.load_run(report.run_id).await.unwrap();
+    assert_eq!(last.lease_until.map(Timestamp::as_millis), Some(start + 7_000 + lease), "{last:?}");
+}

@@ -47,7 +47,7 @@ fn run_ready<'a, W: Workflow>(
 ) -> impl std::future::Future<Output = Result<RunReport<W::State>, RunError>> + Send + 'a {
     let name = wf.definition().name();
     let Ready {
-        run: ClaimedRun { run_id, step, epoch, place_since, trace_parent },
+        run: ClaimedRun { run_id, step, epoch, place_since, lease_until, trace_parent },
         place,
         mut state,
         documents,
@@ -79,6 +79,7 @@ fn run_ready<'a, W: Workflow>(
             max_steps,
             watch_cancellation,
             lease: lease.as_ref(),
+            lease_until,
             own_signal,
             place_since,
             clock: runtime.inner.clock(),

@@ -59,6 +59,8 @@ pub(super) struct ClaimedRun {
     pub(super) epoch: u64,
     /// When it reached its place: what its timers count from.
     pub(super) place_since: crate::Timestamp,
+    /// Until when the claim's lease holds, as the store has it.
+    pub(super) lease_until: Option<crate::Timestamp>,
     /// The trace context its drives continue (always `None` without `otel`).
     pub(super) trace_parent: Option<String>,
 }
@@ -93,6 +95,7 @@ fn parts(record: &RunRecord) -> ClaimedRun {
         step: record.step,
         epoch: record.epoch,
         place_since: record.place_since,
+        lease_until: record.lease_until,
         trace_parent: record.trace_parent.clone(),
     }
 }

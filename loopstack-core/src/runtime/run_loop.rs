@@ -138,6 +138,9 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) max_steps: u64,
     pub(super) watch_cancellation: bool,
     pub(super) lease: Option<&'a super::shared::LeaseCfg>,
+    /// Until when the lease holds, as this drive last wrote it (a heartbeat may have
+    /// moved it on since): what a commit renews it from.
+    pub(super) lease_until: Option<Timestamp>,
     /// The inbox id of the signal this drive was started for: tried first, and its
     /// refusal is this drive's error.
     pub(super) own_signal: Option<u64>,
@@ -152,6 +155,17 @@ pub(super) struct RunLoop<'a, W> {
 }
 
 impl<W: Workflow> RunLoop<'_, W> {
+    /// The lease a commit at `at` writes: renewed once a sixth of it has passed
+    /// (`None` keeps it). A transition's heartbeat renews it a third of the lease
+    /// after the transition starts, so it holds under a live drive even when one
+    /// renewal fails; the commits of a short run leave it, and the store's index of
+    /// leases, as they are.
+    fn renewed_lease(&self, at: Timestamp) -> Option<Timestamp> {
+        let lease = self.lease?;
+        let fresh = at + (lease.duration - lease.duration / 6);
+        self.lease_until.is_none_or(|until| until < fresh).then(|| at + lease.duration)
+    }
+
     pub(super) async fn run(&mut self, state: &mut W::State, cx: &mut RunContext) -> Result<RunOutcome, RunError> {
         let wf = self.wf;
         let def = wf.definition();
@@ -287,6 +301,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             };
             // The runtime's clock, which the timers of the place it reaches count by.
             let at = self.clock.now();
+            let renewed = self.renewed_lease(at);
             // The checkpoint is a local of the block that builds the commit: the
             // loop's future keeps no room for it while the commit is awaited.
             let commit = {
@@ -295,10 +310,13 @@ impl<W: Workflow> RunLoop<'_, W> {
                 checkpoint.notify = notify;
                 checkpoint.documents = std::mem::take(&mut cx.pending);
                 checkpoint.signal = signal;
-                checkpoint.lease_until = self.lease.map(|l| at + l.duration);
+                checkpoint.lease_until = renewed;
                 cx.runtime.inner.store().commit(checkpoint)
             };
             commit.await?;
+            if renewed.is_some() {
+                self.lease_until = renewed;
+            }
             for child in cx.take_children() {
                 // A transition that runs again after a crash finds the children it
                 // started before, which a resumed drive already has.
