@@ -401,11 +401,11 @@ impl Definition {
     }
 
     fn place_index(&self, place: &str) -> Result<usize, UnknownPlace> {
-        self.places.iter().position(|p| *p == place).ok_or_else(|| UnknownPlace {
-            workflow: self.name,
-            place: place.to_owned(),
-            places: self.places.to_vec(),
-        })
+        // The run loop passes the table's own names: found by address first, without
+        // comparing text.
+        let same = |p: &&str| std::ptr::eq(p.as_ptr(), place.as_ptr()) && p.len() == place.len();
+        let found = self.places.iter().position(same).or_else(|| self.places.iter().position(|p| *p == place));
+        found.ok_or_else(|| UnknownPlace { workflow: self.name, place: place.to_owned(), places: self.places.to_vec() })
     }
 
     /// Decides what happens at `place`: the first enabled non-wait transition by

@@ -120,8 +120,9 @@ pub(crate) fn looks_like_tool_call(text: &str) -> bool {
     if is_call_json(strip_fence(text)) {
         return true;
     }
-    // Fenced blocks anywhere in the text.
-    let mut rest = text;
+    // Fenced blocks anywhere in the text: none without a backtick (looked for byte
+    // by byte before a substring search is built).
+    let mut rest = if text.as_bytes().contains(&b'`') { text } else { "" };
     while let Some(open) = rest.find("```") {
         let after = &rest[open + 3..];
         let Some(close) = after.find("```") else { break };
@@ -132,7 +133,7 @@ pub(crate) fn looks_like_tool_call(text: &str) -> bool {
         rest = &after[close + 3..];
     }
     // The JSON that ends some prose.
-    text.find(['{', '[']).is_some_and(|at| is_call_json(text[at..].trim()))
+    text.bytes().position(|b| b == b'{' || b == b'[').is_some_and(|at| is_call_json(text[at..].trim()))
 }
 
 fn is_call_json(text: &str) -> bool {
