@@ -147,12 +147,13 @@ impl Agent {
     /// let runtime = Runtime::new();
     /// let terse = Agent::new(model.clone(), "m", ToolRegistry::new()).system("terse");
     /// let first = terse.ask(&runtime, "Hi").await?;
-    /// // The same run from step 1 (the prompt saved, no turn taken) under another prompt.
+    /// // The same run from step 0 (as created: the prompt saved, no turn taken) under
+    /// // another prompt.
     /// let chatty = Agent::new(model, "m", ToolRegistry::new()).system("chatty");
-    /// let fork = chatty.fork(&runtime, first.run_id, 1).await?;
+    /// let fork = chatty.fork(&runtime, first.run_id, 0).await?;
     /// assert_eq!((first.text.as_str(), fork.text.as_str()), ("(terse)", "(chatty)"));
     /// let record = runtime.store().load_run(fork.run_id).await?;
-    /// assert_eq!(record.forked_from, Some((first.run_id, 1)));
+    /// assert_eq!(record.forked_from, Some((first.run_id, 0)));
     /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
     /// ```
     pub async fn fork(&self, runtime: &Runtime, source: RunId, step: u64) -> Result<AgentReply, AskError> {
