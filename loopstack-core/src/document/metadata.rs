@@ -108,12 +108,8 @@ impl Metadata {
         let text = self.0.as_deref()?.get();
         if memchr::memchr(b'\\', text.as_bytes()).is_none() {
             // No escapes: every key is written as it reads (a text without the key's
-            // bytes has no such entry), and a string ends at its next quote. A long
-            // text is searched for the key first; building that search costs more
-            // than scanning a short one.
-            if text.len() > SEARCH_FIRST && memchr::memmem::find(text.as_bytes(), key.as_bytes()).is_none() {
-                return None;
-            }
+            // bytes has no such entry), and a string ends at its next quote.
+            memchr::memmem::find(text.as_bytes(), key.as_bytes())?;
             return scan(text, key);
         }
         let mut de = serde_json::Deserializer::from_str(text);
@@ -129,10 +125,6 @@ impl Metadata {
         self.0
     }
 }
-
-/// How long a metadata text is before [`Metadata::value_text`] searches it for the
-/// key before scanning it (a model message's metadata is about 200 bytes).
-const SEARCH_FIRST: usize = 512;
 
 /// The value text of top-level key `key` of object `text`, which holds no escapes
 /// (so a string is everything up to its next quote); its last, were it written twice.
