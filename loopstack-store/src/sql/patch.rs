@@ -1,16 +1,42 @@
 //! A checkpoint's state as a patch of the state before it (see [`state_patch`]), and
 //! how the stores keep the base of the next patch ([`LastStates`]).
 
+use std::borrow::Cow;
+
 use loopstack_core::serde_json::value::RawValue;
 use loopstack_core::{RunId, StoreError};
 
 use super::corrupt;
 
 /// The members of a JSON object with their values' texts exactly as written, in
-/// order; `None` for any other JSON.
-fn members(json: &str) -> Option<Vec<(String, &RawValue)>> {
+/// order; `None` for any other JSON. Keys are borrowed from the text unless they
+/// hold escapes: a commit reads two states' members, and a key allocated each time
+/// was most of what a patch cost.
+fn members(json: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     use loopstack_core::serde;
-    struct Members<'a>(Vec<(String, &'a RawValue)>);
+    struct Key<'a>(Cow<'a, str>);
+    impl<'de> serde::Deserialize<'de> for Key<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a member's name")
+                }
+                fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Borrowed(v)))
+                }
+                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Owned(v.to_owned())))
+                }
+                fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Owned(v)))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
     impl<'de> serde::Deserialize<'de> for Members<'de> {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V;
@@ -20,9 +46,9 @@ fn members(json: &str) -> Option<Vec<(String, &RawValue)>> {
                     f.write_str("a JSON object")
                 }
                 fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                    let mut out = Vec::new();
-                    while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
-                        out.push(entry);
+                    let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                    while let Some((Key(key), value)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                        out.push((key, value));
                     }
                     Ok(Members(out))
                 }
@@ -44,8 +70,10 @@ fn push_key(out: &mut String, key: &str) {
 /// objects and the patch is smaller: a JSON array that lists the members of `next` in
 /// order, each as the base's member at an index (`3`), a range of them (`[0, 4]`),
 /// or a member with a new value (`["key", value]`). Base members not listed are
-/// dropped. Values are kept as their exact texts, so applying the patch gives back
-/// `next` byte for byte.
+/// dropped. Values are kept as their exact texts and keys are written as serde_json
+/// writes them, so applying the patch gives back `next` byte for byte when serde_json
+/// wrote it (every state the runtime checkpoints; a key escaped otherwise, such as
+/// `\u00e9` for `é`, comes back as serde_json escapes it).
 pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
     let (base, members_next) = (members(base)?, members(next)?);
     // Each member of `next`: the index of an equal base member, or its own text.
@@ -224,6 +252,20 @@ mod tests {
         let patch = state_patch(base, next).expect("smaller than the state");
         assert_eq!(patch, r#"[["turns",1],["usage",{"input_tokens":50}],3,["new",[1.5e300,"\u00e9\""]]]"#);
         assert_eq!(apply_patch(base, &patch).unwrap(), next);
+    }
+
+    #[test]
+    fn keys_with_escapes_are_matched_and_written_back_as_serde_json_writes_them() {
+        // Escapes as serde_json writes them (the states a store gets are its text).
+        let base = r#"{"a\"b":1,"tab\there":"xxxxxxxxxxxxxxxxxxxxxxxx","n":0}"#;
+        let next = r#"{"a\"b":1,"tab\there":"xxxxxxxxxxxxxxxxxxxxxxxx","n":1}"#;
+        let patch = state_patch(base, next).expect("smaller than the state");
+        assert_eq!(patch, r#"[[0,1],["n",1]]"#, "the escaped keys match their base members");
+        assert_eq!(apply_patch(base, &patch).unwrap(), next);
+        let renamed = r#"{"tab\there":"xxxxxxxxxxxxxxxxxxxxxxxx","new\nline":2}"#;
+        let patch = state_patch(base, renamed).unwrap();
+        assert_eq!(patch, r#"[1,["new\nline",2]]"#);
+        assert_eq!(apply_patch(base, &patch).unwrap(), renamed);
     }
 
     #[test]
