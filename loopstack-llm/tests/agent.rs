@@ -1,7 +1,7 @@
 //! The ready-made agent loop, end to end with the scripted model: the exact documents
 //! saved and requests sent, the turn budget, and how each stop reason ends a run.
 
-use loopstack_core::{RunStatus, Runtime, ToolRegistry};
+use loopstack_core::{NewRun, RunId, RunStatus, Runtime, ToolRegistry, Workflow};
 use loopstack_llm::{
     Agent, AgentError, AgentStatus, AskError, ChatResponse, ContentBlock, Limit, LlmError, Message, Role,
     ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
@@ -204,4 +204,26 @@ fn agent_names_are_validated_and_a_taken_name_is_refused_not_replaced() {
     let panic = std::panic::catch_unwind(|| Runtime::new().register(agent()).register(agent())).unwrap_err();
     let message = panic.downcast_ref::<String>().unwrap();
     assert!(message.contains("a workflow named `agent` is registered already"), "{message}");
+}
+
+/// A run stored by an older build, whose agent saved its prompt in a `setup` step of
+/// its own, holds the prompt in its step-0 state and no message yet: its first turn
+/// saves it, and sends it.
+#[tokio::test]
+async fn a_run_stored_with_its_prompt_in_the_state_saves_it_at_its_first_turn() {
+    let model = ScriptedModel::new().text("Hello!");
+    let agent = Agent::new(model.clone(), "m-1", tools());
+    let runtime = Runtime::new();
+    let (def, run_id) = (agent.definition(), RunId::new());
+    let state = serde_json::value::to_raw_value(&json!({"prompt": "Hi"})).unwrap();
+    runtime.store().create_run(NewRun::new(run_id, def.name(), def.hash(), state).queued()).await.unwrap();
+
+    let reply = agent.resume(&runtime, run_id).await.unwrap();
+    assert_eq!((reply.status, reply.text.as_str()), (AgentStatus::Completed, "Hello!"));
+    assert_eq!(model.requests()[0].messages, [std::sync::Arc::new(Message::user("Hi"))]);
+    let docs = runtime.store().documents(run_id).await.unwrap();
+    let texts: Vec<(u64, String)> = docs.iter().map(|d| (d.step, d.read::<Message>().unwrap().text())).collect();
+    assert_eq!(texts, [(1, "Hi".to_owned()), (1, "Hello!".to_owned())], "both saved by the first turn");
+    let first = runtime.store().checkpoint(run_id, 1).await.unwrap();
+    assert!(!first.state.get().contains("prompt"), "{}", first.state.get());
 }

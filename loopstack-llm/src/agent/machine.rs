@@ -97,6 +97,11 @@ impl Agent {
     /// One model turn.
     #[transition(from = [Start, Ready], to = PromptExecuted)]
     async fn llm_turn(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        if !state.prompt.is_empty() {
+            // A run stored by a build whose first step saved the prompt (created
+            // before `on_create` did): its state still holds it.
+            self.save_prompt(state, cx)?;
+        }
         let agent = self.active(state)?;
         // A fork's system prompt and model, in place of the agent's. Both it and the
         // extras are boxed: the turn's future holds them while the model answers, in
