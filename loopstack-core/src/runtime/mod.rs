@@ -26,13 +26,12 @@ mod run_loop;
 mod schedules;
 mod shared;
 mod state;
-
-pub(crate) use state::create;
 mod worker;
 
 use cancel::{cancel_children, wake_parent};
 pub(crate) use shared::Clock;
 use shared::Shared;
+pub(crate) use state::create;
 
 pub use builder::Drive;
 pub(crate) use builder::Mode;
