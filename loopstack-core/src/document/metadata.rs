@@ -109,7 +109,9 @@ impl Metadata {
         if memchr::memchr(b'\\', text.as_bytes()).is_none() {
             // No escapes: every key is written as it reads (a text without the key's
             // bytes has no such entry), and a string ends at its next quote.
-            memchr::memmem::find(text.as_bytes(), key.as_bytes())?;
+            if !holds(text.as_bytes(), key.as_bytes()) {
+                return None;
+            }
             return scan(text, key);
         }
         let mut de = serde_json::Deserializer::from_str(text);
@@ -124,6 +126,19 @@ impl Metadata {
     pub(crate) fn into_raw(self) -> Option<Box<RawValue>> {
         self.0
     }
+}
+
+/// Whether `haystack` holds the bytes of `needle`. A short text is searched from
+/// each place its first byte appears (a model message's metadata is about 200
+/// bytes): building memchr's substring search costs more than that, and is left
+/// for long texts.
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    const SHORT: usize = 1024;
+    let Some((&first, rest)) = needle.split_first() else { return true };
+    if haystack.len() > SHORT {
+        return memchr::memmem::find(haystack, needle).is_some();
+    }
+    memchr::memchr_iter(first, haystack).any(|i| haystack[i + 1..].starts_with(rest))
 }
 
 /// The value text of top-level key `key` of object `text`, which holds no escapes
@@ -281,6 +296,18 @@ impl<'de> Visitor<'de> for KeyIs<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_short_or_long_text_holds_a_key_where_its_bytes_appear() {
+        use super::holds;
+        assert!(holds(br#"{"model":"m","request":{"fp":"1"}}"#, b"request"));
+        assert!(!holds(br#"{"model":"m","reques":1,"rrequest"#.as_slice(), b"requests"));
+        assert!(holds(b"abc", b""));
+        assert!(!holds(b"", b"a"));
+        let long = format!("{{\"pad\":\"{}\",\"images\":[1]}}", "r".repeat(2000));
+        assert!(holds(long.as_bytes(), b"images"));
+        assert!(!holds(long.as_bytes(), b"request"));
+    }
+
     use serde_json::json;
 
     use super::*;
