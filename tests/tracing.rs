@@ -89,8 +89,7 @@ async fn runs_transitions_model_requests_and_tool_calls_have_spans() {
         .collect();
     let expected = [
         ("llm_turn", "start", "prompt_executed"),
-        ("execute_tool_calls", "prompt_executed", "awaiting_tools"),
-        ("tools_complete", "awaiting_tools", "ready"),
+        ("run_tool_calls", "prompt_executed", "ready"),
         ("llm_turn", "ready", "prompt_executed"),
         ("respond", "prompt_executed", "end"),
     ];

@@ -107,7 +107,7 @@ async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 }
 
 /// Every run completed, with the reference documents, each version once, and the
-/// six transitions of the loop, each once.
+/// four transitions of the loop, each once.
 async fn check_runs(store: &dyn Store, ids: &[RunId]) -> usize {
     let reference = reference_documents().await;
     let mut taken_over = 0;
@@ -120,8 +120,8 @@ async fn check_runs(store: &dyn Store, ids: &[RunId]) -> usize {
         let steps: Vec<(u64, String)> =
             store.history(id).await.unwrap().into_iter().map(|s| (s.step, s.transition.into_owned())).collect();
         let names: Vec<&str> = steps.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
-        assert_eq!(steps.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        assert_eq!(names, ["llm_turn", "run_tool_calls", "llm_turn", "respond"]);
+        assert_eq!(steps.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4]);
         let docs = store.documents(id).await.unwrap();
         let docs: Vec<(String, String)> =
             docs.iter().map(|d| (d.doc_type.to_string(), d.content.get().to_owned())).collect();

@@ -215,8 +215,8 @@ impl StepWriter for Db {
 /// The baseline loop, persisting the same steps the agent checkpoints, each in one
 /// plain transaction: create the run with the question (as the agent saves its
 /// prompt when the run is created), then `llm_turn` (the model's message),
-/// `execute_tool_calls` (the results), `tools_complete` (no document), the second
-/// `llm_turn`, and `respond` (no document). A queued run (W5's job, its row made
+/// `run_tool_calls` (the results, and back to the model in the same step), the
+/// second `llm_turn`, and `respond` (no document). A queued run (W5's job, its row made
 /// without the question) writes the question with its first `llm_turn`.
 pub(crate) struct DurableBaseline {
     inner: Baseline,
@@ -276,8 +276,7 @@ impl DurableBaseline {
                         .push(json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": false}));
                 }
                 let results = json!({"role": "user", "content": results});
-                write(&[(messages.len() as i64, results.to_string())], false).await?; // execute_tool_calls
-                write(&[], false).await?; // tools_complete
+                write(&[(messages.len() as i64, results.to_string())], false).await?; // run_tool_calls
                 messages.push(results);
             }
         })

@@ -254,6 +254,19 @@ pub enum AgentError {
         /// The calls that wait.
         pending: Vec<String>,
     },
+    /// A tool without [`ToolOptions::needs_run`](loopstack_core::ToolOptions::needs_run)
+    /// answered with a pending result ([`ToolOutput::pending`](loopstack_core::ToolOutput::pending)):
+    /// only a tool given the run can start the child run that ends it.
+    #[error(
+        "tool `{tool}` answered call `{call_id}` with a pending result, but only a tool marked \
+         `#[tool(needs_run)]` can start the child run that gives it"
+    )]
+    PendingWithoutRun {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+    },
 }
 
 fn list(items: &[String]) -> String {

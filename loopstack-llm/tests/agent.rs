@@ -99,7 +99,7 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
     assert_eq!(record.status, RunStatus::Completed);
     let history = runtime.store().history(reply.run_id).await.unwrap();
     let steps: Vec<&str> = history.iter().map(|s| &*s.transition).collect();
-    assert_eq!(steps, ["llm_turn", "execute_tool_calls", "tools_complete", "llm_turn", "respond"]);
+    assert_eq!(steps, ["llm_turn", "run_tool_calls", "llm_turn", "respond"]);
     model.assert_finished();
 }
 

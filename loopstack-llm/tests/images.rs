@@ -183,7 +183,7 @@ async fn the_scripted_model_sees_the_images_and_the_store_keeps_each_once() {
         stored.push_str(doc.content.get());
     }
     let history = store.history(reply.run_id).await.unwrap();
-    assert!(history.len() > 10);
+    assert_eq!(history.len(), 10, "five turns, four batches of calls and the answer: ten checkpoints");
     for step in std::iter::once(0).chain(history.iter().map(|s| s.step)) {
         stored.push_str(store.checkpoint(reply.run_id, step).await.unwrap().state.get());
     }

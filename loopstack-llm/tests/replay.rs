@@ -187,9 +187,9 @@ async fn a_fork_from_a_checkpoint_goes_on_under_another_prompt() {
     let runtime = Runtime::new();
     let source = agent(model.clone(), tools.clone(), "plain").ask(&runtime, "Oslo?").await.unwrap();
     assert_eq!((source.text.as_str(), calls.load(Ordering::Relaxed)), ("[plain] 4 C, rain", 1));
-    // The step whose checkpoint holds the tool result: `tools_complete`.
+    // The step whose checkpoint holds the tool result: `run_tool_calls`.
     let history = runtime.store().history(source.run_id).await.unwrap();
-    let step = history.iter().find(|s| s.transition == "tools_complete").unwrap().step;
+    let step = history.iter().find(|s| s.transition == "run_tool_calls").unwrap().step;
 
     let fork = agent(model, tools, "poetic").fork(&runtime, source.run_id, step).await.unwrap();
     assert_eq!(fork.text, "[poetic] 4 C, rain");

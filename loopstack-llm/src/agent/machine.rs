@@ -1,16 +1,13 @@
 //! The agent's transition table: its `#[workflow]` impl, the guards and the
 //! helpers its transitions share.
 
-use std::sync::Arc;
-
 use loopstack_core::{ChildEnded, EventKind, RunContext};
 use loopstack_macros::workflow;
 use serde_json::Value;
 
 use super::answer::{RESPOND_TOOL, feedback};
 use super::{
-    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, RaiseLimit, Repeats, ToolDecisions,
-    ToolsCompleted, UserMessage,
+    Agent, AgentState, AgentStatus, Limit, PendingCall, RaiseLimit, Repeats, ToolDecisions, ToolsCompleted, UserMessage,
 };
 use crate::context::{ContextPolicy, ContextWindow, estimate_tokens, plan, window_tokens};
 use crate::delegate::ToolCallResult;
@@ -354,56 +351,29 @@ impl Agent {
         Ok(())
     }
 
+    /// Runs the tool calls (denied ones answer with their denial) and goes straight
+    /// back to the model, in one step, when every call completes within it: no tool
+    /// of the agent starts a child run or has an at-most-once effect. The step a
+    /// batch would take at `awaiting_tools` (`tools_complete`) is not taken: a
+    /// checkpoint, a commit and an fsync less per batch.
+    #[transition(from = PromptExecuted, to = Ready, priority = 11)]
+    #[guard(has_inline_tool_calls)]
+    async fn run_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        self.run_batch(state, cx).await?;
+        if let Some(pending) = state.pending_tools.first() {
+            // A tool without `needs_run` answered with a pending result: this step
+            // goes back to the model, which would see no result for the call.
+            return Err(AgentError::PendingWithoutRun { call_id: pending.call_id.clone(), tool: pending.name.clone() });
+        }
+        self.count_new_input(state, cx)
+    }
+
     /// Runs the tool calls (denied ones answer with their denial) and saves their
-    /// results.
+    /// results; the run waits at `awaiting_tools` for the calls' child runs, if any.
     #[transition(from = PromptExecuted, to = AwaitingTools, priority = 10)]
     #[guard(has_tool_calls)]
     async fn execute_tool_calls(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
-        let message = last_message(cx, self.conversation_name())?;
-        let agent = self.active(state)?;
-        let denied = std::mem::take(&mut state.denied);
-        let answered = std::mem::take(&mut state.answered);
-        // The state as JSON only when a tool's input mapping may read it.
-        let snapshot = if agent.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
-        let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
-        if let Some(snapshot) = &snapshot {
-            options = options.state(snapshot);
-        }
-        if !answered.is_empty() {
-            options = options.answered(&answered);
-        }
-        if let Some(step) = state.key_step {
-            options = options.key_step(step);
-        }
-        let result = agent.delegate.call_with(cx, &message, &agent.options.tools, &options).await?;
-        if !result.unknown_outcome.is_empty() {
-            // Nothing ran: the batch waits for what happened to these calls, keeping
-            // its denials, its answers and its first attempt's step (its keys).
-            state.unknown_outcome = result.unknown_outcome;
-            state.denied = denied;
-            state.answered = answered;
-            state.key_step.get_or_insert(cx.step() + 1);
-            state.tools_completed = None;
-            return Ok(());
-        }
-        state.key_step = None;
-        let run = result.results.len().saturating_sub(denied.len() + answered.len());
-        state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
-        state.tools_completed =
-            Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
-        if !result.all_completed {
-            state.pending_tools = result
-                .results
-                .iter()
-                .filter_map(|r| {
-                    let child = r.pending?;
-                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
-                })
-                .collect();
-            state.tool_results = result.results;
-            tracing::info!(pending = state.pending_tools.len(), "tool calls wait for their child runs");
-        }
-        Ok(())
+        self.run_batch(state, cx).await
     }
 
     /// The end of a pending call's child run: its result (a child agent's answer,
@@ -567,6 +537,13 @@ impl Agent {
     /// the stop reason (see [`GenerateResult::wants_tools`](crate::GenerateResult::wants_tools)).
     pub fn has_tool_calls(&self, state: &AgentState) -> bool {
         state.last_tool_calls > 0
+    }
+
+    /// Whether the last turn asked for tools and every call completes within the
+    /// step that runs it: the agent taking the turn has no tool that starts a child
+    /// run or has an at-most-once effect.
+    pub fn has_inline_tool_calls(&self, state: &AgentState) -> bool {
+        self.has_tool_calls(state) && self.active(state).is_ok_and(|agent| agent.tools_complete_inline)
     }
 
     /// Whether every call of the last batch has its result.

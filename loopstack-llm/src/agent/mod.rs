@@ -63,6 +63,7 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// awaiting_approval --decide_tools (wait: ToolDecisions)--> prompt_executed
 /// prompt_executed, awaiting_tools --hold_for_outcome [outcome_unknown] (45)--> awaiting_outcome
 /// awaiting_outcome --resolve_tools (wait: ToolDecisions)--> prompt_executed
+/// prompt_executed --run_tool_calls [has_inline_tool_calls] (11)--> ready
 /// prompt_executed --execute_tool_calls [has_tool_calls] (10)--> awaiting_tools
 /// awaiting_tools --tools_complete [all_tools_complete]--> ready
 /// awaiting_tools --tool_result (wait: ChildEnded)--> awaiting_tools
@@ -78,6 +79,11 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 ///   again is stopped once it repeats them more than [`Limits::max_repeats`] times.
 ///   Reaching one ends the run with a typed [`AgentStatus`]. The limits count the
 ///   whole run: in a chat, every exchange.
+/// - **Tool calls in one step**: when no tool of the agent starts a child run
+///   (`needs_run`: workflows and agents as tools) or has an at-most-once effect,
+///   `run_tool_calls` runs a turn's calls, saves their results and goes back to the
+///   model in one step; otherwise `execute_tool_calls` runs them and the run passes
+///   `awaiting_tools`, where it waits for child runs and calls of unknown outcome.
 /// - **Approval**: calls of tools marked `#[tool(approve)]` (or
 ///   [`ToolRegistry::require_approval`]) wait for [`Agent::decide`] before they run,
 ///   durably; a denied call becomes an error result the model reads.
@@ -126,6 +132,11 @@ pub struct Agent {
     structured: bool,
     /// Whether a tool needs the run's state (a workflow tool's input mapping).
     tools_need_state: bool,
+    /// Whether every call completes within the step that runs it: no tool starts a
+    /// child run or has an at-most-once effect. Then one step runs a turn's calls
+    /// and goes back to the model (`run_tool_calls`), where another would wait at
+    /// `awaiting_tools` for the batch to complete.
+    tools_complete_inline: bool,
     /// The table under the agent's own name and description, set by
     /// [`Agent::named`] and [`Agent::description`].
     table: Option<&'static loopstack_core::Definition>,
@@ -192,7 +203,7 @@ impl Agent {
     /// An agent over several models; `options` names the provider, model and tools.
     pub fn with_models(models: Models, options: GenerateOptions, tools: ToolRegistry) -> Self {
         let structured = models.get(&options.provider).is_ok_and(|m| m.structured_output());
-        let tools_need_state = tools.specs().any(|s| s.options.needs_run);
+        let (tools_need_state, tools_complete_inline) = tool_kinds(&tools);
         Self {
             generate: LlmGenerateText::new(models, tools.clone()),
             delegate: LlmDelegateToolCalls::new(tools),
@@ -203,6 +214,7 @@ impl Agent {
             answer: None,
             structured,
             tools_need_state,
+            tools_complete_inline,
             table: None,
             named: false,
             context: crate::ContextPolicy::Full,
@@ -389,6 +401,7 @@ impl Agent {
     /// Replaces the tool-call step, to set its timeout or concurrency.
     #[must_use]
     pub fn delegate(mut self, delegate: LlmDelegateToolCalls) -> Self {
+        (self.tools_need_state, self.tools_complete_inline) = tool_kinds(delegate.tools());
         self.delegate = delegate;
         self
     }
@@ -419,4 +432,12 @@ impl Agent {
     pub fn options(&self) -> &GenerateOptions {
         &self.options
     }
+}
+
+/// Whether some tool of `tools` needs the run, and whether every call of them
+/// completes within its step (no tool needs the run or has an at-most-once effect).
+fn tool_kinds(tools: &ToolRegistry) -> (bool, bool) {
+    let needs_run = tools.specs().any(|s| s.options.needs_run);
+    let at_most_once = tools.specs().any(|s| s.options.effect.is_at_most_once());
+    (needs_run, !needs_run && !at_most_once)
 }

@@ -59,7 +59,9 @@ impl From<ToolsCompleted> for (bool, usize) {
 /// state.last_stop = Some(StopReason::ToolUse);
 /// state.last_tool_calls = 2;
 /// let fires = agent.next_transition(AgentPlace::PromptExecuted, &state).unwrap();
-/// assert_eq!(fires, Some("execute_tool_calls"));
+/// // No tool of this agent starts a child run: one step runs the calls and goes
+/// // back to the model.
+/// assert_eq!(fires, Some("run_tool_calls"));
 /// state.turns = 10; // the default limit of model turns
 /// assert_eq!(agent.next_transition(AgentPlace::Ready, &state).unwrap(), Some("stop_at_limit"));
 /// ```

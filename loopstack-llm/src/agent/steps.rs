@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use loopstack_core::{RunContext, ToolOutput};
 
-use super::{Agent, AgentState, AgentStatus, Limit, PendingCall, ToolDecision, ToolDecisions};
+use super::{
+    Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, ToolDecision, ToolDecisions, ToolsCompleted,
+};
 use crate::context::{SUMMARY_PROMPT, estimate_tokens, summary_input};
 use crate::delegate::{ToolCallResult, ToolDenial};
 use crate::error::AgentError;
@@ -24,6 +26,58 @@ impl Agent {
             return Ok(());
         }
         crate::generate::save_shared_message(cx, Arc::new(prompt), self.conversation_name(), Default::default())?;
+        Ok(())
+    }
+
+    /// Runs the last turn's tool calls (denied ones answer with their denial, answered
+    /// ones with their answer) and saves their results once all have one; calls whose
+    /// child runs have not ended are kept in the state, and at-most-once calls whose
+    /// outcome a dead drive left unknown stop the batch before anything runs.
+    pub(super) async fn run_batch(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        let message = last_message(cx, self.conversation_name())?;
+        let agent = self.active(state)?;
+        let denied = std::mem::take(&mut state.denied);
+        let answered = std::mem::take(&mut state.answered);
+        // The state as JSON only when a tool's input mapping may read it.
+        let snapshot = if agent.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
+        let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
+        if let Some(snapshot) = &snapshot {
+            options = options.state(snapshot);
+        }
+        if !answered.is_empty() {
+            options = options.answered(&answered);
+        }
+        if let Some(step) = state.key_step {
+            options = options.key_step(step);
+        }
+        let result = agent.delegate.call_with(cx, &message, &agent.options.tools, &options).await?;
+        if !result.unknown_outcome.is_empty() {
+            // Nothing ran: the batch waits for what happened to these calls, keeping
+            // its denials, its answers and its first attempt's step (its keys).
+            state.unknown_outcome = result.unknown_outcome;
+            state.denied = denied;
+            state.answered = answered;
+            state.key_step.get_or_insert(cx.step() + 1);
+            state.tools_completed = None;
+            return Ok(());
+        }
+        state.key_step = None;
+        let run = result.results.len().saturating_sub(denied.len() + answered.len());
+        state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
+        state.tools_completed =
+            Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
+        if !result.all_completed {
+            state.pending_tools = result
+                .results
+                .iter()
+                .filter_map(|r| {
+                    let child = r.pending?;
+                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
+                })
+                .collect();
+            state.tool_results = result.results;
+            tracing::info!(pending = state.pending_tools.len(), "tool calls wait for their child runs");
+        }
         Ok(())
     }
 
