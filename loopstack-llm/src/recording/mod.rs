@@ -81,8 +81,45 @@ pub(crate) fn same_as_last(cx: &loopstack_core::RunContext, name: Option<&str>, 
         .iter()
         .rev()
         .filter(|d| crate::generate::in_conversation(d, name))
-        .find_map(|d| d.metadata.get_json(REQUEST_META))
-        .is_some_and(|last| recorded_fingerprint(last) == Some(fingerprint))
+        .find_map(|d| recorded(&d.metadata))
+        .is_some_and(|last| last == Some(fingerprint))
+}
+
+/// The fingerprint a message's metadata records: `None` without a record,
+/// `Some(None)` for a record without a readable one.
+fn recorded(metadata: &loopstack_core::Metadata) -> Option<Option<&str>> {
+    if metadata.is_empty() {
+        return None;
+    }
+    if let Some(fp) = recorded_as_written(metadata.as_str()) {
+        return Some(Some(fp));
+    }
+    metadata.get_json(REQUEST_META).map(recorded_fingerprint)
+}
+
+/// The fingerprint of metadata `text` as a turn writes it, found without reading
+/// the rest: the text's only `"request":{"fp":"` (a JSON string cannot hold one),
+/// after no other object or array was opened (so the entry is at the top level),
+/// with no other `"request"` after it (so it is the entry's only value). `None`
+/// when any of that does not hold; the caller then reads the entry the long way.
+fn recorded_as_written(text: &str) -> Option<&str> {
+    const MARK: &[u8] = br#""request":{"fp":""#;
+    static MARK_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(MARK));
+    static KEY_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(br#""request""#));
+    let bytes = text.as_bytes();
+    let at = MARK_FINDER.find(bytes)?;
+    let before = &bytes[..at];
+    if memchr::memchr2_iter(b'{', b'[', before).count() != 1 || memchr::memchr(b'[', before).is_some() {
+        return None;
+    }
+    let rest = &text[at + MARK.len()..];
+    let (fp, after) = rest.split_once('"')?;
+    if fp.contains('\\') || KEY_FINDER.find(after.as_bytes()).is_some() {
+        return None;
+    }
+    Some(fp)
 }
 
 /// The fingerprint of recorded request `record`: its first entry, as [`config`]
@@ -124,6 +161,40 @@ mod tests {
         assert_eq!(fp(r#"{"fp":"a\u0062"}"#), None, "escaped: read whole, and not hex digits");
         assert_eq!(fp(r#"{"model":"m"}"#), None);
         assert_eq!(fp("[1]"), None);
+    }
+
+    #[test]
+    fn a_recorded_fingerprint_is_found_in_metadata_as_a_turn_writes_it_and_read_whole_otherwise() {
+        use super::{recorded, recorded_as_written as fast};
+        let meta = |text: &str| {
+            loopstack_core::Metadata::from_raw(serde_json::value::RawValue::from_string(text.into()).unwrap()).unwrap()
+        };
+        let written = r#"{"model":"m","provider":"p","request":{"fp":"00ff","model":"m","tools":[]},"stop_reason":"end_turn","usage":{"input_tokens":1}}"#;
+        assert_eq!(fast(written), Some("00ff"));
+        assert_eq!(recorded(&meta(written)), Some(Some("00ff")));
+        // Not as a turn writes it: each read the long way, with the same answer.
+        let cases = [
+            // An array opened before the record: a failed fallback's.
+            (r#"{"fallbacks":[{"model":"x"}],"model":"m","request":{"fp":"0a"}}"#, Some(Some("0a"))),
+            // A nested `request` before the top-level one.
+            (r#"{"agent":{"request":{"fp":"bad"}},"request":{"fp":"0b"}}"#, Some(Some("0b"))),
+            // Written twice: the last is the entry's value.
+            (r#"{"request":{"fp":"01"},"request":{"fp":"02"}}"#, Some(Some("02"))),
+            // A brace inside a string before it.
+            (r#"{"model":"{","request":{"fp":"0c"}}"#, Some(Some("0c"))),
+            // The fingerprint not first in its record.
+            (r#"{"request":{"model":"m","fp":"0d"}}"#, Some(Some("0d"))),
+            // A record without a fingerprint.
+            (r#"{"request":{"model":"m"}}"#, Some(None)),
+            // Only nested: no record.
+            (r#"{"agent":{"request":{"fp":"0e"}}}"#, None),
+            (r#"{"model":"m"}"#, None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(fast(text), None, "{text}");
+            assert_eq!(recorded(&meta(text)), expected, "{text}");
+        }
+        assert_eq!(recorded(&loopstack_core::Metadata::default()), None);
     }
 
     #[test]
