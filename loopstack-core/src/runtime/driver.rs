@@ -65,12 +65,19 @@ fn run_ready<'a, W: Workflow>(
         cx = cx.taken_over();
     }
     cx.keep_shared(shared);
-    let span = tracing::info_span!(
-        "loopstack.run",
-        otel.name = tracing::field::display(format_args!("run {name}")),
-        workflow = name,
-        run_id = %run_id
-    );
+    // No span at all when nothing records INFO spans: a disabled span still costs a
+    // call into the logger at every enter, exit and drop (tracing's `log` feature,
+    // which the build's axum turns on) while no subscriber is installed.
+    let span = if tracing::level_enabled!(tracing::Level::INFO) {
+        tracing::info_span!(
+            "loopstack.run",
+            otel.name = tracing::field::display(format_args!("run {name}")),
+            workflow = name,
+            run_id = %run_id
+        )
+    } else {
+        tracing::Span::none()
+    };
     crate::trace::join(&span, run_id, trace_parent.as_deref());
     async move {
         let mut run_loop = RunLoop {

@@ -213,7 +213,12 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             let t = &def.transitions()[index];
             let step = cx.step + 1;
-            let span = tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step);
+            // None when nothing records it (see `driver::run_ready`).
+            let span = if tracing::level_enabled!(tracing::Level::INFO) {
+                tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step)
+            } else {
+                tracing::Span::none()
+            };
             cx.emit(|| EventKind::TransitionStarted {
                 transition: t.name.into(),
                 from: from.into(),

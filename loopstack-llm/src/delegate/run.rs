@@ -154,18 +154,24 @@ impl LlmDelegateToolCalls {
             );
         }
         // Named after OpenTelemetry's GenAI conventions: a span `execute_tool {name}`.
-        let span = tracing::info_span!(
-            "loopstack.tool",
-            otel.name = tracing::field::display(format_args!("execute_tool {}", call.name)),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
-            gen_ai.tool.type = "function",
-            duration_ms = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
+        // None when nothing records it: a disabled span costs a call into the logger
+        // at every enter, exit and drop while no subscriber is installed.
+        let span = if tracing::level_enabled!(tracing::Level::INFO) {
+            tracing::info_span!(
+                "loopstack.tool",
+                otel.name = tracing::field::display(format_args!("execute_tool {}", call.name)),
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %call.name,
+                gen_ai.tool.call.id = %call.id,
+                gen_ai.tool.type = "function",
+                duration_ms = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
         let started = Instant::now();
         if let Some(events) = events {
             events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });

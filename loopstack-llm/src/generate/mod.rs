@@ -156,22 +156,28 @@ impl LlmGenerateText {
 
         // Named after OpenTelemetry's GenAI conventions, so an OTLP exporter (the
         // `otel` feature) sends what trace backends read: a span `chat {model}`.
-        let span = tracing::info_span!(
-            "loopstack.llm",
-            // Formatted only when the span is recorded.
-            otel.name = tracing::field::display(format_args!("chat {}", options.model)),
-            otel.kind = "client",
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = model.provider(),
-            gen_ai.request.model = %options.model,
-            // The agent that has the conversation (a team's member), else the run's workflow.
-            gen_ai.agent.name = extras.agent.unwrap_or(cx.workflow()),
-            gen_ai.response.model = tracing::field::Empty,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            latency_ms = tracing::field::Empty,
-        );
+        // None when nothing records it: a disabled span costs a call into the logger
+        // at every enter, exit and drop while no subscriber is installed.
+        let span = if tracing::level_enabled!(tracing::Level::INFO) {
+            tracing::info_span!(
+                "loopstack.llm",
+                // Formatted only when the span is recorded.
+                otel.name = tracing::field::display(format_args!("chat {}", options.model)),
+                otel.kind = "client",
+                gen_ai.operation.name = "chat",
+                gen_ai.provider.name = model.provider(),
+                gen_ai.request.model = %options.model,
+                // The agent that has the conversation (a team's member), else the run's workflow.
+                gen_ai.agent.name = extras.agent.unwrap_or(cx.workflow()),
+                gen_ai.response.model = tracing::field::Empty,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                gen_ai.response.finish_reasons = tracing::field::Empty,
+                latency_ms = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
         let started = Instant::now();
         let first = ask(model.as_ref(), &request, cx).instrument(span.clone()).await;
         let (mut response, model, failures, recorded) = match first {
