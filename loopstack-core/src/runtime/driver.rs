@@ -14,23 +14,32 @@ use crate::events::EventKind;
 use crate::store::RunStatus;
 use crate::workflow::Workflow;
 
-pub(super) async fn drive<W: Workflow>(d: Drive<'_, W>) -> Result<RunReport<W::State>, RunError> {
+/// A drive's future. The drive is taken apart before the future is built, so the
+/// future keeps only the parts it uses (an `async fn` would keep the whole `Drive`
+/// beside them): this future is allocated for every run driven, and kept small
+/// enough for the allocator's per-thread cache.
+pub(super) fn drive<W: Workflow>(
+    d: Drive<'_, W>,
+) -> impl std::future::Future<Output = Result<RunReport<W::State>, RunError>> + Send + '_ {
     let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
-    runtime.inner.events().prepare_drive().await;
-    let lease = runtime.inner.drive_lease();
-    // Only a start's preparation is a part of the drive's future (the other modes
-    // are boxed): it ends before the loop starts, so the two share their room.
-    // The prepared run is moved into the loop's future within this block: a local
-    // of the block ends with it, so the drive's future keeps no room for it beside
-    // the loop's (a moved-from local of the whole body would keep its space).
-    let run = {
-        let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
-            Prepared::Ready(ready) => ready,
-            Prepared::Done(report) => return Ok(report),
+    async move {
+        runtime.inner.events().prepare_drive().await;
+        // Only a start's preparation is a part of the drive's future (the other modes
+        // are boxed): it ends before the loop starts, so the two share their room.
+        // The prepared run (and the lease) is moved into the loop's future within this
+        // block: a local of the block ends with it, so the drive's future keeps no
+        // room for it beside the loop's (a moved-from local of the whole body would
+        // keep its space).
+        let run = {
+            let lease = runtime.inner.drive_lease();
+            let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
+                Prepared::Ready(ready) => ready,
+                Prepared::Done(report) => return Ok(report),
+            };
+            run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade)
         };
-        run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade)
-    };
-    run.await
+        run.await
+    }
 }
 
 /// The loop of a prepared drive and how it ended. A plain function that builds the
@@ -79,24 +88,29 @@ fn run_ready<'a, W: Workflow>(
         tracing::Span::none()
     };
     crate::trace::join(&span, run_id, trace_parent.as_deref());
+    // Built here and moved in whole: the future keeps its fields once, not also as
+    // the locals they were built from.
+    let mut run_loop = RunLoop {
+        wf,
+        epoch,
+        max_steps,
+        watch_cancellation,
+        lease,
+        lease_until,
+        own_signal,
+        place_since,
+        clock: runtime.inner.clock(),
+        parent,
+        children,
+    };
     async move {
-        let mut run_loop = RunLoop {
-            wf,
-            epoch,
-            max_steps,
-            watch_cancellation,
-            lease: lease.as_ref(),
-            lease_until,
-            own_signal,
-            place_since,
-            clock: runtime.inner.clock(),
-            parent: parent.as_ref(),
-            children,
-        };
-        let outcome = run_loop.run(&mut state, &mut cx).await;
+        // Boxed: with it, this future would be too big for the allocator's per-thread
+        // cache, and every drive's allocation would take its slow path.
+        let outcome = Box::pin(run_loop.run(&mut state, &mut cx)).await;
         // A function of its own: its locals share the loop's room in this future.
-        let outcome = end_drive(runtime, &cx, name, epoch, parent.as_ref(), cascade, outcome).await?;
-        Ok(RunReport { run_id, outcome, state, steps: cx.step })
+        let parent = run_loop.parent.as_ref();
+        let outcome = end_drive(runtime, &cx, name, run_loop.epoch, parent, cascade, outcome).await?;
+        Ok(RunReport { run_id, outcome, state: *state, steps: cx.step })
     }
     .instrument(span)
 }
@@ -113,7 +127,6 @@ async fn end_drive(
     cascade: bool,
     mut outcome: Result<RunOutcome, RunError>,
 ) -> Result<RunOutcome, RunError> {
-    let run_id = cx.run_id;
     // Whether this drive's write of the run's failure was refused: then the run
     // did not end, and nothing else of its end may happen (its children, and
     // the events, may be another driver's by now).
@@ -138,31 +151,10 @@ async fn end_drive(
             tracing::warn!(error = %e, "another driver owns this run; this drive stops");
         }
         Err(e) => {
-            let error = runtime.inner.redact_text(&e.to_string()).into_owned();
-            tracing::warn!(%error, "run failed");
-            let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
-            let fence = crate::store::Fence { epoch, step: cx.step };
-            let notify = parent.and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-            match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
-                Ok(()) => {
-                    cx.emit(|| EventKind::Finished {
-                        status,
-                        error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()),
-                    });
-                    // Its children go with it.
-                    // Boxed: only a failed run has it, and its future would sit in every run's.
-                    Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;
-                }
-                // Another driver owns the run now: that is this drive's outcome.
-                Err(store_err) if store_err.is_lost_run() => {
-                    tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
-                    (end_refused, lost) = (true, Some(store_err));
-                }
-                Err(store_err) => {
-                    tracing::error!(error = %store_err, "could not record the run's failure");
-                    end_refused = true;
-                }
-            }
+            // Boxed: only a failed run takes this path, and its locals (the error's
+            // text, the store's write, the parent's signal) would sit in every drive's
+            // future.
+            (end_refused, lost) = Box::pin(record_failure(runtime, cx, name, epoch, parent, e)).await;
         }
     }
     if let Some(lost) = lost {
@@ -181,4 +173,43 @@ async fn end_drive(
         Box::pin(super::wake_parent(runtime, parent.run_id)).await;
     }
     outcome
+}
+
+/// Records the failure `e` of run `cx`'s drive (its children are cancelled with it):
+/// whether the store refused the write, and the error of a drive that lost the run.
+async fn record_failure(
+    runtime: &Runtime,
+    cx: &RunContext,
+    name: &'static str,
+    epoch: u64,
+    parent: Option<&crate::children::Parent>,
+    e: &RunError,
+) -> (bool, Option<crate::error::StoreError>) {
+    let run_id = cx.run_id;
+    let error = runtime.inner.redact_text(&e.to_string()).into_owned();
+    tracing::warn!(%error, "run failed");
+    let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
+    let fence = crate::store::Fence { epoch, step: cx.step };
+    let notify = parent.and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
+    match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
+        Ok(()) => {
+            cx.emit(|| EventKind::Finished {
+                status,
+                error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()),
+            });
+            // Its children go with it.
+            // Boxed: only a failed run has it, and its future would sit in every run's.
+            Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;
+            (false, None)
+        }
+        // Another driver owns the run now: that is this drive's outcome.
+        Err(store_err) if store_err.is_lost_run() => {
+            tracing::warn!(error = %store_err, "another driver owns this run; this drive stops");
+            (true, Some(store_err))
+        }
+        Err(store_err) => {
+            tracing::error!(error = %store_err, "could not record the run's failure");
+            (true, None)
+        }
+    }
 }

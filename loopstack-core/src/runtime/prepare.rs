@@ -34,7 +34,10 @@ pub(super) struct Ready<S> {
     /// All the loop needs of the claimed record.
     pub(super) run: ClaimedRun,
     pub(super) place: &'static str,
-    pub(super) state: S,
+    /// Boxed: the state of an agent is some 600 bytes, and a drive's future kept it
+    /// beside the loop's, which made the future too big for the allocator's
+    /// per-thread cache (every run started took its slow path).
+    pub(super) state: Box<S>,
     pub(super) documents: Vec<Arc<Document>>,
     /// The typed values of the documents a run just created saved (none when an
     /// earlier drive committed the checkpoint).
@@ -78,7 +81,7 @@ impl<S> Ready<S> {
         Self {
             run,
             place,
-            state,
+            state: Box::new(state),
             documents,
             shared: Vec::new(),
             own_signal: None,
@@ -218,6 +221,8 @@ async fn start<W: Workflow>(
     let store = runtime.inner.store();
     let run_id = run_id.unwrap_or_default();
     let super::state::Created { state, new, shared } = super::state::create(runtime, wf, input, run_id)?;
+    // Boxed before the store is awaited, so this future does not hold it either.
+    let state = Box::new(state);
     let documents = new.documents.clone();
     let mut new = crate::trace::traced(new);
     if let Some(l) = new_lease(runtime, lease) {

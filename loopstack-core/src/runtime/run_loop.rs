@@ -137,7 +137,7 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) epoch: u64,
     pub(super) max_steps: u64,
     pub(super) watch_cancellation: bool,
-    pub(super) lease: Option<&'a super::shared::LeaseCfg>,
+    pub(super) lease: Option<super::shared::LeaseCfg>,
     /// Until when the lease holds, as this drive last wrote it (a heartbeat may have
     /// moved it on since): what a commit renews it from.
     pub(super) lease_until: Option<Timestamp>,
@@ -148,7 +148,7 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) place_since: Timestamp,
     pub(super) clock: &'a super::Clock,
     /// The parent to tell, in the commit that ends the run.
-    pub(super) parent: Option<&'a Parent>,
+    pub(super) parent: Option<Parent>,
     /// Children this drive started and has not driven yet (for a resumed run, also
     /// those its dead drive left queued or running).
     pub(super) children: Vec<StartedChild>,
@@ -161,7 +161,7 @@ impl<W: Workflow> RunLoop<'_, W> {
     /// renewal fails; the commits of a short run leave it, and the store's index of
     /// leases, as they are.
     fn renewed_lease(&self, at: Timestamp) -> Option<Timestamp> {
-        let lease = self.lease?;
+        let lease = self.lease.as_ref()?;
         let fresh = at + (lease.duration - lease.duration / 6);
         self.lease_until.is_none_or(|until| until < fresh).then(|| at + lease.duration)
     }
@@ -227,7 +227,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation().clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
+            let store = self.lease.as_ref().map(|l| (cx.runtime.inner.store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -300,7 +300,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
             };
             let status = if t.to == END { RunStatus::Completed } else { RunStatus::Running };
-            let notify = match self.parent {
+            let notify = match &self.parent {
                 Some(parent) if t.to == END => child_ended(parent, run_id, name, status, Some(&value), None),
                 _ => None,
             };
@@ -410,7 +410,7 @@ impl<W: Workflow> RunLoop<'_, W> {
     async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
         let token = self.watch_cancellation.then(|| cx.cancellation().clone());
-        let store = self.lease.map(|l| (cx.runtime.inner.store().clone(), l.duration));
+        let store = self.lease.as_ref().map(|l| (cx.runtime.inner.store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),
             run_id,

@@ -424,6 +424,11 @@ impl ToolContext {
 /// [`ToolErrorKind::InvalidArguments`] error whose text says what was wrong and where.
 pub fn parse_tool_arguments<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
     let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    // Read first without tracking the path (which copies every key on the way): only
+    // arguments that do not fit are read again, for the path the error names.
+    if let Ok(parsed) = T::deserialize(&args) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();

@@ -11,10 +11,10 @@ impl LlmDelegateToolCalls {
 
     /// Runs the calls not in `options.denied` without saving anything; denied calls
     /// get their error result.
-    pub async fn run_with(
+    pub async fn run_with<'m>(
         &self,
         cx: &RunContext,
-        message: &Message,
+        message: &'m Message,
         offered: &[String],
         options: &CallOptions<'_>,
     ) -> DelegateResult {
@@ -42,32 +42,41 @@ impl LlmDelegateToolCalls {
         let renamed = duplicate_ids(message);
         // The futures are made first and streamed second: a closure inside the stream
         // would make the future's `Send` bound fail to hold for all lifetimes.
-        let calls: Vec<_> = message
-            .tool_uses()
-            .enumerate()
-            .map(|(index, call)| {
-                let duplicate = renamed.iter().find(|(i, _)| *i == index).map(|(_, id)| id.as_str());
-                let mut tcx = ToolContext::new(call.id.clone(), call.name.clone())
-                    .with_index(index)
-                    .with_run_id(run_id)
-                    .with_step(step)
-                    .with_cancellation(cancellation.clone());
-                if !cx.runtime().secrets().is_empty() {
-                    tcx = tcx.with_secrets(cx.runtime().secrets().clone());
+        let call_future = |(index, call): (usize, &'m ToolUse)| {
+            let duplicate = renamed.iter().find(|(i, _)| *i == index).map(|(_, id)| id.as_str());
+            let mut tcx = ToolContext::new(call.id.clone(), call.name.clone())
+                .with_index(index)
+                .with_run_id(run_id)
+                .with_step(step)
+                .with_cancellation(cancellation.clone());
+            if !cx.runtime().secrets().is_empty() {
+                tcx = tcx.with_secrets(cx.runtime().secrets().clone());
+            }
+            // Only tools that start runs carry the runtime and the state.
+            if self.tools.spec(&call.name).is_some_and(|s| s.options.needs_run) {
+                tcx = tcx.with_runtime(cx.runtime().clone());
+                if let Some(state) = options.state {
+                    tcx = tcx.with_parent_state(state.clone());
                 }
-                // Only tools that start runs carry the runtime and the state.
-                if self.tools.spec(&call.name).is_some_and(|s| s.options.needs_run) {
-                    tcx = tcx.with_runtime(cx.runtime().clone());
-                    if let Some(state) = options.state {
-                        tcx = tcx.with_parent_state(state.clone());
-                    }
-                }
-                let denial = denied.iter().find(|d| d.call_id == call.id);
-                let answer = options.answered.iter().find(|a| a.tool_use_id == call.id);
-                let batch = Batch { offered, exclusive: &exclusive, events: events.as_ref() };
-                self.run_one(call, tcx, batch, duplicate, denial, answer).map(move |result| (index, result))
-            })
-            .collect();
+            }
+            let denial = denied.iter().find(|d| d.call_id == call.id);
+            let answer = options.answered.iter().find(|a| a.tool_use_id == call.id);
+            let batch = Batch { offered, exclusive: &exclusive, events: events.as_ref() };
+            self.run_one(call, tcx, batch, duplicate, denial, answer).map(move |result| (index, result))
+        };
+        let count = message.tool_uses().count();
+        if count == 1 && self.policy != ErrorPolicy::FailFast {
+            // A single call needs no machinery. Boxed: held inline, its future would
+            // make this one (and the agent's step that holds it) too big for the
+            // allocator's per-thread cache.
+            let call = message.tool_uses().enumerate().next().expect("one call");
+            let (_, result) = Box::pin(call_future(call)).await;
+            return self.result_of(message, vec![result]);
+        }
+        // As many as there are calls: collected from a filter, the vector would take
+        // room for four futures at least.
+        let mut calls = Vec::with_capacity(count);
+        calls.extend(message.tool_uses().enumerate().map(call_future));
         // Unordered, so one slow call does not hold back the start of later ones; the
         // results are put back in call order below. A single call needs no machinery.
         let mut indexed: Vec<(usize, ToolCallResult)> = if self.policy == ErrorPolicy::FailFast {
@@ -82,13 +91,15 @@ impl LlmDelegateToolCalls {
                 }
             }
             done
-        } else if calls.len() == 1 {
-            futures::future::join_all(calls).await
         } else {
             futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await
         };
         indexed.sort_unstable_by_key(|(index, _)| *index);
-        let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
+        self.result_of(message, indexed.into_iter().map(|(_, result)| result).collect())
+    }
+
+    /// How the calls of `message` went: `results`, in call order.
+    fn result_of(&self, message: &Message, results: Vec<ToolCallResult>) -> DelegateResult {
         let error_count = results.iter().filter(|r| r.is_error).count();
         let all_completed = results.len() == message.tool_uses().count() && results.iter().all(|r| r.pending.is_none());
         DelegateResult { all_completed, error_count, results, unknown_outcome: Vec::new() }
@@ -124,26 +135,33 @@ impl LlmDelegateToolCalls {
             .collect()
     }
 
-    pub(super) async fn run_one(
-        &self,
-        call: &ToolUse,
+    /// One call's future: its denial, its given answer or its duplicate id's error
+    /// at once, else the run of the tool. A plain function that builds the future:
+    /// an `async fn` keeps each argument twice (the parameter and the local it is moved
+    /// to), and the call's context is the biggest. This future is allocated for every
+    /// call, and kept small enough for the allocator's per-thread cache: it holds the
+    /// context once, and lends it to the tool's run.
+    pub(super) fn run_one<'a>(
+        &'a self,
+        call: &'a ToolUse,
         cx: ToolContext,
-        Batch { offered, exclusive, events }: Batch<'_>,
-        duplicate: Option<&str>,
-        denial: Option<&ToolDenial>,
-        answer: Option<&ToolCallResult>,
-    ) -> ToolCallResult {
+        Batch { offered, exclusive, events }: Batch<'a>,
+        duplicate: Option<&'a str>,
+        denial: Option<&'a ToolDenial>,
+        answer: Option<&'a ToolCallResult>,
+    ) -> impl std::future::Future<Output = ToolCallResult> + Send + 'a {
+        use futures::future::Either;
         if let Some(denial) = denial {
             tracing::info!(tool = %call.name, call_id = %call.id, "tool call denied");
-            return ToolCallResult::error(&call.id, &call.name, denial.result_text());
+            return Either::Left(std::future::ready(ToolCallResult::error(&call.id, &call.name, denial.result_text())));
         }
         if let Some(answer) = answer {
             tracing::info!(tool = %call.name, call_id = %call.id, "tool call answered without running it");
-            return answer.clone();
+            return Either::Left(std::future::ready(answer.clone()));
         }
         if let Some(new_id) = duplicate {
             tracing::warn!(tool = %call.name, call_id = %call.id, new_id, "a tool call repeats the id of an earlier call");
-            return ToolCallResult::error(
+            return Either::Left(std::future::ready(ToolCallResult::error(
                 new_id,
                 &call.name,
                 format!(
@@ -151,62 +169,67 @@ impl LlmDelegateToolCalls {
                      and every call needs an id of its own",
                     call.name, call.id
                 ),
-            );
+            )));
         }
-        // Named after OpenTelemetry's GenAI conventions: a span `execute_tool {name}`.
-        // None when nothing records it: a disabled span costs a call into the logger
-        // at every enter, exit and drop while no subscriber is installed.
-        let span = if tracing::level_enabled!(tracing::Level::INFO) {
-            tracing::info_span!(
-                "loopstack.tool",
-                otel.name = tracing::field::display(format_args!("execute_tool {}", call.name)),
-                gen_ai.operation.name = "execute_tool",
-                gen_ai.tool.name = %call.name,
-                gen_ai.tool.call.id = %call.id,
-                gen_ai.tool.type = "function",
-                duration_ms = tracing::field::Empty,
-                outcome = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-            )
-        } else {
-            tracing::Span::none()
-        };
-        let started = Instant::now();
-        if let Some(events) = events {
-            events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });
-        }
-        let secrets = cx.secrets().cloned();
-        let mut output = self.execute(call, cx, offered, exclusive).instrument(span.clone()).await;
-        // The runtime's secrets never reach the model, the documents or the log.
-        if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
-            redact_output(&secrets, &mut output);
-        }
-        let duration = started.elapsed();
-        if let Some(events) = events {
-            events.emit(|| EventKind::ToolCallFinished {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                duration,
-                error: output.is_error.then(|| output.to_text().into_owned()),
-            });
-        }
-        if !span.is_disabled() {
-            span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
-            span.record("outcome", if output.is_error { "error" } else { "ok" });
-        }
-        if output.is_error {
-            span.record("otel.status_code", "ERROR");
-            span.record("error.type", "tool_error");
-            span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
-        }
-        ToolCallResult::new(&call.id, &call.name, output)
+        Either::Right(async move {
+            // Named after OpenTelemetry's GenAI conventions: a span `execute_tool {name}`.
+            // None when nothing records it: a disabled span costs a call into the logger
+            // at every enter, exit and drop while no subscriber is installed.
+            let span = if tracing::level_enabled!(tracing::Level::INFO) {
+                tracing::info_span!(
+                    "loopstack.tool",
+                    otel.name = tracing::field::display(format_args!("execute_tool {}", call.name)),
+                    gen_ai.operation.name = "execute_tool",
+                    gen_ai.tool.name = %call.name,
+                    gen_ai.tool.call.id = %call.id,
+                    gen_ai.tool.type = "function",
+                    duration_ms = tracing::field::Empty,
+                    outcome = tracing::field::Empty,
+                    otel.status_code = tracing::field::Empty,
+                    error.type = tracing::field::Empty,
+                )
+            } else {
+                tracing::Span::none()
+            };
+            let started = Instant::now();
+            if let Some(events) = events {
+                events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });
+            }
+            // The context is lent, not moved, to the tool's run: this future holds it once.
+            let mut output = self.execute(call, &cx, offered, exclusive).instrument(span.clone()).await;
+            // The runtime's secrets never reach the model, the documents or the log.
+            if let Some(secrets) = cx.secrets().filter(|s| !s.is_empty()) {
+                redact_output(secrets, &mut output);
+            }
+            let duration = started.elapsed();
+            if let Some(events) = events {
+                events.emit(|| EventKind::ToolCallFinished {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    duration,
+                    error: output.is_error.then(|| output.to_text().into_owned()),
+                });
+            }
+            if !span.is_disabled() {
+                span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
+                span.record("outcome", if output.is_error { "error" } else { "ok" });
+            }
+            if output.is_error {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", "tool_error");
+                span.in_scope(|| tracing::warn!(content = %output.to_text(), "tool call failed"));
+            }
+            ToolCallResult::new(&call.id, &call.name, output)
+        })
     }
 
+    /// The run of one call's tool, with its checks, lock, timeout and panic guard. It
+    /// borrows the call's context (see [`Self::run_one`]); a call run in a task of its
+    /// own takes a copy.
     pub(super) async fn execute(
         &self,
         call: &ToolUse,
-        cx: ToolContext,
+        cx: &ToolContext,
         offered: &[String],
         exclusive: &RwLock<()>,
     ) -> ToolOutput {
@@ -235,14 +258,13 @@ impl LlmDelegateToolCalls {
         } else {
             futures::future::Either::Right(exclusive.write().await)
         };
-        let registry = self.tools.clone();
-        let (tool, input) = (name.to_owned(), call.input.clone());
-        let invocation = async move { registry.call(&tool, input, &cx).await };
         let finished = if self.isolate.unwrap_or_else(in_own_task) && multi_thread() {
             // In a task of its own, so the timeout fires here even while the tool
             // blocks the worker thread it runs on: the call gets its error result on
             // time. The task is aborted (at its next await) once this future stops
             // waiting for it: on the timeout, or when dropped, as on cancellation.
+            let (registry, tool, input, cx) = (self.tools.clone(), name.to_owned(), call.input.clone(), cx.clone());
+            let invocation = async move { registry.call(&tool, input, &cx).await };
             let mut task = AbortOnDrop(tokio::spawn(invocation.in_current_span()));
             match tokio::time::timeout(timeout, &mut task.0).await {
                 Err(_) => None,
@@ -250,6 +272,7 @@ impl LlmDelegateToolCalls {
                 Ok(Err(join)) => Some(Err(join.try_into_panic().ok())),
             }
         } else {
+            let invocation = self.tools.call(name, call.input.clone(), cx);
             tokio::time::timeout(timeout, AssertUnwindSafe(invocation).catch_unwind())
                 .await
                 .ok()
