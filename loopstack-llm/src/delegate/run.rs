@@ -191,7 +191,8 @@ impl LlmDelegateToolCalls {
             } else {
                 tracing::Span::none()
             };
-            let started = Instant::now();
+            // The clock is read only for someone who is told the call's duration.
+            let started = (events.is_some() || !span.is_disabled()).then(Instant::now);
             if let Some(events) = events {
                 events.emit(|| EventKind::ToolCallStarted { call_id: call.id.clone(), name: call.name.clone() });
             }
@@ -201,7 +202,7 @@ impl LlmDelegateToolCalls {
             if let Some(secrets) = cx.secrets().filter(|s| !s.is_empty()) {
                 redact_output(secrets, &mut output);
             }
-            let duration = started.elapsed();
+            let duration = started.map_or(Duration::ZERO, |started| started.elapsed());
             if let Some(events) = events {
                 events.emit(|| EventKind::ToolCallFinished {
                     call_id: call.id.clone(),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use loopstack_core::{DocumentType, EventKind, RunContext, SaveOptions, ToolRegistry, ToolSpec};
@@ -178,7 +178,8 @@ impl LlmGenerateText {
         } else {
             tracing::Span::none()
         };
-        let started = Instant::now();
+        // The clock is read only for a span that records the latency.
+        let started = (!span.is_disabled()).then(Instant::now);
         let first = ask(model.as_ref(), &request, cx).instrument(span.clone()).await;
         let (mut response, model, failures, recorded) = match first {
             Ok(response) => (response, model, Vec::new(), record(&request, cx)),
@@ -205,7 +206,8 @@ impl LlmGenerateText {
             span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(response.usage.input_tokens));
             span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(response.usage.output_tokens));
             span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
-            span.record("latency_ms", crate::usage::as_i64(started.elapsed().as_millis()));
+            let latency = started.map_or(Duration::ZERO, |started| started.elapsed());
+            span.record("latency_ms", crate::usage::as_i64(latency.as_millis()));
         }
 
         let provider = model.provider();
