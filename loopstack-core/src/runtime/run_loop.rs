@@ -179,7 +179,10 @@ impl<W: Workflow> RunLoop<'_, W> {
         loop {
             let from = cx.place;
             let fence = Fence { epoch: self.epoch, step: cx.step };
-            let (index, payload, signal) = match route(wf, from, state, run_id)? {
+            // A statement of its own: as the `match`'s scrutinee, the `?`'s result would
+            // be a temporary held across every await of the arms, in every run's future.
+            let routed = route(wf, from, state, run_id)?;
+            let (index, payload, signal) = match routed {
                 Route::End => {
                     // Children started and not waited for still run to their end or
                     // first wait here, rather than stay queued without a driver.
