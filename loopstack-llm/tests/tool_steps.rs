@@ -59,19 +59,21 @@ fn expected(rows: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
     rows.iter().map(|(t, f, p)| ((*t).to_owned(), (*f).to_owned(), (*p).to_owned())).collect()
 }
 
+/// The steps of a run whose one batch of calls took one step.
+fn one_step() -> Vec<(String, String, String)> {
+    expected(&[
+        ("llm_turn", "start", "prompt_executed"),
+        ("run_tool_calls", "prompt_executed", "ready"),
+        ("llm_turn", "ready", "prompt_executed"),
+        ("respond", "prompt_executed", "end"),
+    ])
+}
+
 #[tokio::test]
 async fn calls_that_complete_within_their_step_go_back_to_the_model_in_that_step() {
     let plain = Probe { options: ToolOptions::new(), pending: false };
     let agent = Agent::new(model(), "m", tools(plain));
-    assert_eq!(
-        steps(&Runtime::new(), &agent).await,
-        expected(&[
-            ("llm_turn", "start", "prompt_executed"),
-            ("run_tool_calls", "prompt_executed", "ready"),
-            ("llm_turn", "ready", "prompt_executed"),
-            ("respond", "prompt_executed", "end"),
-        ])
-    );
+    assert_eq!(steps(&Runtime::new(), &agent).await, one_step());
 }
 
 #[tokio::test]
@@ -100,16 +102,7 @@ async fn an_agent_with_a_tool_that_may_wait_passes_awaiting_tools() {
     let at_most_once = Probe { options: ToolOptions::new().effect(Effect::AtMostOnce), pending: false };
     let plain = Probe { options: ToolOptions::new(), pending: false };
     let agent = Agent::new(model(), "m", tools(at_most_once)).delegate(LlmDelegateToolCalls::new(tools(plain)));
-    assert_eq!(
-        steps(&Runtime::new(), &agent).await,
-        expected(&[
-            ("llm_turn", "start", "prompt_executed"),
-            ("run_tool_calls", "prompt_executed", "ready"),
-            ("llm_turn", "ready", "prompt_executed"),
-            ("respond", "prompt_executed", "end"),
-        ]),
-        "a delegate of plain tools"
-    );
+    assert_eq!(steps(&Runtime::new(), &agent).await, one_step(), "a delegate of plain tools");
 }
 
 #[tokio::test]
