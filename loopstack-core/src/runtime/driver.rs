@@ -104,8 +104,9 @@ fn run_ready<'a, W: Workflow>(
         children,
     };
     async move {
-        // Boxed: with it, this future would be too big for the allocator's per-thread
-        // cache, and every drive's allocation would take its slow path.
+        // Boxed: held inline, the loop's future would make this one too big for the
+        // allocator's per-thread cache, and every drive's allocation would take its
+        // slow path.
         let outcome = Box::pin(run_loop.run(&mut state, &mut cx)).await;
         // A function of its own: its locals share the loop's room in this future.
         let parent = run_loop.parent.as_ref();

@@ -78,7 +78,7 @@ impl LlmDelegateToolCalls {
         let mut calls = Vec::with_capacity(count);
         calls.extend(message.tool_uses().enumerate().map(call_future));
         // Unordered, so one slow call does not hold back the start of later ones; the
-        // results are put back in call order below. A single call needs no machinery.
+        // results are put back in call order below.
         let mut indexed: Vec<(usize, ToolCallResult)> = if self.policy == ErrorPolicy::FailFast {
             // Stop at the first failure; dropping the stream drops the calls in flight.
             let mut stream = futures::stream::iter(calls).buffer_unordered(self.concurrency);
