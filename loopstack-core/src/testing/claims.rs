@@ -227,3 +227,62 @@ pub(super) async fn a_worker_drives_submitted_runs_and_fires_due_timers_once(sto
         store.history(submitted[1]).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
     assert_eq!(steps, ["begin", "expire", "close"], "the timer fired exactly once");
 }
+
+/// A commit moves the run to the status it names, whatever status it had, and keeps
+/// the lease it had unless it renews it; a run whose kept lease runs out is claimed
+/// (stores may write the common step, running to running under the same lease,
+/// another way: this is what both ways must do).
+pub(super) async fn a_commit_sets_its_status_and_keeps_or_renews_the_lease(store: &Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let secs = std::time::Duration::from_secs;
+    let until = now + secs(60);
+    let new = NewRun::new(RunId::new(), "leased commits", "h", json_raw(json!({"n": 0})));
+    let run = store.create_run(new.lease(Lease { owner: "w".into(), until })).await.unwrap();
+    let mut fence = run.fence();
+    for step in 1..=2_u64 {
+        let record = StepRecord::new(step, "work", "ready", "ready");
+        store
+            .commit(Checkpoint::new(run.run_id, fence, record, RunStatus::Running, json_raw(json!({"n": step}))))
+            .await
+            .unwrap();
+        fence.step = step;
+        let read = store.load_run(run.run_id).await.unwrap();
+        assert_eq!((read.status, read.step, &*read.place), (RunStatus::Running, step, "ready"));
+        assert_eq!((read.lease_owner.as_deref(), read.lease_until), (Some("w"), Some(until)), "the lease is kept");
+    }
+    let later = until + secs(60);
+    let mut renewing = Checkpoint::new(
+        run.run_id,
+        fence,
+        StepRecord::new(3, "work", "ready", "ready"),
+        RunStatus::Running,
+        json_raw(json!({"n": 3})),
+    );
+    renewing.lease_until = Some(later);
+    store.commit(renewing).await.unwrap();
+    fence.step = 3;
+    assert_eq!(store.load_run(run.run_id).await.unwrap().lease_until, Some(later), "the lease is renewed");
+    let other = Lease { owner: "other".into(), until: later + secs(30) };
+    let names = v1(&["leased commits"]);
+    assert!(store.claim_runnable(&names, &other, until + secs(1), 10).await.unwrap().is_empty(), "a live lease");
+    let claimed = store.claim_runnable(&names, &other, later + secs(1), 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| (r.run_id, r.step)).collect::<Vec<_>>(), [(run.run_id, 3)], "lease ran out");
+    let late = Checkpoint::new(run.run_id, fence, StepRecord::new(4, "work", "ready", "ready"), RunStatus::Running, {
+        json_raw(json!({"n": 4}))
+    });
+    let err = store.commit(late).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "the driver whose lease ran out is fenced: {err:?}");
+
+    // A queued run committed as running becomes running, and one committed as
+    // waiting becomes waiting.
+    let queued = store.create_run(NewRun::new(RunId::new(), "queued commits", "h", json_raw(json!({}))).queued());
+    let queued = queued.await.unwrap();
+    let mut fence = queued.fence();
+    for (step, status) in [(1_u64, RunStatus::Running), (2, RunStatus::Waiting), (3, RunStatus::Running)] {
+        let record = StepRecord::new(step, "work", "ready", "ready");
+        store.commit(Checkpoint::new(queued.run_id, fence, record, status, json_raw(json!({})))).await.unwrap();
+        fence.step = step;
+        let read = store.load_run(queued.run_id).await.unwrap();
+        assert_eq!((read.status, read.step), (status, step), "step {step}");
+    }
+}

@@ -174,6 +174,16 @@ pub(crate) const COMMIT_RUN: &str = concat!(
     unfinished!()
 );
 
+/// SQLite's commit of a step that leaves a running run running with its lease: the
+/// run row's step and place, and nothing of what its indexes hold. SQLite rewrites
+/// an index's entry whenever an `UPDATE` sets a column the index holds or its `WHERE`
+/// reads, even to the value it had: [`COMMIT_RUN`], which sets `status` and
+/// `lease_until`, wrote `runs_leased`'s page at every step (a fifth of a W4 run's
+/// WAL frames). No row when the run is not `running` (then [`COMMIT_RUN`] decides).
+#[cfg(feature = "sqlite")]
+pub(crate) const COMMIT_STEP: &str = "UPDATE runs SET step = $4, place = $5, updated_at = $6, place_since = $6 \
+            WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status = 'running'";
+
 /// A migration's commit moves the run row to its new version and table, in the
 /// commit's transaction and behind the same fence.
 pub(crate) const MIGRATE_RUN: &str =

@@ -405,8 +405,8 @@ impl loopstack_core::Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use crate::sql::queries::{
-        COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT,
-        INSERT_RUN, PARK, SELECT_RUN, SET_STATUS,
+        COMMIT_CHECKPOINT, COMMIT_RUN, COMMIT_STEP, DELIVER_SIGNAL, HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT,
+        INSERT_DOCUMENT, INSERT_RUN, PARK, SELECT_RUN, SET_STATUS,
     };
 
     /// A statement run again while it runs (a read inside a read of its rows) is
@@ -446,6 +446,27 @@ mod tests {
         assert!(matches!(missing, Err(loopstack_core::StoreError::RunNotFound(id)) if id == run_id));
     }
 
+    /// The commit of a step that keeps a run running under its lease writes the run
+    /// row alone: no index entry of it (SQLite rewrites an index's entry when an
+    /// `UPDATE` sets a column the index holds or its `WHERE` reads, even unchanged).
+    #[test]
+    fn the_commit_of_a_running_step_writes_no_index_of_the_runs() {
+        let conn = super::conn::open_for_test(super::MIGRATIONS);
+        let index_writes = |sql: &str| -> usize {
+            let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+            let mut rows = stmt.raw_query();
+            let mut writes = 0;
+            while let Some(row) = rows.next().unwrap() {
+                writes += usize::from(matches!(row.get::<_, String>(1).unwrap().as_str(), "IdxInsert" | "IdxDelete"));
+            }
+            writes
+        };
+        assert_eq!(index_writes(COMMIT_STEP), 0, "{COMMIT_STEP}");
+        // The statement for every other commit does rewrite index entries (the lease's,
+        // the queued runs', the waiting runs'): the test reads what it means to.
+        assert!(index_writes(COMMIT_RUN) >= 3, "{COMMIT_RUN}");
+    }
+
     /// The statements of every run's steps build no temporary B-tree per execution
     /// (`OpenEphemeral`: SQLite's way with `x IN (a, b, c)` and `NOT IN`), which
     /// cost each commit a page cache of its own, opened, zeroed and closed. (Sending
@@ -459,6 +480,7 @@ mod tests {
             ("SELECT_RUN", SELECT_RUN),
             ("COMMIT_CHECKPOINT", COMMIT_CHECKPOINT),
             ("COMMIT_RUN", COMMIT_RUN),
+            ("COMMIT_STEP", COMMIT_STEP),
             ("INSERT_DOCUMENT", INSERT_DOCUMENT),
             ("SET_STATUS", SET_STATUS),
             ("PARK", PARK),

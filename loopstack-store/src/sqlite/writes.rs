@@ -14,9 +14,9 @@ use loopstack_core::{
 use super::conn::{Conn, exec, exec_raw, is_unique_violation, query, query_one, write};
 use super::reads::{checkpoint, exists, load, with_state};
 use crate::sql::queries::{
-    CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN, HAS_PENDING,
-    HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL, PARK,
-    REJECT_PENDING, SET_STATUS,
+    CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, COMMIT_STEP, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN,
+    HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL,
+    PARK, REJECT_PENDING, SET_STATUS,
 };
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{LastState, LastStates, corrupt, status_set, to_i64};
@@ -273,6 +273,14 @@ fn write_step(
     };
     if fenced {
         return Ok(false);
+    }
+    // The checkpoint's insert checked the fence: the row is there, unfinished. Most
+    // steps leave it running under the lease it has, and write only its step.
+    if status == RunStatus::Running
+        && lease_until.is_none()
+        && exec(conn, COMMIT_STEP, &[&run_id.0, &epoch, &from, &to, &t.to, &at])? != 0
+    {
+        return Ok(true);
     }
     let until = lease_until.map(Timestamp::as_millis);
     let done = exec(conn, COMMIT_RUN, &[&run_id.0, &epoch, &from, &to, &t.to, &status.as_str(), &at, &until])?;
