@@ -62,8 +62,116 @@ fn members(json: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     serde_json::from_str::<Members<'_>>(json).ok().map(|m| m.0)
 }
 
+/// [`members`] of a JSON object as serde_json writes it (no whitespace between its
+/// members), found by scanning for the ends of strings and brackets rather than by
+/// parsing: what a commit's patch reads of two states it just serialized. `None` for
+/// anything else, or a key with escapes (which [`members`] unescapes): then
+/// [`members`] reads it. The values' texts are not checked: the text is JSON.
+fn written_members(json: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+    let b = json.as_bytes();
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(8);
+    if b.get(1) == Some(&b'}') {
+        return (b.len() == 2).then_some(out);
+    }
+    let mut i = 1;
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let end = string_end(b, i)?;
+        let key = json.get(i + 1..end)?;
+        if key.contains('\\') {
+            return None;
+        }
+        if b.get(end + 1) != Some(&b':') {
+            return None;
+        }
+        let start = end + 2;
+        let after = value_end(b, start)?;
+        out.push((Cow::Borrowed(key), json.get(start..after)?));
+        match b.get(after) {
+            Some(b',') => i = after + 1,
+            Some(b'}') if after + 1 == b.len() => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// The index of the quote that closes the string whose opening quote is at `start`.
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i] == b'"' {
+            return Some(i);
+        }
+        // A backslash and the byte it escapes.
+        i += 2;
+    }
+}
+
+/// The index just after the value that starts at `start`.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    match *b.get(start)? {
+        b'"' => Some(string_end(b, start)? + 1),
+        b'{' | b'[' => {
+            let (mut depth, mut i) = (0_usize, start);
+            loop {
+                match *b.get(i)? {
+                    b'"' => i = string_end(b, i)?,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        // A number, `true`, `false` or `null`: up to the member's end.
+        _ => {
+            let len = b.get(start..)?.iter().position(|&c| matches!(c, b',' | b'}' | b']'))?;
+            let text = &b[start..start + len];
+            (len > 0 && !text.iter().any(u8::is_ascii_whitespace)).then_some(start + len)
+        }
+    }
+}
+
+/// [`written_members`], or else [`members`].
+fn state_members(json: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+    written_members(json).or_else(|| Some(members(json)?.into_iter().map(|(k, v)| (k, v.get())).collect()))
+}
+
+/// Writes a member's index in decimal.
+fn push_index(out: &mut String, mut n: usize) {
+    let mut digits = [0_u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
+/// Writes `key` as serde_json writes a string.
 fn push_key(out: &mut String, key: &str) {
-    out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+    if key.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+    }
 }
 
 /// A checkpoint's state as a patch of the state before it, when both are JSON
@@ -75,16 +183,18 @@ fn push_key(out: &mut String, key: &str) {
 /// wrote it (every state the runtime checkpoints; a key escaped otherwise, such as
 /// `\u00e9` for `é`, comes back as serde_json escapes it).
 pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
-    let (base, members_next) = (members(base)?, members(next)?);
+    let (base, members_next) = (state_members(base)?, state_members(next)?);
     // Each member of `next`: the index of an equal base member, or its own text.
     let mut entries: Vec<Result<usize, (&str, &str)>> = Vec::with_capacity(members_next.len());
     for (key, value) in &members_next {
-        match base.iter().position(|(k, v)| k == key && v.get() == value.get()) {
+        match base.iter().position(|(k, v)| k == key && v == value) {
             Some(i) => entries.push(Ok(i)),
-            None => entries.push(Err((key, value.get()))),
+            None => entries.push(Err((key, value))),
         }
     }
-    let mut out = String::from("[");
+    // A patch longer than the state is not kept: room for that much is room enough.
+    let mut out = String::with_capacity(next.len());
+    out.push('[');
     let mut i = 0;
     while i < entries.len() {
         if out.len() > 1 {
@@ -100,9 +210,13 @@ pub(crate) fn state_patch(base: &str, next: &str) -> Option<String> {
                     i += 1;
                 }
                 if last == first {
-                    out.push_str(&first.to_string());
+                    push_index(&mut out, first);
                 } else {
-                    out.push_str(&format!("[{first},{last}]"));
+                    out.push('[');
+                    push_index(&mut out, first);
+                    out.push(',');
+                    push_index(&mut out, last);
+                    out.push(']');
                 }
             }
             Err((key, value)) => {
@@ -242,7 +356,9 @@ impl LastStates {
 
 #[cfg(test)]
 mod tests {
-    use super::{apply_patch, state_patch};
+    use std::borrow::Cow;
+
+    use super::{apply_patch, members, state_members, state_patch, written_members};
 
     #[test]
     fn a_patch_gives_back_the_next_state_byte_for_byte() {
@@ -278,6 +394,40 @@ mod tests {
         assert!(apply_patch(r#"{"a":1}"#, r#"["a"]"#).is_err());
     }
 
+    /// The scan of serde_json's text finds the members its parser finds, and
+    /// declines (for the parser to read) what it does not handle; on any text it
+    /// neither panics nor reads past the end.
+    #[test]
+    fn the_scan_of_written_states_finds_what_the_parser_finds() {
+        let written = [
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"turns":1,"usage":{"input_tokens":50,"output_tokens":10},"last_stop":"tool_use","repeats":5283899749}"#,
+            r#"{"s":"a \"quoted\" } ] , { [ text\\","n":-1.5e-7,"t":true,"f":false,"z":null}"#,
+            r#"{"nested":{"a":[1,{"b":"}]"},[[]],{}],"c":"\\"},"e":[],"o":{},"u":"\u00e9\n"}"#,
+            r#"{"é":"ü","k":[{"x":"]"}]}"#,
+        ];
+        for text in written {
+            let parsed: Vec<_> = members(text).unwrap().into_iter().map(|(k, v)| (k, v.get())).collect();
+            assert_eq!(written_members(text), Some(parsed), "{text}");
+        }
+        // Declined: keys with escapes (the parser unescapes them), whitespace, other JSON.
+        for text in [r#"{"a\"b":1}"#, r#"{ "a":1}"#, r#"{"a": 1}"#, r#"{"a":1 }"#, "[1]", "7", r#""{}""#] {
+            assert_eq!(written_members(text), None, "{text}");
+        }
+        assert_eq!(state_members(r#"{"a\"b":1}"#), Some(vec![(Cow::Owned("a\"b".to_owned()), "1")]));
+        // Cut short anywhere, or broken: no panic, and never a member past the end.
+        let long = written[4];
+        for end in 0..long.len() {
+            if let Some(cut) = long.get(..end) {
+                assert_eq!(written_members(cut), None, "{cut}");
+            }
+        }
+        for text in [r#"{"a":}"#, r#"{"a""#, r#"{"a":"\"#, r#"{"a":[}"#, r#"{"a":1,}"#, r#"{"a":1}x"#, "{", r#"{"a":]}"#] {
+            assert_eq!(written_members(text), None, "{text}");
+        }
+    }
+
     #[test]
     fn unchanged_members_are_listed_as_ranges_of_the_base() {
         let base = r#"{"a":1,"b":2,"c":3,"d":4,"pad":"xxxxxxxxxxxxxxxxxxxxxxxx"}"#;
@@ -285,6 +435,14 @@ mod tests {
         let patch = state_patch(base, next).unwrap();
         assert_eq!(patch, r#"[[1,4],["e",5]]"#);
         assert_eq!(apply_patch(base, &patch).unwrap(), next);
+        // Indexes of more than one digit.
+        let many = |first: u32| {
+            let rest: Vec<String> = (1..=12).map(|i| format!(r#""m{i}":"xxxxxxxx{i}""#)).collect();
+            format!(r#"{{"m0":{first},{}}}"#, rest.join(","))
+        };
+        let patch = state_patch(&many(0), &many(1)).unwrap();
+        assert_eq!(patch, r#"[["m0",1],[1,12]]"#);
+        assert_eq!(apply_patch(&many(0), &patch).unwrap(), many(1));
         let reordered = r#"{"pad":"xxxxxxxxxxxxxxxxxxxxxxxx","a":1,"b":2,"c":3,"d":4}"#;
         let patch = state_patch(base, reordered).unwrap();
         assert_eq!(patch, "[4,[0,3]]");
