@@ -423,7 +423,9 @@ mod tests {
                 assert_eq!(written_members(cut), None, "{cut}");
             }
         }
-        for text in [r#"{"a":}"#, r#"{"a""#, r#"{"a":"\"#, r#"{"a":[}"#, r#"{"a":1,}"#, r#"{"a":1}x"#, "{", r#"{"a":]}"#] {
+        for text in
+            [r#"{"a":}"#, r#"{"a""#, r#"{"a":"\"#, r#"{"a":[}"#, r#"{"a":1,}"#, r#"{"a":1}x"#, "{", r#"{"a":]}"#]
+        {
             assert_eq!(written_members(text), None, "{text}");
         }
     }

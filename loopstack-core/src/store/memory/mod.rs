@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::value::RawValue;
@@ -63,6 +65,42 @@ impl MemoryStore {
         self.lock().runs.is_empty()
     }
 
+    /// [`Store::commit`], done at the call.
+    fn commit_now(&self, cp: super::Checkpoint) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let run = inner.run(cp.run_id)?;
+        let r = &run.record;
+        check_fence(cp.run_id, r.status, r.epoch, r.step, cp.fence)?;
+        if let Some(id) = cp.signal {
+            match run.signals.get(usize::try_from(id).unwrap_or(usize::MAX).wrapping_sub(1)) {
+                Some(s) if s.status == SignalStatus::Pending => {}
+                _ => return Err(StoreError::SignalNotFound { run_id: cp.run_id, signal: id }),
+            }
+        }
+        let step = cp.transition.step;
+        if let Some(id) = cp.signal {
+            run.signals[(id - 1) as usize].status = SignalStatus::Delivered { step };
+        }
+        run.record.status = cp.status;
+        if let Some(migrated) = cp.migration {
+            run.record.version = migrated.version;
+            run.record.definition_hash = migrated.definition_hash;
+        }
+        if cp.lease_until.is_some() {
+            run.record.lease_until = cp.lease_until;
+        }
+        run.advance(cp.transition, cp.state, cp.documents);
+        if cp.status.is_finished() {
+            run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
+        }
+        // Under the same lock as the commit: both happen, or (refused above) neither.
+        inner.notify(cp.notify);
+        if cp.status.is_finished() {
+            inner.finished(cp.run_id);
+        }
+        Ok(())
+    }
+
     /// Removes a run and everything of it, returning whether it existed.
     pub fn remove(&self, run_id: RunId) -> bool {
         self.lock().runs.remove(&run_id).is_some()
@@ -71,8 +109,16 @@ impl MemoryStore {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.lock().create_run(run)
+    // As `commit`: a ready future, holding the record and not the new run.
+    fn create_run<'life0, 'async_trait>(
+        &'life0 self,
+        run: NewRun,
+    ) -> Pin<Box<dyn Future<Output = Result<RunRecord, StoreError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(std::future::ready(self.lock().create_run(run)))
     }
 
     async fn claim(&self, run_id: RunId, claim: &Claim) -> Result<RunRecord, StoreError> {
@@ -128,39 +174,18 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn commit(&self, cp: super::Checkpoint) -> Result<(), StoreError> {
-        let mut inner = self.lock();
-        let run = inner.run(cp.run_id)?;
-        let r = &run.record;
-        check_fence(cp.run_id, r.status, r.epoch, r.step, cp.fence)?;
-        if let Some(id) = cp.signal {
-            match run.signals.get(usize::try_from(id).unwrap_or(usize::MAX).wrapping_sub(1)) {
-                Some(s) if s.status == SignalStatus::Pending => {}
-                _ => return Err(StoreError::SignalNotFound { run_id: cp.run_id, signal: id }),
-            }
-        }
-        let step = cp.transition.step;
-        if let Some(id) = cp.signal {
-            run.signals[(id - 1) as usize].status = SignalStatus::Delivered { step };
-        }
-        run.record.status = cp.status;
-        if let Some(migrated) = cp.migration {
-            run.record.version = migrated.version;
-            run.record.definition_hash = migrated.definition_hash;
-        }
-        if cp.lease_until.is_some() {
-            run.record.lease_until = cp.lease_until;
-        }
-        run.advance(cp.transition, cp.state, cp.documents);
-        if cp.status.is_finished() {
-            run.reject_pending(super::SIGNAL_OUTLIVED_RUN);
-        }
-        // Under the same lock as the commit: both happen, or (refused above) neither.
-        inner.notify(cp.notify);
-        if cp.status.is_finished() {
-            inner.finished(cp.run_id);
-        }
-        Ok(())
+    // Written out as `async_trait` would write it, around a future that is ready:
+    // the memory store does its work at the call, and its future holds the result
+    // only, where an `async fn`'s would hold (and copy in) the checkpoint.
+    fn commit<'life0, 'async_trait>(
+        &'life0 self,
+        cp: super::Checkpoint,
+    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(std::future::ready(self.commit_now(cp)))
     }
 
     async fn set_status(
