@@ -227,11 +227,10 @@ impl Repeats {
     /// assert_eq!(repeats.observe(&Message::assistant("Sunny.")), 0);
     /// ```
     pub fn observe(&mut self, message: &Message) -> u32 {
-        let calls: Vec<&ToolUse> = message.tool_uses().collect();
-        *self = if calls.is_empty() {
+        *self = if message.tool_uses().next().is_none() {
             Self::default()
         } else {
-            let fingerprint = fingerprint(&calls);
+            let fingerprint = fingerprint(message.tool_uses());
             let times =
                 if self.fingerprint == fingerprint && self.times > 0 { self.times.saturating_add(1) } else { 1 };
             Self { fingerprint, times }
@@ -242,7 +241,7 @@ impl Repeats {
 
 /// A fingerprint of a turn's calls (names and arguments, in order): FNV-1a over
 /// their JSON, stable across builds and restarts.
-fn fingerprint(calls: &[&ToolUse]) -> u32 {
+fn fingerprint<'a>(calls: impl Iterator<Item = &'a ToolUse>) -> u32 {
     let mut hash = loopstack_core::fnv::Fnv1a::<u32>::default();
     let mut feed = |bytes: &[u8]| hash.bytes(bytes);
     for call in calls {

@@ -61,11 +61,29 @@ pub(crate) fn fingerprint(request: &ChatRequest) -> u64 {
 }
 
 /// The fingerprint as stored: 16 hex digits.
-pub(crate) fn fingerprint_text(fingerprint: u64) -> String {
-    // `format!("{fingerprint:016x}")` without the formatting machinery: every model
-    // turn writes one.
+pub(crate) fn fingerprint_text(fingerprint: u64) -> FingerprintText {
+    // `format!("{fingerprint:016x}")` without the formatting machinery or a `String`:
+    // every model turn writes one.
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    (0..16).rev().map(|i| char::from(HEX[(fingerprint >> (i * 4)) as usize & 0xf])).collect()
+    FingerprintText(std::array::from_fn(|i| HEX[(fingerprint >> ((15 - i) * 4)) as usize & 0xf]))
+}
+
+/// A fingerprint's sixteen lowercase hex digits, on the stack.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FingerprintText([u8; 16]);
+
+impl std::ops::Deref for FingerprintText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // Hex digits only: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for FingerprintText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 /// The fingerprint of a recorded request, read alone: hex digits, never escaped.
@@ -200,7 +218,7 @@ mod tests {
     #[test]
     fn fingerprint_text_is_sixteen_lowercase_hex_digits() {
         for fp in [0, 1, 0xabc, 0x0123_4567_89ab_cdef, u64::MAX, 0xf000_0000_0000_000f] {
-            assert_eq!(super::fingerprint_text(fp), format!("{fp:016x}"));
+            assert_eq!(&*super::fingerprint_text(fp), format!("{fp:016x}"));
         }
     }
 }

@@ -440,7 +440,7 @@ impl ChatModel for ReplayModel {
         let mut out = String::new();
         if let Some(recorded) = &turn.fingerprint {
             let live = super::fingerprint_text(super::fingerprint(request));
-            if live != *recorded {
+            if *live != **recorded {
                 match &turn.config {
                     Some(config) => diff::config(&mut out, config, &super::config(request, &live)),
                     None => {
