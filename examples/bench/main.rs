@@ -8,6 +8,9 @@
 //! cargo run --release --example bench -- --workload W2 --compare   # both, one process each, plus ratios
 //! ```
 //!
+//! `--compare` runs each side `--rounds` times (3 by default), the sides taking turns,
+//! and gives the ratio of the sides' medians with each round's ratio beside it.
+//!
 //! One run: the user asks `What is the weather in Berlin?`; model turn 1 asks for
 //! `get_weather {"location":"Berlin"}` (W3: 64 calls at once); the tool answers; model
 //! turn 2 answers `It is mostly sunny in Berlin.`. The model is stateless: it decides
@@ -104,6 +107,8 @@ pub(crate) struct Args {
     pub(crate) concurrency: usize,
     /// W6: how many parked runs are signalled, one at a time.
     pub(crate) signals: usize,
+    /// `--compare`: how many times each side runs, the sides taking turns.
+    pub(crate) rounds: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -130,13 +135,13 @@ pub(crate) fn postgres_url() -> String {
 }
 
 const USAGE: &str = "usage: bench --workload W1|W2|W3|W4|W5|W6 [--n N] [--warmup K] [--baseline | --plain | --compare] \
-    [--store sqlite|postgres|memory] [--breakdown] [--workers 1,2,4] [--concurrency C] [--signals K]";
+    [--store sqlite|postgres|memory] [--breakdown] [--workers 1,2,4] [--concurrency C] [--signals K] [--rounds R]";
 
 fn parse_args() -> Result<Args, String> {
     let mut workload = None;
     let (mut n, mut warmup, mut side, mut compare, mut breakdown) = (None, None, Side::Loopstack, false, false);
     let mut store = DbKind::Sqlite;
-    let (mut workers, mut concurrency, mut signals) = (vec![1, 2, 4], 8, 20);
+    let (mut workers, mut concurrency, mut signals, mut rounds) = (vec![1, 2, 4], 8, 20, 3);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -174,6 +179,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--concurrency" => concurrency = value()?.parse().map_err(|e| format!("--concurrency: {e}"))?,
             "--signals" => signals = value()?.parse().map_err(|e| format!("--signals: {e}"))?,
+            "--rounds" => rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
             other => return Err(format!("unknown flag `{other}`")),
         }
     }
@@ -193,11 +199,14 @@ fn parse_args() -> Result<Args, String> {
         workers,
         concurrency,
         signals,
+        rounds: rounds.max(1),
     })
 }
 
 /// Runs the framework and the baselines in one child process each, so neither's
-/// memory colours the other's, and prints their lines and the ratios.
+/// memory colours the other's, `--rounds` times (3 by default) with the sides taking
+/// turns, and prints every line, then the ratios of each side's median: a burst of
+/// another machine's work on the host slows one process, not the comparison.
 fn compare(args: &Args) -> ExitCode {
     let exe = std::env::current_exe().expect("own path");
     // The sqlx baseline first, as before; W4 adds the plain drivers.
@@ -206,61 +215,89 @@ fn compare(args: &Args) -> ExitCode {
     } else {
         &[Side::Baseline, Side::Loopstack]
     };
-    let mut lines = Vec::new();
-    for &side in sides {
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args([
-            "--workload",
-            &format!("{:?}", args.workload),
-            "--n",
-            &args.n.to_string(),
-            "--warmup",
-            &args.warmup.to_string(),
-            "--store",
-            args.store.name(),
-        ]);
-        match side {
-            Side::Baseline => cmd.arg("--baseline"),
-            Side::Plain => cmd.arg("--plain"),
-            Side::Loopstack => &mut cmd,
-        };
-        let out = match cmd.output() {
-            Ok(out) => out,
-            Err(e) => {
-                eprintln!("could not run {}: {e}", exe.display());
-                return ExitCode::FAILURE;
-            }
-        };
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        println!("{line}");
-        lines.push(serde_json::from_str::<Value>(&line).unwrap_or(Value::Null));
+    let mut lines: Vec<Vec<Value>> = vec![Vec::new(); sides.len()];
+    for _ in 0..args.rounds {
+        for (&side, runs) in sides.iter().zip(&mut lines) {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args([
+                "--workload",
+                &format!("{:?}", args.workload),
+                "--n",
+                &args.n.to_string(),
+                "--warmup",
+                &args.warmup.to_string(),
+                "--store",
+                args.store.name(),
+            ]);
+            match side {
+                Side::Baseline => cmd.arg("--baseline"),
+                Side::Plain => cmd.arg("--plain"),
+                Side::Loopstack => &mut cmd,
+            };
+            let out = match cmd.output() {
+                Ok(out) => out,
+                Err(e) => {
+                    eprintln!("could not run {}: {e}", exe.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            println!("{line}");
+            runs.push(serde_json::from_str::<Value>(&line).unwrap_or(Value::Null));
+        }
     }
-    let fw = lines.last().expect("the framework's line");
     let key = match args.workload {
         Workload::W1 | Workload::W4 => "us_per_run",
         Workload::W2 => "kb_per_inflight_run",
         Workload::W3 => "wall_ms",
         Workload::W5 | Workload::W6 => unreachable!("W5 and W6 compare within one invocation of their own"),
     };
+    let fw = lines.last().expect("the framework's lines");
     for base in &lines[..lines.len() - 1] {
-        let ratio = match (fw[key].as_f64(), base[key].as_f64()) {
-            (Some(a), Some(b)) if b > 0.0 => json!(round(a / b, 2)),
-            _ => Value::Null,
+        let ratio = |field: &str| -> Value {
+            match (median(fw, field), median(base, field)) {
+                (Some(a), Some(b)) if b > 0.0 => json!(round(a / b, 2)),
+                _ => Value::Null,
+            }
         };
-        let mut out =
-            json!({"workload": format!("{:?}", args.workload), "ratio": key, "framework_over_baseline": ratio});
-        if let Some(driver) = base.get("driver") {
+        // Each round's ratio too, the framework's run against the baseline's just before it.
+        let each: Vec<Value> = fw
+            .iter()
+            .zip(base)
+            .map(|(a, b)| match (a[key].as_f64(), b[key].as_f64()) {
+                (Some(a), Some(b)) if b > 0.0 => json!(round(a / b, 2)),
+                _ => Value::Null,
+            })
+            .collect();
+        let mut out = json!({
+            "workload": format!("{:?}", args.workload),
+            "ratio": key,
+            "framework_over_baseline": ratio(key),
+            "rounds": each,
+            "framework_median": median(fw, key),
+            "baseline_median": median(base, key),
+        });
+        if let Some(driver) = base[0].get("driver") {
             out["baseline"] = driver.clone();
-            if let (Some(a), Some(b)) = (fw["cpu_us_per_run"].as_f64(), base["cpu_us_per_run"].as_f64())
-                && b > 0.0
-            {
-                out["cpu_framework_over_baseline"] = json!(round(a / b, 2));
+            if median(base, "cpu_us_per_run").is_some() {
+                out["cpu_framework_over_baseline"] = ratio("cpu_us_per_run");
             }
         }
         println!("{out}");
     }
-    if lines.iter().all(|l| l["ok"] == true) { ExitCode::SUCCESS } else { ExitCode::from(2) }
+    if lines.iter().flatten().all(|l| l["ok"] == true) { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}
+
+/// The median of `field` over `lines` (the mean of the middle two for an even count).
+fn median(lines: &[Value], field: &str) -> Option<f64> {
+    let mut values: Vec<f64> = lines.iter().filter_map(|l| l[field].as_f64()).collect();
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 })
 }
 
 fn main() -> ExitCode {
