@@ -211,6 +211,15 @@ impl RunContext {
         self.cancellation.get_or_init(CancellationToken::new)
     }
 
+    /// The token of [`RunContext::cancellation`] if there is one yet: the run was
+    /// driven with a way to cancel it, or something asked for the token. `None`
+    /// means nothing can cancel the run's steps so far, so work that would pass the
+    /// token on (a batch of tool calls) can let its parts make their own when they
+    /// ask, rather than make one for every batch.
+    pub fn existing_cancellation(&self) -> Option<&CancellationToken> {
+        self.cancellation.get()
+    }
+
     /// Whether anyone subscribed to run events
     /// ([`Runtime::subscribe`](crate::Runtime::subscribe)): check it before doing
     /// work only events need, such as streaming a model's reply.

@@ -32,7 +32,9 @@ impl LlmDelegateToolCalls {
         let events = cx.events_enabled().then(|| cx.emitter());
         let exclusive = RwLock::new(());
         let run_id = cx.run_id();
-        let cancellation = cx.cancellation().clone();
+        // The run's token when it has one; else each call makes its own if its tool
+        // asks, as nothing outside the run can cancel it (no `cancel_on`).
+        let cancellation = cx.existing_cancellation().cloned();
         // The step the batch was first tried at (this transition's, unless a person's
         // answer made it run again later): with the run and the call id, a key that
         // is the same on every attempt of the call.
@@ -47,8 +49,10 @@ impl LlmDelegateToolCalls {
             let mut tcx = ToolContext::new(call.id.clone(), call.name.clone())
                 .with_index(index)
                 .with_run_id(run_id)
-                .with_step(step)
-                .with_cancellation(cancellation.clone());
+                .with_step(step);
+            if let Some(token) = &cancellation {
+                tcx = tcx.with_cancellation(token.clone());
+            }
             if !cx.runtime().secrets().is_empty() {
                 tcx = tcx.with_secrets(cx.runtime().secrets().clone());
             }
