@@ -242,13 +242,17 @@ where
     panic!("{css} was drawn anew at every try");
 }
 
-/// Types into the element `css` after clearing it.
+/// Types into the element `css` after clearing it, and checks that the field holds
+/// what was typed (keys sent while the page drew itself again went nowhere).
 async fn fill(client: &Client, css: &str, text: &str) {
     with_element(client, css, |input| async move {
         input.clear().await?;
         input.send_keys(text).await
     })
     .await;
+    let script = format!("return document.querySelector({}).value;", Value::from(css));
+    let value: Value = client.execute(&script, vec![]).await.unwrap();
+    assert_eq!(value.as_str(), Some(text), "what was typed into {css} was lost");
 }
 
 async fn click(client: &Client, css: &str) {
@@ -298,6 +302,28 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     let run = api_run(client, &run_id).await;
     assert_eq!(run["status"], "waiting", "{run}");
     assert_eq!(run["signals"][0]["status"]["status"], "rejected", "{run}");
+
+    // The page draws itself again whenever the run moves: the field a person is
+    // typing in keeps the focus. A refused decision sent around the page moves it.
+    click(client, &format!("{decide} input[name=manager]")).await;
+    let script = format!(
+        "return fetch('/api/runs/{run_id}/signals/decide', {{ method: 'POST', \
+         headers: {{ 'Content-Type': 'application/json' }}, \
+         body: JSON.stringify({{ manager: '', approve: true }}) }}).then((r) => r.status);"
+    );
+    let status: Value = client.execute(&script, vec![]).await.unwrap();
+    assert_ne!(status, 200, "an empty manager was taken");
+    until(
+        client,
+        "the page drawn again after the second refusal",
+        "document.querySelector('button[data-tab=signals]').textContent === 'Signals (2)'",
+    )
+    .await;
+    let kept: Value = client
+        .execute(&format!("return document.activeElement.matches('{decide} input[name=manager]');"), vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, true, "the redraw took the focus from the field being typed in");
 
     // One it takes: the run moves on to its end while the page follows it.
     fill(client, &format!("{decide} input[name=manager]"), "Grace").await;

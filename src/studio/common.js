@@ -151,3 +151,30 @@ export function fail(e) {
   if (e && e.status === 401) return;
   say(e.message || String(e), "bad");
 }
+
+// A view drawn again moves the elements it keeps (a signal's form, say) into its
+// new tree, and an element the page moves loses the focus: what a person then
+// types goes nowhere. Call before drawing; what it returns, after, gives the focus
+// (and the caret) back to the field that had it, if the new tree still holds it.
+export function keepFocus() {
+  const el = document.activeElement;
+  if (!el || el === document.body || !main.contains(el)) return () => {};
+  let start = null;
+  let end = null;
+  try {
+    start = el.selectionStart;
+    end = el.selectionEnd;
+  } catch (_) {
+    // Not a text field: it has no caret.
+  }
+  return () => {
+    if (!el.isConnected || document.activeElement === el) return;
+    el.focus({ preventScroll: true });
+    if (start === null || start === undefined) return;
+    try {
+      el.setSelectionRange(start, end);
+    } catch (_) {
+      // A field whose kind has no selection.
+    }
+  };
+}

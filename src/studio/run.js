@@ -1,7 +1,7 @@
 // Studio's page of one run: loading and following it live, its header and
 // actions, and the calls and signals it waits for.
 
-import { api, ApiError, app, askToken, badge, debounce, fail, FINISHED, h, headers, json, main, RUN_REFRESH_MS, say, section, short, sleep, time, workflows } from "./common.js";
+import { api, ApiError, app, askToken, badge, debounce, fail, FINISHED, h, headers, json, keepFocus, main, RUN_REFRESH_MS, say, section, short, sleep, time, workflows } from "./common.js";
 import { runRow } from "./runs.js";
 import { conversation, documents, history, signals, usage } from "./details.js";
 
@@ -235,6 +235,7 @@ export function liveEvent(view, event) {
 
 export function renderRun(view) {
   const { run, wf } = view;
+  const refocus = keepFocus();
   const actions = h("div", { class: "actions" });
   const act = (label, path, confirmText) => {
     const b = h("button", { type: "button", "data-action": path, text: label });
@@ -331,6 +332,7 @@ export function renderRun(view) {
   main.replaceChildren(h("div", { class: "run-grid" },
     h("div", { class: "run-side" }, ...blocks.slice(0, 2), diagram, ...blocks.slice(2), usage(run), childRuns(view)),
     h("div", { class: "run-main" }, tabBar, tabBody)));
+  refocus();
 }
 
 export function childRuns(view) {
