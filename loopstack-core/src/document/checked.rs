@@ -8,10 +8,8 @@ use std::fmt::Display;
 
 use serde::ser::{self, Serialize, Serializer};
 
+use super::raw::RAW_VALUE_TOKEN;
 use super::{READ_DEPTH, Unreadable};
-
-/// serde_json's name of the struct a `RawValue` serializes as.
-const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// A value to serialize at `depth` levels of nesting.
 pub(super) struct Checked<'a, T: ?Sized> {

@@ -211,7 +211,7 @@ impl From<Map<String, Value>> for Metadata {
             return Self(None);
         }
         // A map of JSON values always serializes.
-        Self(serde_json::value::to_raw_value(&map).ok())
+        Self(super::to_raw_value(&map).ok())
     }
 }
 

@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 mod metadata;
 pub use metadata::Metadata;
+mod raw;
+pub(crate) use raw::to_raw_value;
 
 /// A document saved by a run: typed content plus its type name, an optional key,
 /// tags and metadata.
@@ -158,7 +160,7 @@ impl SaveOptions {
     pub fn metadata<T: Serialize + ?Sized>(mut self, meta: &T) -> Self {
         // Not the checked serializer of contents and states: metadata is read as a
         // map of JSON values, so only its depth can keep it from reading back.
-        let whole = match serde_json::value::to_raw_value(meta) {
+        let whole = match to_raw_value(meta) {
             Ok(raw) if nests_deeper_than(raw.get().as_bytes(), 0, READ_DEPTH) => {
                 Err(format!("its metadata would not read back: {}", Unreadable::TooDeep))
             }
@@ -230,7 +232,7 @@ impl From<CheckedError> for serde_json::Error {
 /// accepts.
 pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
     let refused = std::cell::Cell::new(None);
-    serde_json::value::to_raw_value(&checked::Checked { value, depth: 0, raw: false, refused: &refused }).map_err(|e| {
+    to_raw_value(&checked::Checked { value, depth: 0, raw: false, refused: &refused }).map_err(|e| {
         match refused.take() {
             Some(why) => CheckedError::Unreadable(why, e),
             None => CheckedError::Serialize(e),
@@ -242,9 +244,10 @@ pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<B
 /// `depth` levels: one pass over the bytes, counting brackets outside strings and
 /// stopping as soon as it knows.
 pub(crate) fn nests_deeper_than(text: &[u8], depth: usize, limit: usize) -> bool {
-    // Text with fewer brackets than the room left cannot nest that deep: a count
-    // memchr makes in wide steps, where the walk below goes byte by byte.
-    if depth + memchr::memchr2_iter(b'[', b'{', text).count() <= limit {
+    // Text with fewer bytes, or fewer brackets, than the room left cannot nest that
+    // deep: its length costs nothing, the count memchr makes in wide steps, where
+    // the walk below goes byte by byte.
+    if depth + text.len() <= limit || depth + memchr::memchr2_iter(b'[', b'{', text).count() <= limit {
         return false;
     }
     let mut depth = depth;
@@ -441,5 +444,8 @@ mod tests {
         assert!(nests_deeper_than(br#"["\\", [[1]]]"#, 0, 2));
         assert!(!nests_deeper_than(br#"["\\", [[1]]]"#, 0, 3));
         assert!(nests_deeper_than(b"[]", 3, 3));
+        // As many bytes as room left, or one more.
+        assert!(!nests_deeper_than(b"[[[", 0, 3));
+        assert!(nests_deeper_than(b"[[[[", 0, 3));
     }
 }

@@ -1,0 +1,114 @@
+//! JSON text written in one allocation of its own size.
+//!
+//! serde_json's `to_raw_value` writes into a buffer of 128 bytes, grows it by
+//! reallocation while it writes, and shrinks it to the text's size at the end: a
+//! state or a message of a few hundred bytes costs an allocation and two or three
+//! reallocations, at every step of every run. [`to_raw_value`] writes into a buffer
+//! the thread keeps, and allocates the text once, at its size.
+
+use std::cell::RefCell;
+
+use serde::Deserialize as _;
+use serde::Serialize;
+use serde::de::value::{Error as ValueError, MapDeserializer};
+use serde_json::value::RawValue;
+
+/// The name a `RawValue` serializes as (a struct of one field of that name), and
+/// reads from (a map of one entry of that key): serde_json's private token.
+pub(super) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// A text longer than this keeps the buffer it was written in (its copy would cost
+/// as much as the reallocation it saves), and the thread's buffer starts again
+/// empty: a thread keeps at most this much between writes.
+const KEEP: usize = 16 * 1024;
+
+thread_local! {
+    static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `serde_json::value::to_raw_value`, allocating the text once at its size.
+pub(crate) fn to_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, serde_json::Error> {
+    let written = BUFFER.with(|buffer| {
+        // A `Serialize` impl that writes raw JSON itself finds the buffer taken: it
+        // writes as serde_json does.
+        let Ok(mut buffer) = buffer.try_borrow_mut() else { return None };
+        buffer.clear();
+        if let Err(e) = serde_json::to_writer(&mut *buffer, value) {
+            return Some(Err(e));
+        }
+        let bytes = if buffer.len() > KEEP { std::mem::take(&mut *buffer) } else { buffer.as_slice().to_vec() };
+        Some(Ok(bytes))
+    });
+    let bytes = match written {
+        Some(written) => written?,
+        None => return serde_json::value::to_raw_value(value),
+    };
+    // serde_json writes UTF-8 only.
+    let text = String::from_utf8(bytes).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+    match trusted(text) {
+        Some(raw) => Ok(raw),
+        // A serde_json that reads a `RawValue` another way: as it writes one.
+        None => serde_json::value::to_raw_value(value),
+    }
+}
+
+/// `text`, which serde_json wrote, as a `RawValue` without reading it again: read
+/// from a map of serde_json's one raw-value entry, as serde_json's own value
+/// deserializer hands it over. `None` if serde_json does not read it so.
+fn trusted(text: String) -> Option<Box<RawValue>> {
+    let entry = std::iter::once((RAW_VALUE_TOKEN, text));
+    Box::<RawValue>::deserialize(MapDeserializer::<_, ValueError>::new(entry)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn writes_what_serde_json_writes() {
+        let values = [
+            json!(null),
+            json!("a \"quoted\" \u{7} text"),
+            json!({"b": [1, 2.5, {"c": null}], "a": "x"}),
+            json!(vec!["long enough to pass the kept size"; 1000]),
+        ];
+        for value in &values {
+            let ours = to_raw_value(value).unwrap();
+            assert_eq!(ours.get(), serde_json::value::to_raw_value(value).unwrap().get());
+        }
+        // The long text's buffer was handed over: the next write starts a new one.
+        let again = to_raw_value(&values[1]).unwrap();
+        assert_eq!(again.get(), r#""a \"quoted\" \u0007 text""#);
+    }
+
+    #[test]
+    fn serde_json_takes_the_text_as_it_is() {
+        // Were this `None`, every write would serialize twice.
+        let raw = trusted(r#"{"a":1}"#.to_owned()).expect("serde_json reads a raw value from its token's map");
+        assert_eq!(raw.get(), r#"{"a":1}"#);
+    }
+
+    #[test]
+    fn an_error_is_serde_jsons() {
+        let mut map = std::collections::BTreeMap::new();
+        map.insert(vec![1u8], 1);
+        let ours = to_raw_value(&map).unwrap_err().to_string();
+        assert_eq!(ours, serde_json::value::to_raw_value(&map).unwrap_err().to_string());
+        // The buffer is whole after an error.
+        assert_eq!(to_raw_value(&json!([1])).unwrap().get(), "[1]");
+    }
+
+    #[test]
+    fn a_value_that_writes_json_inside_its_own_serialization() {
+        struct Nested;
+        impl Serialize for Nested {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let inner = to_raw_value(&json!({"inner": true})).map_err(serde::ser::Error::custom)?;
+                inner.serialize(s)
+            }
+        }
+        assert_eq!(to_raw_value(&[Nested, Nested]).unwrap().get(), r#"[{"inner":true},{"inner":true}]"#);
+    }
+}
