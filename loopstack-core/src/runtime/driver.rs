@@ -34,7 +34,7 @@ pub(super) fn drive<W: Workflow>(
             let lease = runtime.inner.drive_lease();
             let ready = match prepare(runtime, wf, mode, run_id, lease.as_ref()).await? {
                 Prepared::Ready(ready) => ready,
-                Prepared::Done(report) => return Ok(report),
+                Prepared::Done(report) => return Ok(*report),
             };
             run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade)
         };

@@ -170,9 +170,15 @@ async fn redeliver_child_ends(store: &dyn crate::store::Store, parent: RunId) ->
 
 /// What setting a drive up gives: a claimed run to loop, or (for a queued signal) the
 /// report at once.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "`Ready` is what nearly every drive gets: boxed, it would cost each an allocation"
+)]
 pub(super) enum Prepared<S> {
     Ready(Ready<S>),
-    Done(RunReport<S>),
+    /// Boxed: the report holds the state (some 600 bytes for an agent), and every
+    /// start's result would be moved at that size.
+    Done(Box<RunReport<S>>),
 }
 
 /// Sets a drive up: creates, claims or forks the run and loads what the loop needs.
@@ -221,8 +227,6 @@ async fn start<W: Workflow>(
     let store = runtime.inner.store();
     let run_id = run_id.unwrap_or_default();
     let super::state::Created { state, new, shared } = super::state::create(runtime, wf, input, run_id)?;
-    // Boxed before the store is awaited, so this future does not hold it either.
-    let state = Box::new(state);
     let documents = new.documents.clone();
     let mut new = crate::trace::traced(new);
     if let Some(l) = new_lease(runtime, lease) {
@@ -414,12 +418,12 @@ async fn signal_run<W: Workflow>(
         // Another driver holds the run (or it has not parked yet): the signal
         // waits in its inbox for that driver.
         Err(StoreError::InvalidStatus { .. }) => {
-            return Ok(Prepared::Done(RunReport {
+            return Ok(Prepared::Done(Box::new(RunReport {
                 run_id: id,
                 outcome: RunOutcome::Queued { signal: receipt.id },
                 state,
                 steps: stored.step,
-            }));
+            })));
         }
         Err(e) => return Err(e.into()),
     };

@@ -16,7 +16,9 @@ use crate::workflow::Workflow;
 /// What a new run starts with: its state as [`Workflow::init`] and
 /// [`Workflow::on_create`] made it, and the documents `on_create` saved.
 pub(crate) struct Created<S> {
-    pub(crate) state: S,
+    /// Boxed at once: the drive that goes on keeps it boxed, and a state held inline
+    /// would be moved at its size (some 600 bytes for an agent) on the way there.
+    pub(crate) state: Box<S>,
     /// The run to create: the state as checkpointed (redacted), the documents.
     pub(crate) new: NewRun,
     /// The typed values of the documents, for the drive that goes on at once.
@@ -32,11 +34,11 @@ pub(crate) fn create<W: Workflow>(
     run_id: RunId,
 ) -> Result<Created<W::State>, RunError> {
     let def = wf.definition();
-    let mut state = wf.init(input);
+    let mut state = Box::new(wf.init(input));
     let mut cx = RunContext::creating(run_id, def.name(), runtime.clone());
     wf.on_create(&mut state, &mut cx).map_err(|source| RunError::Create { workflow: def.name(), run_id, source })?;
     let (documents, shared): (Vec<Arc<Document>>, _) = cx.into_created();
-    let value = runtime.redact(checkpoint_state(&state, def.name(), run_id, None)?);
+    let value = runtime.redact(checkpoint_state(&*state, def.name(), run_id, None)?);
     let new = NewRun::new(run_id, def.name(), def.hash(), value).version(def.version()).documents(documents);
     Ok(Created { state, new, shared })
 }
