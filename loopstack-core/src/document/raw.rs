@@ -74,13 +74,18 @@ mod tests {
             json!({"b": [1, 2.5, {"c": null}], "a": "x"}),
             json!(vec!["long enough to pass the kept size"; 1000]),
         ];
+        let kept = || BUFFER.with(|b| b.borrow().capacity());
         for value in &values {
             let ours = to_raw_value(value).unwrap();
             assert_eq!(ours.get(), serde_json::value::to_raw_value(value).unwrap().get());
+            assert!(kept() <= KEEP, "the thread keeps {} bytes", kept());
         }
-        // The long text's buffer was handed over: the next write starts a new one.
+        // The long text took the buffer it was written in; the next write starts a
+        // new one.
+        assert_eq!(kept(), 0);
         let again = to_raw_value(&values[1]).unwrap();
         assert_eq!(again.get(), r#""a \"quoted\" \u0007 text""#);
+        assert!(kept() > 0);
     }
 
     #[test]
