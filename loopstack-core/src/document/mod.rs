@@ -232,11 +232,9 @@ impl From<CheckedError> for serde_json::Error {
 /// accepts.
 pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
     let refused = std::cell::Cell::new(None);
-    to_raw_value(&checked::Checked { value, depth: 0, raw: false, refused: &refused }).map_err(|e| {
-        match refused.take() {
-            Some(why) => CheckedError::Unreadable(why, e),
-            None => CheckedError::Serialize(e),
-        }
+    raw::write(value, Some(&refused)).map_err(|e| match refused.take() {
+        Some(why) => CheckedError::Unreadable(why, e),
+        None => CheckedError::Serialize(e),
     })
 }
 
@@ -279,6 +277,33 @@ pub(crate) fn nests_deeper_than(text: &[u8], depth: usize, limit: usize) -> bool
     false
 }
 
+/// The keys an object of a JSON text holds, to find one it holds twice: a list
+/// while short, a set beyond.
+#[derive(Default)]
+struct Keys {
+    list: Vec<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl Keys {
+    const LIST: usize = 16;
+
+    /// Records `key`; `false` if it was there already.
+    fn insert(&mut self, key: String) -> bool {
+        if self.set.is_empty() {
+            if self.list.contains(&key) {
+                return false;
+            }
+            if self.list.len() < Self::LIST {
+                self.list.push(key);
+                return true;
+            }
+            self.set.extend(self.list.drain(..));
+        }
+        self.set.insert(key)
+    }
+}
+
 /// The first key that some object of the JSON text holds twice, if any (text that
 /// does not parse has none: its other checks refuse it).
 pub(crate) fn duplicate_key(text: &str) -> Option<String> {
@@ -315,9 +340,9 @@ pub(crate) fn duplicate_key(text: &str) -> Option<String> {
             Ok(())
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut keys = checked::Keys::default();
+            let mut keys = Keys::default();
             while let Some(key) = map.next_key::<String>()? {
-                if !keys.insert(std::borrow::Cow::Owned(key.clone())) {
+                if !keys.insert(key.clone()) {
                     *self.0.borrow_mut() = Some(key);
                     return Err(de::Error::custom("a key twice"));
                 }
@@ -351,7 +376,7 @@ pub(crate) fn value_deeper_than(value: &Value, depth: usize, limit: usize) -> bo
     }
 }
 
-mod checked;
+mod write;
 
 #[cfg(test)]
 mod tests {

@@ -3,15 +3,19 @@
 //! serde_json's `to_raw_value` writes into a buffer of 128 bytes, grows it by
 //! reallocation while it writes, and shrinks it to the text's size at the end: a
 //! state or a message of a few hundred bytes costs an allocation and two or three
-//! reallocations, at every step of every run. [`to_raw_value`] writes into a buffer
-//! the thread keeps, and allocates the text once, at its size.
+//! reallocations, at every step of every run. [`to_raw_value`] writes (with the
+//! [`Writer`]) into a buffer the thread keeps, and allocates the text once, at its
+//! size.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use serde::Deserialize as _;
 use serde::Serialize;
 use serde::de::value::{Error as ValueError, MapDeserializer};
 use serde_json::value::RawValue;
+
+use super::Unreadable;
+use super::write::Writer;
 
 /// The name a `RawValue` serializes as (a struct of one field of that name), and
 /// reads from (a map of one entry of that key): serde_json's private token.
@@ -23,36 +27,48 @@ pub(super) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 const KEEP: usize = 16 * 1024;
 
 thread_local! {
-    static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// `serde_json::value::to_raw_value`, allocating the text once at its size.
+/// `serde_json::value::to_raw_value`: the same text, allocated once at its size.
 pub(crate) fn to_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, serde_json::Error> {
-    let written = BUFFER.with(|buffer| {
-        // A `Serialize` impl that writes raw JSON itself finds the buffer taken: it
-        // writes as serde_json does.
-        let Ok(mut buffer) = buffer.try_borrow_mut() else { return None };
-        buffer.clear();
-        if let Err(e) = serde_json::to_writer(&mut *buffer, value) {
-            return Some(Err(e));
+    write(value, None)
+}
+
+/// `value`'s JSON text as a `RawValue`; a checked write (`refused` is `Some`)
+/// refuses what would not read back, and says why there.
+pub(super) fn write<T: Serialize + ?Sized>(
+    value: &T,
+    refused: Option<&Cell<Option<Unreadable>>>,
+) -> Result<Box<RawValue>, serde_json::Error> {
+    let text = BUFFER.with(|buffer| -> Result<String, serde_json::Error> {
+        match buffer.try_borrow_mut() {
+            Ok(mut buffer) => {
+                buffer.clear();
+                value.serialize(&mut Writer::new(&mut buffer, refused))?;
+                Ok(if buffer.len() > KEEP { std::mem::take(&mut *buffer) } else { buffer.as_str().to_owned() })
+            }
+            // A `Serialize` impl that writes JSON itself, from inside its own
+            // serialization, finds the buffer taken: it writes into a string of its own.
+            Err(_) => {
+                let mut own = String::new();
+                value.serialize(&mut Writer::new(&mut own, refused))?;
+                Ok(own)
+            }
         }
-        let bytes = if buffer.len() > KEEP { std::mem::take(&mut *buffer) } else { buffer.as_slice().to_vec() };
-        Some(Ok(bytes))
-    });
-    let bytes = match written {
-        Some(written) => written?,
-        None => return serde_json::value::to_raw_value(value),
-    };
-    // serde_json writes UTF-8 only.
-    let text = String::from_utf8(bytes).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+    })?;
     match trusted(text) {
         Some(raw) => Ok(raw),
-        // A serde_json that reads a `RawValue` another way: as it writes one.
-        None => serde_json::value::to_raw_value(value),
+        // A serde_json that reads a `RawValue` another way: it parses the text.
+        None => {
+            let mut own = String::new();
+            value.serialize(&mut Writer::new(&mut own, refused))?;
+            RawValue::from_string(own)
+        }
     }
 }
 
-/// `text`, which serde_json wrote, as a `RawValue` without reading it again: read
+/// `text`, which the writer wrote, as a `RawValue` without reading it again: read
 /// from a map of serde_json's one raw-value entry, as serde_json's own value
 /// deserializer hands it over. `None` if serde_json does not read it so.
 fn trusted(text: String) -> Option<Box<RawValue>> {
