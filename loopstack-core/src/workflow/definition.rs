@@ -119,8 +119,27 @@ pub struct Definition {
     transitions: &'static [TransitionDef],
     version: u32,
     migrates_from: &'static [u32],
-    order: OnceLock<Vec<Vec<usize>>>,
+    order: OnceLock<Vec<Vec<Tried>>>,
     hash: OnceLock<String>,
+}
+
+/// A transition leaving a place, as routing tries it: its index and what kind it is,
+/// so that routing reads no transition's definition but the one that fires (a step
+/// routes from a place with a dozen transitions; their definitions are cold).
+#[derive(Debug, Clone, Copy)]
+struct Tried {
+    index: usize,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Fires when its guard holds.
+    Fire,
+    /// Waits for a signal.
+    Wait,
+    /// Waits for a timer.
+    Timer,
 }
 
 /// The routing decision at one place for one state.
@@ -371,8 +390,20 @@ impl Definition {
     /// For each place, the indices of the transitions leaving it, in the order they
     /// are tried ([`loopstack_graph::order`]: priority, highest first, then
     /// declaration order), computed once per table.
-    fn order(&self) -> &[Vec<usize>] {
-        self.order.get_or_init(|| loopstack_graph::order(self.places, &self.graph()))
+    fn order(&self) -> &[Vec<Tried>] {
+        self.order.get_or_init(|| {
+            let kind = |t: &TransitionDef| match (t.after, t.wait) {
+                (Some(_), _) => Kind::Timer,
+                (None, true) => Kind::Wait,
+                (None, false) => Kind::Fire,
+            };
+            loopstack_graph::order(self.places, &self.graph())
+                .into_iter()
+                .map(|leaving| {
+                    leaving.into_iter().map(|index| Tried { index, kind: kind(&self.transitions[index]) }).collect()
+                })
+                .collect()
+        })
     }
 
     /// The table as the graph rules see it.
@@ -397,7 +428,7 @@ impl Definition {
     ) -> Result<impl Iterator<Item = (usize, &'static TransitionDef)> + '_, UnknownPlace> {
         let p = self.place_index(place)?;
         let transitions = self.transitions;
-        Ok(self.order()[p].iter().map(move |&i| (i, &transitions[i])))
+        Ok(self.order()[p].iter().map(move |t| (t.index, &transitions[t.index])))
     }
 
     fn place_index(&self, place: &str) -> Result<usize, UnknownPlace> {
@@ -421,8 +452,8 @@ impl Definition {
         let order = &self.order()[p];
         let mut false_bits: u64 = 0;
         let mut false_overflow: Vec<&'static str> = Vec::new();
-        let mut note_false = |pos: usize, t: &TransitionDef| {
-            if let Some(g) = t.guard {
+        let mut note_false = |pos: usize, i: usize| {
+            if let Some(g) = self.transitions[i].guard {
                 if pos < 64 {
                     false_bits |= 1 << pos;
                 } else {
@@ -432,36 +463,22 @@ impl Definition {
         };
         let mut signals = Vec::new();
         let mut timers = false;
-        for (pos, &i) in order.iter().enumerate() {
-            let t = &self.transitions[i];
-            if t.after.is_some() {
+        for (pos, &Tried { index: i, kind }) in order.iter().enumerate() {
+            let holds = guard(i);
+            match kind {
                 // Timers make the run wait; the runtime fires them when they are due.
-                if guard(i) {
-                    timers = true;
-                } else {
-                    note_false(pos, t);
-                }
-                continue;
+                Kind::Timer if holds => timers = true,
+                Kind::Wait if holds => signals.push(self.transitions[i].name),
+                Kind::Fire if holds => return Ok(Route::Fire { index: i, transition: &self.transitions[i] }),
+                _ => note_false(pos, i),
             }
-            if t.wait {
-                if guard(i) {
-                    signals.push(t.name);
-                } else {
-                    note_false(pos, t);
-                }
-                continue;
-            }
-            if guard(i) {
-                return Ok(Route::Fire { index: i, transition: t });
-            }
-            note_false(pos, t);
         }
         if signals.is_empty() && !timers {
             let mut false_guards: Vec<&'static str> = order
                 .iter()
                 .enumerate()
                 .filter(|&(pos, _)| pos < 64 && false_bits & (1 << pos) != 0)
-                .filter_map(|(_, &i)| self.transitions[i].guard)
+                .filter_map(|(_, t)| self.transitions[t.index].guard)
                 .collect();
             false_guards.extend(false_overflow);
             Ok(Route::DeadEnd { false_guards })
