@@ -60,7 +60,11 @@ pub(crate) use run_columns;
 
 /// The worker's claim: one statement that picks runs that can move and takes them,
 /// visiting only such runs (queued and running ones by `runs_by_status`, due timers
-/// by `runs_waking`, pending signals by `signals_pending`), however many wait.
+/// by `runs_waking`, pending signals by `signals_pending`), however many wait. The
+/// picked runs are found by their ids alone: a condition on `r.status` that an index
+/// serves (as `r.status IN (..)` did, though the conditions below imply it) lets
+/// PostgreSQL, on a table autovacuum has not analyzed yet, such as one a burst of
+/// runs just filled, walk every waiting run by `runs_by_status` instead.
 /// `$lock` ends the pick (in PostgreSQL the picked rows are locked, skipping rows
 /// another worker is taking); `$workflow_in` says that `r.workflow` is one of the
 /// names in the JSON array `$4`, compared exactly (never as a pattern: `_` and `%`
@@ -82,7 +86,6 @@ macro_rules! claim_runnable {
             $waking,
             " WHERE status = 'waiting' AND wake_at IS NOT NULL AND wake_at <= $3 \
             UNION ALL SELECT run FROM signals WHERE status = 'pending') \
-            AND r.status IN ('queued', 'running', 'waiting') \
             AND ",
             $workflow_in,
             " AND ",
