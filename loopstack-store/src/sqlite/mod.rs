@@ -51,6 +51,7 @@ const CLAIM_RUNNABLE: &str = claim_runnable!(
     " NOT INDEXED",
     " INDEXED BY runs_leased",
     " INDEXED BY runs_waking",
+    ("IN (", ")"),
 );
 
 const DUE_SCHEDULES: &str = due_schedules!("r.workflow IN (SELECT value FROM json_each($4))");
