@@ -387,8 +387,8 @@ impl Definition {
         })
     }
 
-    /// For each place, the indices of the transitions leaving it, in the order they
-    /// are tried ([`loopstack_graph::order`]: priority, highest first, then
+    /// For each place, the transitions leaving it (index and kind), in the order
+    /// they are tried ([`loopstack_graph::order`]: priority, highest first, then
     /// declaration order), computed once per table.
     fn order(&self) -> &[Vec<Tried>] {
         self.order.get_or_init(|| {
