@@ -33,12 +33,16 @@ fn word_needs_escape(word: u64) -> bool {
     (control | quote | backslash) & HIGH != 0
 }
 
-/// Whether no byte of `bytes` needs an escape: eight bytes at a time (the last
-/// eight overlapping the ones before); a string of four to seven bytes as one word
-/// of its first four and last four; a shorter one a byte at a time.
+fn word(chunk: &[u8]) -> u64 {
+    u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]))
+}
+
+/// Whether no byte of `bytes` needs an escape. Most strings written are short
+/// (keys, ids, tags): one of up to sixteen bytes is checked as two words that may
+/// overlap (four to seven bytes: two half words), one shorter than four a byte at a
+/// time; a longer one eight bytes at a time, out of line.
 #[inline]
 fn is_plain(bytes: &[u8]) -> bool {
-    let word = |chunk: &[u8]| u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
     let half = |chunk: &[u8]| u64::from(u32::from_ne_bytes(chunk.try_into().unwrap_or([0; 4])));
     let len = bytes.len();
     if len < 4 {
@@ -47,11 +51,21 @@ fn is_plain(bytes: &[u8]) -> bool {
     if len < 8 {
         return !word_needs_escape(half(&bytes[..4]) | half(&bytes[len - 4..]) << 32);
     }
+    if len <= 16 {
+        return !(word_needs_escape(word(&bytes[..8])) | word_needs_escape(word(&bytes[len - 8..])));
+    }
+    is_plain_long(bytes)
+}
+
+/// [`is_plain`] of a string longer than sixteen bytes: eight bytes at a time, the
+/// last eight overlapping the ones before.
+#[inline(never)]
+fn is_plain_long(bytes: &[u8]) -> bool {
     let mut chunks = bytes.chunks_exact(8);
     if chunks.any(|chunk| word_needs_escape(word(chunk))) {
         return false;
     }
-    !word_needs_escape(word(&bytes[len - 8..]))
+    !word_needs_escape(word(&bytes[bytes.len() - 8..]))
 }
 
 /// `s`'s characters as a JSON string holds them, without the quotes: serde_json's
