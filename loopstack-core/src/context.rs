@@ -282,6 +282,12 @@ impl RunContext {
         doc: &T,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
+        let index = self.save_at(doc, options)?;
+        Ok(&self.docs[index])
+    }
+
+    /// [`RunContext::save_with`], giving where the document is in [`RunContext::documents`].
+    fn save_at<T: DocumentType>(&mut self, doc: &T, options: SaveOptions) -> Result<usize, serde_json::Error> {
         let content = crate::document::to_checked_raw_value(doc).map_err(|e| match e {
             CheckedError::Unreadable(why, _) => unreadable(T::TYPE, why),
             CheckedError::Serialize(e) => e,
@@ -305,8 +311,8 @@ impl RunContext {
         doc: Arc<T>,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
-        let stored = doc.clone();
-        self.save_shared_as(&*stored, doc, options)
+        let index = self.save_at(&*doc, options)?;
+        Ok(self.keep_shared_value(index, doc))
     }
 
     /// Saves `stored` and keeps `shared` as its value for the rest of the drive:
@@ -320,16 +326,21 @@ impl RunContext {
         shared: Arc<T>,
         options: SaveOptions,
     ) -> Result<&Arc<Document>, serde_json::Error> {
-        let saved = self.save_with(stored, options)?.clone();
+        let index = self.save_at(stored, options)?;
+        Ok(self.keep_shared_value(index, shared))
+    }
+
+    /// Keeps `shared` as the value of the document at `index`, just saved.
+    fn keep_shared_value<T: Send + Sync + 'static>(&mut self, index: usize, shared: Arc<T>) -> &Arc<Document> {
         // What was stored may have been redacted: then reads parse that, never the
         // value with the secret.
         if self.runtime.secrets().is_empty() {
             if self.shared.len() == SHARED_KEPT {
                 self.shared.remove(0);
             }
-            self.shared.push((saved.clone(), shared));
+            self.shared.push((self.docs[index].clone(), shared));
         }
-        Ok(self.docs.iter().rev().find(|d| Arc::ptr_eq(d, &saved)).expect("just saved"))
+        &self.docs[index]
     }
 
     /// Reads a document as a shared `T`: the value [`RunContext::save_shared`] kept
@@ -370,7 +381,8 @@ impl RunContext {
         }
         let mut options = options;
         let metadata = metadata_of(&doc_type, &mut options)?;
-        Ok(self.insert(doc_type, content, options, metadata))
+        let index = self.insert(doc_type, content, options, metadata);
+        Ok(&self.docs[index])
     }
 
     fn insert(
@@ -379,7 +391,7 @@ impl RunContext {
         content: Box<RawValue>,
         options: SaveOptions,
         metadata: Metadata,
-    ) -> &Arc<Document> {
+    ) -> usize {
         let SaveOptions { key, tags, .. } = options;
         let secrets = self.runtime.secrets();
         let (content, metadata) = if secrets.is_empty() {
@@ -408,11 +420,11 @@ impl RunContext {
                 if i < self.committed_len {
                     self.undo.push((i, old));
                 }
-                &self.docs[i]
+                i
             }
             None => {
                 self.docs.push(doc);
-                self.docs.last().expect("just pushed")
+                self.docs.len() - 1
             }
         }
     }
