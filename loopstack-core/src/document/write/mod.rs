@@ -19,7 +19,7 @@ use std::fmt::Display;
 use serde::ser::{self, Serialize};
 use serde_json::Error;
 
-use self::escape::{write_display, write_str};
+use self::escape::{write_display, write_key, write_str};
 use self::key::{MapKey, RawText};
 use super::raw::RAW_VALUE_TOKEN;
 use super::{READ_DEPTH, Unreadable};
@@ -361,7 +361,7 @@ impl<'w, 'a> Compound<'w, 'a> {
         Self { w, first: true, raw: false, close }
     }
 
-    #[inline]
+    #[inline(always)]
     fn comma(&mut self) {
         if !std::mem::replace(&mut self.first, false) {
             self.w.out.push(',');
@@ -374,14 +374,15 @@ impl<'w, 'a> Compound<'w, 'a> {
         value.serialize(&mut *self.w)
     }
 
-    #[inline]
+    /// Inlined into serde's derived code, which names the field by a literal: the
+    /// key's check and copy fold to a few stores there (see [`write_key`]).
+    #[inline(always)]
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         if self.raw {
             return self.raw_field(key, value);
         }
         self.comma();
-        write_str(self.w.out, key);
-        self.w.out.push(':');
+        write_key(self.w.out, key);
         value.serialize(&mut *self.w)
     }
 
@@ -474,6 +475,7 @@ macro_rules! fields {
         impl ser::$trait for Compound<'_, '_> {
             type Ok = ();
             type Error = Error;
+            #[inline(always)]
             fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
                 self.field(key, value)
             }
@@ -485,8 +487,6 @@ macro_rules! fields {
 }
 
 fields!(SerializeStruct, SerializeStructVariant);
-
-/// serde_json's errors for what it does not take as a map key.
 
 #[cfg(test)]
 mod tests;
