@@ -113,20 +113,20 @@ fn write_escaped(out: &mut String, s: &str) {
     out.push_str(&s[start..]);
 }
 
-/// A struct's field name as an object key, with its colon: `"name":`. Inlined
-/// where serde's derived code names the field by a literal, so the check for a
-/// byte to escape and the copy fold to a few stores of known bytes there.
+/// `text`, a literal of serde's derived code (a field or variant name), as a JSON
+/// string followed by `after` (the colon after a key). Inlined there, so the check
+/// for a byte to escape and the copy fold to a few stores of known bytes.
 #[inline(always)]
-pub(super) fn write_key(out: &mut String, key: &str) {
-    if is_plain(key.as_bytes()) {
-        out.reserve(key.len() + 3);
+pub(super) fn write_literal(out: &mut String, text: &str, after: &str) {
+    if is_plain(text.as_bytes()) {
+        out.reserve(text.len() + 2 + after.len());
         out.push('"');
-        out.push_str(key);
-        out.push_str("\":");
+        out.push_str(text);
+        out.push('"');
     } else {
-        write_str(out, key);
-        out.push(':');
+        write_str(out, text);
     }
+    out.push_str(after);
 }
 
 /// `s` as a JSON string.

@@ -19,7 +19,7 @@ use std::fmt::Display;
 use serde::ser::{self, Serialize};
 use serde_json::Error;
 
-use self::escape::{write_display, write_key, write_str};
+use self::escape::{write_display, write_literal, write_str};
 use self::key::{MapKey, RawText};
 use super::raw::RAW_VALUE_TOKEN;
 use super::{READ_DEPTH, Unreadable};
@@ -214,8 +214,10 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         Ok(())
     }
 
+    /// Inlined into serde's derived code, which names the variant by a literal.
+    #[inline(always)]
     fn serialize_unit_variant(self, _name: &'static str, _index: u32, variant: &'static str) -> Result<(), Error> {
-        write_str(self.out, variant);
+        write_literal(self.out, variant, "");
         Ok(())
     }
 
@@ -267,6 +269,9 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         Ok(Map { compound: Compound::new(self, Close::Object), keys })
     }
 
+    /// Inlined into serde's derived code, where the comparison of the literal name
+    /// with serde_json's raw-value token folds away.
+    #[inline(always)]
     fn serialize_struct(self, name: &'static str, _len: usize) -> Result<Compound<'w, 'a>, Error> {
         if name == RAW_VALUE_TOKEN {
             // A `RawValue`: its one field is its text, written as it is.
@@ -375,14 +380,14 @@ impl<'w, 'a> Compound<'w, 'a> {
     }
 
     /// Inlined into serde's derived code, which names the field by a literal: the
-    /// key's check and copy fold to a few stores there (see [`write_key`]).
+    /// key's check and copy fold to a few stores there (see [`write_literal`]).
     #[inline(always)]
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         if self.raw {
             return self.raw_field(key, value);
         }
         self.comma();
-        write_key(self.w.out, key);
+        write_literal(self.w.out, key, ":");
         value.serialize(&mut *self.w)
     }
 
@@ -479,6 +484,7 @@ macro_rules! fields {
             fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
                 self.field(key, value)
             }
+            #[inline]
             fn end(self) -> Result<(), Error> {
                 self.finish()
             }
