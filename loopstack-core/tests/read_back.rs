@@ -236,6 +236,14 @@ fn metadata_given_whole_is_stored_as_its_text_and_refused_when_it_would_not_read
     assert_eq!(doc.metadata.get("by"), Some(json!("bob")));
     assert_eq!(doc.metadata.get("reviewer"), Some(json!("ada")));
 
+    // Only the depth is refused: a float that is not finite is written as serde_json
+    // writes it, `null`, since metadata is read as JSON values.
+    #[derive(Serialize)]
+    struct Scored {
+        score: f64,
+    }
+    let doc = cx.save_with(&note, SaveOptions::new().metadata(&Scored { score: f64::NAN })).unwrap();
+    assert_eq!(doc.metadata.as_str(), r#"{"score":null}"#);
     let saved = cx.documents().len();
     let too_deep = Review { reviewer: "ada", score: 4, deep: nested(READ_DEPTH) };
     let err = cx.save_with(&note, SaveOptions::new().metadata(&too_deep)).unwrap_err();

@@ -160,12 +160,13 @@ impl SaveOptions {
     pub fn metadata<T: Serialize + ?Sized>(mut self, meta: &T) -> Self {
         // Not the checked serializer of contents and states: metadata is read as a
         // map of JSON values, so only its depth can keep it from reading back.
-        let whole = match to_raw_value(meta) {
-            Ok(raw) if nests_deeper_than(raw.get().as_bytes(), 0, READ_DEPTH) => {
-                Err(format!("its metadata would not read back: {}", Unreadable::TooDeep))
-            }
+        let refused = std::cell::Cell::new(None);
+        let whole = match raw::write(meta, raw::Check::Depth(&refused)) {
             Ok(raw) => Metadata::from_raw(raw).map_err(|e| e.to_string()),
-            Err(e) => Err(format!("its metadata does not serialize: {e}")),
+            Err(e) => match refused.take() {
+                Some(why) => Err(format!("its metadata would not read back: {why}")),
+                None => Err(format!("its metadata does not serialize: {e}")),
+            },
         };
         self.whole = Some(whole);
         self
@@ -232,7 +233,7 @@ impl From<CheckedError> for serde_json::Error {
 /// accepts.
 pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
     let refused = std::cell::Cell::new(None);
-    raw::write(value, Some(&refused)).map_err(|e| match refused.take() {
+    raw::write(value, raw::Check::All(&refused)).map_err(|e| match refused.take() {
         Some(why) => CheckedError::Unreadable(why, e),
         None => CheckedError::Serialize(e),
     })

@@ -32,27 +32,48 @@ thread_local! {
 
 /// `serde_json::value::to_raw_value`: the same text, allocated once at its size.
 pub(crate) fn to_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, serde_json::Error> {
-    write(value, None)
+    write(value, Check::Nothing)
 }
 
-/// `value`'s JSON text as a `RawValue`; a checked write (`refused` is `Some`)
-/// refuses what would not read back, and says why there.
-pub(super) fn write<T: Serialize + ?Sized>(
-    value: &T,
-    refused: Option<&Cell<Option<Unreadable>>>,
-) -> Result<Box<RawValue>, serde_json::Error> {
+/// What a write refuses of what would not read back, saying why in the cell.
+#[derive(Clone, Copy)]
+pub(super) enum Check<'a> {
+    /// Nothing: all that serde_json writes.
+    Nothing,
+    /// Nesting deeper than [`READ_DEPTH`](super::READ_DEPTH) only.
+    Depth(&'a Cell<Option<Unreadable>>),
+    /// All that [`Unreadable`] names.
+    All(&'a Cell<Option<Unreadable>>),
+}
+
+impl<'a> Check<'a> {
+    fn writer<'w>(self, out: &'w mut String) -> Writer<'w>
+    where
+        'a: 'w,
+    {
+        match self {
+            Self::Nothing => Writer::new(out, None),
+            Self::Depth(refused) => Writer::depth_checked(out, refused),
+            Self::All(refused) => Writer::new(out, Some(refused)),
+        }
+    }
+}
+
+/// `value`'s JSON text as a `RawValue`; a checked write refuses what `check` says
+/// of what would not read back, and says why in its cell.
+pub(super) fn write<T: Serialize + ?Sized>(value: &T, check: Check<'_>) -> Result<Box<RawValue>, serde_json::Error> {
     let text = BUFFER.with(|buffer| -> Result<String, serde_json::Error> {
         match buffer.try_borrow_mut() {
             Ok(mut buffer) => {
                 buffer.clear();
-                value.serialize(&mut Writer::new(&mut buffer, refused))?;
+                value.serialize(&mut check.writer(&mut buffer))?;
                 Ok(if buffer.len() > KEEP { std::mem::take(&mut *buffer) } else { buffer.as_str().to_owned() })
             }
             // A `Serialize` impl that writes JSON itself, from inside its own
             // serialization, finds the buffer taken: it writes into a string of its own.
             Err(_) => {
                 let mut own = String::new();
-                value.serialize(&mut Writer::new(&mut own, refused))?;
+                value.serialize(&mut check.writer(&mut own))?;
                 Ok(own)
             }
         }
@@ -62,7 +83,7 @@ pub(super) fn write<T: Serialize + ?Sized>(
         // A serde_json that reads a `RawValue` another way: it parses the text.
         None => {
             let mut own = String::new();
-            value.serialize(&mut Writer::new(&mut own, refused))?;
+            value.serialize(&mut check.writer(&mut own))?;
             RawValue::from_string(own)
         }
     }

@@ -192,13 +192,13 @@ impl ser::Serializer for RawText<'_, '_> {
 
     fn serialize_str(self, text: &str) -> Result<(), Error> {
         let w = self.0;
-        if w.checks() {
-            if nests_deeper_than(text.as_bytes(), w.depth, READ_DEPTH) {
-                return Err(w.refuse(Unreadable::TooDeep));
-            }
-            if let Some(key) = duplicate_key(text) {
-                return Err(w.refuse(Unreadable::DuplicateKey(key)));
-            }
+        if w.checks_depth() && nests_deeper_than(text.as_bytes(), w.depth, READ_DEPTH) {
+            return Err(w.refuse(Unreadable::TooDeep));
+        }
+        if w.checks()
+            && let Some(key) = duplicate_key(text)
+        {
+            return Err(w.refuse(Unreadable::DuplicateKey(key)));
         }
         w.out.push_str(text);
         Ok(())

@@ -32,14 +32,29 @@ pub(super) struct Writer<'a> {
     /// Where a checked write says why it refused the value; `None` writes all that
     /// serde_json writes (a float that is not finite as `null`, any depth).
     refused: Option<&'a Cell<Option<Unreadable>>>,
+    /// A checked write that refuses only nesting deeper than [`READ_DEPTH`].
+    depth_only: bool,
 }
 
 impl<'a> Writer<'a> {
+    /// A write that refuses all that would not read back when `refused` is `Some`.
     pub(super) fn new(out: &'a mut String, refused: Option<&'a Cell<Option<Unreadable>>>) -> Self {
-        Self { out, depth: 0, refused }
+        Self { out, depth: 0, refused, depth_only: false }
     }
 
+    /// A write that refuses only nesting deeper than [`READ_DEPTH`] (what a map of
+    /// JSON values, as metadata is read, needs), saying so in `refused`.
+    pub(super) fn depth_checked(out: &'a mut String, refused: &'a Cell<Option<Unreadable>>) -> Self {
+        Self { out, depth: 0, refused: Some(refused), depth_only: true }
+    }
+
+    /// Whether the write refuses all that would not read back.
     fn checks(&self) -> bool {
+        self.refused.is_some() && !self.depth_only
+    }
+
+    /// Whether the write refuses nesting deeper than [`READ_DEPTH`].
+    fn checks_depth(&self) -> bool {
         self.refused.is_some()
     }
 
@@ -55,7 +70,7 @@ impl<'a> Writer<'a> {
     #[inline]
     fn open(&mut self, bracket: char) -> Result<(), Error> {
         self.depth += 1;
-        if self.depth > READ_DEPTH && self.checks() {
+        if self.depth > READ_DEPTH && self.checks_depth() {
             return Err(self.refuse(Unreadable::TooDeep));
         }
         self.out.push(bracket);
