@@ -33,6 +33,8 @@ fn word_needs_escape(word: u64) -> bool {
     (control | quote | backslash) & HIGH != 0
 }
 
+/// `chunk`, eight bytes, as one word.
+#[inline]
 fn word(chunk: &[u8]) -> u64 {
     u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]))
 }
