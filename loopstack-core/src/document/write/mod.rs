@@ -115,6 +115,18 @@ impl<'a> Writer<'a> {
         self.out.push(':');
         Ok(())
     }
+
+    /// A tuple or struct variant's content, opened by `bracket` in its object.
+    fn variant_content<'w>(
+        &'w mut self,
+        variant: &str,
+        bracket: char,
+        close: Close,
+    ) -> Result<Compound<'w, 'a>, Error> {
+        self.variant(variant)?;
+        self.open(bracket)?;
+        Ok(Compound::new(self, close))
+    }
 }
 
 impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
@@ -273,9 +285,7 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Compound<'w, 'a>, Error> {
-        self.variant(variant)?;
-        self.open('[')?;
-        Ok(Compound::new(self, Close::ArrayThenObject))
+        self.variant_content(variant, '[', Close::ArrayThenObject)
     }
 
     fn serialize_map(self, _len: Option<usize>) -> Result<Map<'w, 'a>, Error> {
@@ -305,9 +315,7 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Compound<'w, 'a>, Error> {
-        self.variant(variant)?;
-        self.open('{')?;
-        Ok(Compound::new(self, Close::ObjectTwice))
+        self.variant_content(variant, '{', Close::ObjectTwice)
     }
 
     fn collect_str<T: Display + ?Sized>(self, value: &T) -> Result<(), Error> {
