@@ -116,6 +116,11 @@ pub(crate) fn strip_fence(text: &str) -> &str {
 /// perhaps with doubled braces, or a fenced block or the JSON at the end of some
 /// prose (`I'll check. ```json {...} ````).
 pub(crate) fn looks_like_tool_call(text: &str) -> bool {
+    // A call is an object, or an array of them: most answers are prose without a
+    // brace, told apart by one search for it.
+    if !text.contains('{') {
+        return false;
+    }
     // Checked in turn, without collecting them: every final answer is checked.
     if is_call_json(strip_fence(text)) {
         return true;
