@@ -87,12 +87,17 @@ impl<'a> Writer<'a> {
         self.out.push_str(itoa::Buffer::new().format(v));
     }
 
-    /// An unsigned integer: one below ten (most counts a state holds) as its digit,
-    /// without formatting it and copying the text.
+    /// An unsigned integer: one below a hundred (most counts a state holds) as its
+    /// digits, without formatting it and copying the text.
     #[inline]
     fn unsigned<I: itoa::Integer + Into<u64> + Copy>(&mut self, v: I) {
+        let digit = |d: u64| char::from(b'0' + d as u8);
         match v.into() {
-            digit @ 0..10 => self.out.push(char::from(b'0' + digit as u8)),
+            one @ 0..10 => self.out.push(digit(one)),
+            two @ 10..100 => {
+                self.out.push(digit(two / 10));
+                self.out.push(digit(two % 10));
+            }
             _ => self.integer(v),
         }
     }

@@ -48,6 +48,22 @@ fn escapes_every_ascii_byte_as_serde_json_does_wherever_it_falls() {
     same(&'\u{1f}');
 }
 
+#[test]
+fn writes_unsigned_integers_as_serde_json_does_on_both_sides_of_the_short_forms() {
+    for v in (0u64..=1_000).chain([u64::from(u32::MAX), u64::MAX]) {
+        same(&v);
+        if let Ok(v) = u8::try_from(v) {
+            same(&v);
+        }
+        if let Ok(v) = u16::try_from(v) {
+            same(&v);
+        }
+        if let Ok(v) = u32::try_from(v) {
+            same(&v);
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Unit;
 
