@@ -161,7 +161,7 @@ impl SaveOptions {
         // Not the checked serializer of contents and states: metadata is read as a
         // map of JSON values, so only its depth can keep it from reading back.
         let refused = std::cell::Cell::new(None);
-        let whole = match raw::write(meta, raw::Check::Depth(&refused)) {
+        let whole = match raw::write(meta, write::Check::Depth(&refused)) {
             Ok(raw) => Metadata::from_raw(raw).map_err(|e| e.to_string()),
             Err(e) => match refused.take() {
                 Some(why) => Err(format!("its metadata would not read back: {why}")),
@@ -233,7 +233,7 @@ impl From<CheckedError> for serde_json::Error {
 /// accepts.
 pub(crate) fn to_checked_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>, CheckedError> {
     let refused = std::cell::Cell::new(None);
-    raw::write(value, raw::Check::All(&refused)).map_err(|e| match refused.take() {
+    raw::write(value, write::Check::All(&refused)).map_err(|e| match refused.take() {
         Some(why) => CheckedError::Unreadable(why, e),
         None => CheckedError::Serialize(e),
     })

@@ -7,15 +7,14 @@
 //! [`Writer`]) into a buffer the thread keeps, and allocates the text once, at its
 //! size.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use serde::Deserialize as _;
 use serde::Serialize;
 use serde::de::value::{Error as ValueError, MapDeserializer};
 use serde_json::value::RawValue;
 
-use super::Unreadable;
-use super::write::Writer;
+use super::write::{Check, Writer};
 
 /// The name a `RawValue` serializes as (a struct of one field of that name), and
 /// reads from (a map of one entry of that key): serde_json's private token.
@@ -35,30 +34,6 @@ pub(crate) fn to_raw_value<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawVa
     write(value, Check::Nothing)
 }
 
-/// What a write refuses of what would not read back, saying why in the cell.
-#[derive(Clone, Copy)]
-pub(super) enum Check<'a> {
-    /// Nothing: all that serde_json writes.
-    Nothing,
-    /// Nesting deeper than [`READ_DEPTH`](super::READ_DEPTH) only.
-    Depth(&'a Cell<Option<Unreadable>>),
-    /// All that [`Unreadable`] names.
-    All(&'a Cell<Option<Unreadable>>),
-}
-
-impl<'a> Check<'a> {
-    fn writer<'w>(self, out: &'w mut String) -> Writer<'w>
-    where
-        'a: 'w,
-    {
-        match self {
-            Self::Nothing => Writer::new(out, None),
-            Self::Depth(refused) => Writer::depth_checked(out, refused),
-            Self::All(refused) => Writer::new(out, Some(refused)),
-        }
-    }
-}
-
 /// `value`'s JSON text as a `RawValue`; a checked write refuses what `check` says
 /// of what would not read back, and says why in its cell.
 pub(super) fn write<T: Serialize + ?Sized>(value: &T, check: Check<'_>) -> Result<Box<RawValue>, serde_json::Error> {
@@ -66,14 +41,14 @@ pub(super) fn write<T: Serialize + ?Sized>(value: &T, check: Check<'_>) -> Resul
         match buffer.try_borrow_mut() {
             Ok(mut buffer) => {
                 buffer.clear();
-                value.serialize(&mut check.writer(&mut buffer))?;
+                value.serialize(&mut Writer::new(&mut buffer, check))?;
                 Ok(if buffer.len() > KEEP { std::mem::take(&mut *buffer) } else { buffer.as_str().to_owned() })
             }
             // A `Serialize` impl that writes JSON itself, from inside its own
             // serialization, finds the buffer taken: it writes into a string of its own.
             Err(_) => {
                 let mut own = String::new();
-                value.serialize(&mut check.writer(&mut own))?;
+                value.serialize(&mut Writer::new(&mut own, check))?;
                 Ok(own)
             }
         }
@@ -83,7 +58,7 @@ pub(super) fn write<T: Serialize + ?Sized>(value: &T, check: Check<'_>) -> Resul
         // A serde_json that reads a `RawValue` another way: it parses the text.
         None => {
             let mut own = String::new();
-            value.serialize(&mut check.writer(&mut own))?;
+            value.serialize(&mut Writer::new(&mut own, check))?;
             RawValue::from_string(own)
         }
     }

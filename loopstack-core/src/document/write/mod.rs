@@ -24,43 +24,46 @@ use self::key::{MapKey, RawText};
 use super::raw::RAW_VALUE_TOKEN;
 use super::{READ_DEPTH, Unreadable};
 
+/// What a write refuses of what would not read back, saying why in the cell.
+#[derive(Clone, Copy)]
+pub(crate) enum Check<'a> {
+    /// Nothing: all that serde_json writes (a float that is not finite as `null`,
+    /// any depth).
+    Nothing,
+    /// Nesting deeper than [`READ_DEPTH`] only: what a map of JSON values, as
+    /// metadata is read, needs.
+    Depth(&'a Cell<Option<Unreadable>>),
+    /// All that [`Unreadable`] names: what documents and states, read back as
+    /// their types, need.
+    All(&'a Cell<Option<Unreadable>>),
+}
+
 /// Writes one value's JSON text at the end of `out`.
 pub(super) struct Writer<'a> {
     out: &'a mut String,
     /// Arrays and objects open around what is written next.
     depth: usize,
-    /// Where a checked write says why it refused the value; `None` writes all that
-    /// serde_json writes (a float that is not finite as `null`, any depth).
-    refused: Option<&'a Cell<Option<Unreadable>>>,
-    /// A checked write that refuses only nesting deeper than [`READ_DEPTH`].
-    depth_only: bool,
+    check: Check<'a>,
 }
 
 impl<'a> Writer<'a> {
-    /// A write that refuses all that would not read back when `refused` is `Some`.
-    pub(super) fn new(out: &'a mut String, refused: Option<&'a Cell<Option<Unreadable>>>) -> Self {
-        Self { out, depth: 0, refused, depth_only: false }
-    }
-
-    /// A write that refuses only nesting deeper than [`READ_DEPTH`] (what a map of
-    /// JSON values, as metadata is read, needs), saying so in `refused`.
-    pub(super) fn depth_checked(out: &'a mut String, refused: &'a Cell<Option<Unreadable>>) -> Self {
-        Self { out, depth: 0, refused: Some(refused), depth_only: true }
+    pub(super) fn new(out: &'a mut String, check: Check<'a>) -> Self {
+        Self { out, depth: 0, check }
     }
 
     /// Whether the write refuses all that would not read back.
     fn checks(&self) -> bool {
-        self.refused.is_some() && !self.depth_only
+        matches!(self.check, Check::All(_))
     }
 
     /// Whether the write refuses nesting deeper than [`READ_DEPTH`].
     fn checks_depth(&self) -> bool {
-        self.refused.is_some()
+        !matches!(self.check, Check::Nothing)
     }
 
     fn refuse(&self, why: Unreadable) -> Error {
         let err = ser::Error::custom(&why);
-        if let Some(refused) = self.refused {
+        if let Check::Depth(refused) | Check::All(refused) = self.check {
             refused.set(Some(why));
         }
         err

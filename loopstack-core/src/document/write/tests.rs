@@ -11,13 +11,13 @@ use super::*;
 
 fn ours<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
     let mut out = String::new();
-    value.serialize(&mut Writer::new(&mut out, None))?;
+    value.serialize(&mut Writer::new(&mut out, Check::Nothing))?;
     Ok(out)
 }
 
 fn checked<T: Serialize + ?Sized>(value: &T) -> Result<String, (Option<Unreadable>, Error)> {
     let (mut out, refused) = (String::new(), Cell::new(None));
-    value.serialize(&mut Writer::new(&mut out, Some(&refused))).map_err(|e| (refused.take(), e))?;
+    value.serialize(&mut Writer::new(&mut out, Check::All(&refused))).map_err(|e| (refused.take(), e))?;
     Ok(out)
 }
 
