@@ -2,9 +2,10 @@
 //!
 //! `loopstack-core` routes runs in the order [`order`] gives and checks hand-written
 //! tables with [`problems`]; `#[workflow]` checks every table at compile time with the
-//! same [`problems`], turning each [`Problem`] into an error at the user's tokens. So
-//! a table the macro accepts is one `Definition::check` accepts, and both agree on
-//! the order transitions are tried in.
+//! same [`problems`], turning each [`Problem`] into an error at the user's tokens;
+//! both word a problem by [`Problem::message`]. So a table the macro accepts is one
+//! `Definition::check` accepts, both say the same of one that is wrong, and both agree
+//! on the order transitions are tried in.
 //!
 //! A table is described plainly: the names of its places (which must include
 //! [`START`] and [`END`]) and its [`Transition`]s in declaration order. Problems name
@@ -153,6 +154,101 @@ pub enum Problem<'a> {
         /// The other waiting transitions that never fire, in the order they are tried.
         also: Vec<usize>,
     },
+}
+
+/// How a [`Problem`]'s message names the parts of a table: as the table's author
+/// wrote them (`#[workflow]` writes places as `Start` and `PromptExecuted`, a
+/// hand-written table as `start` and `prompt_executed`).
+pub trait Names {
+    /// The place at `place` of the places given to [`problems`].
+    fn place(&self, place: usize) -> String;
+    /// The transition at `transition` of the transitions given to [`problems`].
+    fn transition(&self, transition: usize) -> String;
+    /// How the table writes [`START`].
+    fn start(&self) -> &str;
+    /// How the table writes [`END`].
+    fn end(&self) -> &str;
+    /// Whether the waiting transition at `transition` waits for a delay (a timer)
+    /// rather than for a signal.
+    fn is_timer(&self, transition: usize) -> bool;
+}
+
+impl Problem<'_> {
+    /// The problem in one sentence, the one wording of it: `Definition::check` returns
+    /// it as it is, and `#[workflow]` adds how to fix it in the attributes' terms.
+    ///
+    /// ```
+    /// use loopstack_graph::{Names, Problem};
+    ///
+    /// struct Plain<'a>(&'a [&'a str], &'a [&'a str]);
+    /// impl Names for Plain<'_> {
+    ///     fn place(&self, p: usize) -> String { self.0[p].to_owned() }
+    ///     fn transition(&self, t: usize) -> String { self.1[t].to_owned() }
+    ///     fn start(&self) -> &str { "start" }
+    ///     fn end(&self) -> &str { "end" }
+    ///     fn is_timer(&self, _: usize) -> bool { false }
+    /// }
+    ///
+    /// let names = Plain(&["start", "ready", "end"], &["setup", "respond", "retry", "again"]);
+    /// let problem = Problem::Shadowed { place: 1, transition: 2, by: 1, also: vec![3] };
+    /// assert_eq!(
+    ///     problem.message(&names),
+    ///     "transition `retry` from `ready` can never fire: `respond` has no guard and is tried first \
+    ///      (neither can `again`)"
+    /// );
+    /// ```
+    pub fn message(&self, names: &impl Names) -> String {
+        let end = names.end();
+        let neither = |also: &[usize]| {
+            if also.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = also.iter().map(|&t| format!("`{}`", names.transition(t))).collect();
+                format!(" (neither can {})", list.join(", "))
+            }
+        };
+        match self {
+            Self::MissingPlace { place } => {
+                let place = if *place == START { names.start() } else { end };
+                format!("the places do not list `{place}`")
+            }
+            Self::DuplicatePlace { place } => format!("place `{}` is listed twice", names.place(*place)),
+            Self::UnknownPlace { transition, place } => {
+                format!("transition `{}` names unknown place `{place}`", names.transition(*transition))
+            }
+            Self::LeavesEnd { transition } => {
+                format!("transition `{}` leaves `{end}`; a run stops at `{end}`", names.transition(*transition))
+            }
+            Self::NoWayOutOfStart => format!("no transition leaves `{}`", names.start()),
+            Self::NoWayIntoEnd => format!("no transition reaches `{end}`"),
+            Self::Unreachable { place } => {
+                format!("place `{}` cannot be reached from `{}`", names.place(*place), names.start())
+            }
+            Self::CannotEnd { place, dead_end } => {
+                let why = if *dead_end { ": no transition leaves it" } else { "" };
+                format!("`{end}` cannot be reached from place `{}`{why}", names.place(*place))
+            }
+            Self::Shadowed { place, transition, by, also } => format!(
+                "transition `{}` from `{}` can never fire: `{}` has no guard and is tried first{}",
+                names.transition(*transition),
+                names.place(*place),
+                names.transition(*by),
+                neither(also),
+            ),
+            Self::WaitShadowed { place, transition, by, also } => {
+                let (kind, what) =
+                    if names.is_timer(*transition) { ("timer", "its delay") } else { ("wait", "a signal") };
+                format!(
+                    "{kind} transition `{}` from `{}` can never fire: `{}` has no guard and fires without waiting \
+                     for {what}{}",
+                    names.transition(*transition),
+                    names.place(*place),
+                    names.transition(*by),
+                    neither(also),
+                )
+            }
+        }
+    }
 }
 
 /// Every problem of a table, each mistake reported once, in this order:

@@ -532,50 +532,28 @@ impl Definition {
     /// unguarded transition shadows a later one, nor a wait or timer transition
     /// beside it.
     pub fn check(&self) -> Result<(), Vec<String>> {
-        use loopstack_graph::Problem;
-        let transitions = self.transitions;
-        let places = self.places;
-        let mut errors = Vec::new();
-        for problem in loopstack_graph::problems(places, &self.graph()) {
-            match problem {
-                Problem::MissingPlace { place } => errors.push(format!("the places do not list `{place}`")),
-                Problem::DuplicatePlace { place } => errors.push(format!("place `{}` is listed twice", places[place])),
-                Problem::UnknownPlace { transition, place } => {
-                    errors.push(format!("transition `{}` names unknown place `{place}`", transitions[transition].name));
-                }
-                Problem::LeavesEnd { transition } => {
-                    errors.push(format!("transition `{}` leaves `end`", transitions[transition].name));
-                }
-                Problem::NoWayOutOfStart => errors.push("no transition leaves `start`".to_owned()),
-                Problem::NoWayIntoEnd => errors.push("no transition reaches `end`".to_owned()),
-                Problem::Unreachable { place } => {
-                    errors.push(format!("place `{}` cannot be reached from `start`", places[place]));
-                }
-                Problem::CannotEnd { place, .. } => {
-                    errors.push(format!("`end` cannot be reached from place `{}`", places[place]));
-                }
-                Problem::Shadowed { place, transition, by, also } => {
-                    for t in std::iter::once(transition).chain(also) {
-                        errors.push(format!(
-                            "transition `{}` from `{}` can never fire: `{}` has no guard and is tried first",
-                            transitions[t].name, places[place], transitions[by].name
-                        ));
-                    }
-                }
-                Problem::WaitShadowed { place, transition, by, also } => {
-                    for t in std::iter::once(transition).chain(also) {
-                        let (kind, what) =
-                            if transitions[t].after.is_some() { ("timer", "its delay") } else { ("wait", "a signal") };
-                        errors.push(format!(
-                            "{kind} transition `{}` from `{}` can never fire: `{}` has no guard and fires without \
-                             waiting for {what}",
-                            transitions[t].name, places[place], transitions[by].name
-                        ));
-                    }
-                }
-            }
-        }
+        let errors: Vec<String> =
+            loopstack_graph::problems(self.places, &self.graph()).iter().map(|p| p.message(self)).collect();
         if errors.is_empty() { Ok(()) } else { Err(errors) }
+    }
+}
+
+/// A hand-written table names its parts by their stored names.
+impl loopstack_graph::Names for Definition {
+    fn place(&self, place: usize) -> String {
+        self.places[place].to_owned()
+    }
+    fn transition(&self, transition: usize) -> String {
+        self.transitions[transition].name.to_owned()
+    }
+    fn start(&self) -> &str {
+        START
+    }
+    fn end(&self) -> &str {
+        END
+    }
+    fn is_timer(&self, transition: usize) -> bool {
+        self.transitions[transition].after.is_some()
     }
 }
 

@@ -273,10 +273,7 @@ mod tests {
             DEF.check(),
             Err(vec![
                 "wait transition `approve` from `a` can never fire: `respond` has no guard and fires without \
-                 waiting for a signal"
-                    .to_owned(),
-                "timer transition `expire` from `a` can never fire: `respond` has no guard and fires without \
-                 waiting for its delay"
+                 waiting for a signal (neither can `expire`)"
                     .to_owned(),
             ])
         );

@@ -40,11 +40,32 @@ pub(super) fn check(
     }
 }
 
-fn names(transitions: &[Transition], list: &[usize]) -> String {
-    list.iter().map(|&i| format!("`{}`", transitions[i].method)).collect::<Vec<_>>().join(", ")
+/// The table's names as the user wrote them: `Start`, `PromptExecuted`, the methods.
+struct Written<'a> {
+    places: &'a [Place],
+    transitions: &'a [Transition],
 }
 
-/// Turns a problem of the table into an error at the user's tokens.
+impl loopstack_graph::Names for Written<'_> {
+    fn place(&self, place: usize) -> String {
+        self.places[place].ident.to_string()
+    }
+    fn transition(&self, transition: usize) -> String {
+        self.transitions[transition].method.to_string()
+    }
+    fn start(&self) -> &str {
+        "Start"
+    }
+    fn end(&self) -> &str {
+        "End"
+    }
+    fn is_timer(&self, transition: usize) -> bool {
+        self.transitions[transition].after.is_some()
+    }
+}
+
+/// Turns a problem of the table into an error at the user's tokens: its message
+/// ([`Problem::message`]) and, where the attributes can fix it, how.
 fn report(
     cx: &mut Ctxt,
     problem: Problem<'_>,
@@ -53,72 +74,44 @@ fn report(
     end_refs: &[Option<Ident>],
     item: &ItemImpl,
 ) {
+    let message = problem.message(&Written { places, transitions });
     let place = |p: usize| &places[p].ident;
     match problem {
         // Places come from the transitions' own identifiers, `Start` and `End` always
         // among them, each stored name once (a collision is an error before this).
-        Problem::MissingPlace { place } => {
-            cx.error_spanned_by(&item.self_ty, format!("internal error: the table has no place `{place}`"));
+        Problem::MissingPlace { .. } => cx.error_spanned_by(&item.self_ty, format!("internal error: {message}")),
+        Problem::DuplicatePlace { place: p } => cx.error_spanned_by(place(p), format!("internal error: {message}")),
+        Problem::UnknownPlace { transition, .. } => {
+            cx.error_spanned_by(&transitions[transition].method, format!("internal error: {message}"));
         }
-        Problem::DuplicatePlace { place: p } => {
-            cx.error_spanned_by(place(p), format!("internal error: place `{}` is listed twice", place(p)));
-        }
-        Problem::UnknownPlace { transition, place } => cx.error_spanned_by(
-            &transitions[transition].method,
-            format!("internal error: transition `{}` names unknown place `{place}`", transitions[transition].method),
-        ),
         Problem::LeavesEnd { transition } => {
             let t = &transitions[transition];
             let span = end_refs[transition].as_ref().map_or_else(|| t.method.span(), Ident::span);
-            cx.error_at(span, format!("transition `{}` leaves `End`; a run stops at `End`", t.method));
+            cx.error_at(span, message);
         }
         Problem::NoWayOutOfStart => cx.error_spanned_by(
             &item.self_ty,
-            "no transition leaves `Start`; the first transition method needs `#[transition(to = ..)]` \
-             (`from` defaults to `Start`)",
+            format!(
+                "{message}; the first transition method needs `#[transition(to = ..)]` (`from` defaults to `Start`)"
+            ),
         ),
         Problem::NoWayIntoEnd => cx.error_spanned_by(
             &item.self_ty,
-            "no transition reaches `End`; the last transition method needs `#[transition(from = .., to = End)]`",
+            format!("{message}; the last transition method needs `#[transition(from = .., to = End)]`"),
         ),
-        Problem::Unreachable { place: p } => {
-            cx.error_spanned_by(place(p), format!("place `{}` cannot be reached from `Start`", place(p)));
-        }
+        Problem::Unreachable { place: p } => cx.error_spanned_by(place(p), message),
         Problem::CannotEnd { place: p, dead_end } => {
-            let why = if dead_end {
-                "no transition leaves it".to_owned()
+            let fix = if dead_end {
+                String::new()
             } else {
-                format!("add a transition from `{}` or a place it leads to toward `End`", place(p))
+                format!(": add a transition from `{}` or a place it leads to toward `End`", place(p))
             };
-            cx.error_spanned_by(place(p), format!("`End` cannot be reached from place `{}`: {why}", place(p)));
+            cx.error_spanned_by(place(p), format!("{message}{fix}"));
         }
-        Problem::Shadowed { place: p, transition, by, also } => {
-            let mut msg = format!(
-                "transition `{}` from `{}` can never fire: `{}` has no guard and is tried first",
-                transitions[transition].method,
-                place(p),
-                transitions[by].method,
-            );
-            if !also.is_empty() {
-                msg.push_str(&format!(" (neither can {})", names(transitions, &also)));
-            }
-            msg.push_str("; give it a `#[guard(..)]` or order them with `priority`");
-            cx.error_spanned_by(&transitions[transition].method, msg);
-        }
-        Problem::WaitShadowed { place: p, transition, by, also } => {
-            let (kind, what) =
-                if transitions[transition].after.is_some() { ("timer", "its delay") } else { ("wait", "a signal") };
-            let mut msg = format!(
-                "{kind} transition `{}` from `{}` can never fire: `{}` has no guard and fires without waiting for \
-                 {what}",
-                transitions[transition].method,
-                place(p),
-                transitions[by].method,
-            );
-            if !also.is_empty() {
-                msg.push_str(&format!(" (neither can {})", names(transitions, &also)));
-            }
-            cx.error_spanned_by(&transitions[transition].method, msg);
-        }
+        Problem::Shadowed { transition, .. } => cx.error_spanned_by(
+            &transitions[transition].method,
+            format!("{message}; give it a `#[guard(..)]` or order them with `priority`"),
+        ),
+        Problem::WaitShadowed { transition, .. } => cx.error_spanned_by(&transitions[transition].method, message),
     }
 }
