@@ -6,19 +6,16 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 
 use super::{at, respan};
-use crate::model::workflow::{Place, SignalEnum, WorkflowFailure, WorkflowModel, WorkflowStub};
+use crate::model::workflow::{Outline, Place, SignalEnum, WorkflowFailure, WorkflowModel};
 
 pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
-    let krate = &m.krate;
+    let Outline { krate, item, places, input, cfgs, .. } = &m.outline;
     let p = quote!(#krate::__private);
-    let item = &m.item;
-    let cfgs = &m.cfgs;
     let self_ty = &item.self_ty;
     let (impl_generics, _, where_clause) = item.generics.split_for_impl();
     let state = &m.state;
     let name = &m.name;
-    let place_enum = place_enum(krate, &m.enum_ident, &m.places, &self_ty.to_token_stream(), cfgs, false);
-    let signal_enum = m.signal.as_ref().map(|s| signal_enum(krate, s, item, cfgs));
+    let enums = outline_enums(&m.outline, false);
     // The schema of a wait transition that takes no payload: `null`.
     let null_schema = m.transitions.iter().any(|t| t.wait && t.payload.is_none()).then(|| {
         quote! {
@@ -31,12 +28,12 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         }
     });
 
-    let place_names = m.places.iter().map(|pl| &pl.name);
+    let place_names = places.iter().map(|pl| &pl.name);
     let defs = m.transitions.iter().map(|t| {
         let method = t.method.to_string();
         let method = method.trim_start_matches("r#");
-        let from = t.from.iter().map(|&i| &m.places[i].name);
-        let to = &m.places[t.to].name;
+        let from = t.from.iter().map(|&i| &places[i].name);
+        let to = &places[t.to].name;
         let priority = t.priority.map(|n| quote!(.priority(#n)));
         let guard = t.guard.map(|g| {
             let g = m.guards[g].method.to_string();
@@ -55,7 +52,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
         quote!(#p::TransitionDef::new(#method, &[#(#from),*], #to) #priority #guard #wait #after)
     });
 
-    let (input, init) = match &m.input {
+    let (input, init) = match input {
         None => (state.to_token_stream(), quote!(__loopstack_input)),
         Some(input) => {
             let span = at(syn::spanned::Spanned::span(input));
@@ -167,9 +164,7 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
     quote! {
         #item
 
-        #place_enum
-
-        #signal_enum
+        #enums
 
         #(#cfgs)*
         const _: () = {
@@ -240,11 +235,8 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
 /// they do not fit) and the method's return as this table's state and place enum
 /// (an error at the return type when it is not).
 fn migrate_fn(m: &WorkflowModel) -> TokenStream {
-    let p = {
-        let krate = &m.krate;
-        quote!(#krate::__private)
-    };
-    let enum_ident = &m.enum_ident;
+    let Outline { krate, enum_ident, .. } = &m.outline;
+    let p = quote!(#krate::__private);
     let arms = m.migrations.iter().map(|mg| {
         let from = mg.from;
         let method = &mg.method;
@@ -300,6 +292,18 @@ fn migrate_fn(m: &WorkflowModel) -> TokenStream {
                 }
             }
         }
+    }
+}
+
+/// What the outline gives in either case: the place enum and the signal enum
+/// (`fallback` after a failed check, when places may be misspelled).
+fn outline_enums(o: &Outline, fallback: bool) -> TokenStream {
+    let self_ty = o.item.self_ty.to_token_stream();
+    let place_enum = place_enum(&o.krate, &o.enum_ident, &o.places, &self_ty, &o.cfgs, fallback);
+    let signal_enum = o.signal.as_ref().map(|sig| signal_enum(&o.krate, sig, &o.item, &o.cfgs));
+    quote! {
+        #place_enum
+        #signal_enum
     }
 }
 
@@ -536,24 +540,25 @@ fn signal_enum(krate: &syn::Path, s: &SignalEnum, item: &syn::ItemImpl, cfgs: &[
 pub(crate) fn workflow_fallback(f: &WorkflowFailure) -> TokenStream {
     let item = &f.item;
     let error = f.error.to_compile_error();
-    let stub = f.stub.as_ref().map(stub);
+    let outline = f.outline.as_ref().map(|o| outline_stub(o, f.state.as_ref()));
     quote! {
         #item
-        #stub
+        #outline
         #error
     }
 }
 
-fn stub(s: &WorkflowStub) -> TokenStream {
-    let krate = &s.krate;
+/// The outline's enums and, when the state type is known, a `Workflow` impl whose
+/// methods are never called (the crate does not compile).
+fn outline_stub(o: &Outline, state: Option<&syn::Type>) -> TokenStream {
+    let krate = &o.krate;
     let p = quote!(#krate::__private);
-    let self_ty = &s.item.self_ty;
-    let cfgs = &s.cfgs;
-    let place_enum = place_enum(krate, &s.enum_ident, &s.places, &self_ty.to_token_stream(), cfgs, true);
-    let signal_enum = s.signal.as_ref().map(|sig| signal_enum(krate, sig, &s.item, cfgs));
-    let imp = s.state.as_ref().map(|state| {
-        let input = s.input.as_ref().unwrap_or(state);
-        let (impl_generics, _, where_clause) = s.item.generics.split_for_impl();
+    let self_ty = &o.item.self_ty;
+    let cfgs = &o.cfgs;
+    let enums = outline_enums(o, true);
+    let imp = state.map(|state| {
+        let input = o.input.as_ref().unwrap_or(state);
+        let (impl_generics, _, where_clause) = o.item.generics.split_for_impl();
         quote! {
             #(#cfgs)*
             impl #impl_generics #p::Workflow for #self_ty #where_clause {
@@ -581,8 +586,7 @@ fn stub(s: &WorkflowStub) -> TokenStream {
         }
     });
     quote! {
-        #place_enum
-        #signal_enum
+        #enums
         #imp
     }
 }

@@ -6,9 +6,10 @@
 //! one expansion reports every independent mistake: the header (arguments, the impl
 //! block, the names), the methods' shapes and timers ([`signature`]), the guards,
 //! the places ([`places`]), the transitions, the signal enum ([`signal`]) and the
-//! graph check ([`graph`]). A failure keeps what the stages before it found (the
-//! place enum, a stub `Workflow` impl), so code using the workflow adds no errors of
-//! its own.
+//! graph check ([`graph`]). A failure keeps the [`Outline`] the stages before it
+//! found (the place enum, the signal enum, the `Workflow` impl's types), the part of
+//! the model the expansion emits either way, so code using the workflow adds no
+//! errors of its own.
 
 use std::collections::HashMap;
 
@@ -36,19 +37,32 @@ use migrate::{RawMigration, strip_migrations};
 use places::{Named, PlaceId, Places};
 use signature::{Kind, check_guard_sig, check_transition_sig, payload_param, state_param, strip_helpers, typed_input};
 
-/// A checked `#[workflow]`.
-pub(crate) struct WorkflowModel {
+/// What a `#[workflow]` is known to be before its table is checked, and what the
+/// expansion emits whether or not the check passes: the place enum, the signal enum
+/// and the types of the `Workflow` impl.
+pub(crate) struct Outline {
     pub(crate) krate: Path,
-    pub(crate) name: String,
-    /// The impl block's doc comment: the table's description.
-    pub(crate) description: Option<crate::docs::Text>,
     /// The impl block with `#[transition]` and `#[guard]` removed.
     pub(crate) item: ItemImpl,
     /// `ToolCallWorkflowPlace`.
     pub(crate) enum_ident: Ident,
-    pub(crate) state: Type,
+    /// `Start` first, `End` last, the others in order of first appearance.
+    pub(crate) places: Places,
     /// `input = T`; `None` means the state type.
     pub(crate) input: Option<Type>,
+    /// The `<Type>Signal` enum; `None` when it is not generated (a payload names one of
+    /// the impl's generic parameters) or not known (a transition failed its checks).
+    pub(crate) signal: Option<SignalEnum>,
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+/// A checked `#[workflow]`.
+pub(crate) struct WorkflowModel {
+    pub(crate) outline: Outline,
+    pub(crate) name: String,
+    /// The impl block's doc comment: the table's description.
+    pub(crate) description: Option<crate::docs::Text>,
+    pub(crate) state: Type,
     /// `definition = path`: a method `fn(&self, &'static Definition) -> &'static
     /// Definition` that picks the table a value uses (the macro's own, or one
     /// renamed from it).
@@ -59,14 +73,8 @@ pub(crate) struct WorkflowModel {
     /// `on_create = path`: a method `fn(&self, &mut State, &mut RunContext) ->
     /// Result<(), E>` that saves the documents a run starts with.
     pub(crate) on_create: Option<syn::Path>,
-    /// `Start` first, `End` last, the others in order of first appearance.
-    pub(crate) places: Vec<Place>,
     pub(crate) transitions: Vec<Transition>,
     pub(crate) guards: Vec<GuardMethod>,
-    /// The `<Type>Signal` enum; `None` when it is not generated (a payload names one of
-    /// the impl's generic parameters).
-    pub(crate) signal: Option<SignalEnum>,
-    pub(crate) cfgs: Vec<Attribute>,
     /// `version = N`; 1 by default.
     pub(crate) version: u32,
     /// The `#[migrate(from = N)]` methods, by the version they come from.
@@ -130,25 +138,14 @@ pub(crate) struct GuardMethod {
     pub(crate) reference: Ident,
 }
 
-/// What is emitted when a check failed: the stripped impl block plus, as far as they are
-/// known, the place enum and a stub `Workflow` impl, so that code using the workflow does
-/// not add errors of its own.
+/// What is emitted when a check failed: the stripped impl block and, once the header
+/// was read, the outline (with the state type if one is known), so that code using
+/// the workflow does not add errors of its own.
 pub(crate) struct WorkflowFailure {
     pub(crate) error: syn::Error,
     pub(crate) item: TokenStream,
-    pub(crate) stub: Option<WorkflowStub>,
-}
-
-pub(crate) struct WorkflowStub {
-    pub(crate) krate: Path,
-    pub(crate) item: ItemImpl,
-    pub(crate) enum_ident: Ident,
-    pub(crate) places: Vec<Place>,
+    pub(crate) outline: Option<Outline>,
     pub(crate) state: Option<Type>,
-    pub(crate) input: Option<Type>,
-    /// Known once every transition checked out (the table itself failed).
-    pub(crate) signal: Option<SignalEnum>,
-    pub(crate) cfgs: Vec<Attribute>,
 }
 
 /// One `#[transition]` as written, before places are numbered.
@@ -180,9 +177,18 @@ struct Header {
     description: Option<crate::docs::Text>,
 }
 
-fn failure(cx: Ctxt, item: &ItemImpl, stub: Option<WorkflowStub>) -> Box<WorkflowFailure> {
+/// A failure before the header gave an outline.
+fn failure(cx: Ctxt, item: &ItemImpl) -> Box<WorkflowFailure> {
     let error = cx.check().expect_err("an error was recorded");
-    Box::new(WorkflowFailure { error, item: item.to_token_stream(), stub })
+    Box::new(WorkflowFailure { error, item: item.to_token_stream(), outline: None, state: None })
+}
+
+/// The header's arguments an outline does not hold.
+struct Rest {
+    args: WorkflowArgs,
+    name: String,
+    description: Option<crate::docs::Text>,
+    version: u32,
 }
 
 impl Header {
@@ -205,7 +211,7 @@ impl Header {
                     "`#[workflow]` goes on an inherent `impl` block whose methods carry `#[transition(..)]`",
                 );
                 let error = cx.check().expect_err("just recorded");
-                return Err(Box::new(WorkflowFailure { error, item, stub: None }));
+                return Err(Box::new(WorkflowFailure { error, item, outline: None, state: None }));
             }
         };
         let migrations = strip_migrations(&mut cx, &mut item);
@@ -241,11 +247,11 @@ impl Header {
                 "`#[workflow]` goes on an inherent impl block (`impl MyWorkflow { .. }`); it writes the \
                  `Workflow` impl itself",
             );
-            return Err(failure(cx, &item, None));
+            return Err(failure(cx, &item));
         }
         let Some(type_ident) = last_segment(&item.self_ty).map(|s| s.ident.clone()) else {
             cx.error_spanned_by(&item.self_ty, "`#[workflow]` needs a named type here, such as `impl MyWorkflow`");
-            return Err(failure(cx, &item, None));
+            return Err(failure(cx, &item));
         };
         let enum_ident =
             Ident::new(&format!("{}Place", type_ident.to_string().trim_start_matches("r#")), type_ident.span());
@@ -276,18 +282,21 @@ impl Header {
         Ok((cx, header))
     }
 
-    /// A stub of the workflow with what is known, for a failure.
-    fn stub(&self, places: &[Place], state: Option<Type>, signal: Option<SignalEnum>) -> WorkflowStub {
-        WorkflowStub {
-            krate: self.krate.clone(),
-            item: self.item.clone(),
-            enum_ident: self.enum_ident.clone(),
-            places: places.to_vec(),
-            state,
-            input: self.args.input.clone(),
-            signal,
-            cfgs: self.cfgs.clone(),
-        }
+    /// The outline, from the header and the places and signals the stages found, and
+    /// the rest of the header.
+    fn split(self, places: Places, signal: Option<SignalEnum>) -> (Outline, Rest) {
+        let Self { mut args, krate, item, enum_ident, name, cfgs, description, version, .. } = self;
+        let input = args.input.take();
+        let outline = Outline { krate, item, enum_ident, places, input, signal, cfgs };
+        (outline, Rest { args, name, description, version })
+    }
+
+    /// The failure of a table whose header was read.
+    fn fail(self, cx: Ctxt, places: Places, state: Option<Type>, signal: Option<SignalEnum>) -> Box<WorkflowFailure> {
+        let error = cx.check().expect_err("an error was recorded");
+        let item = self.item.to_token_stream();
+        let (outline, _) = self.split(places, signal);
+        Box::new(WorkflowFailure { error, item, outline: Some(outline), state })
     }
 }
 
@@ -353,19 +362,19 @@ fn resolve_guards(cx: &mut Ctxt, item: &ItemImpl, raw: &[RawTransition]) -> (Vec
     (guards, guard_of)
 }
 
-/// Stage 5: one transition, its places numbered (`End` at `end`).
+/// Stage 5: one transition, its places numbered.
 fn transition(
     t: &RawTransition,
     named: &Named,
     guard: Option<usize>,
     after: Option<u64>,
-    end: usize,
+    places: &Places,
     item: &ItemImpl,
 ) -> Transition {
     Transition {
         method: t.method.clone(),
-        from: named.from.iter().map(|(p, _)| p.index(end)).collect(),
-        to: named.to.expect("checked").index(end),
+        from: named.from.iter().map(|&(p, _)| places.index(p)).collect(),
+        to: places.index(named.to.expect("checked")),
         priority: t.args.priority,
         guard,
         wait: t.args.wait.is_some(),
@@ -383,7 +392,7 @@ impl WorkflowModel {
         let after = timers(&mut cx, &header.raw);
         let migrations = migrate::check(&mut cx, &header.migrations, header.version);
         let (guards, guard_of) = resolve_guards(&mut cx, &header.item, &header.raw);
-        let (places, end, named) = Places::of(&mut cx, &header.raw);
+        let (places, named) = Places::of(&mut cx, &header.raw);
 
         let state = match &header.args.state {
             Some(s) => Some(s.clone()),
@@ -397,11 +406,11 @@ impl WorkflowModel {
             );
         }
         if !cx.is_ok() {
-            return Err(failure(cx, &header.item, Some(header.stub(&places, state, None))));
+            return Err(header.fail(cx, places, state, None));
         }
 
         let transitions: Vec<Transition> = (0..header.raw.len())
-            .map(|i| transition(&header.raw[i], &named[i], guard_of[i], after[i], end, &header.item))
+            .map(|i| transition(&header.raw[i], &named[i], guard_of[i], after[i], &places, &header.item))
             .collect();
         let signal = signal::signal_enum(&mut cx, &header.type_ident, &header.item, &transitions, &places);
 
@@ -412,26 +421,20 @@ impl WorkflowModel {
             .collect();
         graph::check(&mut cx, &places, &transitions, &end_refs, &header.item);
         if !cx.is_ok() {
-            return Err(failure(cx, &header.item, Some(header.stub(&places, state, signal))));
+            return Err(header.fail(cx, places, state, signal));
         }
         cx.check().expect("no errors");
-        let Header { args, krate, item, enum_ident, name, cfgs, description, version, .. } = header;
+        let (outline, Rest { args, name, description, version }) = header.split(places, signal);
         Ok(Self {
-            krate,
+            outline,
             description,
             name,
             definition: args.definition,
             fork_check: args.fork_check,
             on_create: args.on_create,
-            enum_ident,
             state: state.expect("a transition exists"),
-            input: args.input,
-            places,
             transitions,
             guards,
-            signal,
-            cfgs,
-            item,
             version,
             migrations,
         })

@@ -20,18 +20,46 @@ pub(super) enum PlaceId {
     End,
 }
 
-impl PlaceId {
-    /// The place's index, `End` being at `end`.
-    pub(super) fn index(self, end: usize) -> usize {
-        match self {
-            Self::At(i) => i,
-            Self::End => end,
+/// The places of a table: `Start` first, `End` last, the others in the order the
+/// transitions first name them. It owns both ends, so an index is a place and
+/// [`Places::index`] turns what a transition names into one.
+#[derive(Clone)]
+#[cfg_attr(test, derive(Debug))]
+pub(crate) struct Places(Vec<Place>);
+
+impl Places {
+    /// Names the places of every transition, in order: the places and what each
+    /// transition names. Errors (a place that is not UpperCamelCase, two stored under
+    /// one name, one listed twice, a missing target) are recorded in `cx`.
+    pub(super) fn of(cx: &mut Ctxt, raw: &[RawTransition]) -> (Self, Vec<Named>) {
+        let mut naming = Naming::new();
+        let named = raw.iter().map(|t| naming.transition(cx, t)).collect();
+        (naming.finish(), named)
+    }
+
+    /// The index of `End`: the last.
+    pub(crate) fn end(&self) -> usize {
+        self.0.len() - 1
+    }
+
+    /// The index of the place a transition names.
+    pub(super) fn index(&self, id: PlaceId) -> usize {
+        match id {
+            PlaceId::At(i) => i,
+            PlaceId::End => self.end(),
         }
     }
 }
 
-/// The places named so far; [`Places::finish`] adds `End`.
-pub(super) struct Places {
+impl std::ops::Deref for Places {
+    type Target = [Place];
+    fn deref(&self) -> &[Place] {
+        &self.0
+    }
+}
+
+/// The places named so far; [`Naming::finish`] adds `End`.
+struct Naming {
     list: Vec<Place>,
     start_seen: bool,
     /// The first `End` written, for the place's span.
@@ -44,21 +72,10 @@ pub(super) struct Named {
     pub(super) to: Option<PlaceId>,
 }
 
-impl Places {
+impl Naming {
     fn new() -> Self {
         let start = Place { ident: Ident::new("Start", Span::call_site()), name: loopstack_graph::START.into() };
         Self { list: vec![start], start_seen: false, end: None }
-    }
-
-    /// Names the places of every transition, in order: the places, `End` last, the
-    /// index of `End`, and what each transition names. Errors (a place that is not
-    /// UpperCamelCase, two stored under one name, one listed twice, a missing target)
-    /// are recorded in `cx`.
-    pub(super) fn of(cx: &mut Ctxt, raw: &[RawTransition]) -> (Vec<Place>, usize, Vec<Named>) {
-        let mut places = Self::new();
-        let named = raw.iter().map(|t| places.transition(cx, t)).collect();
-        let (list, end) = places.finish();
-        (list, end, named)
     }
 
     fn transition(&mut self, cx: &mut Ctxt, t: &RawTransition) -> Named {
@@ -120,11 +137,10 @@ impl Places {
         PlaceId::At(self.list.len() - 1)
     }
 
-    /// Every place, `End` last, and its index.
-    fn finish(mut self) -> (Vec<Place>, usize) {
-        let end = self.list.len();
+    /// Every place, `End` last.
+    fn finish(mut self) -> Places {
         let ident = self.end.take().unwrap_or_else(|| Ident::new("End", Span::call_site()));
         self.list.push(Place { ident, name: loopstack_graph::END.into() });
-        (self.list, end)
+        Places(self.list)
     }
 }

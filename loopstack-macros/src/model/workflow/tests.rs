@@ -31,8 +31,8 @@ fn the_model_of_the_tool_call_workflow() {
     })
     .unwrap();
     assert_eq!(m.name, "tool_call_workflow");
-    assert_eq!(m.enum_ident, "ToolCallWorkflowPlace");
-    let places: Vec<&str> = m.places.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(m.outline.enum_ident, "ToolCallWorkflowPlace");
+    let places: Vec<&str> = m.outline.places.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(places, ["start", "ready", "prompt_executed", "awaiting_tools", "approved", "end"]);
     assert_eq!(m.transitions[3].from, [3, 4]);
     assert_eq!(m.transitions[2].priority, Some(10));
@@ -41,7 +41,7 @@ fn the_model_of_the_tool_call_workflow() {
     assert!(m.transitions[4].payload.is_some());
     assert_eq!(m.state.to_token_stream().to_string(), "S");
     // The helper attributes are gone from the re-emitted impl.
-    let text = m.item.to_token_stream().to_string();
+    let text = m.outline.item.to_token_stream().to_string();
     assert!(!text.contains("transition") && !text.contains("guard ("), "{text}");
 }
 
@@ -158,7 +158,7 @@ fn timers_and_signals() {
     assert_eq!((t[1].after, t[1].wait), (Some(90 * 60_000), false));
     assert_eq!((t[3].wait, t[3].payload.is_some(), t[3].after), (true, true, None));
     assert_eq!((t[4].wait, t[4].payload.is_some()), (true, false));
-    let signal = m.signal.unwrap();
+    let signal = m.outline.signal.unwrap();
     assert_eq!(signal.ident, "RefundDeskSignal");
     let variants: Vec<(String, &str, bool)> =
         signal.variants.iter().map(|v| (v.ident.to_string(), v.signal.as_str(), v.payload.is_some())).collect();
@@ -264,6 +264,6 @@ fn options() {
     .ok()
     .unwrap();
     assert_eq!(m.name, "agent");
-    assert_eq!(m.input.unwrap().to_token_stream().to_string(), "String");
-    assert_eq!(m.krate.to_token_stream().to_string(), ":: loopstack_core");
+    assert_eq!(m.outline.input.unwrap().to_token_stream().to_string(), "String");
+    assert_eq!(m.outline.krate.to_token_stream().to_string(), ":: loopstack_core");
 }
