@@ -1,9 +1,11 @@
-//! What the SQLite and PostgreSQL stores share: the `Store` implementation itself,
-//! written once over the sqlx database type as [`SqlStore<D>`] for any
-//! [`Dialect`] `D`; the SQL ([`queries`]); value conversions; embedded migrations.
+//! What the SQLite and PostgreSQL stores share: the SQL ([`queries`]), row decoding
+//! ([`rows`]), state patches, value conversions and embedded migrations; and, for the
+//! stores on sqlx, the `Store` implementation itself, written once over the sqlx
+//! database type as [`SqlStore<D>`] for any [`Dialect`] `D`.
 //!
-//! - [`dialect`]: what differs between the two, as a trait of `sqlx::Sqlite` and
-//!   `sqlx::Postgres` (implemented in `crate::sqlite` and `crate::postgres`).
+//! - [`dialect`]: what a sqlx database says of itself, as a trait of its database
+//!   type (implemented for `sqlx::Postgres` in `crate::postgres`; the SQLite store
+//!   runs on rusqlite, in `crate::sqlite`, with the same SQL).
 //! - [`runs`]: creating, claiming and the fenced writes of a drive (`commit`,
 //!   `set_status`, `park`), forks; [`reads`]: the reads and the signals;
 //!   [`rows`]: rows into records. The event log and the schedules are
