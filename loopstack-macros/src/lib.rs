@@ -125,12 +125,12 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   can run as workflows of their own names (the agent's `Agent::named` does this).
 /// - `fork_check = path`: a method `fn(&self, settings: &ForkSettings) -> Result<(),
 ///   ForkError>` that checks the system prompt and model a fork asks for before
-///   anything is stored ([`Workflow::check_fork`]; the agent refuses a provider it has
+///   anything is stored (`Workflow::check_fork`; the agent refuses a provider it has
 ///   no model for); default: accepted.
 /// - `on_create = path`: a method `fn(&self, state: &mut S, cx: &mut RunContext) ->
 ///   Result<(), E>` (`E: Into<BoxError>`) that saves the documents a run starts with
 ///   when it is created, stored with its step-0 checkpoint, so no transition is
-///   spent on it ([`Workflow::on_create`]; the agent saves its prompt so); default:
+///   spent on it (`Workflow::on_create`; the agent saves its prompt so); default:
 ///   none.
 /// - `crate = path`: where loopstack is; default `::loopstack`.
 ///
