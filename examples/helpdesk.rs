@@ -191,7 +191,7 @@ async fn helpdesk(command: Helpdesk, cx: loopstack::cli::CommandContext) -> Resu
 /// messages it has.
 async fn transcript(runtime: &Runtime, reply: &AgentReply, from: usize) -> Result<usize, BoxError> {
     let docs = runtime.store().documents(reply.run_id).await?;
-    let messages: Vec<_> = docs.iter().filter(|d| d.doc_type == loopstack::llm::MESSAGE_DOCUMENT).collect();
+    let messages: Vec<_> = docs.iter().filter(|d| d.doc_type == loopstack::llm::generate::MESSAGE_DOCUMENT).collect();
     for doc in &messages[from.min(messages.len())..] {
         let message: Message = doc.read()?;
         let agent = doc.metadata.get("agent");
@@ -202,10 +202,10 @@ async fn transcript(runtime: &Runtime, reply: &AgentReply, from: usize) -> Resul
                     println!("customer: {text}")
                 }
                 ContentBlock::Text { text } => println!("[{who}] {text}"),
-                ContentBlock::ToolUse(call) if call.name.starts_with(loopstack::llm::TRANSFER_PREFIX) => {
+                ContentBlock::ToolUse(call) if call.name.starts_with(loopstack::llm::agent::TRANSFER_PREFIX) => {
                     println!(
                         "[{who}] hands the conversation to {}",
-                        &call.name[loopstack::llm::TRANSFER_PREFIX.len()..]
+                        &call.name[loopstack::llm::agent::TRANSFER_PREFIX.len()..]
                     );
                 }
                 ContentBlock::ToolUse(call) => println!("[{who}] calls {} {}", call.name, call.input),

@@ -28,8 +28,8 @@ use std::process::ExitCode;
 
 use loopstack::llm::{
     AgentStatus, ChatRequest, ChatResponse, ContentBlock, DelegateResult, GenerateOptions, GenerateResult, Image,
-    LlmDelegateToolCalls, LlmError, LlmGenerateText, MESSAGE_DOCUMENT, MediaType, Message, Models, Repeats, Role,
-    ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
+    LlmDelegateToolCalls, LlmError, LlmGenerateText, MediaType, Message, Models, Repeats, Role, ScriptedModel,
+    StopReason, ToolResult, ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -484,7 +484,9 @@ async fn run(args: Args) -> Result<Option<AgentStatus>, Box<dyn std::error::Erro
     println!("\nConversation:");
     let mut usage = Usage::default();
     // The conversation's messages (an image's data is a document of its own).
-    for doc in store.documents(run_id).await?.iter().filter(|d| d.doc_type == MESSAGE_DOCUMENT) {
+    for doc in
+        store.documents(run_id).await?.iter().filter(|d| d.doc_type == loopstack::llm::generate::MESSAGE_DOCUMENT)
+    {
         let message: Message = doc.read()?;
         if let Some(u) = doc.metadata.read::<Usage>("usage") {
             usage += u?;
@@ -736,7 +738,7 @@ mod tests {
         let unknown = load_image(dir.join("notes.png")).await.unwrap_err();
         assert!(unknown.ends_with("the bytes are not a PNG, JPEG, GIF or WebP image"), "{unknown}");
         let mut big = png.to_vec();
-        big.resize(loopstack::llm::DEFAULT_MAX_IMAGE_BYTES + 1, 0);
+        big.resize(loopstack::llm::image::DEFAULT_MAX_IMAGE_BYTES + 1, 0);
         std::fs::write(dir.join("big.png"), big).unwrap();
         let big = load_image(dir.join("big.png")).await.unwrap_err();
         assert!(big.contains("over the limit of 5242880 bytes"), "{big}");

@@ -403,7 +403,7 @@ mod tests {
         let agent =
             loopstack_llm::Agent::new(loopstack_llm::ScriptedModel::new(), "m", loopstack_core::ToolRegistry::new());
         let table = loopstack_core::Workflow::definition(&agent);
-        let decide = table.transitions().iter().find(|t| t.name == loopstack_llm::DECIDE_TOOLS).unwrap();
+        let decide = table.transitions().iter().find(|t| t.name == loopstack_llm::agent::DECIDE_TOOLS).unwrap();
         let decisions = (decide.payload_schema.unwrap())();
         assert_eq!(
             shape(&decisions, &decisions, 0),

@@ -2,7 +2,8 @@
 //! the model again by a runtime that reads them back from the file after a restart.
 
 use loopstack::SqliteStore;
-use loopstack::llm::{Agent, AgentStatus, IMAGE_DOCUMENT, Image, ScriptedModel, ToolDecision, ToolDecisions};
+use loopstack::llm::image::IMAGE_DOCUMENT;
+use loopstack::llm::{Agent, AgentStatus, Image, ScriptedModel, ToolDecision, ToolDecisions};
 use loopstack::prelude::*;
 
 /// A PNG header and `extra` bytes of a pattern: a payload whose base64 is unique.

@@ -11,6 +11,12 @@
 //!   of a message, each failure a result the model sees).
 //! - The ready-made [`Agent`] loop, itself a `#[workflow]`.
 //!
+//! The crate root holds what most code names. Constants stay in their modules:
+//! [`agent`] (its signal and tool names, default limits), [`delegate`] and
+//! [`workflow_tool`] (default timeouts), [`generate`] (document types and tags),
+//! [`context`], [`image`], [`message`] (input bounds) and `sse` (stream bounds); so
+//! do helpers few programs need, such as [`delegate::save_results`].
+//!
 //! Through the `loopstack` crate this crate is `loopstack::llm`: where these docs
 //! write `loopstack_llm::X` (and `loopstack_core::X`), facade users write
 //! `loopstack::llm::X` (and `loopstack::X`, most of it in `loopstack::prelude`).
@@ -34,71 +40,67 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod agent;
+pub mod agent;
 mod cache;
 mod call_result;
-mod context;
-mod delegate;
+pub mod context;
+pub mod delegate;
 pub mod dispatch;
 pub mod error;
 pub mod eval;
-mod generate;
+pub mod generate;
 pub mod image;
 pub mod message;
 pub mod model;
 mod recording;
 mod scripted;
 mod usage;
-mod workflow_tool;
+pub mod workflow_tool;
 
 pub use agent::{
     Agent, AgentPlace, AgentQuestion, AgentReply, AgentSignal, AgentState, AgentStatus, AgentTool, AgentToolError,
-    Answer, AskError, DECIDE_TOOLS, DEFAULT_AGENT_TOOL_TIMEOUT, DEFAULT_ANSWER_RETRIES, DEFAULT_MAX_REPEATS,
-    DEFAULT_MAX_TURNS, Limit, Limits, PendingCall, PendingTool, Price, Prices, RESOLVE_TOOLS, RESPOND_TOOL, RaiseLimit,
-    Repeats, TRANSFER_PREFIX, ToolDecision, ToolDecisions, ToolsCompleted, TypedAgent, UserMessage, agent_answer,
-    decide_by_name, pending_calls, takes_decisions,
+    Answer, AskError, Limit, Limits, PendingCall, PendingTool, Price, Prices, RaiseLimit, Repeats, ToolDecision,
+    ToolDecisions, TypedAgent, UserMessage, decide_by_name, pending_calls,
 };
-pub use delegate::{
-    CallOptions, DEFAULT_CONCURRENCY, DEFAULT_TOOL_TIMEOUT, DelegateResult, LlmDelegateToolCalls, ToolCallResult,
-    ToolDenial, save_results,
-};
+pub use delegate::{CallOptions, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial};
 pub use dispatch::{ChildInput, DispatchEntry, DispatchResults, ErrorPolicy, InputMapping, Secrets};
 pub use error::AgentError;
 pub use generate::{
-    CONVERSATION_TAG, GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, MESSAGE_DOCUMENT, ModelRef,
-    Models, NAMED_CONVERSATION_PREFIX, TurnExtras, conversation, conversation_named, save_message, turn_usage,
+    GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, ModelRef, Models, TurnExtras, conversation,
+    conversation_named, save_message, turn_usage,
 };
 pub use recording::{RecordedTurn, Recording, ReplayError, ReplayModel, ReplayTools, RunExport};
 pub use scripted::ScriptedModel;
-pub use workflow_tool::{DEFAULT_WORKFLOW_TOOL_TIMEOUT, TOOL_RESULT_SIGNAL, WorkflowTool, child_result};
+pub use workflow_tool::WorkflowTool;
 
 pub use cache::{CacheBreakpoint, PromptCache};
-pub use context::{ContextPolicy, ContextWindow, SUMMARY_PROMPT, check_pairing};
+pub use context::{ContextPolicy, ContextWindow};
 pub use error::LlmError;
-pub use image::{DEFAULT_MAX_IMAGE_BYTES, IMAGE_DOCUMENT, Image, ImageDocument, ImageError, MediaType};
-pub use message::{
-    ContentBlock, InvalidInput, MAX_JSON_DEPTH, MAX_REFUSED_TEXT, Message, Role, StopReason, ToolResult, ToolUse, Usage,
-};
-pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent, replay};
+pub use image::{Image, ImageDocument, ImageError, MediaType};
+pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
+pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
 
 #[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod anthropic;
 #[cfg(feature = "http")]
 mod http;
 #[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
 #[cfg(feature = "http")]
-mod sse;
+#[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
+pub mod sse;
 
 #[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub use anthropic::Anthropic;
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
 pub use http::RetryPolicy;
 #[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use openai::OpenAi;
-#[cfg(feature = "http")]
-pub use sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};
-
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

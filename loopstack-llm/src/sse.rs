@@ -1,4 +1,6 @@
-//! A Server-Sent Events parser, linear in its input and bounded in memory.
+//! The bounds of the providers' event streams ([`SSE_MAX_LINE_BYTES`],
+//! [`SSE_MAX_EVENT_BYTES`]), and the Server-Sent Events parser that keeps them,
+//! linear in its input and bounded in memory.
 //!
 //! Each byte is looked at once: a chunk is scanned for line ends from where the last
 //! one stopped, never from the start of a buffered line. A line longer than

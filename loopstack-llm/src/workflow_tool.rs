@@ -145,7 +145,7 @@ impl WorkflowTool {
 /// The result a child run's end gives its call: what it published when it
 /// completed, else an error result with its status and error (redacted of
 /// `secrets`, the runtime's, then bounded to
-/// [`DEFAULT_MAX_ERROR_CHARS`](crate::dispatch::DEFAULT_MAX_ERROR_CHARS)).
+/// [`DEFAULT_MAX_ERROR_CHARS`]).
 pub fn child_result(ended: &ChildEnded, secrets: &Secrets) -> ToolOutput {
     if ended.completed() {
         return match select_result(ended.output.clone().unwrap_or(Value::Null)).0 {

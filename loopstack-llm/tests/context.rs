@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use loopstack_core::{Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, WorkflowExt};
+use loopstack_llm::context::{SUMMARY_PROMPT, check_pairing};
 use loopstack_llm::{
     Agent, AgentPlace, AgentState, AgentStatus, ChatResponse, ContentBlock, ContextPolicy, Limits, Message, Role,
-    SUMMARY_PROMPT, ScriptedModel, StopReason, ToolUse, Usage, check_pairing,
+    ScriptedModel, StopReason, ToolUse, Usage,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

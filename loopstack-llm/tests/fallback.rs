@@ -161,7 +161,8 @@ async fn a_fallback_that_is_not_registered_is_an_error_before_any_model_is_asked
 /// is overloaded for it, the spare summarizes, and the run goes on compacted.
 #[tokio::test]
 async fn a_summary_falls_back_like_a_turn() {
-    use loopstack_llm::{ContextPolicy, SUMMARY_PROMPT};
+    use loopstack_llm::ContextPolicy;
+    use loopstack_llm::context::SUMMARY_PROMPT;
     let overloaded =
         |model: &str| LlmError::Overloaded { provider: "scripted", model: model.into(), message: "busy".into() };
     // The first model: a long tool call each turn (so the context fills), but no summaries.

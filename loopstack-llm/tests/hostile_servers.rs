@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use common::{Reply, Server, anthropic_sse, recorded_sleeps};
 use futures::StreamExt as _;
-use loopstack_llm::{
-    Anthropic, ChatModel, ChatRequest, LlmError, Message, OpenAi, RetryPolicy, SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES,
-    StreamEvent,
-};
+use loopstack_llm::sse::{SSE_MAX_EVENT_BYTES, SSE_MAX_LINE_BYTES};
+use loopstack_llm::{Anthropic, ChatModel, ChatRequest, LlmError, Message, OpenAi, RetryPolicy, StreamEvent};
 use serde_json::json;
 
 /// A guard against a hang: the calls below end long before it (most at once, some at

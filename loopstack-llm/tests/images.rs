@@ -6,9 +6,10 @@ mod common;
 
 use common::{Reply, Server};
 use loopstack_core::{Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use loopstack_llm::image::IMAGE_DOCUMENT;
 use loopstack_llm::{
-    Agent, Anthropic, ChatModel, ChatRequest, ContentBlock, IMAGE_DOCUMENT, Image, ImageError, MediaType, Message,
-    OpenAi, Role, ScriptedModel, ToolCallResult, ToolUse,
+    Agent, Anthropic, ChatModel, ChatRequest, ContentBlock, Image, ImageError, MediaType, Message, OpenAi, Role,
+    ScriptedModel, ToolCallResult, ToolUse,
 };
 use serde_json::{Value, json};
 
@@ -198,7 +199,7 @@ async fn the_scripted_model_sees_the_images_and_the_store_keeps_each_once() {
 
 #[test]
 fn images_over_the_limit_or_of_another_type_are_typed_errors() {
-    let big = png(loopstack_llm::DEFAULT_MAX_IMAGE_BYTES);
+    let big = png(loopstack_llm::image::DEFAULT_MAX_IMAGE_BYTES);
     let err = Image::from_bytes(&big).unwrap_err();
     assert_eq!(err, ImageError::TooLarge { bytes: big.len(), limit: 5 * 1024 * 1024 });
     assert_eq!(err.to_string(), format!("the image is {} bytes, over the limit of 5242880 bytes", big.len()));

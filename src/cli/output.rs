@@ -103,7 +103,8 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
     for s in &history {
         let _ = writeln!(out, "  {:>3}. {} {} -> {} ({})", s.step, s.at, s.from, s.to, s.transition);
     }
-    let messages: Vec<_> = documents.iter().filter(|d| d.doc_type == loopstack_llm::MESSAGE_DOCUMENT).collect();
+    let messages: Vec<_> =
+        documents.iter().filter(|d| d.doc_type == loopstack_llm::generate::MESSAGE_DOCUMENT).collect();
     if !messages.is_empty() {
         let _ = writeln!(out, "\nconversation:");
         for doc in messages {
@@ -117,13 +118,13 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
             }
         }
     }
-    let others: Vec<_> = documents.iter().filter(|d| d.doc_type != loopstack_llm::MESSAGE_DOCUMENT).collect();
+    let others: Vec<_> = documents.iter().filter(|d| d.doc_type != loopstack_llm::generate::MESSAGE_DOCUMENT).collect();
     if !others.is_empty() {
         let _ = writeln!(out, "\ndocuments:");
         for doc in others {
             let key = doc.key.as_deref().map(|k| format!(" {k}")).unwrap_or_default();
             // An image's data is no text for a terminal: its type and size instead.
-            let content = match doc.doc_type == loopstack_llm::IMAGE_DOCUMENT {
+            let content = match doc.doc_type == loopstack_llm::image::IMAGE_DOCUMENT {
                 true => format!("{} image, {} bytes", meta_text(doc, "media_type"), meta_text(doc, "bytes")),
                 false => doc.content.get().to_owned(),
             };

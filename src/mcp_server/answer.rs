@@ -138,7 +138,7 @@ fn standing(record: &RunRecord, waits: Option<&Waits>) -> String {
         takes.push(format!("decisions on its tool calls ({DECIDE_TOOL})"));
     }
     let signals: Vec<&str> =
-        waits.signals.iter().map(|t| t.name).filter(|n| *n != loopstack_llm::DECIDE_TOOLS).collect();
+        waits.signals.iter().map(|t| t.name).filter(|n| *n != loopstack_llm::agent::DECIDE_TOOLS).collect();
     if !signals.is_empty() {
         takes.push(format!("the signal {} ({SIGNAL_TOOL})", signals.join(", ")));
     }
@@ -213,11 +213,11 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
 /// without an answer): an agent's answer, or a workflow's published result.
 fn output_of(runtime: &Runtime, record: &RunRecord) -> (Value, bool) {
     let state = crate::views::raw(&record.state);
-    let agent = runtime.definition_of(&record.workflow).is_some_and(loopstack_llm::takes_decisions);
+    let agent = runtime.definition_of(&record.workflow).is_some_and(loopstack_llm::agent::takes_decisions);
     if !agent {
         return (loopstack_llm::dispatch::select_result(state).0, false);
     }
-    let answer = loopstack_llm::agent_answer(
+    let answer = loopstack_llm::agent::agent_answer(
         &record.workflow,
         record.status,
         &state,

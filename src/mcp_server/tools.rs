@@ -89,7 +89,7 @@ pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
                 .description()
                 .map_or_else(|| format!("Runs the workflow `{name}` and answers with its output."), str::to_owned);
             if def.transitions().iter().any(|t| t.waits()) {
-                let how = if loopstack_llm::takes_decisions(def) {
+                let how = if loopstack_llm::agent::takes_decisions(def) {
                     format!("{DECIDE_TOOL} (tool calls waiting for approval) or {SIGNAL_TOOL}")
                 } else {
                     SIGNAL_TOOL.to_owned()

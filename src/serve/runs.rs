@@ -164,7 +164,7 @@ pub(super) async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunI
 /// The signal that answers a run's pending calls: decisions, or the outcome of
 /// at-most-once calls.
 pub(super) fn pending_signal(outcome_unknown: bool) -> &'static str {
-    if outcome_unknown { loopstack_llm::RESOLVE_TOOLS } else { loopstack_llm::DECIDE_TOOLS }
+    if outcome_unknown { loopstack_llm::agent::RESOLVE_TOOLS } else { loopstack_llm::agent::DECIDE_TOOLS }
 }
 
 /// The calls a run waits to have decided: `{"run_id", "awaiting_approval",

@@ -27,7 +27,7 @@ impl Agent {
     /// ([`AgentState::fork_settings`](crate::AgentState::fork_settings)), so the
     /// fork keeps them when it is resumed after a restart. A provider this agent has
     /// no model for is refused before anything is stored
-    /// ([`ForkError::UnknownModel`](loopstack_core::ForkError::UnknownModel)), also when the fork is made by name
+    /// ([`ForkError::UnknownModel`]), also when the fork is made by name
     /// ([`Runtime::fork_by_name`]: the HTTP API, the command line).
     ///
     /// ```

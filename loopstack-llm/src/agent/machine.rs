@@ -401,7 +401,7 @@ impl Agent {
                 state.cost += cost;
                 output
             }
-            None => crate::child_result(&ended, cx.runtime().secrets()),
+            None => crate::workflow_tool::child_result(&ended, cx.runtime().secrets()),
         };
         // Redacted of the runtime's secrets like every result the delegate gives.
         crate::delegate::redact_output(cx.runtime().secrets(), &mut output);

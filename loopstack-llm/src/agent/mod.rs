@@ -1,4 +1,8 @@
-//! The ready-made agent loop.
+//! The ready-made agent loop: [`Agent`] and what it is built from and answers with.
+//!
+//! The crate root re-exports the types; the names a program that operates runs by
+//! name needs ([`DECIDE_TOOLS`], [`RESOLVE_TOOLS`], [`RESPOND_TOOL`],
+//! [`TRANSFER_PREFIX`]) and the default limits live here.
 
 use std::sync::Arc;
 

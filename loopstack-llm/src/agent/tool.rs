@@ -319,7 +319,7 @@ pub(crate) async fn agent_child_result(cx: &RunContext, ended: &ChildEnded) -> O
 ///
 /// ```
 /// use loopstack_core::{RunStatus, ToolOutput, secrets::Secrets};
-/// use loopstack_llm::agent_answer;
+/// use loopstack_llm::agent::agent_answer;
 /// use serde_json::json;
 ///
 /// let done = json!({"output": "Paid on 1 May."});

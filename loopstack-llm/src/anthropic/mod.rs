@@ -50,13 +50,13 @@ const PATH: &str = "/v1/messages";
 /// non-streamed call until its body is read, a stream from the request until its last
 /// event (a server that keeps sending pings or bytes forever still times out; raise
 /// the timeout for very long streamed replies). An error response's body is read up to
-/// 64 KiB; a line of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES)
-/// long and an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond,
+/// 64 KiB; a line of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::sse::SSE_MAX_LINE_BYTES)
+/// long and an event [`SSE_MAX_EVENT_BYTES`](crate::sse::SSE_MAX_EVENT_BYTES) large (beyond,
 /// the stream ends in [`LlmError::MalformedResponse`]). An `error` object sent with a
 /// success status, as the body or as an `error` event of a stream, is the [`LlmError`]
 /// of the HTTP status its type stands for (`overloaded_error`: [`LlmError::Overloaded`]),
 /// and a non-streamed one is retried like that status. Tool inputs nested deeper than
-/// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH) are not parsed: they are kept as
+/// [`MAX_JSON_DEPTH`](crate::message::MAX_JSON_DEPTH) are not parsed: they are kept as
 /// [`ToolUse::invalid_input`](crate::ToolUse::invalid_input) and answered with an error
 /// result.
 ///

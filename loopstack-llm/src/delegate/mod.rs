@@ -1,4 +1,5 @@
-//! `LlmDelegateToolCalls`: runs the tool calls of an assistant message.
+//! [`LlmDelegateToolCalls`]: runs the tool calls of an assistant message, with its
+//! defaults ([`DEFAULT_TOOL_TIMEOUT`], [`DEFAULT_CONCURRENCY`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -191,7 +192,7 @@ pub struct DelegateResult {
 ///
 /// Every failure becomes a result the model sees, and the run goes on: an unknown tool
 /// or one not offered in that turn (the error names the tools that are), arguments that
-/// are not valid JSON (or nest deeper than [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH)),
+/// are not valid JSON (or nest deeper than [`MAX_JSON_DEPTH`](crate::message::MAX_JSON_DEPTH)),
 /// that are not a JSON object (`null`, a number, a string, an array: checked here, for
 /// every tool) or do not deserialize, a handler that returns an error or panics, and a
 /// call that outlives its timeout. Calls run concurrently (at most

@@ -314,7 +314,7 @@ impl Eval {
         let documents = runtime.store().documents(run_id).await?;
         let tool_calls = documents
             .iter()
-            .filter(|d| d.doc_type == crate::MESSAGE_DOCUMENT)
+            .filter(|d| d.doc_type == crate::generate::MESSAGE_DOCUMENT)
             .filter_map(|d| d.read::<Message>().ok())
             .flat_map(|m| m.tool_uses().cloned().collect::<Vec<_>>())
             .collect();

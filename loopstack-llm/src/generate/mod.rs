@@ -1,4 +1,5 @@
-//! `LlmGenerateText`: one model turn from a workflow transition.
+//! [`LlmGenerateText`]: one model turn from a workflow transition, the conversation
+//! it reads ([`conversation`]) and the documents it saves ([`MESSAGE_DOCUMENT`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

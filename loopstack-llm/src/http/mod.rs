@@ -416,8 +416,8 @@ impl Transport {
     /// attempt: the wait for the response headers and the whole stream after them,
     /// whatever the server sends (a server trickling bytes or events forever still ends
     /// in [`LlmError::Timeout`]). Lines and events are bounded by
-    /// [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) and
-    /// [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES).
+    /// [`SSE_MAX_LINE_BYTES`](crate::sse::SSE_MAX_LINE_BYTES) and
+    /// [`SSE_MAX_EVENT_BYTES`](crate::sse::SSE_MAX_EVENT_BYTES).
     pub(crate) fn post_sse<'a, D: SseDecoder + 'a>(
         &'a self,
         call: Call<'a>,

@@ -58,8 +58,8 @@ const PATH: &str = "/v1/chat/completions";
 /// a non-streamed call until its body is read, a stream from the request until its last
 /// chunk (a server that keeps sending forever still times out; raise the timeout for
 /// very long streamed replies). An error response's body is read up to 64 KiB; a line
-/// of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::SSE_MAX_LINE_BYTES) long and
-/// an event [`SSE_MAX_EVENT_BYTES`](crate::SSE_MAX_EVENT_BYTES) large (beyond, the
+/// of an event stream may be [`SSE_MAX_LINE_BYTES`](crate::sse::SSE_MAX_LINE_BYTES) long and
+/// an event [`SSE_MAX_EVENT_BYTES`](crate::sse::SSE_MAX_EVENT_BYTES) large (beyond, the
 /// stream ends in [`LlmError::MalformedResponse`]). An error a server sends with a
 /// success status (`{"error": ..}` as the body, as a chunk of a stream, or llama.cpp's
 /// `error:` line) is the [`LlmError`] of the HTTP status it stands for, and a
@@ -72,7 +72,7 @@ const PATH: &str = "/v1/chat/completions";
 /// depth). In replies, arguments that are not valid JSON are kept in
 /// [`ToolUse::invalid_input`](crate::ToolUse::invalid_input), as are arguments (a string,
 /// an object, or written as text) nested deeper than
-/// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), which are not parsed; a missing tool-call
+/// [`MAX_JSON_DEPTH`](crate::message::MAX_JSON_DEPTH), which are not parsed; a missing tool-call
 /// id becomes `call_<n>`, numbered after the tool calls already in the conversation
 /// (so it never repeats an earlier call's id), and a reply with tool calls whose
 /// `finish_reason` is `stop` (some local servers) stops with
