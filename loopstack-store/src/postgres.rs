@@ -34,6 +34,24 @@ pub struct PostgresStore {
     sql: SqlStore<Postgres>,
 }
 
+/// Runs `{what} {schema}` (with `CASCADE` for a drop) over a connection of its own
+/// and gives the options of `url`: `schema` is checked to be a plain identifier,
+/// since it is written into the statement.
+async fn in_schema(url: &str, schema: &str, what: &str) -> Result<PgConnectOptions, loopstack_core::StoreError> {
+    let valid = !schema.is_empty() && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(loopstack_core::StoreError::Corrupt(format!(
+            "schema name `{schema}` must be ASCII letters, digits and underscores"
+        )));
+    }
+    let options = PgConnectOptions::from_str(url).map_err(crate::sql::backend)?;
+    let setup = PgPool::connect_with(options.clone()).await.map_err(crate::sql::backend)?;
+    let cascade = if what.starts_with("DROP") { " CASCADE" } else { "" };
+    let done = sqlx::query(&format!("{what} {schema}{cascade}")).execute(&setup).await.map_err(crate::sql::backend);
+    setup.close().await;
+    done.map(|_| options)
+}
+
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.sql.debug_as("PostgresStore", f)
@@ -51,21 +69,29 @@ impl PostgresStore {
     /// Connects to `url` with every table in `schema` (created if missing): for
     /// several independent stores in one database, such as one per test.
     pub async fn connect_schema(url: &str, schema: &str) -> Result<Self, loopstack_core::StoreError> {
-        let valid = !schema.is_empty() && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(loopstack_core::StoreError::Corrupt(format!(
-                "schema name `{schema}` must be ASCII letters, digits and underscores"
-            )));
-        }
-        let options = PgConnectOptions::from_str(url).map_err(crate::sql::backend)?;
-        let setup = PgPool::connect_with(options.clone()).await.map_err(crate::sql::backend)?;
-        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-            .execute(&setup)
-            .await
-            .map_err(crate::sql::backend)?;
-        setup.close().await;
+        let options = in_schema(url, schema, "CREATE SCHEMA IF NOT EXISTS").await?;
         let options = options.options([("search_path", schema)]);
         Self::connect_with(options, PgPoolOptions::new().max_connections(8)).await
+    }
+
+    /// Drops `schema` and every table in it, runs and documents included: the end of
+    /// a test that made it with [`connect_schema`](Self::connect_schema). Stores
+    /// still connected to it fail from then on. Dropping a schema that does not
+    /// exist is not an error.
+    ///
+    /// ```no_run
+    /// # async fn test() -> Result<(), loopstack_core::StoreError> {
+    /// use loopstack_store::PostgresStore;
+    ///
+    /// let url = "postgres://postgres@127.0.0.1:5432/postgres";
+    /// let store = PostgresStore::connect_schema(url, "test_refunds").await?;
+    /// // ... the test ...
+    /// drop(store);
+    /// PostgresStore::drop_schema(url, "test_refunds").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn drop_schema(url: &str, schema: &str) -> Result<(), loopstack_core::StoreError> {
+        in_schema(url, schema, "DROP SCHEMA IF EXISTS").await.map(drop)
     }
 
     /// Connects with options and a pool of your own.
@@ -354,8 +380,7 @@ mod tests {
     /// A store in a schema of its own whose tables autovacuum leaves alone: as a
     /// burst of runs leaves them, before autovacuum has analyzed them.
     async fn unanalyzed(name: &str) -> (PostgresStore, String) {
-        let url = std::env::var("LOOPSTACK_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let url = url();
         let schema = format!("loopstack_test_{name}_{}", RunId::new().0.simple());
         let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
             panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
@@ -367,6 +392,11 @@ mod tests {
             sqlx::query(sql).execute(store.pool()).await.unwrap();
         }
         (store, schema)
+    }
+
+    fn url() -> String {
+        std::env::var("LOOPSTACK_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
     }
 
     /// The claim over many parked runs reads the few runs that can move (here one,
@@ -412,7 +442,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(claimed.iter().map(|r| r.run_id.0).collect::<Vec<_>>(), [signalled]);
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await.unwrap();
+        PostgresStore::drop_schema(&url(), &schema).await.unwrap();
     }
 
     /// A burst of queued runs: the claim compares each run with its list of ids once,
@@ -440,7 +470,7 @@ mod tests {
         // And it took as many as asked.
         let update = plan.iter().find(|l| l.starts_with("Update on runs")).expect("the update");
         assert!(update.ends_with("rows=8 loops=1)"), "{}", plan.join("\n"));
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await.unwrap();
+        PostgresStore::drop_schema(&url(), &schema).await.unwrap();
     }
 
     /// The plan of the claim as it ran (`EXPLAIN ANALYZE`, its update rolled back).

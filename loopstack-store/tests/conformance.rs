@@ -84,7 +84,35 @@ async fn postgres_store_keeps_the_contract() {
     // A second store on the same schema sees the same runs.
     let again = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     assert!(!again.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
-    drop_schema(&store, &schema).await;
+    drop_schema(&url, &schema).await;
+}
+
+/// `drop_schema` removes what `connect_schema` made, with the runs in it; a store
+/// still connected to it gets errors; a second drop is not an error; and a name
+/// that would need quoting is refused before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_a_store_made_is_dropped_with_its_runs() {
+    let (url, schema) = pg_schema("dropped");
+    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
+    });
+    let exists = async || -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1")
+            .bind(&schema)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(exists().await, 1);
+    PostgresStore::drop_schema(&url, &schema).await.unwrap();
+    assert_eq!(exists().await, 0);
+    assert!(store.list_runs(&RunQuery::new()).await.is_err(), "its tables are gone");
+    PostgresStore::drop_schema(&url, &schema).await.unwrap();
+
+    for bad in ["", "public; DROP TABLE runs", "a-b", "\"x\""] {
+        let err = PostgresStore::drop_schema(&url, bad).await.unwrap_err();
+        assert!(err.to_string().contains("ASCII letters, digits and underscores"), "{bad}: {err}");
+    }
 }
 
 /// Writes a state that is not JSON over a run's checkpoints.
@@ -113,8 +141,9 @@ fn pg_schema(name: &str) -> (String, String) {
     (url, format!("loopstack_test_{name}_{}", RunId::new().0.simple()))
 }
 
-async fn drop_schema(store: &PostgresStore, schema: &str) {
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+/// A test's schema, dropped with everything in it.
+async fn drop_schema(url: &str, schema: &str) {
+    PostgresStore::drop_schema(url, schema).await.unwrap();
 }
 
 /// A run as a store of the first schema (migration 0001 only) wrote it.
@@ -187,6 +216,6 @@ async fn a_postgres_database_of_the_first_schema_is_migrated() {
     pool.close().await;
     let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
     an_old_run_reads_back_after_the_upgrade(&store, old, parent).await;
-    drop_schema(&store, &schema).await;
+    drop_schema(&url, &schema).await;
     std::fs::remove_dir_all(dir).unwrap();
 }

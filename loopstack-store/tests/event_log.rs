@@ -35,8 +35,9 @@ async fn postgres(name: &str) -> (PostgresStore, String, String) {
     (store, url, schema)
 }
 
-async fn drop_schema(store: &PostgresStore, schema: &str) {
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+/// A test's schema, dropped with everything in it.
+async fn drop_schema(url: &str, schema: &str) {
+    PostgresStore::drop_schema(url, schema).await.unwrap();
 }
 
 fn delta(run: RunId, text: &str) -> Arc<RunEvent> {
@@ -147,5 +148,5 @@ async fn postgres_keeps_an_event_log_and_notifies_other_connections() {
     })
     .await;
     assert!(woke.is_ok(), "the other pool never saw the append");
-    drop_schema(&a, &schema).await;
+    drop_schema(&url, &schema).await;
 }
