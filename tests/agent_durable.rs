@@ -8,7 +8,8 @@ use std::sync::Arc;
 use loopstack::llm::{Agent, AgentStatus, Message, ScriptedModel, ToolDecision, ToolDecisions};
 use loopstack::prelude::*;
 use loopstack::{RunStatus, SqliteStore, Store};
-use loopstack_store::PostgresStore;
+
+mod common;
 
 /// Refunds an order: a person approves each call.
 #[tool(approve)]
@@ -389,13 +390,9 @@ async fn on_sqlite_a_waiting_approval_chat_and_workflow_tool_survive_a_restart()
 
 #[tokio::test]
 async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart() {
-    let url = std::env::var("LOOPSTACK_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let schema = format!("loopstack_test_agent_{}", RunId::new().0.simple());
+    let schema = common::postgres::TestSchema::new("agent");
     let open = async || -> Arc<dyn Store> {
-        let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-        }));
+        let store: Arc<dyn Store> = Arc::new(schema.store().await);
         store
     };
     approval_survives_a_restart(open).await;
@@ -407,6 +404,5 @@ async fn on_postgres_a_waiting_approval_chat_and_workflow_tool_survive_a_restart
     a_queue_scripted_model_resumes_at_the_runs_turn(open).await;
     an_agent_tool_whose_child_waits_survives_a_restart(open).await;
     a_handoff_survives_a_restart(open).await;
-    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+    schema.drop().await;
 }

@@ -16,7 +16,7 @@ use loopstack::llm::{StopReason, ToolUse, Usage};
 use loopstack::prelude::*;
 use loopstack::serve::{ServeOptions, serve};
 use loopstack::{EventKind, RunEvent, RunEvents, RunStatus, Store};
-use loopstack_store::{PostgresStore, SqliteStore};
+use loopstack_store::SqliteStore;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -85,20 +85,6 @@ fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("loopstack-{name}-{}-{}", std::process::id(), RunId::new()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn pg_url() -> String {
-    std::env::var("LOOPSTACK_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-async fn postgres(name: &str) -> (PostgresStore, Vec<String>, String) {
-    let url = pg_url();
-    let schema = format!("loopstack_test_{name}_{}", RunId::new().0.simple());
-    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-    });
-    let args = vec!["--postgres".to_owned(), url, "--schema".to_owned(), schema.clone()];
-    (store, args, schema)
 }
 
 /// The next event, within the deadline.
@@ -219,9 +205,9 @@ async fn sqlite_subscribers_see_runs_another_process_drives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_subscribers_see_runs_another_process_drives() {
-    let (store, args, schema) = postgres("live_events").await;
-    subscribers_see_another_process(Arc::new(store.clone()), &args).await;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+    let (schema, store) = common::postgres::TestSchema::connect("live_events").await;
+    subscribers_see_another_process(Arc::new(store), &schema.args()).await;
+    schema.drop().await;
 }
 
 /// An SSE stream of run `id` from after `last` (none: from now), read until

@@ -21,9 +21,11 @@ use futures::future::BoxFuture;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::*;
 use loopstack_llm::{ContentBlock, LlmDelegateToolCalls, Message, Role, ToolUse};
-use loopstack_store::{PostgresStore, SqliteStore};
+use loopstack_store::SqliteStore;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+mod common;
 
 /// Cases per test on the in-memory store and on SQLite.
 const CASES: u32 = 128;
@@ -38,18 +40,6 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// A store of its own on PostgreSQL for one test function: a fresh schema, which the
-/// caller drops.
-async fn postgres(test: &str) -> (PostgresStore, String) {
-    let url = std::env::var("LOOPSTACK_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let schema = format!("loopstack_test_prop_{test}_{}", RunId::new().0.simple());
-    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-    });
-    (store, schema)
-}
-
 /// Runs `test` on each store in turn (memory, SQLite, PostgreSQL), with the number of
 /// cases to run on it; each store is shared by all of that test's cases. The
 /// PostgreSQL schema is dropped even when `test` fails, and a failure names the store.
@@ -58,13 +48,13 @@ fn on_each_store(rt: &tokio::runtime::Runtime, tag: &str, test: impl Fn(&Arc<dyn
     for (name, store) in [("memory", Arc::new(MemoryStore::new()) as Arc<dyn Store>), ("sqlite", Arc::new(sqlite))] {
         test(&store, CASES).unwrap_or_else(|e| panic!("{name} store: {e}"));
     }
-    let (pg, schema) = rt.block_on(postgres(tag));
+    let (schema, pg) = rt.block_on(common::postgres::TestSchema::connect(&format!("prop_{tag}")));
     let store: Arc<dyn Store> = Arc::new(pg.clone());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(&store, PG_CASES)));
     drop(store);
     rt.block_on(async {
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pg.pool()).await.unwrap();
         pg.pool().close().await;
+        schema.drop().await;
     });
     match result {
         Ok(result) => result.unwrap_or_else(|e| panic!("postgres store: {e}")),

@@ -15,90 +15,16 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use loopstack::{
-    ChildEnded, ChildOptions, Definition, END, EventKind, MemoryStore, RunContext, RunError, RunId, RunOutcome,
-    RunQuery, RunStatus, Runtime, START, Store, Timestamp, TransitionDef, TransitionError, Workflow,
+    ChildEnded, ChildOptions, Definition, END, EventKind, RunContext, RunError, RunId, RunOutcome, RunQuery, RunStatus,
+    Runtime, START, Store, Timestamp, TransitionDef, TransitionError, Workflow,
 };
-use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 // ------------------------------------------------------------------ the stores
 
-/// A store for one test, and what removes it afterwards.
-struct TestStore {
-    store: Arc<dyn Store>,
-    cleanup: Cleanup,
-}
-
-enum Cleanup {
-    None,
-    File(std::path::PathBuf),
-    Schema(String, String),
-}
-
-impl TestStore {
-    async fn memory() -> Self {
-        Self { store: Arc::new(MemoryStore::new()), cleanup: Cleanup::None }
-    }
-
-    async fn sqlite() -> Self {
-        let path = std::env::temp_dir().join(format!("loopstack-runtime-{}.db", RunId::new()));
-        let store = SqliteStore::open(&path).await.unwrap();
-        Self { store: Arc::new(store), cleanup: Cleanup::File(path) }
-    }
-
-    async fn postgres() -> Self {
-        let url = std::env::var("LOOPSTACK_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let schema = format!("loopstack_test_runtime_{}", RunId::new().0.simple());
-        let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-        });
-        Self { store: Arc::new(store), cleanup: Cleanup::Schema(url, schema) }
-    }
-
-    async fn remove(self) {
-        drop(self.store);
-        match self.cleanup {
-            Cleanup::None => {}
-            Cleanup::File(path) => {
-                let _ = std::fs::remove_file(&path);
-            }
-            Cleanup::Schema(url, schema) => {
-                let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
-                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
-            }
-        }
-    }
-}
-
-/// One test of `scenario` per store, in a module named after it.
-macro_rules! on_every_store {
-    ($scenario:ident) => {
-        mod $scenario {
-            #[tokio::test]
-            async fn in_memory() {
-                let store = super::TestStore::memory().await;
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-
-            #[tokio::test]
-            async fn on_sqlite() {
-                let store = super::TestStore::sqlite().await;
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-
-            #[tokio::test]
-            async fn on_postgres() {
-                let store = super::TestStore::postgres().await;
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-        }
-    };
-}
+mod common;
+use common::stores::on_every_store;
 
 // ------------------------------------------------------------------ workflows
 

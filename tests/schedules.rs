@@ -14,8 +14,10 @@ use std::time::Duration;
 use loopstack::prelude::*;
 use loopstack::schedule::{Schedule, scheduled_run_id};
 use loopstack::{RunQuery, RunStatus, Store, Timestamp, Worker};
-use loopstack_store::{PostgresStore, SqliteStore};
+use loopstack_store::SqliteStore;
 use serde::{Deserialize, Serialize};
+
+mod common;
 
 #[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 struct Tick {
@@ -104,17 +106,11 @@ async fn on_sqlite_two_workers_start_one_run_per_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_two_workers_start_one_run_per_due_time() {
-    let url = std::env::var("LOOPSTACK_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let schema = format!("loopstack_test_schedules_{}", loopstack::RunId::new().0.simple());
+    let schema = common::postgres::TestSchema::new("schedules");
     let open = async || -> Arc<dyn Store> {
-        let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-        });
-        let store: Arc<dyn Store> = Arc::new(store);
+        let store: Arc<dyn Store> = Arc::new(schema.store().await);
         store
     };
     two_workers_start_one_run_per_due_time(open).await;
-    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+    schema.drop().await;
 }

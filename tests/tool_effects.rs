@@ -26,17 +26,14 @@ use loopstack::llm::{
 };
 use loopstack::prelude::*;
 use loopstack::{RunStatus, SqliteStore, Store};
-use loopstack_store::PostgresStore;
+
+mod common;
 
 /// The tool the child calls and hangs in (set only in the child).
 const TOOL: &str = "LOOPSTACK_EFFECTS_TOOL";
 /// `sqlite:<path>` or `postgres:<schema>`.
 const STORE: &str = "LOOPSTACK_EFFECTS_STORE";
 const RUN: &str = "LOOPSTACK_EFFECTS_RUN";
-
-fn postgres_url() -> String {
-    std::env::var("LOOPSTACK_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
 
 /// The file a run's tool calls append their keys to.
 fn effects_file(run_id: RunId) -> PathBuf {
@@ -113,12 +110,8 @@ async fn open(store: &str) -> Arc<dyn Store> {
     match store.split_once(':') {
         Some(("sqlite", path)) => Arc::new(SqliteStore::open(path).await.unwrap()),
         Some(("postgres", schema)) => {
-            let url = postgres_url();
-            Arc::new(PostgresStore::connect_schema(&url, schema).await.unwrap_or_else(|e| {
-                panic!(
-                    "PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}"
-                )
-            }))
+            let schema = common::postgres::TestSchema { url: common::postgres::url(), name: schema.to_owned() };
+            Arc::new(schema.store().await)
         }
         _ => panic!("unknown store {store}"),
     }
@@ -339,11 +332,10 @@ async fn on_postgres_a_killed_call_runs_again_or_waits_by_its_effect() {
     if std::env::var(TOOL).is_ok() {
         return;
     }
-    let schema = format!("loopstack_test_effects_{}", RunId::new().0.simple());
-    let store = format!("postgres:{schema}");
+    let schema = common::postgres::TestSchema::new("effects");
+    let store = format!("postgres:{}", schema.name);
     // Created (and migrated) here, before any child opens it.
     drop(open(&store).await);
     all(&store).await;
-    let pg = PostgresStore::connect_schema(&postgres_url(), &schema).await.unwrap();
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pg.pool()).await.unwrap();
+    schema.drop().await;
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use loopstack::prelude::*;
 use loopstack::{EventKind, ForkEdits, RunStatus, Store, Worker};
-use loopstack_store::{PostgresStore, SqliteStore};
 use serde_json::json;
 
 /// The first deploy: a ticket is filed and waits at `filed` to be closed.
@@ -125,79 +124,8 @@ mod v2 {
 
 // ------------------------------------------------------------------ the stores
 
-struct TestStore {
-    store: Arc<dyn Store>,
-    cleanup: Cleanup,
-}
-
-enum Cleanup {
-    None,
-    File(std::path::PathBuf),
-    Schema(String, String),
-}
-
-impl TestStore {
-    fn memory() -> Self {
-        Self { store: Arc::new(loopstack::MemoryStore::new()), cleanup: Cleanup::None }
-    }
-
-    async fn sqlite() -> Self {
-        let path = std::env::temp_dir().join(format!("loopstack-versions-{}.db", RunId::new()));
-        let store = SqliteStore::open(&path).await.unwrap();
-        Self { store: Arc::new(store), cleanup: Cleanup::File(path) }
-    }
-
-    async fn postgres() -> Self {
-        let url = std::env::var("LOOPSTACK_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let schema = format!("loopstack_test_versions_{}", RunId::new().0.simple());
-        let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-        });
-        Self { store: Arc::new(store), cleanup: Cleanup::Schema(url, schema) }
-    }
-
-    async fn remove(self) {
-        drop(self.store);
-        match self.cleanup {
-            Cleanup::None => {}
-            Cleanup::File(path) => {
-                let _ = std::fs::remove_file(&path);
-            }
-            Cleanup::Schema(url, schema) => {
-                let store = PostgresStore::connect_schema(&url, &schema).await.unwrap();
-                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
-            }
-        }
-    }
-}
-
-macro_rules! on_every_store {
-    ($scenario:ident) => {
-        mod $scenario {
-            #[tokio::test]
-            async fn in_memory() {
-                let store = super::TestStore::memory();
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-
-            #[tokio::test]
-            async fn on_sqlite() {
-                let store = super::TestStore::sqlite().await;
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-
-            #[tokio::test]
-            async fn on_postgres() {
-                let store = super::TestStore::postgres().await;
-                super::$scenario(store.store.clone()).await;
-                store.remove().await;
-            }
-        }
-    };
-}
+mod common;
+use common::stores::on_every_store;
 
 /// A runtime of one build over the shared store.
 fn build<W: Workflow>(store: &Arc<dyn Store>, _build: W) -> Runtime {

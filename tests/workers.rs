@@ -14,7 +14,7 @@ use loopstack::llm::{Agent, ChatRequest, ChatResponse, ContentBlock, Message, Ro
 use loopstack::llm::{StopReason, ToolUse, Usage};
 use loopstack::prelude::*;
 use loopstack::{RunQuery, RunStatus, Store};
-use loopstack_store::{PostgresStore, SqliteStore};
+use loopstack_store::SqliteStore;
 
 const RUNS: usize = 300;
 const QUESTION: &str = "How is the weather in Berlin?";
@@ -143,15 +143,10 @@ async fn submit_all(store: Arc<dyn Store>) -> Vec<RunId> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_postgres_workers_finish_every_run_when_one_is_killed() {
-    let url = std::env::var("LOOPSTACK_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let schema = format!("loopstack_test_workers_{}", RunId::new().0.simple());
-    let store = PostgresStore::connect_schema(&url, &schema).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
-    });
+    let (schema, store) = common::postgres::TestSchema::connect("workers").await;
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let ids = submit_all(shared.clone()).await;
-    let args = vec!["--postgres".to_owned(), url.clone(), "--schema".to_owned(), schema.clone()];
+    let args = schema.args();
     // Worker 0's model never answers in time: it holds the runs it claims (renewing
     // their leases) until it is killed, a third of the way in.
     let mut killed = spawn_worker(&args, "worker-0", 3_600_000);
@@ -175,7 +170,8 @@ async fn three_postgres_workers_finish_every_run_when_one_is_killed() {
     drop(workers);
     let taken_over = check_runs(&*shared, &ids).await;
     assert!(taken_over as i64 >= held, "the {held} runs the killed worker held were taken over by the others");
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(store.pool()).await.unwrap();
+    drop(store);
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

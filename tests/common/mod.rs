@@ -1,7 +1,13 @@
-//! Helpers shared by the integration tests that run the examples as processes.
+//! Helpers shared by the integration tests: the examples as processes, and a
+//! PostgreSQL schema per test ([`postgres`]), one store of each kind ([`stores`]).
 
 use std::path::PathBuf;
 use std::process::Command;
+
+#[allow(dead_code)] // (not every test crate uses PostgreSQL)
+pub(crate) mod postgres;
+#[allow(dead_code, unused_macros, unused_imports)] // (nor every store)
+pub(crate) mod stores;
 
 /// The example `name`, built (or found up to date) by cargo next to the running
 /// test's binary, in the same profile.
