@@ -7,12 +7,9 @@
 //! PostgreSQL (a schema per test).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loopstack::llm::{Agent, ChatRequest, ChatResponse, ContentBlock, Message, Role, ScriptedModel};
-use loopstack::llm::{StopReason, ToolUse, Usage};
 use loopstack::prelude::*;
 use loopstack::serve::{ServeOptions, serve};
 use loopstack::{EventKind, RunEvent, RunEvents, RunStatus, Store};
@@ -21,65 +18,15 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
+use common::worker::{QUESTION, agent, spawn_worker};
 
-const QUESTION: &str = "How is the weather in Berlin?";
 const ANSWER: &str = "Here is the weather: Mostly sunny in Berlin, 14C.";
 /// The agent loop's transitions, as the worker drives them.
 const TRANSITIONS: [&str; 4] = ["llm_turn", "run_tool_calls", "llm_turn", "respond"];
+/// How the worker process is started, besides its store.
+const WORKER: [&str; 4] = ["--owner", "other-process", "--concurrency", "2"];
 /// A guard against a hang, never a timed assertion.
 const DEADLINE: Duration = Duration::from_secs(120);
-
-fn worker_exe() -> &'static PathBuf {
-    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| common::example("worker"))
-}
-
-/// Kills its worker when dropped, so a failing test leaves no process behind.
-struct WorkerProcess(Child);
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_worker(store_args: &[String]) -> WorkerProcess {
-    let child = Command::new(worker_exe())
-        .args(store_args)
-        .args(["--owner", "other-process", "--concurrency", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    WorkerProcess(child)
-}
-
-/// The agent the worker example drives (same name and table), to submit its runs
-/// and to drive one here.
-fn agent() -> Agent {
-    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
-        let last = request.messages.last().unwrap();
-        let usage = Usage::new(20, 5);
-        if let Some(result) = last.tool_results_iter().next() {
-            let answer = Message::assistant(format!("Here is the weather: {}", result.content));
-            return Ok(ChatResponse::new(answer, StopReason::EndTurn, usage, "scripted"));
-        }
-        let call = ToolUse::new("call_0", "get_weather", serde_json::json!({ "location": "Berlin" }));
-        let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
-        Ok(ChatResponse::new(message, StopReason::ToolUse, usage, "scripted"))
-    });
-    Agent::new(model, "scripted", ToolRegistry::new().with(Weather).unwrap())
-}
-
-/// Retrieve weather information.
-#[tool(name = "get_weather")]
-async fn weather(
-    /// City or location name
-    location: String,
-) -> Result<String, ToolError> {
-    Ok(format!("Mostly sunny in {location}, 14C."))
-}
 
 fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("loopstack-{name}-{}-{}", std::process::id(), RunId::new()));
@@ -163,7 +110,7 @@ fn check_run_events(events: &[Arc<RunEvent>]) {
 /// This process subscribes, the worker process drives; and a run this process
 /// drives itself is seen once, though its events also go through the log.
 async fn subscribers_see_another_process(store: Arc<dyn Store>, store_args: &[String]) {
-    let _worker = spawn_worker(store_args);
+    let _worker = spawn_worker(store_args, &WORKER);
     let runtime = Runtime::with_shared_store(store);
     let mut events = runtime.subscribe();
     until_the_other_process_publishes(&runtime).await;
@@ -263,7 +210,7 @@ async fn the_event_stream_resumes_from_last_event_id_without_gaps_or_repeats() {
     let dir = tempdir("sse-resume");
     let path = dir.join("runs.db");
     let store = SqliteStore::open(&path).await.unwrap();
-    let _worker = spawn_worker(&["--sqlite".to_owned(), path.display().to_string()]);
+    let _worker = spawn_worker(&["--sqlite".to_owned(), path.display().to_string()], &WORKER);
     let runtime = Runtime::with_store(store).register(agent());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();

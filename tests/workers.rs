@@ -5,75 +5,23 @@
 //! - PostgreSQL: 3 `examples/worker.rs` processes drive 300 agent runs; one is killed.
 //! - SQLite: 1 worker drives 300 runs, is killed, and is started again.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loopstack::llm::{Agent, ChatRequest, ChatResponse, ContentBlock, Message, Role, ScriptedModel};
-use loopstack::llm::{StopReason, ToolUse, Usage};
 use loopstack::prelude::*;
 use loopstack::{RunQuery, RunStatus, Store};
 use loopstack_store::SqliteStore;
 
 const RUNS: usize = 300;
-const QUESTION: &str = "How is the weather in Berlin?";
 
 mod common;
-
-/// The worker example, built next to this test's binary.
-fn worker_exe() -> &'static PathBuf {
-    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| common::example("worker"))
-}
-
-/// Kills its worker when dropped, so a failing test leaves no process behind.
-struct WorkerProcess(Child);
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::worker::{QUESTION, WorkerProcess, agent};
 
 /// A worker process whose scripted model takes `latency_ms` per turn.
 fn spawn_worker(store_args: &[String], owner: &str, latency_ms: u64) -> WorkerProcess {
     let latency = latency_ms.to_string();
-    let child = Command::new(worker_exe())
-        .args(store_args)
-        .args(["--owner", owner, "--lease-ms", "1000", "--concurrency", "8", "--model-latency-ms", &latency])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    WorkerProcess(child)
-}
-
-/// The same agent the worker example drives (same name and table), to submit runs
-/// and to make one uninterrupted reference run.
-fn agent() -> Agent {
-    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
-        let last = request.messages.last().unwrap();
-        let usage = Usage::new(20, 5);
-        if let Some(result) = last.tool_results_iter().next() {
-            let answer = Message::assistant(format!("Here is the weather: {}", result.content));
-            return Ok(ChatResponse::new(answer, StopReason::EndTurn, usage, "scripted"));
-        }
-        let call = ToolUse::new("call_0", "get_weather", serde_json::json!({ "location": "Berlin" }));
-        let message = Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] };
-        Ok(ChatResponse::new(message, StopReason::ToolUse, usage, "scripted"))
-    });
-    Agent::new(model, "scripted", ToolRegistry::new().with(Weather).unwrap())
-}
-
-/// Retrieve weather information.
-#[tool(name = "get_weather")]
-async fn weather(
-    /// City or location name
-    location: String,
-) -> Result<String, ToolError> {
-    Ok(format!("Mostly sunny in {location}, 14C."))
+    let options = ["--owner", owner, "--lease-ms", "1000", "--concurrency", "8", "--model-latency-ms", &latency];
+    common::worker::spawn_worker(store_args, &options)
 }
 
 /// The documents of one uninterrupted run, as (type, content) pairs.

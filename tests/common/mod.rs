@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: the examples as processes, and a
-//! PostgreSQL schema per test ([`postgres`]), one store of each kind ([`stores`]).
+//! PostgreSQL schema per test ([`postgres`]), one store of each kind ([`stores`]), the worker example ([`worker`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,6 +8,8 @@ use std::process::Command;
 pub(crate) mod postgres;
 #[allow(dead_code, unused_macros, unused_imports)] // (nor every store)
 pub(crate) mod stores;
+#[allow(dead_code)] // (nor the worker example)
+pub(crate) mod worker;
 
 /// The example `name`, built (or found up to date) by cargo next to the running
 /// test's binary, in the same profile.
