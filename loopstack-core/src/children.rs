@@ -155,8 +155,8 @@ impl RunContext {
         options: ChildOptions,
     ) -> Result<RunId, ChildError> {
         let def = workflow.definition();
-        let child = child_run_id(self.run_id, self.step + 1, self.children_started());
-        let runtime: &Runtime = &self.runtime;
+        let child = child_run_id(self.run_id(), self.step() + 1, self.children_started());
+        let runtime: &Runtime = self.runtime();
         match runtime.store().load_run(child).await {
             Ok(_) => {}
             Err(StoreError::RunNotFound(_)) => {
@@ -169,7 +169,7 @@ impl RunContext {
                     };
                     ChildError::Input { workflow: def.name(), reason }
                 })?;
-                let new = created.new.queued().child_of(self.run_id, signal);
+                let new = created.new.queued().child_of(self.run_id(), signal);
                 let new = crate::trace::traced(new);
                 runtime.store().create_run(new).await?;
             }
@@ -186,8 +186,8 @@ impl RunContext {
     /// Errors with [`StoreError::RunNotFound`] when no run `child` exists or it is
     /// not a child of this run.
     pub async fn child_run(&self, child: RunId) -> Result<RunRecord, StoreError> {
-        let record = self.runtime.store().load_run(child).await?;
-        if record.parent != Some(self.run_id) {
+        let record = self.runtime().store().load_run(child).await?;
+        if record.parent != Some(self.run_id()) {
             return Err(StoreError::RunNotFound(child));
         }
         Ok(record)

@@ -19,10 +19,10 @@ use crate::store::RunId;
 /// transition at once, and reach the store together with the new state when the
 /// transition completes. If the transition fails, none of them are kept.
 pub struct RunContext {
-    pub(crate) run_id: RunId,
+    run_id: RunId,
     workflow: &'static str,
-    pub(crate) place: &'static str,
-    pub(crate) step: u64,
+    place: &'static str,
+    step: u64,
     /// The step of what is saved now: `step + 1`, or 0 while the run is created
     /// ([`RunContext::creating`]).
     save_step: u64,
@@ -35,12 +35,12 @@ pub struct RunContext {
     keyed: HashMap<String, Vec<usize>>,
     committed_len: usize,
     undo: Vec<(usize, Arc<Document>)>,
-    pub(crate) pending: Vec<Arc<Document>>,
+    pending: Vec<Arc<Document>>,
     /// Made when first asked for: a run driven without `cancel_on` and whose
     /// transitions never ask pays for no token.
-    pub(crate) cancellation: std::sync::OnceLock<CancellationToken>,
+    cancellation: std::sync::OnceLock<CancellationToken>,
     /// The runtime driving the run: its events, registered workflows and settings.
-    pub(crate) runtime: Runtime,
+    runtime: Runtime,
     /// Child runs this transition started, in order; how many it started is the
     /// sequence number of the next one's id.
     children: Vec<crate::children::StartedChild>,
@@ -133,6 +133,11 @@ impl RunContext {
     pub(crate) fn taken_over(mut self) -> Self {
         self.took_over_at = Some(self.step);
         self
+    }
+
+    /// The documents saved since the last commit, for the next one to write.
+    pub(crate) fn take_pending(&mut self) -> Vec<Arc<Document>> {
+        std::mem::take(&mut self.pending)
     }
 
     pub(crate) fn committed(&mut self, step: u64, place: &'static str) {

@@ -111,7 +111,7 @@ fn run_ready<'a, W: Workflow>(
         // A function of its own: its locals share the loop's room in this future.
         let parent = run_loop.parent.as_ref();
         let outcome = end_drive(runtime, &cx, name, run_loop.epoch, parent, cascade, outcome).await?;
-        Ok(RunReport { run_id, outcome, state: *state, steps: cx.step })
+        Ok(RunReport { run_id, outcome, state: *state, steps: cx.step() })
     }
     .instrument(span)
 }
@@ -135,7 +135,7 @@ async fn end_drive(
     let mut lost = None;
     match &outcome {
         Ok(RunOutcome::Completed) => {
-            tracing::info!(steps = cx.step, "run completed");
+            tracing::info!(steps = cx.step(), "run completed");
             cx.emit(|| EventKind::Finished { status: RunStatus::Completed, error: None });
         }
         Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
@@ -186,11 +186,11 @@ async fn record_failure(
     parent: Option<&crate::children::Parent>,
     e: &RunError,
 ) -> (bool, Option<crate::error::StoreError>) {
-    let run_id = cx.run_id;
+    let run_id = cx.run_id();
     let error = runtime.inner.redact_text(&e.to_string()).into_owned();
     tracing::warn!(%error, "run failed");
     let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
-    let fence = crate::store::Fence { epoch, step: cx.step };
+    let fence = crate::store::Fence { epoch, step: cx.step() };
     let notify = parent.and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
     match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
         Ok(()) => {

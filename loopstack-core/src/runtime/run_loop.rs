@@ -170,15 +170,15 @@ impl<W: Workflow> RunLoop<'_, W> {
         let wf = self.wf;
         let def = wf.definition();
         let name = def.name();
-        let run_id = cx.run_id;
-        let first_step = cx.step;
+        let run_id = cx.run_id();
+        let first_step = cx.step();
         // The error of this drive's own signal, once it was refused; returned when
         // the run has parked again.
         // Boxed: it is rare, and the loop's future holds it across every step.
         let mut own_error: Option<Box<RunError>> = None;
         loop {
-            let from = cx.place;
-            let fence = Fence { epoch: self.epoch, step: cx.step };
+            let from = cx.place();
+            let fence = Fence { epoch: self.epoch, step: cx.step() };
             // A statement of its own: as the `match`'s scrutinee, the `?`'s result would
             // be a temporary held across every await of the arms, in every run's future.
             let routed = route(wf, from, state, run_id)?;
@@ -208,14 +208,14 @@ impl<W: Workflow> RunLoop<'_, W> {
                     }
                 }
             };
-            if cx.cancellation.get().is_some_and(CancellationToken::is_cancelled) {
+            if cx.existing_cancellation().is_some_and(CancellationToken::is_cancelled) {
                 return Err(RunError::Cancelled { workflow: name, run_id, place: from });
             }
-            if cx.step - first_step >= self.max_steps {
+            if cx.step() - first_step >= self.max_steps {
                 return Err(RunError::StepLimit { workflow: name, run_id, limit: self.max_steps, place: from });
             }
             let t = &def.transitions()[index];
-            let step = cx.step + 1;
+            let step = cx.step() + 1;
             // None when nothing records it (see `driver::run_ready`).
             let span = if tracing::level_enabled!(tracing::Level::INFO) {
                 tracing::info_span!("loopstack.transition", transition = t.name, from, to = t.to, step)
@@ -230,7 +230,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation().clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.as_ref().map(|l| (cx.runtime.inner.store().clone(), l.duration));
+            let store = self.lease.as_ref().map(|l| (cx.runtime().inner.store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -276,7 +276,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // The record is a local of this block: the loop's future keeps no room
                 // for it while the signal is rejected below.
                 *state = {
-                    let record = cx.runtime.inner.store().load_run(run_id).await?;
+                    let record = cx.runtime().inner.store().load_run(run_id).await?;
                     serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?
                 };
                 let error = match err {
@@ -287,15 +287,15 @@ impl<W: Workflow> RunLoop<'_, W> {
                         RunError::SignalRefused { workflow: name, run_id, signal: t.name, source }
                     }
                 };
-                let reason = cx.runtime.inner.redact_text(&error.to_string()).into_owned();
-                cx.runtime.inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
+                let reason = cx.runtime().inner.redact_text(&error.to_string()).into_owned();
+                cx.runtime().inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(Box::new(error));
                 }
                 continue;
             }
             let value = match checkpoint_state(&*state, name, run_id, Some(t.name)) {
-                Ok(value) => cx.runtime.redact(value),
+                Ok(value) => cx.runtime().redact(value),
                 Err(e) => {
                     // Nothing of the step is committed: the run keeps its last checkpoint.
                     cx.rollback();
@@ -316,10 +316,10 @@ impl<W: Workflow> RunLoop<'_, W> {
                 let record = StepRecord::at(step, t.name, from, t.to, at);
                 let mut checkpoint = Checkpoint::new(run_id, fence, record, status, value);
                 checkpoint.notify = notify;
-                checkpoint.documents = std::mem::take(&mut cx.pending);
+                checkpoint.documents = cx.take_pending();
                 checkpoint.signal = signal;
                 checkpoint.lease_until = renewed;
-                cx.runtime.inner.store().commit(checkpoint)
+                cx.runtime().inner.store().commit(checkpoint)
             };
             commit.await?;
             if renewed.is_some() {
@@ -362,14 +362,14 @@ impl<W: Workflow> RunLoop<'_, W> {
         let wf = self.wf;
         let def = wf.definition();
         let name = def.name();
-        let run_id = cx.run_id;
+        let run_id = cx.run_id();
         let timers = timers(wf, from, state, run_id)?;
         let now = self.clock.now();
         let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
         let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-        let inbox = cx.runtime.inner.store().inbox(run_id).await?;
+        let inbox = cx.runtime().inner.store().inbox(run_id).await?;
         let picked = self
-            .pick_signal(cx.runtime.inner.store().as_ref(), run_id, from, &signals, inbox.pending, own_error)
+            .pick_signal(cx.runtime().inner.store().as_ref(), run_id, from, &signals, inbox.pending, own_error)
             .await?;
         match (picked, due) {
             // The earlier event wins: a timer that came due before the signal arrived.
@@ -389,7 +389,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             (None, None) => {
                 let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                match cx.runtime.inner.store().park(run_id, &park).await {
+                match cx.runtime().inner.store().park(run_id, &park).await {
                     Ok(()) => {
                         cx.emit(|| EventKind::Waiting {
                             place: from.into(),
@@ -411,9 +411,9 @@ impl<W: Workflow> RunLoop<'_, W> {
     /// Drives the children this drive started, renewing the parent's lease and
     /// watching its cancellation meanwhile, as a transition does.
     async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
-        let (name, run_id, from) = (self.wf.definition().name(), cx.run_id, cx.place);
+        let (name, run_id, from) = (self.wf.definition().name(), cx.run_id(), cx.place());
         let token = self.watch_cancellation.then(|| cx.cancellation().clone());
-        let store = self.lease.as_ref().map(|l| (cx.runtime.inner.store().clone(), l.duration));
+        let store = self.lease.as_ref().map(|l| (cx.runtime().inner.store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),
             run_id,
@@ -421,7 +421,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             lease: *lease,
             clock: self.clock,
         });
-        let runtime = cx.runtime.clone();
+        let runtime = cx.runtime().clone();
         match supervise(Box::pin(drive_children(&runtime, children)), token.as_ref(), heartbeat).await {
             Ok(()) => Ok(()),
             Err(Interrupted::Cancelled) => Err(RunError::Cancelled { workflow: name, run_id, place: from }),
