@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::Notify;
 
 use super::RunEvent;
 use crate::store::{EventRetention, PRUNE_EVERY, Store, Timestamp};
@@ -95,8 +95,8 @@ pub(crate) struct LogLink {
     pub(super) log_followers: AtomicUsize,
     /// Whether the follower runs.
     following: AtomicBool,
-    /// The hub's sender, for the events the follower reads.
-    sender: broadcast::Sender<Arc<RunEvent>>,
+    /// The hub's channel, for the events the follower reads.
+    sender: super::Channel,
     /// The hub's interest count: raised by one while publishing, so that emitting
     /// stays one atomic load.
     interest: Arc<AtomicUsize>,
@@ -104,11 +104,7 @@ pub(crate) struct LogLink {
 }
 
 impl LogLink {
-    pub(super) fn new(
-        store: Arc<dyn Store>,
-        sender: broadcast::Sender<Arc<RunEvent>>,
-        interest: Arc<AtomicUsize>,
-    ) -> Self {
+    pub(super) fn new(store: Arc<dyn Store>, sender: super::Channel, interest: Arc<AtomicUsize>) -> Self {
         Self {
             store,
             origin: format!("{}-{:016x}", std::process::id(), fastrand::u64(..)).into(),
@@ -303,6 +299,8 @@ async fn follow(link: Weak<LogLink>, store: Arc<dyn Store>, origin: Arc<str>) {
             renew_at = tokio::time::Instant::now();
             continue;
         }
+        // The channel is made by the first local subscriber, so it is looked up
+        // at each send: one that subscribes while this reads gets what it reads.
         let sender = strong.sender.clone();
         drop(strong);
         if tokio::time::Instant::now() >= renew_at {
@@ -332,7 +330,9 @@ async fn follow(link: Weak<LogLink>, store: Arc<dyn Store>, origin: Arc<str>) {
         let full = events.len() == READ_BATCH as usize;
         for logged in events {
             cursor = Some(logged.id);
-            if *logged.origin != *origin {
+            if *logged.origin != *origin
+                && let Some(sender) = sender.get()
+            {
                 let _ = sender.send(Arc::new(logged.event));
             }
         }

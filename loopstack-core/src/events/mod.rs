@@ -215,10 +215,15 @@ mod millis {
     }
 }
 
+/// The broadcast channel of a runtime's events, made by the first subscriber: its
+/// [`EVENT_CAPACITY`] slots are 128 KB that a runtime nobody subscribes to does not
+/// allocate. The hub and its log link share it.
+type Channel = Arc<std::sync::OnceLock<broadcast::Sender<Arc<RunEvent>>>>;
+
 /// The runtime's event channel; clones share it.
 #[derive(Clone)]
 pub(crate) struct EventHub {
-    sender: broadcast::Sender<Arc<RunEvent>>,
+    sender: Channel,
     /// Live [`RunEvents`] receivers, plus one while the store's listener table says
     /// someone elsewhere listens: checked before anything is built or sent. Apart
     /// from the sender, so receivers see the channel close when the last runtime
@@ -230,7 +235,7 @@ pub(crate) struct EventHub {
 
 impl EventHub {
     pub(crate) fn new(store: &Arc<dyn Store>) -> Self {
-        let (sender, _) = broadcast::channel(EVENT_CAPACITY);
+        let sender = Channel::default();
         let subscribers = Arc::new(AtomicUsize::new(0));
         let log = store
             .has_event_log()
@@ -258,8 +263,10 @@ impl EventHub {
         if let Some(log) = &self.log {
             log.offer(&event);
         }
-        // An error means every receiver is gone: nobody to tell.
-        let _ = self.sender.send(event);
+        // No channel, or an error: no receiver here, nobody to tell.
+        if let Some(sender) = self.sender.get() {
+            let _ = sender.send(event);
+        }
     }
 
     /// A drive begins: over a store with a log, makes sure the publisher runs (it
@@ -289,7 +296,7 @@ impl EventHub {
 
     pub(crate) fn subscribe(&self) -> RunEvents {
         self.subscribers.fetch_add(1, Ordering::Relaxed);
-        let receiver = self.sender.subscribe();
+        let receiver = self.sender.get_or_init(|| broadcast::channel(EVENT_CAPACITY).0).subscribe();
         let followers = self.log.as_ref().map(|log| {
             log.followers.fetch_add(1, Ordering::AcqRel);
             log.ensure_follower();
@@ -423,5 +430,34 @@ impl Drop for RunEvents {
 impl std::fmt::Debug for RunEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunEvents").field("run", &self.run).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    fn started(step: u64) -> impl FnOnce() -> EventKind {
+        move || EventKind::TransitionStarted { transition: "go".into(), from: "start".into(), to: "end".into(), step }
+    }
+
+    /// A runtime nobody subscribes to makes no channel; the first subscriber makes
+    /// it, and what is sent from then on reaches it, also through a clone of the hub.
+    #[test]
+    fn the_channel_is_made_by_the_first_subscriber() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let hub = EventHub::new(&store);
+        let run_id = RunId::new();
+        hub.emit(run_id, "w", started(1));
+        hub.send(RunEvent { run_id, workflow: Cow::Borrowed("w"), at: Timestamp::now(), kind: started(2)() });
+        assert!(hub.sender.get().is_none(), "no subscriber, no channel");
+
+        let mut events = hub.clone().subscribe();
+        assert!(hub.sender.get().is_some());
+        hub.emit(run_id, "w", started(3));
+        let event = events.try_recv().expect("an event").expect("not lagged");
+        assert!(matches!(event.kind, EventKind::TransitionStarted { step: 3, .. }), "{event:?}");
+        assert!(events.try_recv().is_none(), "the events before it were sent to nobody");
     }
 }
