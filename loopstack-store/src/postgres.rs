@@ -34,10 +34,14 @@ pub struct PostgresStore {
     sql: SqlStore<Postgres>,
 }
 
-/// Runs `{what} {schema}` (with `CASCADE` for a drop) over a connection of its own
-/// and gives the options of `url`: `schema` is checked to be a plain identifier,
-/// since it is written into the statement.
-async fn in_schema(url: &str, schema: &str, what: &str) -> Result<PgConnectOptions, loopstack_core::StoreError> {
+/// Runs the statement `sql` makes of `schema` over a connection of its own and gives
+/// the options of `url`: `schema` is checked to be a plain identifier first, since it
+/// is written into the statement.
+async fn in_schema(
+    url: &str,
+    schema: &str,
+    sql: fn(&str) -> String,
+) -> Result<PgConnectOptions, loopstack_core::StoreError> {
     let valid = !schema.is_empty() && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid {
         return Err(loopstack_core::StoreError::Corrupt(format!(
@@ -46,8 +50,7 @@ async fn in_schema(url: &str, schema: &str, what: &str) -> Result<PgConnectOptio
     }
     let options = PgConnectOptions::from_str(url).map_err(crate::sql::backend)?;
     let setup = PgPool::connect_with(options.clone()).await.map_err(crate::sql::backend)?;
-    let cascade = if what.starts_with("DROP") { " CASCADE" } else { "" };
-    let done = sqlx::query(&format!("{what} {schema}{cascade}")).execute(&setup).await.map_err(crate::sql::backend);
+    let done = sqlx::query(&sql(schema)).execute(&setup).await.map_err(crate::sql::backend);
     setup.close().await;
     done.map(|_| options)
 }
@@ -69,7 +72,7 @@ impl PostgresStore {
     /// Connects to `url` with every table in `schema` (created if missing): for
     /// several independent stores in one database, such as one per test.
     pub async fn connect_schema(url: &str, schema: &str) -> Result<Self, loopstack_core::StoreError> {
-        let options = in_schema(url, schema, "CREATE SCHEMA IF NOT EXISTS").await?;
+        let options = in_schema(url, schema, |s| format!("CREATE SCHEMA IF NOT EXISTS {s}")).await?;
         let options = options.options([("search_path", schema)]);
         Self::connect_with(options, PgPoolOptions::new().max_connections(8)).await
     }
@@ -91,7 +94,7 @@ impl PostgresStore {
     /// # Ok(()) }
     /// ```
     pub async fn drop_schema(url: &str, schema: &str) -> Result<(), loopstack_core::StoreError> {
-        in_schema(url, schema, "DROP SCHEMA IF EXISTS").await.map(drop)
+        in_schema(url, schema, |s| format!("DROP SCHEMA IF EXISTS {s} CASCADE")).await.map(drop)
     }
 
     /// Connects with options and a pool of your own.
