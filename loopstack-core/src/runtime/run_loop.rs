@@ -230,7 +230,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             });
             let token = self.watch_cancellation.then(|| cx.cancellation().clone());
             // The store handle is cloned only when a lease is renewed during the transition.
-            let store = self.lease.as_ref().map(|l| (cx.runtime().inner.store().clone(), l.duration));
+            let store = self.lease.as_ref().map(|l| (cx.runtime().store().clone(), l.duration));
             let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
                 store: store.as_ref(),
                 run_id,
@@ -276,7 +276,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 // The record is a local of this block: the loop's future keeps no room
                 // for it while the signal is rejected below.
                 *state = {
-                    let record = cx.runtime().inner.store().load_run(run_id).await?;
+                    let record = cx.runtime().store().load_run(run_id).await?;
                     serde_json::from_str(record.state.get()).map_err(state_error(name, run_id))?
                 };
                 let error = match err {
@@ -288,7 +288,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                     }
                 };
                 let reason = cx.runtime().inner.redact_text(&error.to_string()).into_owned();
-                cx.runtime().inner.store().reject_signal(run_id, self.epoch, id, &reason).await?;
+                cx.runtime().store().reject_signal(run_id, self.epoch, id, &reason).await?;
                 if self.own_signal == Some(id) {
                     own_error = Some(Box::new(error));
                 }
@@ -319,7 +319,7 @@ impl<W: Workflow> RunLoop<'_, W> {
                 checkpoint.documents = cx.take_pending();
                 checkpoint.signal = signal;
                 checkpoint.lease_until = renewed;
-                cx.runtime().inner.store().commit(checkpoint)
+                cx.runtime().store().commit(checkpoint)
             };
             commit.await?;
             if renewed.is_some() {
@@ -367,10 +367,9 @@ impl<W: Workflow> RunLoop<'_, W> {
         let now = self.clock.now();
         let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
         let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
-        let inbox = cx.runtime().inner.store().inbox(run_id).await?;
-        let picked = self
-            .pick_signal(cx.runtime().inner.store().as_ref(), run_id, from, &signals, inbox.pending, own_error)
-            .await?;
+        let inbox = cx.runtime().store().inbox(run_id).await?;
+        let picked =
+            self.pick_signal(cx.runtime().store().as_ref(), run_id, from, &signals, inbox.pending, own_error).await?;
         match (picked, due) {
             // The earlier event wins: a timer that came due before the signal arrived.
             (Some(s), Some((index, at))) if at < s.received_at => Ok(Waited::Fire(index, None, None)),
@@ -389,7 +388,7 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             (None, None) => {
                 let park = Park { fence, inbox_seq: inbox.seq, signals: &signals, wake_at };
-                match cx.runtime().inner.store().park(run_id, &park).await {
+                match cx.runtime().store().park(run_id, &park).await {
                     Ok(()) => {
                         cx.emit(|| EventKind::Waiting {
                             place: from.into(),
@@ -413,7 +412,7 @@ impl<W: Workflow> RunLoop<'_, W> {
     async fn drive_children(&self, cx: &mut RunContext, children: Vec<StartedChild>) -> Result<(), RunError> {
         let (name, run_id, from) = (self.wf.definition().name(), cx.run_id(), cx.place());
         let token = self.watch_cancellation.then(|| cx.cancellation().clone());
-        let store = self.lease.as_ref().map(|l| (cx.runtime().inner.store().clone(), l.duration));
+        let store = self.lease.as_ref().map(|l| (cx.runtime().store().clone(), l.duration));
         let heartbeat = store.as_ref().map(|(store, lease)| Heartbeat {
             store: store.as_ref(),
             run_id,
