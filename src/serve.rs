@@ -152,6 +152,31 @@ pub async fn serve(listener: tokio::net::TcpListener, runtime: Runtime, options:
     axum::serve(listener, router(runtime, options)).await
 }
 
+/// Serves the API on `listener` until `shutdown` is cancelled, then shuts down
+/// gracefully: it accepts no new connection and lets the requests in flight finish,
+/// up to `drain` (event streams, which never finish, are cut then).
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    runtime: Runtime,
+    options: ServeOptions,
+    shutdown: loopstack_core::CancellationToken,
+    drain: std::time::Duration,
+) -> std::io::Result<()> {
+    let stopping = shutdown.clone();
+    let served = axum::serve(listener, router(runtime, options))
+        .with_graceful_shutdown(async move { stopping.cancelled().await })
+        .into_future();
+    let mut served = std::pin::pin!(served);
+    tokio::select! {
+        result = &mut served => return result,
+        () = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(drain, served).await {
+        Ok(result) => result,
+        Err(_) => Ok(()),
+    }
+}
+
 async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request, next: Next) -> Response {
     if let Some(token) = &app.token {
         let given =

@@ -84,8 +84,8 @@ pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings, MessageEdit};
 pub use futures::future::BoxFuture;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{
-    DEFAULT_CHILD_CONCURRENCY, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime, SCHEDULE_CHECK, Worker,
-    cancellable, panic_message,
+    DEFAULT_CHILD_CONCURRENCY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime,
+    SCHEDULE_CHECK, Worker, cancellable, panic_message,
 };
 pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{

@@ -179,6 +179,10 @@ pub enum Command {
         /// elsewhere (`run` without `--wait`), due timers, runs whose driver died.
         #[arg(long)]
         worker: bool,
+        /// On SIGTERM or Ctrl-C, how long requests and (with --worker) the steps in
+        /// flight may take to finish: 25s, 1m, 0s.
+        #[arg(long, default_value = "25s", value_parser = interval)]
+        drain_timeout: std::time::Duration,
     },
     /// Serves the registered workflows and agents as the tools of an MCP server over
     /// stdio (`loopstack::mcp_server`), until the client closes it: for Claude
@@ -194,11 +198,17 @@ pub enum Command {
         action: Box<ScheduleCommand>,
     },
     /// Drives the runs that can move (queued, woken by a signal or timer, orphaned)
-    /// and starts due schedules, until Ctrl-C.
+    /// and starts due schedules, until SIGTERM or Ctrl-C: then it claims nothing
+    /// more, lets the steps in flight finish, and gives their runs back to the
+    /// other workers at once.
     Worker {
         /// How many runs at once.
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
+        /// On SIGTERM or Ctrl-C, how long the steps in flight may take to finish
+        /// before they are abandoned (and run again by another worker): 25s, 1m, 0s.
+        #[arg(long, default_value = "25s", value_parser = interval)]
+        drain_timeout: std::time::Duration,
         /// Drive what can move now, once, and exit.
         #[arg(long)]
         once: bool,
@@ -309,6 +319,11 @@ pub struct ForkFlags {
     /// tool blocks; repeat for several.
     #[arg(long = "message", value_name = "N=TEXT", value_parser = message_edit)]
     pub messages: Vec<(usize, String)>,
+}
+
+/// A duration flag, written as schedules' intervals are: `90s`, `15m`, `1h30m`, `0s`.
+fn interval(arg: &str) -> Result<std::time::Duration, String> {
+    loopstack_core::schedule::parse_interval(arg).map_err(|e| e.to_string())
 }
 
 /// `--message N=TEXT`: the message's index and its new text.

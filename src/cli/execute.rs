@@ -147,7 +147,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             };
         }
         #[cfg(feature = "serve")]
-        Command::Serve { bind, port, token, worker } => {
+        Command::Serve { bind, port, token, worker, drain_timeout } => {
             if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
                 return Err(CliError::Serve("the --token is empty".to_owned()));
             }
@@ -162,23 +162,22 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
             let mcp =
                 if cfg!(feature = "mcp-server") { format!(", MCP at http://{address}/mcp") } else { String::new() };
-            eprintln!("Studio on http://{address}/ and the API under http://{address}/api{mcp} (Ctrl-C to stop)");
+            eprintln!(
+                "Studio on http://{address}/ and the API under http://{address}/api{mcp} (Ctrl-C or SIGTERM to stop)"
+            );
             let mut options = crate::serve::ServeOptions::new();
             if let Some(token) = token {
                 options = options.token(token.clone());
             }
-            let shutdown = loopstack_core::CancellationToken::new();
+            let shutdown = super::shutdown_on_signal();
             let driving = worker.then(|| {
-                let worker = loopstack_core::Worker::new(runtime.clone());
+                let worker = loopstack_core::Worker::new(runtime.clone()).drain_timeout(*drain_timeout);
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move { worker.run(shutdown).await })
             });
-            let result = tokio::select! {
-                served = crate::serve::serve(listener, runtime.clone(), options) => {
-                    served.map_err(|e| CliError::Serve(e.to_string()))
-                }
-                _ = tokio::signal::ctrl_c() => Ok(()),
-            };
+            let served =
+                crate::serve::serve_until(listener, runtime.clone(), options, shutdown.clone(), *drain_timeout);
+            let result = served.await.map_err(|e| CliError::Serve(e.to_string()));
             shutdown.cancel();
             if let Some(driving) = driving {
                 match driving.await {
@@ -195,8 +194,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
         Command::Schedule { action } => out = schedule(runtime, action, json).await?,
-        Command::Worker { concurrency, once } => {
-            let worker = loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency);
+        Command::Worker { concurrency, once, drain_timeout } => {
+            let worker =
+                loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency).drain_timeout(*drain_timeout);
             if *once {
                 let driven = worker.run_once().await?;
                 out = if json {
@@ -205,13 +205,8 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                     format!("drove {driven} run(s)\n")
                 };
             } else {
-                let shutdown = loopstack_core::CancellationToken::new();
-                let stop = shutdown.clone();
-                tokio::spawn(async move {
-                    let _ = tokio::signal::ctrl_c().await;
-                    stop.cancel();
-                });
-                eprintln!("worker: driving {} (Ctrl-C to stop)", runtime.workflows().join(", "));
+                let shutdown = super::shutdown_on_signal();
+                eprintln!("worker: driving {} (Ctrl-C or SIGTERM to stop)", runtime.workflows().join(", "));
                 worker.run(shutdown).await?;
             }
         }

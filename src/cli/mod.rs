@@ -74,6 +74,40 @@ use output::{outcome_text, show};
 use store::redact_url;
 pub use store::{open, open_existing};
 
+/// A token cancelled when the process is asked to stop: SIGTERM (what Kubernetes,
+/// systemd and `docker stop` send) or SIGINT (Ctrl-C). The `worker` and `serve`
+/// commands shut down gracefully on it and exit 0; give it to
+/// [`Worker::run`](loopstack_core::Worker::run) in a binary of your own for the same.
+///
+/// Must be called within a Tokio runtime: it spawns the task that waits.
+pub fn shutdown_on_signal() -> loopstack_core::CancellationToken {
+    let token = loopstack_core::CancellationToken::new();
+    let stop = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                // No handler could be installed: Ctrl-C still stops the process gracefully.
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("asked to stop: shutting down gracefully");
+        stop.cancel();
+    });
+    token
+}
+
 /// One line `error: ...` on standard error, and exit status 1.
 fn fail(message: &str) -> ExitCode {
     eprintln!("error: {}", one_line(message));

@@ -26,6 +26,8 @@ pub struct Drive<'a, W: Workflow> {
     pub(super) run_id: Option<RunId>,
     pub(super) max_steps: u64,
     pub(super) cancellation: Option<CancellationToken>,
+    /// When cancelled, the drive stops between two steps ([`Drive::stop_on`]).
+    pub(super) stop: Option<CancellationToken>,
     /// Whether a child that ends in this drive wakes its parent (not when its
     /// parent's own drive drives it).
     pub(crate) cascade: bool,
@@ -40,6 +42,7 @@ impl<'a, W: Workflow> Drive<'a, W> {
             run_id: None,
             max_steps: runtime.inner.max_steps(),
             cancellation: None,
+            stop: None,
             cascade: true,
         }
     }
@@ -61,6 +64,18 @@ impl<'a, W: Workflow> Drive<'a, W> {
     /// recorded as cancelled at its last checkpoint.
     pub fn cancel_on(mut self, token: CancellationToken) -> Self {
         self.cancellation = Some(token);
+        self
+    }
+
+    /// Stops the drive between two steps once `token` is cancelled, for a process
+    /// that shuts down: the step in flight finishes and commits, no next step
+    /// starts, the run stays `running` with its lease given back
+    /// ([`Store::release_lease`](crate::Store::release_lease)), and the drive ends
+    /// with [`RunOutcome::Released`](crate::RunOutcome::Released). The next worker
+    /// that looks for work continues the run. A [`Worker`](crate::Worker) stops its
+    /// drives this way when it shuts down.
+    pub fn stop_on(mut self, token: CancellationToken) -> Self {
+        self.stop = Some(token);
         self
     }
 }

@@ -21,7 +21,7 @@ use crate::workflow::Workflow;
 pub(super) fn drive<W: Workflow>(
     d: Drive<'_, W>,
 ) -> impl std::future::Future<Output = Result<RunReport<W::State>, RunError>> + Send + '_ {
-    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, cascade } = d;
+    let Drive { runtime, workflow: wf, mode, run_id, max_steps, cancellation, stop, cascade } = d;
     async move {
         runtime.inner.events().prepare_drive().await;
         // Only a start's preparation is a part of the drive's future (the other modes
@@ -36,7 +36,7 @@ pub(super) fn drive<W: Workflow>(
                 Prepared::Ready(ready) => ready,
                 Prepared::Done(report) => return Ok(*report),
             };
-            run_ready(runtime, wf, ready, lease, max_steps, cancellation, cascade)
+            run_ready(runtime, wf, ready, lease, max_steps, (cancellation, stop), cascade)
         };
         run.await
     }
@@ -51,7 +51,7 @@ fn run_ready<'a, W: Workflow>(
     ready: Ready<W::State>,
     lease: Option<LeaseCfg>,
     max_steps: u64,
-    cancellation: Option<tokio_util::sync::CancellationToken>,
+    (cancellation, stop): (Option<tokio_util::sync::CancellationToken>, Option<tokio_util::sync::CancellationToken>),
     cascade: bool,
 ) -> impl std::future::Future<Output = Result<RunReport<W::State>, RunError>> + Send + 'a {
     let name = wf.definition().name();
@@ -95,6 +95,7 @@ fn run_ready<'a, W: Workflow>(
         epoch,
         max_steps,
         watch_cancellation,
+        stop,
         lease,
         lease_until,
         own_signal,
@@ -139,6 +140,8 @@ async fn end_drive(
             cx.emit(|| EventKind::Finished { status: RunStatus::Completed, error: None });
         }
         Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
+        // Boxed: only a drive that stops for a shutdown takes this path.
+        Ok(RunOutcome::Released) => Box::pin(release(runtime, cx, epoch)).await,
         Ok(_) => {}
         // A refused signal leaves the run waiting; the loop parked it again.
         Err(
@@ -174,6 +177,16 @@ async fn end_drive(
         Box::pin(super::wake_parent(runtime, parent.run_id)).await;
     }
     outcome
+}
+
+/// Gives back the lease of run `cx`, whose drive stopped between two steps, so that
+/// the next worker to look for work takes the run at once.
+async fn release(runtime: &Runtime, cx: &RunContext, epoch: u64) {
+    tracing::info!(step = cx.step(), "the drive stops between two steps; the run's lease is given back");
+    if let Err(e) = runtime.inner.store().release_lease(cx.run_id(), epoch).await {
+        // The lease then runs out as after a crash: the run waits for it, and is not lost.
+        tracing::warn!(error = %e, "could not give the run's lease back");
+    }
 }
 
 /// Records the failure `e` of run `cx`'s drive (its children are cancelled with it):

@@ -35,7 +35,7 @@ pub(crate) use state::create;
 
 pub use builder::Drive;
 pub(crate) use builder::Mode;
-pub use worker::{SCHEDULE_CHECK, Worker};
+pub use worker::{DEFAULT_DRAIN_TIMEOUT, SCHEDULE_CHECK, Worker};
 
 /// The default limit of transitions per drive.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000;
@@ -110,6 +110,10 @@ pub enum RunOutcome {
         /// The signal's id in the run's inbox.
         signal: u64,
     },
+    /// The drive stopped between two steps because its process shuts down
+    /// ([`Drive::stop_on`], a [`Worker`] draining): the run is still running, its
+    /// lease given back, and the next worker that looks for work continues it.
+    Released,
 }
 
 /// What a caller gets back from driving a run.

@@ -33,11 +33,13 @@ pub(crate) trait Drivable: Send + Sync {
     /// The JSON Schema of the workflow's input, when it has one.
     fn input_schema(&self) -> Option<Value>;
 
-    /// Drives a run a worker has claimed.
+    /// Drives a run a worker has claimed, stopping between two steps once `stop`
+    /// is cancelled.
     fn drive_claimed<'a>(
         &'a self,
         runtime: &'a Runtime,
         record: RunRecord,
+        stop: Option<tokio_util::sync::CancellationToken>,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
     /// Claims and drives run `run_id`.
@@ -137,8 +139,14 @@ impl<W: Workflow> Drivable for Registered<W> {
         &'a self,
         runtime: &'a Runtime,
         record: RunRecord,
+        stop: Option<tokio_util::sync::CancellationToken>,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
-        Box::pin(async move { runtime.drive_claimed(&*self.workflow, record).await.map(|r| r.outcome) })
+        let drive = runtime.drive_claimed(&*self.workflow, record);
+        let drive = match stop {
+            Some(stop) => drive.stop_on(stop),
+            None => drive,
+        };
+        Box::pin(async move { drive.await.map(|r| r.outcome) })
     }
 
     fn wake<'a>(

@@ -137,6 +137,8 @@ pub(super) struct RunLoop<'a, W> {
     pub(super) epoch: u64,
     pub(super) max_steps: u64,
     pub(super) watch_cancellation: bool,
+    /// Once cancelled, the drive stops before its next step ([`Drive::stop_on`](super::Drive::stop_on)).
+    pub(super) stop: Option<CancellationToken>,
     pub(super) lease: Option<super::shared::LeaseCfg>,
     /// Until when the lease holds, as this drive last wrote it (a heartbeat may have
     /// moved it on since): what a commit renews it from.
@@ -210,6 +212,9 @@ impl<W: Workflow> RunLoop<'_, W> {
             };
             if cx.existing_cancellation().is_some_and(CancellationToken::is_cancelled) {
                 return Err(RunError::Cancelled { workflow: name, run_id, place: from });
+            }
+            if self.stop.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                return Ok(RunOutcome::Released);
             }
             if cx.step() - first_step >= self.max_steps {
                 return Err(RunError::StepLimit { workflow: name, run_id, limit: self.max_steps, place: from });

@@ -1,5 +1,6 @@
 //! Workers: processes that drive whatever runs of their workflows can move.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,11 +10,16 @@ use tracing::Instrument as _;
 
 use super::Runtime;
 use crate::error::{RunError, StoreError};
-use crate::store::{RunRecord, WorkflowVersions};
+use crate::store::{RunId, RunRecord, WorkflowVersions};
 use crate::workflow::Workflow;
 
 /// How often a running [`Worker`] looks for due schedules.
 pub const SCHEDULE_CHECK: Duration = Duration::from_secs(1);
+
+/// How long a [`Worker`] that shuts down lets the steps in flight finish
+/// ([`Worker::drain_timeout`]) unless set: under the 30 s that Kubernetes and
+/// systemd wait after SIGTERM before they kill a process.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// Drives the runs of its registered workflows that can move: queued runs (from
 /// [`Runtime::submit`]), runs whose driver died (their lease ran out), and waiting
@@ -26,6 +32,16 @@ pub const SCHEDULE_CHECK: Duration = Duration::from_secs(1);
 /// worker at a time, and a worker that stalls past its lease cannot commit over the
 /// one that took its run over. With SQLite, run one worker per file.
 ///
+/// A worker shuts down gracefully when the token [`Worker::run`] watches is
+/// cancelled (the command line's `worker` and `serve` cancel it on SIGTERM and
+/// Ctrl-C): it claims nothing more, lets each step in flight finish and commit (up
+/// to its [drain timeout](Worker::drain_timeout)), starts no next step, and gives
+/// the leases of the runs it drove back at once, so that another worker continues
+/// them on its next look for work instead of after the lease. A step still running
+/// at the timeout is abandoned as if the process had died there: its run is taken
+/// over and the step runs again (a tool with `effect = "at_most_once"` does not: its
+/// outcome is then unknown and a person resolves it).
+///
 /// ```no_run
 /// # use loopstack_core::*;
 /// # async fn demo<W: Workflow>(runtime: Runtime, wf: W, shutdown: CancellationToken) -> Result<(), StoreError> {
@@ -36,6 +52,7 @@ pub struct Worker {
     runtime: Runtime,
     concurrency: usize,
     poll: Duration,
+    drain: Duration,
 }
 
 impl std::fmt::Debug for Worker {
@@ -44,6 +61,7 @@ impl std::fmt::Debug for Worker {
             .field("workflows", &self.runtime.workflows())
             .field("concurrency", &self.concurrency)
             .field("poll", &self.poll)
+            .field("drain", &self.drain)
             .finish_non_exhaustive()
     }
 }
@@ -53,7 +71,7 @@ impl Worker {
     /// the workflows registered with it), up to 8 at once, looking for work every
     /// 200 ms while idle.
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime, concurrency: 8, poll: Duration::from_millis(200) }
+        Self { runtime, concurrency: 8, poll: Duration::from_millis(200), drain: DEFAULT_DRAIN_TIMEOUT }
     }
 
     /// Drives runs of `workflow`, found by its definition's name. It is registered
@@ -87,6 +105,15 @@ impl Worker {
         self
     }
 
+    /// How long the steps in flight may take to finish once the worker shuts down
+    /// ([`DEFAULT_DRAIN_TIMEOUT`] unless set); past it they are abandoned and their
+    /// runs' leases given back. Zero abandons them at once.
+    #[must_use]
+    pub fn drain_timeout(mut self, drain: Duration) -> Self {
+        self.drain = drain;
+        self
+    }
+
     /// Claims what can move now, up to `limit` runs.
     async fn claim(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         // Each workflow's own version and those it migrates from: runs of any other
@@ -107,16 +134,18 @@ impl Worker {
         self.runtime.start_due_schedules().await?;
         let claimed = self.claim(self.concurrency).await?;
         let count = claimed.len();
-        let drives = claimed.into_iter().map(|record| self.drive(record));
+        let drives = claimed.into_iter().map(|record| self.drive(record, None));
         futures::future::join_all(drives).await;
         Ok(count)
     }
 
-    async fn drive(&self, record: RunRecord) {
+    /// Drives a claimed run until it waits, ends, or (once `stop` is cancelled)
+    /// finishes the step in flight.
+    async fn drive(&self, record: RunRecord, stop: Option<CancellationToken>) {
         let Some(workflow) = self.runtime.inner.workflow(&record.workflow).cloned() else { return };
         let (run_id, fence) = (record.run_id, record.fence());
         let (parent, name) = (crate::children::parent_of(&record), record.workflow.clone());
-        match workflow.drive_claimed(&self.runtime, record).await {
+        match workflow.drive_claimed(&self.runtime, record, stop).await {
             Ok(_) => {}
             // A run this build cannot drive (its place is gone, its state no longer
             // reads) would otherwise be claimed again at every lease: it fails with
@@ -155,8 +184,10 @@ impl Worker {
         }
     }
 
-    /// Drives runs until `shutdown` is cancelled, then waits for the drives in
-    /// flight. A store error while looking for work is logged and retried.
+    /// Drives runs until `shutdown` is cancelled, then shuts down gracefully: the
+    /// steps in flight finish (up to the [drain timeout](Worker::drain_timeout)) and
+    /// the leases of their runs are given back. A store error while looking for work
+    /// is logged and retried.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), StoreError> {
         let span = tracing::info_span!("loopstack.worker", owner = %self.runtime.inner.owner());
         Arc::new(self).serve(shutdown).instrument(span).await
@@ -165,6 +196,9 @@ impl Worker {
     async fn serve(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), StoreError> {
         let worker = self;
         let mut inflight: JoinSet<()> = JoinSet::new();
+        // The run and lease epoch each drive in flight holds, by task: what a drive
+        // abandoned at the drain timeout gives back.
+        let mut held: HashMap<tokio::task::Id, (RunId, u64)> = HashMap::new();
         let mut schedules_checked: Option<std::time::Instant> = None;
         loop {
             if !shutdown.is_cancelled() && schedules_checked.is_none_or(|at| at.elapsed() >= SCHEDULE_CHECK) {
@@ -184,14 +218,17 @@ impl Worker {
                         claimed_any = !claimed.is_empty();
                         for record in claimed {
                             let worker = worker.clone();
-                            inflight.spawn(async move { worker.drive(record).await });
+                            let held_lease = (record.run_id, record.epoch);
+                            let stop = Some(shutdown.clone());
+                            let task = inflight.spawn(async move { worker.drive(record, stop).await });
+                            held.insert(task.id(), held_lease);
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "could not look for runs"),
                 }
             }
             if shutdown.is_cancelled() {
-                while inflight.join_next().await.is_some() {}
+                worker.drain(inflight, held).await;
                 worker.runtime.inner.events().flush().await;
                 return Ok(());
             }
@@ -200,9 +237,53 @@ impl Worker {
             }
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                Some(_) = inflight.join_next(), if !inflight.is_empty() => {}
+                Some(joined) = inflight.join_next_with_id(), if !inflight.is_empty() => {
+                    held.remove(&joined_id(&joined));
+                }
                 () = tokio::time::sleep(worker.poll) => {}
             }
+            while let Some(joined) = inflight.try_join_next_with_id() {
+                held.remove(&joined_id(&joined));
+            }
         }
+    }
+
+    /// Lets the drives in flight finish their steps, up to the drain timeout, then
+    /// abandons the rest and gives their leases back.
+    async fn drain(&self, mut inflight: JoinSet<()>, mut held: HashMap<tokio::task::Id, (RunId, u64)>) {
+        if !inflight.is_empty() {
+            tracing::info!(runs = inflight.len(), timeout = ?self.drain, "shutting down: the steps in flight finish");
+        }
+        let deadline = tokio::time::sleep(self.drain);
+        let mut deadline = std::pin::pin!(deadline);
+        while !inflight.is_empty() {
+            tokio::select! {
+                Some(joined) = inflight.join_next_with_id() => {
+                    held.remove(&joined_id(&joined));
+                }
+                () = &mut deadline => break,
+            }
+        }
+        if inflight.is_empty() {
+            return;
+        }
+        inflight.abort_all();
+        while inflight.join_next().await.is_some() {}
+        let store = self.runtime.inner.store();
+        for (run_id, epoch) in held.into_values() {
+            tracing::warn!(run_id = %run_id, "a step still ran at the drain timeout: abandoned, the run's lease given back");
+            // A release fails only with the store; the lease then runs out as after a crash.
+            if let Err(e) = store.release_lease(run_id, epoch).await {
+                tracing::warn!(run_id = %run_id, error = %e, "could not give the run's lease back");
+            }
+        }
+    }
+}
+
+/// The task of a drive that ended (or was aborted).
+fn joined_id(joined: &Result<(tokio::task::Id, ()), tokio::task::JoinError>) -> tokio::task::Id {
+    match joined {
+        Ok((id, ())) => *id,
+        Err(e) => e.id(),
     }
 }

@@ -144,6 +144,20 @@ pub trait Store: Send + Sync + 'static {
     /// Extends a drive's lease.
     async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError>;
 
+    /// Gives a drive's lease back at once: a run still `running` at `epoch` becomes
+    /// runnable, so the next [`claim_runnable`](Store::claim_runnable) of any worker
+    /// takes it, instead of waiting for the lease to run out. A worker that shuts down
+    /// calls it for each run it stops driving. Nothing happens to a run that ended,
+    /// waits, or was claimed since (its epoch moved on): the lease is no longer this
+    /// drive's to give.
+    ///
+    /// The default does nothing, so a store that predates it still works: its runs
+    /// wait out their leases.
+    async fn release_lease(&self, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
+        let _ = (run_id, epoch);
+        Ok(())
+    }
+
     /// Puts a signal in a run's inbox. Refused for a finished run.
     async fn send_signal(&self, run_id: RunId, name: &str, payload: Box<RawValue>)
     -> Result<SignalReceipt, StoreError>;

@@ -286,3 +286,37 @@ pub(super) async fn a_commit_sets_its_status_and_keeps_or_renews_the_lease(store
         assert_eq!((read.status, read.step), (status, step), "step {step}");
     }
 }
+
+/// A drive that stops (its worker shuts down) gives its lease back: the run is
+/// claimable at once, by a worker whose clock is behind too. A release from an
+/// older epoch, or of a run that is no longer running, gives nothing back.
+pub(super) async fn a_released_lease_is_claimed_at_once(store: &Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let hour = std::time::Duration::from_secs(3600);
+    let state = serde_json::value::to_raw_value(&json!({})).unwrap();
+    let lease = |owner: &str| Lease { owner: owner.into(), until: now + hour };
+    let new = || NewRun::new(RunId::new(), "released", "h", state.clone()).lease(lease("worker-a"));
+    let held = store.create_run(new()).await.unwrap();
+    let ended = store.create_run(new()).await.unwrap();
+    store.set_status(ended.run_id, ended.fence(), RunStatus::Completed, None, None).await.unwrap();
+    let workflows = v1(&["released"]);
+    assert!(store.claim_runnable(&workflows, &lease("worker-b"), now, 10).await.unwrap().is_empty(), "leases hold");
+
+    store.release_lease(held.run_id, held.epoch - 1).await.unwrap();
+    store.release_lease(ended.run_id, ended.epoch).await.unwrap();
+    assert!(
+        store.claim_runnable(&workflows, &lease("worker-b"), now, 10).await.unwrap().is_empty(),
+        "nothing given back"
+    );
+    assert_eq!(store.load_run(ended.run_id).await.unwrap().status, RunStatus::Completed);
+
+    store.release_lease(held.run_id, held.epoch).await.unwrap();
+    let behind = Timestamp::from_millis(now.as_millis() - 60_000);
+    let taken = store.claim_runnable(&workflows, &lease("worker-b"), behind, 10).await.unwrap();
+    assert_eq!(taken.iter().map(|r| (r.run_id, r.epoch)).collect::<Vec<_>>(), [(held.run_id, held.epoch + 1)]);
+    assert_eq!(taken[0].lease_owner.as_deref(), Some("worker-b"));
+
+    // The first drive's late release does not give away the lease of the worker that took over.
+    store.release_lease(held.run_id, held.epoch).await.unwrap();
+    assert!(store.claim_runnable(&workflows, &lease("worker-c"), now, 10).await.unwrap().is_empty());
+}

@@ -106,6 +106,7 @@ macro_rules! forward_store {
                     limit: u32,
                 ) -> Vec<loopstack_core::RunRecord>;
                 heartbeat(run_id: loopstack_core::RunId, epoch: u64, until: loopstack_core::Timestamp) -> ();
+                release_lease(run_id: loopstack_core::RunId, epoch: u64) -> ();
                 send_signal(
                     run_id: loopstack_core::RunId,
                     name: &str,

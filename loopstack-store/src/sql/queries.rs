@@ -177,6 +177,12 @@ pub(crate) const LIST_RUNS: &str = concat!(
 
 pub(crate) const HEARTBEAT: &str = "UPDATE runs SET lease_until = $3 WHERE run_id = $1 AND epoch = $2";
 
+/// A lease given back: the run is runnable at once (a lease that ended at the epoch
+/// of time has run out by every worker's clock), as long as it is still this
+/// drive's and still running.
+pub(crate) const RELEASE_LEASE: &str =
+    "UPDATE runs SET lease_until = 0 WHERE run_id = $1 AND epoch = $2 AND status = 'running'";
+
 // A drive's fenced writes: each matches the run row only at the epoch and step the
 // writer read, and never a finished run.
 

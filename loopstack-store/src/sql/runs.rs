@@ -14,7 +14,7 @@ use sqlx::{Row as _, Transaction};
 use super::queries::{
     CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN, HEARTBEAT,
     INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL, PARK, REJECT_PENDING,
-    SET_STATUS,
+    RELEASE_LEASE, SET_STATUS,
 };
 use super::{Dialect, LastState, SqlStore, StepState, backend, corrupt, status_set, to_i64};
 
@@ -431,6 +431,11 @@ where
             }
         }
         reads.finish()
+    }
+
+    pub(crate) async fn release_lease(&self, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
+        sqlx::query(RELEASE_LEASE).bind(run_id.0).bind(to_i64(epoch)).execute(&self.pool).await.map_err(backend)?;
+        Ok(())
     }
 
     pub(crate) async fn heartbeat(&self, run_id: RunId, epoch: u64, until: Timestamp) -> Result<(), StoreError> {

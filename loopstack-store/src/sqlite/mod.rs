@@ -227,6 +227,10 @@ impl loopstack_core::Store for SqliteStore {
         self.call(move |c, _| writes::heartbeat(c, run_id, epoch, until)).await
     }
 
+    async fn release_lease(&self, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
+        self.call(move |c, _| writes::release_lease(c, run_id, epoch)).await
+    }
+
     async fn send_signal(
         &self,
         run_id: RunId,
@@ -407,7 +411,7 @@ impl loopstack_core::Store for SqliteStore {
 mod tests {
     use crate::sql::queries::{
         COMMIT_CHECKPOINT, COMMIT_RUN, COMMIT_STEP, DELIVER_SIGNAL, HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT,
-        INSERT_DOCUMENT, INSERT_RUN, PARK, SELECT_RUN, SET_STATUS,
+        INSERT_DOCUMENT, INSERT_RUN, PARK, RELEASE_LEASE, SELECT_RUN, SET_STATUS,
     };
 
     /// A statement run again while it runs (a read inside a read of its rows) is
@@ -486,6 +490,7 @@ mod tests {
             ("SET_STATUS", SET_STATUS),
             ("PARK", PARK),
             ("HEARTBEAT", HEARTBEAT),
+            ("RELEASE_LEASE", RELEASE_LEASE),
             ("DELIVER_SIGNAL", DELIVER_SIGNAL),
             ("HAS_PENDING", HAS_PENDING),
         ] {

@@ -16,7 +16,7 @@ use super::reads::{checkpoint, exists, load, with_state};
 use crate::sql::queries::{
     CLAIM, COMMIT_CHECKPOINT, COMMIT_RUN, COMMIT_STEP, DELIVER_SIGNAL, FORK_CHECKPOINTS, FORK_DOCUMENTS, FORK_RUN,
     HAS_PENDING, HEARTBEAT, INSERT_CHECKPOINT, INSERT_DOCUMENT, INSERT_RUN, INSERT_SIGNAL, MIGRATE_RUN, NEXT_SIGNAL,
-    PARK, REJECT_PENDING, SET_STATUS,
+    PARK, REJECT_PENDING, RELEASE_LEASE, SET_STATUS,
 };
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{LastState, LastStates, corrupt, status_set, to_i64};
@@ -361,6 +361,11 @@ pub(super) fn park(conn: &Conn<'_>, run_id: RunId, p: &Parked) -> Result<(), Sto
         // Not fenced and not finished: the signal count moved.
         return Err(fence_error(conn, run_id, p.fence));
     }
+    Ok(())
+}
+
+pub(super) fn release_lease(conn: &Conn<'_>, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
+    exec(conn, RELEASE_LEASE, &[&run_id.0, &to_i64(epoch)])?;
     Ok(())
 }
 

@@ -242,6 +242,15 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn release_lease(&self, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let r = &mut inner.run(run_id)?.record;
+        if r.epoch == epoch && r.status == RunStatus::Running {
+            r.lease_until = Some(Timestamp::from_millis(0));
+        }
+        Ok(())
+    }
+
     async fn send_signal(
         &self,
         run_id: RunId,
