@@ -10,7 +10,8 @@
 //!
 //! Flags: `--schema NAME` (PostgreSQL schema), `--owner NAME` (the lease holder's name),
 //! `--lease-ms N`, `--concurrency N`, `--model-latency-ms N` (the scripted model's
-//! latency per turn), `--submit N` (queue N runs first).
+//! latency per turn), `--drain-ms N` (how long the steps in flight may finish after
+//! SIGTERM; 25 s unless given), `--submit N` (queue N runs first).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use std::time::Duration;
 use loopstack::llm::{Agent, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Role, ScriptedModel};
 use loopstack::llm::{StopReason, ToolUse, Usage};
 use loopstack::prelude::*;
-use loopstack::{CancellationToken, Store, Worker};
+use loopstack::{Store, Worker};
 use loopstack_store::{PostgresStore, SqliteStore};
 
 /// Retrieve weather information.
@@ -66,6 +67,7 @@ struct Args {
     lease: Duration,
     concurrency: usize,
     latency: Duration,
+    drain: Duration,
     submit: usize,
 }
 
@@ -78,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
         lease: loopstack_store::DEFAULT_LEASE,
         concurrency: 8,
         latency: Duration::ZERO,
+        drain: loopstack::DEFAULT_DRAIN_TIMEOUT,
         submit: 0,
     };
     let mut it = std::env::args().skip(1);
@@ -92,6 +95,7 @@ fn parse_args() -> Result<Args, String> {
             "--lease-ms" => args.lease = Duration::from_millis(number(value()?)?),
             "--concurrency" => args.concurrency = number(value()?)? as usize,
             "--model-latency-ms" => args.latency = Duration::from_millis(number(value()?)?),
+            "--drain-ms" => args.drain = Duration::from_millis(number(value()?)?),
             "--submit" => args.submit = number(value()?)? as usize,
             other => return Err(format!("unknown flag `{other}`; see the example's docs")),
         }
@@ -137,21 +141,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
     for _ in 0..args.submit {
         println!("submitted {}", runtime.submit(&agent, QUESTION.to_owned()).await?);
     }
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            Some(()) = async { match &mut term { Some(t) => t.recv().await, None => None } } => {}
-        }
-        stop.cancel();
-    });
+    // Cancelled on SIGTERM or Ctrl-C: the worker then lets its steps in flight
+    // finish, gives their runs back to the other workers, and returns.
+    let shutdown = loopstack::cli::shutdown_on_signal();
     println!("worker {} ready", args.owner.as_deref().unwrap_or("(unnamed)"));
     Worker::new(runtime)
         .register(agent)
         .concurrency(args.concurrency)
         .poll_interval(Duration::from_millis(50))
+        .drain_timeout(args.drain)
         .run(shutdown)
         .await?;
     Ok(())

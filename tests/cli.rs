@@ -566,3 +566,33 @@ fn a_shell_forks_a_run_with_another_prompt_and_show_says_what_changed() {
     assert_eq!(runs["runs"].as_array().unwrap().len(), 3, "the source, its fork, the review");
     let _ = std::fs::remove_file(&db);
 }
+
+/// `worker` and `serve --worker` stop on SIGTERM (what Kubernetes and systemd send)
+/// as on Ctrl-C: gracefully, with exit status 0, not killed by the signal.
+#[test]
+fn worker_and_serve_exit_0_on_sigterm() {
+    use std::io::BufRead as _;
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    for (args, ready) in
+        [(&["worker"][..], "worker: driving"), (&["serve", "--port", "0", "--worker"][..], "Studio on")]
+    {
+        let mut process = Command::new(ops())
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Its first line says it is ready: the signal handler is installed before it.
+        let mut stderr = std::io::BufReader::new(process.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(line.starts_with(ready), "{args:?}: {line:?}");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(process.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = process.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?} exits 0 on SIGTERM: {status:?}");
+    }
+    let _ = std::fs::remove_file(&db);
+}

@@ -79,25 +79,32 @@ pub use store::{open, open_existing};
 /// commands shut down gracefully on it and exit 0; give it to
 /// [`Worker::run`](loopstack_core::Worker::run) in a binary of your own for the same.
 ///
-/// Must be called within a Tokio runtime: it spawns the task that waits.
+/// The handlers are installed when it returns, so a signal that comes right after
+/// is not lost to the default action (which ends the process at once). Must be
+/// called within a Tokio runtime: it spawns the task that waits.
 pub fn shutdown_on_signal() -> loopstack_core::CancellationToken {
     let token = loopstack_core::CancellationToken::new();
     let stop = token.clone();
+    #[cfg(unix)]
+    let (mut term, mut interrupt) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    };
     tokio::spawn(async move {
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = term.recv() => {}
+            /// The next delivery of a signal whose handler is installed; never otherwise.
+            async fn next(signal: &mut std::io::Result<tokio::signal::unix::Signal>) {
+                match signal {
+                    Ok(signal) => {
+                        signal.recv().await;
                     }
+                    Err(_) => std::future::pending().await,
                 }
-                // No handler could be installed: Ctrl-C still stops the process gracefully.
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
+            }
+            tokio::select! {
+                () = next(&mut term) => {}
+                () = next(&mut interrupt) => {}
             }
         }
         #[cfg(not(unix))]
