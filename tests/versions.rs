@@ -9,6 +9,8 @@
 //! - A migration that fails or panics loses nothing: an explicit resume changes
 //!   nothing, a worker fails the run naming both versions, and a retry under a
 //!   build whose migration works finishes it.
+//! - A migration whose state cannot be stored (a NaN) is refused before the run is
+//!   claimed; a worker that claimed such a run fails it once, with the reason.
 //! - A build that can neither drive nor migrate a run's version refuses it, typed.
 
 use std::sync::Arc;
@@ -118,6 +120,34 @@ mod v2 {
                 panic!("the migration met {}", old.title);
             }
             Err(format!("cannot triage {:?}", old.title))
+        }
+    }
+
+    /// A ticket scored by a model, whose score may not be a number.
+    #[derive(Debug, Default, Serialize, Deserialize)]
+    pub(crate) struct Scored {
+        pub(crate) title: String,
+        pub(crate) score: f64,
+    }
+
+    /// Version 2 whose migration makes a state that cannot be stored (a NaN).
+    pub(crate) struct Unstorable;
+
+    #[workflow(name = "triage", version = 2)]
+    impl Unstorable {
+        #[transition(to = Open)]
+        async fn file(&self, _ticket: &mut Scored, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+
+        #[transition(from = Open, to = End, wait)]
+        async fn assign(&self, _ticket: &mut Scored, _cx: &mut RunContext, _assignment: Assignment) -> Result<()> {
+            Ok(())
+        }
+
+        #[migrate(from = 1)]
+        fn score_v1(old: super::v1::Ticket) -> (Scored, UnstorablePlace) {
+            (Scored { title: old.title, score: f64::NAN }, UnstorablePlace::Open)
         }
     }
 }
@@ -345,6 +375,40 @@ async fn a_failed_migration_loses_nothing(store: Arc<dyn Store>) {
     assert_eq!(store.load_run(run).await.unwrap().status, RunStatus::Waiting);
 }
 on_every_store!(a_failed_migration_loses_nothing);
+
+/// A migration whose state cannot be stored (a NaN) is refused before the run is
+/// claimed: the signal is refused, and the run waits on version 1 as it was, with
+/// nothing in its inbox. A worker that claimed it fails it once, with the reason.
+async fn a_migration_to_an_unstorable_state_strands_nothing(store: Arc<dyn Store>) {
+    let old = Runtime::with_shared_store(store.clone());
+    let run = old.start(&v1::Triage, v1::Ticket { title: "scale".into() }).await.unwrap().run_id;
+    let stored = store.load_run(run).await.unwrap();
+
+    let new = build(&store, v2::Unstorable);
+    let assign = v2::UnstorableSignal::Assign(v2::Assignment { to: "ada".into() });
+    let err = new.signal(&v2::Unstorable, run, assign).await.unwrap_err();
+    let RunError::Migration { from: 1, to: 2, reason, .. } = &err else { panic!("{err:?}") };
+    assert!(reason.contains("cannot be stored") && reason.contains("float"), "{reason}");
+    let err = new.resume(&v2::Unstorable, run).await.unwrap_err();
+    assert!(matches!(err, RunError::Migration { .. }), "{err:?}");
+    let after = store.load_run(run).await.unwrap();
+    assert_eq!(
+        (after.status, after.version, after.epoch, after.step, after.lease_until),
+        (RunStatus::Waiting, 1, stored.epoch, stored.step, None)
+    );
+    assert!(store.inbox(run).await.unwrap().pending.is_empty(), "the signal was refused, not stored");
+
+    // A signal stored past this build (by another one's API) makes the run claimable.
+    store.send_signal(run, "assign", serde_json::value::to_raw_value(&json!({"to": "ada"})).unwrap()).await.unwrap();
+    let worker = Worker::new(new.clone()).register(v2::Unstorable);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let failed = store.load_run(run).await.unwrap();
+    assert_eq!((failed.status, failed.version, failed.lease_until), (RunStatus::Failed, 1, None));
+    assert!(failed.error.as_deref().unwrap().contains("from version 1 to version 2: the migrated state"), "{failed:?}");
+    assert_eq!(failed.state.get(), stored.state.get());
+    assert_eq!(worker.run_once().await.unwrap(), 0, "a failed run is not claimed again");
+}
+on_every_store!(a_migration_to_an_unstorable_state_strands_nothing);
 
 /// A run of version 1 under a version 2 without a migration from it: refused, typed.
 #[tokio::test]

@@ -60,9 +60,9 @@ pub(super) fn check_run<W: Workflow>(wf: &W, record: &RunRecord) -> Result<Check
     Ok(Checked { place, state, migrated_from: None })
 }
 
-/// Runs `wf`'s migration of a run of an older version: its error, or its panic,
-/// becomes [`RunError::Migration`] naming both versions, and the stored run is left
-/// as it was.
+/// Runs `wf`'s migration of a run of an older version: its error, its panic, or a
+/// state it makes that cannot be stored becomes [`RunError::Migration`] naming both
+/// versions, and the stored run is left as it was.
 pub(super) fn migrate<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(W::State, &'static str), RunError> {
     let def = wf.definition();
     let failed = |reason: String| RunError::Migration {
@@ -79,6 +79,15 @@ pub(super) fn migrate<W: Workflow>(wf: &W, record: &RunRecord) -> Result<(W::Sta
         Ok(Ok((state, place))) => {
             // A hand-written migration may name any place: only the table's are driven.
             let place = def.place(place).map_err(|e| failed(e.to_string()))?;
+            // Checked before any claim: a state the migration's commit would refuse
+            // would otherwise leave the run claimed, its signal in its inbox, for
+            // every worker to claim again at each lease.
+            checkpoint_state(&state, def.name(), record.run_id, None).map_err(|e| match e {
+                RunError::UnstorableState { reason, .. } => {
+                    failed(format!("the migrated state cannot be stored: {reason}"))
+                }
+                other => failed(other.to_string()),
+            })?;
             Ok((state, place))
         }
         Ok(Err(e)) => Err(failed(e.to_string())),
