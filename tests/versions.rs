@@ -11,6 +11,8 @@
 //!   build whose migration works finishes it.
 //! - A migration whose state cannot be stored (a NaN) is refused before the run is
 //!   claimed; a worker that claimed such a run fails it once, with the reason.
+//! - A run a migration or a fork leaves at `end` is completed in the store, and its
+//!   parent told, as a transition to `end` does.
 //! - A build that can neither drive nor migrate a run's version refuses it, typed.
 
 use std::sync::Arc;
@@ -120,6 +122,28 @@ mod v2 {
                 panic!("the migration met {}", old.title);
             }
             Err(format!("cannot triage {:?}", old.title))
+        }
+    }
+
+    /// Version 2 where a ticket filed on version 1 is closed by the migration: the
+    /// run reaches `end` without a transition.
+    pub(crate) struct Closing;
+
+    #[workflow(name = "triage", version = 2)]
+    impl Closing {
+        #[transition(to = Open)]
+        async fn file(&self, _ticket: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+            Ok(())
+        }
+
+        #[transition(from = Open, to = End, wait)]
+        async fn assign(&self, _ticket: &mut Ticket, _cx: &mut RunContext, _assignment: Assignment) -> Result<()> {
+            Ok(())
+        }
+
+        #[migrate(from = 1)]
+        fn close_v1(old: super::v1::Ticket) -> (Ticket, ClosingPlace) {
+            (Ticket { title: old.title, priority: 0, assignee: None }, ClosingPlace::End)
         }
     }
 
@@ -409,6 +433,59 @@ async fn a_migration_to_an_unstorable_state_strands_nothing(store: Arc<dyn Store
     assert_eq!(worker.run_once().await.unwrap(), 0, "a failed run is not claimed again");
 }
 on_every_store!(a_migration_to_an_unstorable_state_strands_nothing);
+
+/// A migration that maps a parked run to `End` completes it in the store and tells
+/// its parent, as a transition to `end` does.
+async fn a_migration_to_end_completes_the_run_and_tells_its_parent(store: Arc<dyn Store>) {
+    // A ticket waiting for its sub-ticket, which is of version 1 and parked.
+    let old = Runtime::with_shared_store(store.clone()).register(v1::Triage);
+    let parent = old.start(&v1::Triage, v1::Ticket { title: "desk".into() }).await.unwrap().run_id;
+    let child = RunId::new();
+    old.create_child(parent, child, "triage", json!({"title": "printer"}), "close").await.unwrap();
+    let parked = old.resume(&v1::Triage, child).await.unwrap();
+    assert_eq!(parked.outcome, RunOutcome::Waiting { place: "filed", signals: vec!["close"] });
+
+    let new = build(&store, v2::Closing);
+    let report = new.resume(&v2::Closing, child).await.unwrap();
+    assert_eq!((report.outcome, report.steps), (RunOutcome::Completed, 2));
+    let record = store.load_run(child).await.unwrap();
+    assert_eq!(
+        (record.status, record.version, &*record.place, record.lease_until),
+        (RunStatus::Completed, 2, "end", None)
+    );
+    let told: Vec<loopstack::ChildEnded> = store
+        .inbox(parent)
+        .await
+        .unwrap()
+        .pending
+        .iter()
+        .map(|s| serde_json::from_str(s.payload.get()).unwrap())
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!((told[0].child, told[0].status), (child, RunStatus::Completed));
+    assert_eq!(told[0].output_as::<v2::Ticket>().unwrap().title, "printer (filed)");
+}
+on_every_store!(a_migration_to_end_completes_the_run_and_tells_its_parent);
+
+/// A fork of a finished run's last step stands at `end`: it is completed, in the
+/// store too, with edits (a step of its own, from `end` to `end`) or without.
+async fn a_fork_of_a_finished_runs_last_step_is_completed(store: Arc<dyn Store>) {
+    let runtime = Runtime::with_shared_store(store.clone());
+    let run = runtime.start(&v1::Triage, v1::Ticket { title: "mouse".into() }).await.unwrap().run_id;
+    let done = runtime.signal(&v1::Triage, run, v1::TriageSignal::Close).await.unwrap();
+    assert_eq!((done.outcome, done.steps), (RunOutcome::Completed, 2));
+
+    let plain = runtime.fork(&v1::Triage, run, 2).await.unwrap();
+    let edits = ForkEdits::new().state(json!({"title": "keyboard"}));
+    let edited = runtime.fork_with(&v1::Triage, run, 2, edits).await.unwrap();
+    for (fork, title) in [(plain, "mouse (filed)"), (edited, "keyboard")] {
+        assert_eq!((fork.outcome, fork.state.title.as_str()), (RunOutcome::Completed, title));
+        let record = store.load_run(fork.run_id).await.unwrap();
+        assert_eq!((record.status, &*record.place, record.lease_until), (RunStatus::Completed, "end", None));
+    }
+    assert_eq!(Worker::new(runtime.clone()).register(v1::Triage).run_once().await.unwrap(), 0, "nothing to drive");
+}
+on_every_store!(a_fork_of_a_finished_runs_last_step_is_completed);
 
 /// A run of version 1 under a version 2 without a migration from it: refused, typed.
 #[tokio::test]

@@ -186,6 +186,14 @@ impl<W: Workflow> RunLoop<'_, W> {
             let routed = route(wf, from, state, run_id)?;
             let (index, payload, signal) = match routed {
                 Route::End => {
+                    // A drive that commits a transition to `end` completes the run in
+                    // that commit; one that starts there (a fork of a finished run's
+                    // last step, a migration to `End`) finds it running, and
+                    // completes it here as that commit would.
+                    if cx.step() == first_step {
+                        // Boxed: few drives start at `end`.
+                        Box::pin(self.complete(state, cx, fence)).await?;
+                    }
                     // Children started and not waited for still run to their end or
                     // first wait here, rather than stay queued without a driver.
                     if !self.children.is_empty() {
@@ -350,6 +358,22 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             span.in_scope(|| tracing::debug!("transition committed"));
         }
+    }
+
+    /// Completes run `cx`, which stands at `end` without a transition of this drive's
+    /// taking it there: the store's status, and its parent told, as the commit of a
+    /// transition to `end` does.
+    async fn complete(&self, state: &W::State, cx: &RunContext, fence: Fence) -> Result<(), RunError> {
+        let (name, run_id) = (self.wf.definition().name(), cx.run_id());
+        let notify = match &self.parent {
+            Some(parent) => {
+                let value = cx.runtime().redact(checkpoint_state(state, name, run_id, None)?);
+                child_ended(parent, run_id, name, RunStatus::Completed, Some(&value), None)
+            }
+            None => None,
+        };
+        cx.runtime().store().set_status(run_id, fence, RunStatus::Completed, None, notify).await?;
+        Ok(())
     }
 
     /// Waits at place `from` for one of `signals` or a timer: a transition to fire

@@ -97,11 +97,12 @@ pub trait Store: Send + Sync + 'static {
     /// ([`StoreError::Fenced`]) or is not at `fence.step` ([`StoreError::Conflict`]).
     async fn commit(&self, checkpoint: Checkpoint) -> Result<(), StoreError>;
 
-    /// Ends a drive without a transition: failed or cancelled with `error`, or
-    /// running / queued to hand the run on. Refused like [`Store::commit`]. A run that
-    /// becomes finished has its pending signals rejected.
+    /// Ends a drive without a transition: failed or cancelled with `error`, completed
+    /// (a run a fork or a migration left at `end`), or running / queued to hand the
+    /// run on. Refused like [`Store::commit`]. A run that becomes finished has its
+    /// pending signals rejected.
     ///
-    /// With `notify` (a failed or cancelled child telling its parent), the signal is
+    /// With `notify` (a child that ended telling its parent), the signal is
     /// put in its target's inbox in the same transaction, as [`OutSignal`] describes:
     /// both are written or, when the change is refused, neither; a finished or
     /// missing target drops it and the change still succeeds.
