@@ -13,12 +13,13 @@
 //!   claimed; a worker that claimed such a run fails it once, with the reason.
 //! - A run a migration or a fork leaves at `end` is completed in the store, and its
 //!   parent told, as a transition to `end` does.
+//! - A fork of a step the run does not have is refused with the fork's error.
 //! - A build that can neither drive nor migrate a run's version refuses it, typed.
 
 use std::sync::Arc;
 
 use loopstack::prelude::*;
-use loopstack::{EventKind, ForkEdits, RunStatus, Store, Worker};
+use loopstack::{EventKind, ForkEdits, ForkError, RunStatus, Store, Worker};
 use serde_json::json;
 
 /// The first deploy: a ticket is filed and waits at `filed` to be closed.
@@ -486,6 +487,22 @@ async fn a_fork_of_a_finished_runs_last_step_is_completed(store: Arc<dyn Store>)
     assert_eq!(Worker::new(runtime.clone()).register(v1::Triage).run_once().await.unwrap(), 0, "nothing to drive");
 }
 on_every_store!(a_fork_of_a_finished_runs_last_step_is_completed);
+
+/// A fork of a step the run does not have is refused with the fork's error, with
+/// edits or without, and stores nothing.
+async fn a_fork_of_a_step_the_run_does_not_have_is_refused(store: Arc<dyn Store>) {
+    let runtime = Runtime::with_shared_store(store.clone());
+    let run = runtime.start(&v1::Triage, v1::Ticket { title: "lamp".into() }).await.unwrap().run_id;
+    let before = store.list_runs(&Default::default()).await.unwrap().runs.len();
+    let plain = runtime.fork(&v1::Triage, run, 7).await.unwrap_err();
+    let edited = runtime.fork_with(&v1::Triage, run, 7, ForkEdits::new().state(json!({"title": "x"}))).await;
+    for err in [plain, edited.unwrap_err()] {
+        let RunError::Fork(ForkError::UnknownStep { run_id, step: 7, last: 1 }) = err else { panic!("{err:?}") };
+        assert_eq!(run_id, run);
+    }
+    assert_eq!(store.list_runs(&Default::default()).await.unwrap().runs.len(), before);
+}
+on_every_store!(a_fork_of_a_step_the_run_does_not_have_is_refused);
 
 /// A run of version 1 under a version 2 without a migration from it: refused, typed.
 #[tokio::test]

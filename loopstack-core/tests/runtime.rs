@@ -678,9 +678,9 @@ async fn fork_starts_a_new_run_from_a_past_checkpoint_with_its_documents() {
     );
     let history = rt.store().history(fork.run_id).await.unwrap();
     assert_eq!(history.iter().map(|h| &*h.transition).collect::<Vec<_>>(), ["begin", "high", "finish"]);
-    // A step the source never reached is a clear error.
+    // A step the source never reached is the fork's error, naming the last one.
     let err = rt.fork(&wf, source.run_id, 9).await.unwrap_err();
-    assert!(matches!(err, RunError::Store(StoreError::CheckpointNotFound { step: 9, .. })), "{err:?}");
+    assert!(matches!(err, RunError::Fork(ForkError::UnknownStep { step: 9, last: 3, .. })), "{err:?}");
 }
 
 #[tokio::test]

@@ -390,7 +390,9 @@ impl Runtime {
 
     /// Starts a new run from step `step` of run `source` (its state, place and
     /// documents as they were after that step) and drives it: time travel, to try
-    /// another path from a past point. The new run's id is the report's.
+    /// another path from a past point. The new run's id is the report's. A step the
+    /// source does not have is refused with [`RunError::Fork`]
+    /// ([`ForkError::UnknownStep`](crate::fork::ForkError::UnknownStep)).
     pub fn fork<'a, W: Workflow>(&'a self, workflow: &'a W, source: RunId, step: u64) -> Drive<'a, W> {
         Drive::new(self, workflow, Mode::Fork(source, step, None))
     }

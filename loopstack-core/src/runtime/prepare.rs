@@ -345,7 +345,12 @@ async fn fork<W: Workflow>(
     };
     // The copy and its first step in one write: never a fork without its
     // edits, nor one stored at a version its state is not of.
-    let record = store.fork(source, step, run_id.unwrap_or_default(), first).await?;
+    let record = store.fork(source, step, run_id.unwrap_or_default(), first).await.map_err(|e| match e {
+        StoreError::CheckpointNotFound { run_id, step } if run_id == source => {
+            RunError::from(crate::fork::ForkError::UnknownStep { run_id, step, last: stored.step })
+        }
+        other => other.into(),
+    })?;
     let Checked { place, state, .. } = check_run(wf, &record)?;
     let run = parts(&record);
     let documents = store.documents(record.run_id).await?;
