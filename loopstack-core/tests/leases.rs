@@ -127,18 +127,24 @@ async fn when_the_driver_is_gone_a_worker_takes_the_run_once_its_lease_ran_out()
     let record = store.load_run(run_id).await.unwrap();
     assert_eq!((record.status, &*record.place, record.step), (RunStatus::Running, "busy", 1));
 
+    // The worker that takes the run over holds it in `work` too, so the run is still
+    // running, under the newer epoch, when the old driver tries to write.
+    let taker = Arc::new(Slow { hold: true.into(), ..Slow::default() });
     let worker = Worker::new(Runtime::with_store(store.clone()).lease(Some(LEASE)).clock(clock(&ahead)))
-        .register(Slow::default());
+        .register_shared(taker.clone());
     assert_eq!(worker.run_once().await.unwrap(), 0, "the lease is still live");
     ahead.store(31_000, Ordering::SeqCst);
-    assert_eq!(worker.run_once().await.unwrap(), 1, "the lease ran out");
+    let worker = Arc::new(worker);
+    let taking = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_once().await }
+    });
+    taker.started.notified().await;
     let record = store.load_run(run_id).await.unwrap();
-    assert_eq!((record.status, record.epoch), (RunStatus::Completed, 2));
-    let steps: Vec<String> =
-        store.history(run_id).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
-    assert_eq!(steps, ["begin", "work", "finish"], "the interrupted transition ran again, once");
+    assert_eq!((record.status, &*record.place, record.epoch), (RunStatus::Running, "busy", 2));
 
-    // The old driver's epoch can no longer write.
+    // The old driver's epoch can no longer write: its commit is fenced, not merely
+    // refused because the run has ended.
     let state = serde_json::value::to_raw_value(&Vec::<String>::new()).unwrap();
     let stale = Checkpoint::new(
         run_id,
@@ -147,7 +153,16 @@ async fn when_the_driver_is_gone_a_worker_takes_the_run_once_its_lease_ran_out()
         RunStatus::Running,
         state,
     );
-    assert!(matches!(store.commit(stale).await, Err(StoreError::Finished { .. })));
+    let err = store.commit(stale).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { epoch: 1, current: 2, .. }), "{err:?}");
+
+    taker.release.notify_one();
+    assert_eq!(taking.await.unwrap().unwrap(), 1, "the lease ran out");
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.epoch), (RunStatus::Completed, 2));
+    let steps: Vec<String> =
+        store.history(run_id).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect();
+    assert_eq!(steps, ["begin", "work", "finish"], "the interrupted transition ran again, once; the stale one never");
 }
 
 #[tokio::test]
