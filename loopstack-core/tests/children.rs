@@ -78,8 +78,10 @@ impl Workflow for Child {
 /// waiting --finish [all_done]--> end
 #[derive(Default)]
 struct Parent {
-    /// `spawn` hangs once after starting its children, like a process that dies.
+    /// `spawn` stops once after starting its children, tells `stopped` and never
+    /// goes on: the test drops the drive there, as when the process dies.
     hang_once: Arc<std::sync::atomic::AtomicBool>,
+    stopped: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -125,6 +127,7 @@ impl Workflow for Parent {
                         plan.children.push(cx.start_child(&Child::default(), task, "child_done").await?);
                     }
                     if self.hang_once.swap(false, Ordering::SeqCst) {
+                        self.stopped.notify_one();
                         std::future::pending::<()>().await;
                     }
                 }
@@ -258,10 +261,13 @@ async fn a_transition_that_runs_again_after_a_crash_finds_its_children_instead_o
     let parent = Parent::default();
     parent.hang_once.store(true, Ordering::SeqCst);
     let run_id = RunId::new();
-    // The drive dies inside `spawn`, after the children were created: nothing of the
-    // step is committed.
-    let drive = runtime.start(&parent, vec![task(1), task(2)]).run_id(run_id);
-    assert!(tokio::time::timeout(std::time::Duration::from_millis(50), drive).await.is_err());
+    // The drive dies inside `spawn`, after the children were created: it is dropped
+    // once `spawn` says it got there, so nothing of the step is committed.
+    tokio::select! {
+        biased;
+        end = runtime.start(&parent, vec![task(1), task(2)]).run_id(run_id) => panic!("the drive ended: {end:?}"),
+        () = parent.stopped.notified() => {}
+    }
     let created = runtime.store().list_runs(&RunQuery::new().parent(run_id)).await.unwrap().runs;
     assert_eq!(created.len(), 2);
 
