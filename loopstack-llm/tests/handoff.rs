@@ -1,12 +1,16 @@
 //! Handoffs (`Agent::handoff`): the model of one agent hands the conversation to
 //! another named agent, which takes the next turns of the same run with its own
 //! prompt, model and tools; who has the conversation is in the state, the messages'
-//! metadata and the events; the run's limits bound a handoff loop.
+//! metadata and the events; the run's limits bound a handoff loop. Each agent has a
+//! scripted model of its own, so which model answered shows which agent took a turn.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
 
 use loopstack_core::{EventKind, RegistryError, Runtime, ToolRegistry};
 use loopstack_llm::{
-    Agent, AgentError, AgentPlace, AgentState, AgentStatus, AgentToolError, AskError, Limit, Message, ScriptedModel,
-    ToolDecisions, ToolResult,
+    Agent, AgentError, AgentPlace, AgentState, AgentStatus, AgentToolError, AskError, ChatResponse, Limit, Message,
+    ScriptedModel, ToolDecisions, ToolResult,
 };
 use loopstack_macros::tool;
 use serde_json::json;
@@ -23,6 +27,16 @@ async fn charges(user: String) -> Result<String, loopstack_core::ToolError> {
     Ok(format!("{user} paid 20 EUR on 1 May"))
 }
 
+/// A model of one agent's own: `script`'s replies in order. (A queued `ScriptedModel`
+/// skips as many replies as the conversation has assistant turns, as it does for a
+/// resumed run; here other agents' models took some of those turns.)
+fn own_model(script: impl FnOnce(&ScriptedModel) -> Vec<ChatResponse>) -> ScriptedModel {
+    let replies = Mutex::new(VecDeque::from(script(&ScriptedModel::new())));
+    ScriptedModel::from_fn(move |_| {
+        Ok(replies.lock().unwrap().pop_front().expect("the agent's model has a reply left"))
+    })
+}
+
 fn agent(model: &ScriptedModel, system: &str, tools: ToolRegistry, name: &str) -> Agent {
     Agent::new(model.clone(), "m", tools).system(system).named(name).unwrap()
 }
@@ -33,13 +47,13 @@ fn results_in(message: &Message) -> Vec<ToolResult> {
 
 #[tokio::test]
 async fn the_target_takes_the_next_turns_with_its_prompt_and_tools_and_the_conversation() {
-    let model = ScriptedModel::new()
-        .tool_call("transfer_to_billing", json!({}))
-        .tool_call("charges", json!({"user": "ada"}))
-        .text("You paid 20 EUR on 1 May.")
-        .record_requests(true);
-    let billing = agent(&model, "You answer billing questions.", ToolRegistry::new().with(Charges).unwrap(), "billing");
-    let triage = agent(&model, "You route questions.", ToolRegistry::new(), "triage")
+    let triage_model = own_model(|m| vec![m.tool_call_response("transfer_to_billing", json!({}))]);
+    let billing_model = own_model(|m| {
+        vec![m.tool_call_response("charges", json!({"user": "ada"})), m.text_response("You paid 20 EUR on 1 May.")]
+    });
+    let billing =
+        agent(&billing_model, "You answer billing questions.", ToolRegistry::new().with(Charges).unwrap(), "billing");
+    let triage = agent(&triage_model, "You route questions.", ToolRegistry::new(), "triage")
         .handoff(&billing, "Answers questions about payments.")
         .unwrap();
     let runtime = Runtime::new().try_register(triage.clone()).unwrap();
@@ -48,21 +62,25 @@ async fn the_target_takes_the_next_turns_with_its_prompt_and_tools_and_the_conve
     let reply = triage.ask(&runtime, "What did I pay?").await.unwrap();
     assert_eq!(reply.status, AgentStatus::Completed);
     assert_eq!((reply.text.as_str(), reply.agent.as_str(), reply.turns), ("You paid 20 EUR on 1 May.", "billing", 3));
+    // Triage's model took one turn, billing's the two after the handoff: the answer
+    // is billing's model's.
+    assert_eq!((triage_model.calls(), billing_model.calls()), (1, 2));
 
-    let requests = model.requests();
     // Triage's turn: its prompt, the transfer tool and none of billing's tools.
-    assert_eq!(requests[0].settings.system.as_deref(), Some("You route questions."));
-    let offered: Vec<&str> = requests[0].tools.iter().map(|t| t.name.as_str()).collect();
+    let request = triage_model.last_request().unwrap();
+    assert_eq!(request.settings.system.as_deref(), Some("You route questions."));
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(offered, ["transfer_to_billing"]);
-    assert_eq!(requests[0].tools[0].description, "Answers questions about payments.");
+    assert_eq!(request.tools[0].description, "Answers questions about payments.");
     // Billing's turns: its prompt and tools, the whole conversation so far.
-    for request in &requests[1..] {
+    let requests = billing_model.requests();
+    for request in &requests {
         assert_eq!(request.settings.system.as_deref(), Some("You answer billing questions."));
         let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(offered, ["charges"]);
     }
-    assert_eq!(requests[1].messages[0].text(), "What did I pay?");
-    let transferred = results_in(&requests[1].messages[2]);
+    assert_eq!(requests[0].messages[0].text(), "What did I pay?");
+    let transferred = results_in(&requests[0].messages[2]);
     assert_eq!(transferred.len(), 1);
     assert!(!transferred[0].is_error);
     assert!(transferred[0].content.starts_with("transferred to billing"), "{}", transferred[0].content);
@@ -94,19 +112,21 @@ async fn the_target_takes_the_next_turns_with_its_prompt_and_tools_and_the_conve
 
 #[tokio::test]
 async fn other_calls_of_the_handoff_turn_are_answered_as_not_run() {
-    let model = ScriptedModel::new()
-        .tool_calls([("charges", json!({"user": "ada"})), ("transfer_to_billing", json!({}))])
-        .text("Billing here.")
-        .record_requests(true);
-    let billing = agent(&model, "Billing.", ToolRegistry::new(), "billing");
-    let triage = agent(&model, "Triage.", ToolRegistry::new().with(Charges).unwrap(), "triage")
+    let triage_model = own_model(|m| {
+        vec![m.tool_calls_response([("charges", json!({"user": "ada"})), ("transfer_to_billing", json!({}))])]
+    });
+    let billing_model = own_model(|m| vec![m.text_response("Billing here.")]);
+    let billing = agent(&billing_model, "Billing.", ToolRegistry::new(), "billing");
+    let triage = agent(&triage_model, "Triage.", ToolRegistry::new().with(Charges).unwrap(), "triage")
         .handoff(&billing, "Billing.")
         .unwrap();
     let reply = triage.ask(&Runtime::new(), "Hi").await.unwrap();
     assert_eq!((reply.text.as_str(), reply.tool_calls), ("Billing here.", 0), "`charges` did not run");
-    let results = results_in(&model.requests()[1].messages[2]);
+    assert_eq!((triage_model.calls(), billing_model.calls()), (1, 1), "billing's model answered");
+    let request = billing_model.last_request().unwrap();
+    let results = results_in(&request.messages[2]);
     assert_eq!(results.len(), 2, "both calls answered, in one message");
-    let calls: Vec<_> = model.requests()[1].messages[1].tool_uses().map(|c| c.id.clone()).collect();
+    let calls: Vec<_> = request.messages[1].tool_uses().map(|c| c.id.clone()).collect();
     assert_eq!((&results[0].tool_use_id, results[0].is_error), (&calls[0], true));
     assert!(results[0].content.contains("handed to billing"), "{}", results[0].content);
     assert_eq!((&results[1].tool_use_id, results[1].is_error), (&calls[1], false));
@@ -130,22 +150,27 @@ async fn a_handoff_loop_stops_at_the_runs_turn_budget() {
 
 #[tokio::test]
 async fn a_chain_and_a_handoff_back_by_name() {
-    let model = ScriptedModel::new()
-        .tool_call("transfer_to_billing", json!({}))
-        .tool_call("transfer_to_refunds", json!({}))
-        .tool_call("transfer_to_triage", json!({}))
-        .text("Triage again.")
-        .record_requests(true);
-    let refunds = agent(&model, "Refunds.", ToolRegistry::new(), "refunds")
+    let triage_model =
+        own_model(|m| vec![m.tool_call_response("transfer_to_billing", json!({})), m.text_response("Triage again.")]);
+    let billing_model = own_model(|m| vec![m.tool_call_response("transfer_to_refunds", json!({}))]);
+    let refunds_model = own_model(|m| vec![m.tool_call_response("transfer_to_triage", json!({}))]);
+    let refunds = agent(&refunds_model, "Refunds.", ToolRegistry::new(), "refunds")
         .handoff_by_name("triage", "Everything else.")
         .unwrap();
-    let billing = agent(&model, "Billing.", ToolRegistry::new(), "billing").handoff(&refunds, "Refunds.").unwrap();
-    let triage = agent(&model, "Triage.", ToolRegistry::new(), "triage").handoff(&billing, "Billing.").unwrap();
+    let billing =
+        agent(&billing_model, "Billing.", ToolRegistry::new(), "billing").handoff(&refunds, "Refunds.").unwrap();
+    let triage = agent(&triage_model, "Triage.", ToolRegistry::new(), "triage").handoff(&billing, "Billing.").unwrap();
     let runtime = Runtime::new().try_register(triage.clone()).unwrap();
     let reply = triage.ask(&runtime, "Refund me").await.unwrap();
     assert_eq!((reply.text.as_str(), reply.agent.as_str(), reply.turns), ("Triage again.", "triage", 4));
-    let systems: Vec<_> = model.requests().iter().map(|r| r.settings.system.clone().unwrap()).collect();
-    assert_eq!(systems, ["Triage.", "Billing.", "Refunds.", "Triage."]);
+    // Each agent's turns were its own model's, with its own prompt: triage's model
+    // wrote the answer after the chain came back.
+    for (model, system, calls) in
+        [(&triage_model, "Triage.", 2), (&billing_model, "Billing.", 1), (&refunds_model, "Refunds.", 1)]
+    {
+        assert_eq!(model.calls(), calls, "{system}");
+        assert!(model.requests().iter().all(|r| r.settings.system.as_deref() == Some(system)), "{system}");
+    }
     // Back with the agent the run started with: the state names no other.
     let state: AgentState =
         serde_json::from_str(runtime.store().load_run(reply.run_id).await.unwrap().state.get()).unwrap();
@@ -168,12 +193,13 @@ async fn a_handoff_to_a_name_the_run_does_not_know_is_an_error_result() {
 
 #[tokio::test]
 async fn an_approval_in_the_target_waits_and_is_decided_through_the_run() {
-    let model = ScriptedModel::new()
-        .tool_call("transfer_to_password", json!({}))
-        .tool_call("reset_password", json!({"user": "ada"}))
-        .text("Your password is reset.");
-    let password = agent(&model, "Passwords.", ToolRegistry::new().with(ResetPassword).unwrap(), "password");
-    let triage = agent(&model, "Triage.", ToolRegistry::new(), "triage").handoff(&password, "Passwords.").unwrap();
+    let triage_model = own_model(|m| vec![m.tool_call_response("transfer_to_password", json!({}))]);
+    let password_model = own_model(|m| {
+        vec![m.tool_call_response("reset_password", json!({"user": "ada"})), m.text_response("Your password is reset.")]
+    });
+    let password = agent(&password_model, "Passwords.", ToolRegistry::new().with(ResetPassword).unwrap(), "password");
+    let triage =
+        agent(&triage_model, "Triage.", ToolRegistry::new(), "triage").handoff(&password, "Passwords.").unwrap();
     let runtime = Runtime::new().try_register(triage.clone()).unwrap();
     let reply = triage.ask(&runtime, "Reset my password").await.unwrap();
     let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
@@ -186,6 +212,8 @@ async fn an_approval_in_the_target_waits_and_is_decided_through_the_run() {
         (done.status, done.text.as_str(), done.tool_calls),
         (AgentStatus::Completed, "Your password is reset.", 1)
     );
+    // After the decision the target's model, not triage's, answered.
+    assert_eq!((triage_model.calls(), password_model.calls()), (1, 2));
 }
 
 #[tokio::test]
