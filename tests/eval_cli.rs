@@ -93,13 +93,16 @@ fn an_eval_killed_mid_case_resumes_with_its_id_without_running_finished_cases_ag
     child.wait().unwrap();
 
     let eval_id: RunId = id.parse().unwrap();
-    let case_run = |case: u64| loopstack::children::child_run_id(eval_id, case, 0);
+    // The runs of the cases, as the eval derives their ids.
+    let cases = loopstack::llm::eval::Dataset::from_jsonl("weather", DATASET).unwrap();
+    let killed_eval = loopstack::llm::eval::Eval::named(cases.clone(), "weather").id(eval_id);
+    let case_run = |case: usize| killed_eval.case_run_id(&cases.cases()[case], 0);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let records = |cases: &[u64]| {
+    let records = |which: &[usize]| {
         rt.block_on(async {
             let store = SqliteStore::open(&db).await.unwrap();
             let mut out = Vec::new();
-            for &case in cases {
+            for &case in which {
                 out.push(store.load_run(case_run(case)).await.unwrap());
             }
             out

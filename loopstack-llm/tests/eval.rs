@@ -110,6 +110,34 @@ async fn an_eval_run_again_under_its_id_reads_back_the_cases_that_ended() {
     assert_eq!(calls.load(Ordering::SeqCst), 2 * asked);
 }
 
+/// Run again under its id with a changed dataset (a new case first, a case moved, a
+/// case's input changed), an eval reads back only the cases it ran as they are now,
+/// runs the others anew, and reports each case's own run.
+#[tokio::test]
+async fn an_eval_run_again_with_a_changed_dataset_reports_each_cases_own_run() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = agent(calls.clone());
+    let runtime = Runtime::new();
+    let first = Dataset::new("weather")
+        .case(Case::new("oslo", "Weather in Oslo?").expected("rain"))
+        .case(Case::new("rome", "Weather in Rome?").expected("sun"));
+    let first = Eval::new(first, &agent).scorer(Contains::expected()).run(&runtime).await.unwrap();
+    assert_eq!(first.summary.passed, 2);
+    let asked = calls.load(Ordering::SeqCst);
+
+    let changed = Dataset::new("weather")
+        .case(Case::new("joke", "Tell me a joke").expected("No jokes here."))
+        .case(Case::new("oslo", "Weather in Oslo?").expected("rain"))
+        .case(Case::new("rome", "Weather in Oslo, not Rome?").expected("rain"));
+    let again = Eval::new(changed, &agent).id(first.id).scorer(Contains::expected()).run(&runtime).await.unwrap();
+    let texts: Vec<(&str, &str)> = again.cases.iter().map(|c| (c.case.as_str(), c.text.as_str())).collect();
+    assert_eq!(texts, [("joke", "No jokes here."), ("oslo", "It is rain, 4 C."), ("rome", "It is rain, 4 C.")]);
+    assert_eq!(again.summary.passed, 3, "{}", again.table());
+    assert_eq!(again.cases[1].run_id, first.cases[0].run_id, "the unchanged case was read back");
+    assert_ne!(again.cases[2].run_id, first.cases[1].run_id, "the changed case ran anew");
+    assert_eq!(calls.load(Ordering::SeqCst), asked + 1 + 2, "the joke and the changed case ran");
+}
+
 /// Resets a password: each call needs a person's approval.
 #[tool(crate = ::loopstack_core, approve)]
 async fn reset_password(user: String) -> Result<String, loopstack_core::ToolError> {

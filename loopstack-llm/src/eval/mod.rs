@@ -2,10 +2,11 @@
 //! evals case by case.
 //!
 //! Each case is a run of the agent in the runtime's store, with an id derived from
-//! the eval's id, the case and the repeat: run an eval again with the same
-//! [`Eval::id`] (after a crash, say) and the cases that ended are read back, not run
-//! again, and the ones left running are resumed. Any case's run opens in Studio
-//! like any other run.
+//! the eval's id, the case (its id and input) and the repeat: run an eval again with
+//! the same [`Eval::id`] (after a crash, say) and the cases that ended are read back,
+//! not run again, and the ones left running are resumed; a case whose input changed
+//! since, or that is new, runs anew. Any case's run opens in Studio like any other
+//! run.
 //!
 //! The eval itself is recorded when it ends: a run under the eval's id of the
 //! one-step workflow [`EVAL_WORKFLOW`], whose state is the [`EvalReport`]. Studio's
@@ -238,10 +239,17 @@ impl Eval {
 
     /// The run id of `case`'s `repeat` (from 0) in this eval: derived from the eval's
     /// id as a child run's is from its parent's
-    /// ([`child_run_id`](loopstack_core::children::child_run_id)), so the same eval
-    /// finds its cases again.
-    pub fn case_run_id(&self, case: usize, repeat: u32) -> RunId {
-        loopstack_core::children::child_run_id(self.id, case as u64, u64::from(repeat))
+    /// ([`child_run_id`](loopstack_core::children::child_run_id)), and from the case's
+    /// id and input, so the same eval finds its cases again wherever they stand in
+    /// the dataset, and a case whose input changed is a run of its own.
+    pub fn case_run_id(&self, case: &Case, repeat: u32) -> RunId {
+        // Each part with its length, so that no two (id, input) pairs feed the same bytes.
+        let mut key = loopstack_core::fnv::Fnv1a::<u64>::default();
+        for part in [case.id.as_bytes(), case.input.as_bytes()] {
+            key.bytes(&(part.len() as u64).to_le_bytes());
+            key.bytes(part);
+        }
+        loopstack_core::children::child_run_id(self.id, key.finish(), u64::from(repeat))
     }
 
     /// Runs every case (those of an earlier run of this eval that ended are read
@@ -273,7 +281,7 @@ impl Eval {
 
     async fn case(&self, runtime: &Runtime, index: usize, repeat: u32) -> Result<CaseReport, EvalError> {
         let case = &self.dataset.cases()[index];
-        let run_id = self.case_run_id(index, repeat);
+        let run_id = self.case_run_id(case, repeat);
         let outcome = self.outcome(runtime, run_id, case).await?;
         let mut scores = Vec::with_capacity(self.scorers.len());
         for scorer in &self.scorers {
