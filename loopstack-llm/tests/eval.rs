@@ -138,6 +138,25 @@ async fn an_eval_run_again_with_a_changed_dataset_reports_each_cases_own_run() {
     assert_eq!(calls.load(Ordering::SeqCst), asked + 1 + 2, "the joke and the changed case ran");
 }
 
+/// A scorer of your own that panics scores its case as an error, with the panic's
+/// message; the other cases and scorers, the report and the eval's record are kept.
+#[tokio::test]
+async fn a_scorer_that_panics_scores_its_case_as_an_error() {
+    let agent = agent(Arc::default());
+    let runtime = Runtime::new();
+    let picky =
+        custom("picky", |case, _| if case.id == "rome" { panic!("cannot judge {}", case.id) } else { Score::pass() });
+    let report = Eval::new(dataset(), &agent).scorer(Contains::expected()).scorer(picky).run(&runtime).await.unwrap();
+    let rome = report.cases.iter().find(|c| c.case == "rome").unwrap();
+    let (name, score) = &rome.scores[1];
+    assert_eq!((name.as_str(), score.passed), ("picky", false));
+    assert_eq!(score.reason.as_deref(), Some("a scorer: `picky` panicked: cannot judge rome"));
+    assert!(report.cases.iter().filter(|c| c.case != "rome").all(|c| c.scores[1].1.passed), "{report:?}");
+    assert!(report.cases[0].scores[0].1.passed, "the other scorers scored");
+    let record = runtime.store().load_run(report.id).await.unwrap();
+    assert_eq!(&*record.workflow, loopstack_llm::eval::EVAL_WORKFLOW);
+}
+
 /// Resets a password: each call needs a person's approval.
 #[tool(crate = ::loopstack_core, approve)]
 async fn reset_password(user: String) -> Result<String, loopstack_core::ToolError> {

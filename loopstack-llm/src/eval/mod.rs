@@ -37,7 +37,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use loopstack_core::{RunId, RunStatus, Runtime, StoreError};
 use serde_json::Value;
 
@@ -285,9 +285,16 @@ impl Eval {
         let outcome = self.outcome(runtime, run_id, case).await?;
         let mut scores = Vec::with_capacity(self.scorers.len());
         for scorer in &self.scorers {
-            let score = match scorer.score(case, &outcome).await {
-                Ok(score) => score,
-                Err(e) => Score::fail(e.to_string()),
+            // A scorer that panics fails its case, as a tool or a guard that panics
+            // fails its step: the eval's other cases, its report and its record stay.
+            let scored = std::panic::AssertUnwindSafe(scorer.score(case, &outcome)).catch_unwind().await;
+            let score = match scored {
+                Ok(Ok(score)) => score,
+                Ok(Err(e)) => Score::fail(e.to_string()),
+                Err(panic) => {
+                    let message = loopstack_core::panic_message(panic.as_ref());
+                    Score::fail(EvalError::Scorer(format!("`{}` panicked: {message}", scorer.name())).to_string())
+                }
             };
             scores.push((scorer.name().to_owned(), score));
         }

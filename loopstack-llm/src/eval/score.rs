@@ -60,7 +60,8 @@ pub trait Scorer: Send + Sync + 'static {
     fn name(&self) -> &str;
 
     /// The score of `outcome` for `case`. An error (a judge model that failed) is
-    /// recorded as a failing score with the error as its reason.
+    /// recorded as a failing score with the error as its reason; so is a panic, with
+    /// its message, and the eval goes on.
     async fn score(&self, case: &Case, outcome: &Outcome) -> Result<Score, EvalError>;
 }
 
