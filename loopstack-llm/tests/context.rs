@@ -105,21 +105,46 @@ fn agent(model: ScriptedModel, turns: usize, policy: ContextPolicy) -> Agent {
         .context(policy)
 }
 
-async fn run(seed: u64, turns: usize, policy: ContextPolicy) -> (Seen, usize, usize) {
+/// One `compact` step, read back from the run's checkpoints: the estimated input of
+/// the next turn before and after it, where its window starts and how many messages
+/// the conversation had then.
+#[derive(Debug)]
+struct Compaction {
+    before: u64,
+    after: u64,
+    from: usize,
+    messages: usize,
+}
+
+async fn run(seed: u64, turns: usize, policy: ContextPolicy) -> (Seen, usize, Vec<Compaction>) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let runtime = Runtime::new();
     let reply = agent(model(seed, turns, seen.clone()), turns, policy).ask(&runtime, "Go").await.unwrap();
     assert_eq!(reply.status, AgentStatus::Completed);
-    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    let store = runtime.store();
+    let docs = store.documents(reply.run_id).await.unwrap();
     // Compaction is a step of the run's history like any other.
-    let history = runtime.store().history(reply.run_id).await.unwrap();
-    let compactions = history.iter().filter(|step| step.transition == "compact").count();
+    let history = store.history(reply.run_id).await.unwrap();
+    let mut compactions = Vec::new();
+    for step in history.iter().filter(|step| step.transition == "compact").map(|step| step.step) {
+        let state_at = async |step| {
+            let checkpoint = store.checkpoint(reply.run_id, step).await.unwrap();
+            serde_json::from_str::<AgentState>(checkpoint.state.get()).unwrap()
+        };
+        let (before, after) = (state_at(step - 1).await, state_at(step).await);
+        compactions.push(Compaction {
+            before: before.input_estimate,
+            after: after.input_estimate,
+            from: after.context.map_or(0, |window| window.from),
+            messages: store.documents_at(reply.run_id, step).await.unwrap().len(),
+        });
+    }
     let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner().unwrap();
     (seen, docs.len(), compactions)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
     fn every_request_keeps_calls_with_their_results(
@@ -129,13 +154,28 @@ proptest! {
         summarize in any::<bool>(),
     ) {
         let policy = if summarize { ContextPolicy::summarize(max) } else { ContextPolicy::drop_oldest(max) };
+        let target = max / 2;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let (seen, documents, compactions) = rt.block_on(run(seed, turns, policy));
         prop_assert!(seen.problems.is_empty(), "{:?}", &seen.problems[..seen.problems.len().min(5)]);
         // The stored conversation keeps every message: the prompt, a call and its
         // results for each turn, and the answer.
         prop_assert_eq!(documents, 2 * turns + 2);
-        prop_assert!(compactions > 0);
+        prop_assert!(!compactions.is_empty());
+        for c in &compactions {
+            prop_assert!(c.before > max, "compacted under the threshold {max}: {c:?}");
+            // Compaction brings the estimate under the threshold, down to the target
+            // (with a summary, the target plus the summary's few tokens), unless only
+            // the newest turn (its call at `messages - 2`, then its results) is left,
+            // which is always sent.
+            let newest_only = c.from == c.messages - 2;
+            prop_assert!(c.after <= max || newest_only, "{} tokens after, over the threshold {max}: {c:?}", c.after);
+            prop_assert!(
+                summarize || c.after <= target || newest_only,
+                "{} tokens after, over the target {target}: {c:?}",
+                c.after
+            );
+        }
         // What was sent stayed bounded, while the conversation grew to hundreds of messages.
         let longest = *seen.lengths.iter().max().unwrap();
         prop_assert!(longest < 2 * turns, "{longest} of {}", 2 * turns + 1);
