@@ -20,7 +20,8 @@ use tokio::sync::watch;
 pub const SQLITE_EVENT_POLL: Duration = Duration::from_millis(100);
 
 /// How often a follower of a PostgreSQL store's log reads it without a
-/// notification.
+/// notification, unless [`PostgresStore::with_fallback_poll`](crate::PostgresStore::with_fallback_poll)
+/// sets another interval.
 #[cfg(feature = "postgres")]
 pub const POSTGRES_FALLBACK_POLL: Duration = Duration::from_secs(1);
 

@@ -115,6 +115,18 @@ impl PostgresStore {
         self
     }
 
+    /// Sets how long a follower of the event log waits for a notification before it
+    /// reads the log anyway ([`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL)
+    /// unless set): the bound on how late it sees events whose notification was lost
+    /// while the listening connection reconnected. Shorter costs a read of the log
+    /// that often per idle follower; tests that must see the notification itself
+    /// wake a follower set it to [`Duration::MAX`].
+    #[must_use]
+    pub fn with_fallback_poll(mut self, every: Duration) -> Self {
+        self.sql.fallback_poll = every;
+        self
+    }
+
     /// The connection pool, for queries of your own.
     pub fn pool(&self) -> &PgPool {
         &self.sql.pool
@@ -306,10 +318,11 @@ impl Dialect for Postgres {
         Ok(())
     }
 
-    /// Waits for a notification, or [`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL).
+    /// Waits for a notification, or the store's fallback poll
+    /// ([`PostgresStore::with_fallback_poll`]).
     async fn wait_events(store: &SqlStore<Self>, after: u64, max: Duration) {
         listen_for_events(store);
-        store.events.wait(after, max.min(crate::events::POSTGRES_FALLBACK_POLL)).await;
+        store.events.wait(after, max.min(store.fallback_poll)).await;
     }
 }
 

@@ -3,7 +3,7 @@
 //! and age without ever handing out an id twice, listener rows expire, a follower
 //! that fell behind reads everything from the log, and on PostgreSQL a second
 //! connection pool (another process, as far as the database knows) is woken by the
-//! notification at once. On a SQLite file and on PostgreSQL (a schema per test).
+//! notification, with no fallback poll to hide a lost one. On a SQLite file and on PostgreSQL (a schema per test).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,23 +130,27 @@ async fn postgres_keeps_an_event_log_and_notifies_other_connections() {
     log_contract(Arc::new(a.clone()), Arc::new(b.clone())).await;
     a_late_follower_reads_everything(Arc::new(a.clone())).await;
 
-    // A follower on another pool wakes for an append at once: it waits with a
-    // deadline far beyond the fallback poll, and gets the event well within it.
-    let newest = b.last_event_id().await.unwrap();
-    // The first wait starts `b`'s LISTEN connection; wait until it hears a
-    // notification (appends repeated until one wakes it), then measure nothing:
-    // only that waits return with the new event readable.
+    // A follower on another pool is woken by the append's notification, and by
+    // nothing else: its fallback poll never comes, so if NOTIFY did not reach it the
+    // wait would never return and the deadline would fail the test. Its first wait
+    // starts its LISTEN connection, which an append made before it is up does not
+    // reach, so appends go on (paced, not timed) until one wakes the follower.
+    let follower = b.with_fallback_poll(Duration::MAX);
+    let newest = follower.last_event_id().await.unwrap();
     let run = RunId::new();
-    let woke = tokio::time::timeout(DEADLINE, async {
-        loop {
-            a.append_events("a", &[delta(run, "ping")]).await.unwrap();
-            b.wait_events(newest, DEADLINE).await.unwrap();
-            if !b.read_events(newest, Some(run), 10).await.unwrap().is_empty() {
-                break;
+    let appends = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let mut pace = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                pace.tick().await;
+                a.append_events("a", &[delta(run, "ping")]).await.unwrap();
             }
         }
-    })
-    .await;
-    assert!(woke.is_ok(), "the other pool never saw the append");
+    });
+    let woke = tokio::time::timeout(DEADLINE, follower.wait_events(newest, Duration::MAX)).await;
+    appends.abort();
+    assert!(woke.is_ok(), "no notification woke the follower");
+    assert!(!follower.read_events(newest, Some(run), 10).await.unwrap().is_empty(), "woken for the append");
     drop_schema(&url, &schema).await;
 }

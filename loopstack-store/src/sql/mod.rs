@@ -48,29 +48,37 @@ pub(crate) use patch::{LastState, LastStates, StepState, plan_state};
 
 #[cfg(feature = "postgres")]
 /// The state of a SQL store over dialect `D`: its pool, its lease, the last state
-/// each of its runs committed (the base of the next patch) and its event wake.
-/// Clones share all of it.
+/// each of its runs committed (the base of the next patch), its event wake and how
+/// often a follower of its log reads it without a notification. Clones share all of it.
 pub(crate) struct SqlStore<D: sqlx::Database> {
     pub(crate) pool: Pool<D>,
     pub(crate) lease: Option<Duration>,
     pub(crate) last: Arc<LastStates>,
     pub(crate) events: Arc<crate::events::EventWake>,
+    pub(crate) fallback_poll: Duration,
 }
 
 #[cfg(feature = "postgres")]
 impl<D: sqlx::Database> SqlStore<D> {
     pub(crate) fn new(pool: Pool<D>) -> Self {
-        Self { pool, lease: Some(crate::DEFAULT_LEASE), last: Default::default(), events: Default::default() }
+        Self {
+            pool,
+            lease: Some(crate::DEFAULT_LEASE),
+            last: Default::default(),
+            events: Default::default(),
+            fallback_poll: crate::events::POSTGRES_FALLBACK_POLL,
+        }
     }
 
-    /// Writes `name { pool, lease, last, events }`, as the stores' derived `Debug`
-    /// did when these were their fields.
+    /// Writes `name { pool, lease, last, events, fallback_poll }`, as the stores'
+    /// derived `Debug` did when these were their fields.
     pub(crate) fn debug_as(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(name)
             .field("pool", &self.pool)
             .field("lease", &self.lease)
             .field("last", &self.last)
             .field("events", &self.events)
+            .field("fallback_poll", &self.fallback_poll)
             .finish()
     }
 }
@@ -78,7 +86,13 @@ impl<D: sqlx::Database> SqlStore<D> {
 #[cfg(feature = "postgres")]
 impl<D: sqlx::Database> Clone for SqlStore<D> {
     fn clone(&self) -> Self {
-        Self { pool: self.pool.clone(), lease: self.lease, last: self.last.clone(), events: self.events.clone() }
+        Self {
+            pool: self.pool.clone(),
+            lease: self.lease,
+            last: self.last.clone(),
+            events: self.events.clone(),
+            fallback_poll: self.fallback_poll,
+        }
     }
 }
 
