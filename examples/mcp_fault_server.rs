@@ -2,7 +2,14 @@
 //! client's tests (tests/mcp.rs): `cargo run --example mcp_fault_server --features mcp`.
 //!
 //! Started with `--exit` it exits before the handshake, with `--hang` it never
-//! answers it. Otherwise it serves these tools:
+//! answers it. Other flags make it list its tools wrongly:
+//!
+//! - `--hang-listing`: it answers the handshake, never `tools/list`;
+//! - `--endless-pages`: each page of its tool list names a next page, with a new cursor;
+//! - `--repeated-cursor`: each page names the same cursor as the next page;
+//! - `--wide-pages`: each page lists a thousand tools (`wide_0`, ...) and names a next page;
+//!
+//! Otherwise it serves these tools:
 //!
 //! - `echo {text}`: the text back;
 //! - `weather {city}`: a structured result (`{"city": .., "temperature": 21}`);
@@ -27,8 +34,20 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
 
+/// How it lists its tools.
+#[derive(Clone, Copy, Default, PartialEq)]
+enum Listing {
+    #[default]
+    Plainly,
+    Never,
+    EndlessPages,
+    RepeatedCursor,
+    WidePages,
+}
+
 #[derive(Clone, Default)]
 struct Faults {
+    listing: Listing,
     grown: Arc<AtomicBool>,
     cancelled: Arc<AtomicU64>,
 }
@@ -78,10 +97,24 @@ impl ServerHandler for Faults {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        // The page asked for: 0 without a cursor, else the one after the cursor's.
+        let page = request.and_then(|r| r.cursor).map_or(0, |c| c.parse::<u64>().unwrap_or_default() + 1);
+        let next = |cursor: u64| ListToolsResult { next_cursor: Some(cursor.to_string()), ..Default::default() };
+        Ok(match self.listing {
+            Listing::Plainly => ListToolsResult::with_all_items(self.tools()),
+            Listing::Never => std::future::pending().await,
+            Listing::EndlessPages => {
+                ListToolsResult { tools: vec![Tool::new("echo", "Echoes.", no_args())], ..next(page) }
+            }
+            Listing::RepeatedCursor => next(0),
+            Listing::WidePages => {
+                let tools = (0..1000).map(|i| Tool::new(format!("wide_{}", page * 1000 + i), "Wide.", no_args()));
+                ListToolsResult { tools: tools.collect(), ..next(page) }
+            }
+        })
     }
 
     async fn call_tool(
@@ -126,15 +159,20 @@ impl ServerHandler for Faults {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    match std::env::args().nth(1).as_deref() {
+    let listing = match std::env::args().nth(1).as_deref() {
         Some("--exit") => std::process::exit(2),
         Some("--hang") => {
             // Reads nothing, answers nothing, until it is killed.
             std::future::pending::<()>().await;
+            unreachable!("pending never ends")
         }
-        _ => {}
-    }
-    let service = Faults::default().serve(rmcp::transport::stdio()).await?;
+        Some("--hang-listing") => Listing::Never,
+        Some("--endless-pages") => Listing::EndlessPages,
+        Some("--repeated-cursor") => Listing::RepeatedCursor,
+        Some("--wide-pages") => Listing::WidePages,
+        _ => Listing::Plainly,
+    };
+    let service = Faults { listing, ..Faults::default() }.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }

@@ -18,9 +18,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use loopstack::llm::{Agent, ScriptedModel};
-use loopstack::mcp::{CALL_ID_META, IDEMPOTENCY_KEY_META, McpError, McpRegistryExt as _, McpServer, McpTools};
+use loopstack::mcp::{
+    CALL_ID_META, IDEMPOTENCY_KEY_META, MAX_TOOL_PAGES, MAX_TOOLS, McpError, McpRegistryExt as _, McpServer, McpTools,
+};
 use loopstack::prelude::*;
-use loopstack::{ToolContent, ToolContext};
+use loopstack::{ToolContent, ToolContext, ToolErrorKind};
 use serde_json::{Value, json};
 
 mod common;
@@ -300,17 +302,72 @@ async fn a_server_that_never_starts_is_an_error_when_connecting() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_server_that_cannot_be_started_again_answers_each_call_with_an_error() {
-    // Starts once: the second start finds the flag file and exits.
-    let flag = std::env::temp_dir().join(format!("loopstack-mcp-once-{}", std::process::id()));
+async fn a_server_that_answers_the_handshake_but_never_lists_its_tools_times_out() {
+    // Long enough for the start and the handshake, however busy the machine.
+    let after = Duration::from_secs(2);
+    let mute = McpServer::stdio(fault_server(), ["--hang-listing"]).name("mute").connect_timeout(after);
+    let err = patiently("connecting", McpTools::connect(mute)).await.unwrap_err();
+    assert!(
+        matches!(&err, McpError::ListToolsTimeout { server, after: a } if server == "mute" && *a == after),
+        "{err}"
+    );
+    assert!(err.is_timeout());
+    assert_eq!(err.to_string(), "the MCP server `mute` answered the handshake but did not list its tools within 2s");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_list_that_never_ends_is_refused_at_its_bound() {
+    let endless = McpServer::stdio(fault_server(), ["--endless-pages"]).name("endless");
+    let err = patiently("connecting", McpTools::connect(endless)).await.unwrap_err();
+    assert!(matches!(err, McpError::TooManyToolPages { limit: MAX_TOOL_PAGES, .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!("the MCP server `endless` lists its tools in more than {MAX_TOOL_PAGES} pages, the most that are read")
+    );
+
+    let looping = McpServer::stdio(fault_server(), ["--repeated-cursor"]).name("looping");
+    let err = patiently("connecting", McpTools::connect(looping)).await.unwrap_err();
+    assert!(matches!(&err, McpError::RepeatedCursor { cursor, .. } if cursor == "0"), "{err}");
+    assert_eq!(err.to_string(), "the MCP server `looping`'s tool list loops: the cursor `0` was named twice");
+
+    // A thousand tools a page: the bound on tools is met before the one on pages.
+    let wide = McpServer::stdio(fault_server(), ["--wide-pages"]).name("wide");
+    let err = patiently("connecting", McpTools::connect(wide)).await.unwrap_err();
+    assert!(matches!(err, McpError::TooManyTools { limit: MAX_TOOLS, .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!("the MCP server `wide` lists more than {MAX_TOOLS} tools, the most taken from one server")
+    );
+}
+
+/// A file that tells a server's first start from the next ones, removed when dropped.
+struct Flag(PathBuf);
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A stdio server started by `sh`: the fault server the first time, then `again`
+/// (a shell command) each time after.
+fn started_again_as(name: &str, again: &str) -> (McpServer, Flag) {
+    let flag = std::env::temp_dir().join(format!("loopstack-mcp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&flag);
     let script = format!(
-        "if [ -e '{flag}' ]; then exit 2; fi; touch '{flag}'; exec '{server}'",
+        "if [ -e '{flag}' ]; then {again}; fi; touch '{flag}'; exec '{server}'",
         flag = flag.display(),
         server = fault_server().display()
     );
+    (McpServer::stdio("sh", ["-c", script.as_str()]).name(name), Flag(flag))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_cannot_be_started_again_answers_each_call_with_an_error() {
+    // Starts once: the second start exits.
+    let (server, _flag) = started_again_as("once", "exit 2");
     let mut registry = ToolRegistry::new();
-    registry.add_mcp(McpServer::stdio("sh", ["-c", script.as_str()]).name("once")).await.unwrap();
+    registry.add_mcp(server).await.unwrap();
     let cx = ToolContext::new("call_1", "die");
     patiently("die", registry.call("die", json!({}), &cx)).await.unwrap_err();
     for _ in 0..2 {
@@ -323,7 +380,24 @@ async fn a_server_that_cannot_be_started_again_answers_each_call_with_an_error()
             "{err}"
         );
     }
-    let _ = std::fs::remove_file(&flag);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_that_never_lists_the_tools_is_a_timeout_for_the_call() {
+    // The second start answers the handshake and never `tools/list`.
+    let hang = format!("exec '{}' --hang-listing", fault_server().display());
+    let (server, _flag) = started_again_as("relists", &hang);
+    let mut registry = ToolRegistry::new();
+    registry.add_mcp(server.connect_timeout(Duration::from_secs(2))).await.unwrap();
+    let cx = ToolContext::new("call_1", "die");
+    patiently("die", registry.call("die", json!({}), &cx)).await.unwrap_err();
+    let err = patiently("echo", registry.call("echo", json!({"text": "x"}), &cx)).await.unwrap_err();
+    assert_eq!(err.kind(), ToolErrorKind::TimedOut, "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the MCP server `relists` is not running and could not be started again: the MCP server `relists` answered \
+         the handshake but did not list its tools within 2s"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,12 +1,15 @@
 //! A live connection to an MCP server, and its tools as loopstack tools.
 
+use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use loopstack_core::{Tool, ToolContext, ToolError, ToolOptions, ToolOutput};
+use loopstack_core::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
-    ClientInfo, ClientRequest, Implementation, Meta, RawContent, Request, RequestId, ResourceContents, ServerResult,
+    ClientInfo, ClientRequest, Implementation, Meta, PaginatedRequestParams, RawContent, Request, RequestId,
+    ResourceContents, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ClientHandler, ServiceExt as _};
@@ -14,7 +17,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::server::{HeaderValue, McpServer, Transport};
-use super::{CALL_ID_META, IDEMPOTENCY_KEY_META, McpError};
+use super::{CALL_ID_META, IDEMPOTENCY_KEY_META, MAX_TOOL_PAGES, MAX_TOOLS, McpError};
 
 /// The tools a connected server offers now (all of them: the allow-list filters
 /// where they are used), shared with the notification handler that refreshes them.
@@ -48,9 +51,45 @@ pub(super) fn store_tools(
     changes.send_replace(names);
 }
 
+/// The server's tools, page by page, within the bounds [`MAX_TOOL_PAGES`] and
+/// [`MAX_TOOLS`], refusing a cursor named twice (a loop), and by `deadline`, the end
+/// of a budget of `after` (which the timeout's error names).
+pub(super) async fn list_tools(
+    peer: &Peer<RoleClient>,
+    server: &str,
+    deadline: tokio::time::Instant,
+    after: Duration,
+) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    let pages = async {
+        let mut tools = Vec::new();
+        let mut cursors = HashSet::new();
+        let mut cursor = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let page = peer
+                .list_tools(Some(PaginatedRequestParams { meta: None, cursor }))
+                .await
+                .map_err(|e| McpError::ListTools { server: server.to_owned(), message: e.to_string() })?;
+            if tools.len() + page.tools.len() > MAX_TOOLS {
+                return Err(McpError::TooManyTools { server: server.to_owned(), limit: MAX_TOOLS });
+            }
+            tools.extend(page.tools);
+            let Some(next) = page.next_cursor else { return Ok(tools) };
+            if !cursors.insert(next.clone()) {
+                return Err(McpError::RepeatedCursor { server: server.to_owned(), cursor: next });
+            }
+            cursor = Some(next);
+        }
+        Err(McpError::TooManyToolPages { server: server.to_owned(), limit: MAX_TOOL_PAGES })
+    };
+    tokio::time::timeout_at(deadline, pages)
+        .await
+        .map_err(|_| McpError::ListToolsTimeout { server: server.to_owned(), after })?
+}
+
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        match context.peer.list_all_tools().await {
+        let after = self.config.connect_timeout;
+        match list_tools(&context.peer, &self.server, tokio::time::Instant::now() + after, after).await {
             Ok(list) => {
                 tracing::debug!(server = %self.server, tools = list.len(), "MCP tool list changed");
                 self.store(list);
@@ -163,15 +202,16 @@ impl Connection {
                 }
             }
         };
+        // One bound for the start, the handshake and the listing: a server that
+        // answers the handshake and never lists its tools holds neither a connect
+        // nor the calls that wait for its restart longer than that.
         let after = self.config.connect_timeout;
-        let live = tokio::time::timeout(after, connect)
+        let deadline = tokio::time::Instant::now() + after;
+        let live = tokio::time::timeout_at(deadline, connect)
             .await
             .map_err(|_| McpError::ConnectTimeout { server: server.clone(), after })??;
-        let list = live
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| McpError::ListTools { server: server.clone(), message: e.to_string() })?;
+        // Dropping `live` on an error ends the server it started.
+        let list = list_tools(live.peer(), &server, deadline, after).await?;
         store_tools(&self.config, &self.tools, &self.changes, list);
         self.starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(live)
@@ -226,7 +266,9 @@ impl Connection {
             }
         };
         let (peer, start) = self.peer().await.map_err(|e| {
-            ToolError::new(format!("the MCP server `{server}` is not running and could not be started again: {e}"))
+            let kind = if e.is_timeout() { ToolErrorKind::TimedOut } else { ToolErrorKind::Failed };
+            let message = format!("the MCP server `{server}` is not running and could not be started again: {e}");
+            ToolError::with_kind(kind, message)
         })?;
         if !self.current(remote) {
             return Err(ToolError::new(format!("the MCP server `{server}` no longer offers the tool `{remote}`")));

@@ -34,8 +34,10 @@
 //! an HTTP one connected again),
 //! one that cannot be started again, and (through the tool's timeout, as for every
 //! tool) a call that takes too long, after which the server is told the call is
-//! cancelled. A server that cannot be started or does not answer the handshake when
-//! it is connected is an [`McpError`].
+//! cancelled. A server that cannot be started, or does not answer the handshake and
+//! list its tools within its [connect timeout](McpServer::connect_timeout) when it is
+//! connected, is an [`McpError`]; so is a tool list longer than [`MAX_TOOL_PAGES`]
+//! pages or [`MAX_TOOLS`] tools, or one whose pages name a cursor twice (a loop).
 //!
 //! A stdio server's process (and the processes it starts: it leads a process group)
 //! is ended when the last of its tools and of its [`McpTools`] handles is dropped.
@@ -60,8 +62,15 @@ use serde_json::Value;
 pub const IDEMPOTENCY_KEY_META: &str = "loopstack/idempotencyKey";
 /// The key of a call's id (the provider's, as the model made it) in its request's `_meta`.
 pub const CALL_ID_META: &str = "loopstack/callId";
-/// How long a server has to start and answer the handshake, unless set.
+/// How long a server has to start, answer the handshake and list its tools, unless
+/// set.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most pages of a server's tool list that are read (each `tools/list` answer
+/// naming a `nextCursor` asks for one more); a longer list is an
+/// [`McpError::TooManyToolPages`].
+pub const MAX_TOOL_PAGES: usize = 1_000;
+/// The most tools taken from one server; more is an [`McpError::TooManyTools`].
+pub const MAX_TOOLS: usize = 10_000;
 
 /// Why an MCP server could not be connected or its tools registered.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +113,41 @@ pub enum McpError {
         /// What went wrong.
         message: String,
     },
+    /// The server answered the handshake but did not list its tools in time: the
+    /// [connect timeout](McpServer::connect_timeout) covers the start, the handshake
+    /// and the listing together.
+    #[error("the MCP server `{server}` answered the handshake but did not list its tools within {after:?}")]
+    ListToolsTimeout {
+        /// The server's name.
+        server: String,
+        /// How long it was given.
+        after: Duration,
+    },
+    /// Each page of the server's tool list named a next one, past [`MAX_TOOL_PAGES`].
+    #[error("the MCP server `{server}` lists its tools in more than {limit} pages, the most that are read")]
+    TooManyToolPages {
+        /// The server's name.
+        server: String,
+        /// The bound, [`MAX_TOOL_PAGES`].
+        limit: usize,
+    },
+    /// The server lists more than [`MAX_TOOLS`] tools.
+    #[error("the MCP server `{server}` lists more than {limit} tools, the most taken from one server")]
+    TooManyTools {
+        /// The server's name.
+        server: String,
+        /// The bound, [`MAX_TOOLS`].
+        limit: usize,
+    },
+    /// A page of the server's tool list named, as the next page, a cursor an earlier
+    /// page had named: the list would be read in a loop.
+    #[error("the MCP server `{server}`'s tool list loops: the cursor `{cursor}` was named twice")]
+    RepeatedCursor {
+        /// The server's name.
+        server: String,
+        /// The cursor named twice.
+        cursor: String,
+    },
     /// An environment variable a header is taken from is not set.
     #[error("the MCP server `{server}` needs the environment variable `{var}`, which is not set")]
     MissingEnv {
@@ -138,6 +182,14 @@ pub enum McpError {
     /// A tool could not be registered (its name is taken).
     #[error(transparent)]
     Registry(#[from] RegistryError),
+}
+
+impl McpError {
+    /// Whether the server did not start, answer the handshake or list its tools
+    /// within its [connect timeout](McpServer::connect_timeout).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::ConnectTimeout { .. } | Self::ListToolsTimeout { .. })
+    }
 }
 
 mod connection;
@@ -180,7 +232,8 @@ impl fmt::Debug for McpTools {
 
 impl McpTools {
     /// Starts the server (or opens the HTTP session), completes the handshake and
-    /// lists its tools.
+    /// lists its tools, all within the server's
+    /// [connect timeout](McpServer::connect_timeout).
     pub async fn connect(server: McpServer) -> Result<Self, McpError> {
         let name: Arc<str> = server.server_name().into();
         let (changes, _) = tokio::sync::watch::channel(Vec::new());

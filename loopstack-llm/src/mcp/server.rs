@@ -292,8 +292,10 @@ impl McpServer {
         self
     }
 
-    /// Sets how long the server has to start and answer the handshake (30 s unless
-    /// set), when it is connected and each time it is started again.
+    /// Sets how long the server has to start, answer the handshake and list its
+    /// tools (30 s unless set), when it is connected and each time it is started
+    /// again (a call that waits for that start waits no longer), and how long a
+    /// listing after `notifications/tools/list_changed` may take.
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
