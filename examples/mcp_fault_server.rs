@@ -8,6 +8,7 @@
 //! - `--endless-pages`: each page of its tool list names a next page, with a new cursor;
 //! - `--repeated-cursor`: each page names the same cursor as the next page;
 //! - `--wide-pages`: each page lists a thousand tools (`wide_0`, ...) and names a next page;
+//! - `--colliding`: it offers `get.time` and `get_time` besides its tools, whose local names are one.
 //!
 //! Otherwise it serves these tools:
 //!
@@ -43,6 +44,7 @@ enum Listing {
     EndlessPages,
     RepeatedCursor,
     WidePages,
+    Colliding,
 }
 
 #[derive(Clone, Default)]
@@ -83,6 +85,10 @@ impl Faults {
         if self.grown.load(Ordering::SeqCst) {
             tools.push(Tool::new("extra", "Offered after `grow`.", no_args()));
         }
+        if self.listing == Listing::Colliding {
+            tools.push(Tool::new("get.time", "The time.", no_args()));
+            tools.push(Tool::new("get_time", "The time, too.", no_args()));
+        }
         tools
     }
 }
@@ -104,7 +110,7 @@ impl ServerHandler for Faults {
         let page = request.and_then(|r| r.cursor).map_or(0, |c| c.parse::<u64>().unwrap_or_default() + 1);
         let next = |cursor: u64| ListToolsResult { next_cursor: Some(cursor.to_string()), ..Default::default() };
         Ok(match self.listing {
-            Listing::Plainly => ListToolsResult::with_all_items(self.tools()),
+            Listing::Plainly | Listing::Colliding => ListToolsResult::with_all_items(self.tools()),
             Listing::Never => std::future::pending().await,
             Listing::EndlessPages => {
                 ListToolsResult { tools: vec![Tool::new("echo", "Echoes.", no_args())], ..next(page) }
@@ -170,6 +176,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("--endless-pages") => Listing::EndlessPages,
         Some("--repeated-cursor") => Listing::RepeatedCursor,
         Some("--wide-pages") => Listing::WidePages,
+        Some("--colliding") => Listing::Colliding,
         _ => Listing::Plainly,
     };
     let service = Faults { listing, ..Faults::default() }.serve(rmcp::transport::stdio()).await?;

@@ -340,6 +340,24 @@ async fn a_tool_list_that_never_ends_is_refused_at_its_bound() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_whose_local_names_collide_register_none() {
+    let mcp =
+        patiently("connecting", McpTools::connect(McpServer::stdio(fault_server(), ["--colliding"]).name("faults")))
+            .await
+            .unwrap();
+    let mut registry = ToolRegistry::new();
+    let err = mcp.register(&mut registry).unwrap_err();
+    let McpError::NameCollision { name, first, second, .. } = &err else { panic!("{err}") };
+    assert_eq!((name.as_str(), first.as_str(), second.as_str()), ("get_time", "get.time", "get_time"));
+    assert_eq!(
+        err.to_string(),
+        "the MCP server `faults`'s tools `get.time` and `get_time` both get the local name `get_time`; allow only one \
+         of them"
+    );
+    assert!(registry.is_empty(), "registered: {:?}", registry.names().collect::<Vec<_>>());
+}
+
 /// A file that tells a server's first start from the next ones, removed when dropped.
 struct Flag(PathBuf);
 

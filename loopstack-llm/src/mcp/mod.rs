@@ -50,7 +50,7 @@
 //!
 //! An agent without MCP tools runs no code of this module.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -179,6 +179,23 @@ pub enum McpError {
         /// The names it offers.
         available: Vec<String>,
     },
+    /// Two of the server's tools get the same local name (`files.read` and
+    /// `files_read` are both `files_read`); nothing is registered. An
+    /// [`allow`](McpServer::allow) list that leaves one of them out avoids it.
+    #[error(
+        "the MCP server `{server}`'s tools `{first}` and `{second}` both get the local name `{name}`; allow only one \
+         of them"
+    )]
+    NameCollision {
+        /// The server's name.
+        server: String,
+        /// The local name both get.
+        name: String,
+        /// The first tool's name on the server.
+        first: String,
+        /// The second tool's name on the server.
+        second: String,
+    },
     /// A tool could not be registered (its name is taken).
     #[error(transparent)]
     Registry(#[from] RegistryError),
@@ -305,6 +322,10 @@ impl McpTools {
 
     /// The server's tools as [`Tool`]s, one per tool it offers now.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.mcp_tools().into_iter().map(|t| Arc::new(t) as Arc<dyn Tool>).collect()
+    }
+
+    fn mcp_tools(&self) -> Vec<McpTool> {
         let config = &self.connection.config;
         let list = self.connection.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
         list.iter()
@@ -318,30 +339,42 @@ impl McpTools {
                     },
                     str::to_owned,
                 );
-                Arc::new(McpTool {
+                McpTool {
                     connection: self.connection.clone(),
                     local: config.local_name(&t.name),
                     remote: t.name.to_string(),
                     description,
                     schema: Value::Object((*t.input_schema).clone()),
                     options: config.options_for(&t.name),
-                }) as Arc<dyn Tool>
+                }
             })
             .collect()
     }
 
-    /// Registers each of the server's tools (see [`tools`](Self::tools)); a name
-    /// already taken is an [`McpError::Registry`] (a [`prefix`](McpServer::prefix)
-    /// avoids it), and nothing is registered then.
+    /// Registers each of the server's tools (see [`tools`](Self::tools)). Every
+    /// name is checked before any tool is registered, and nothing is registered
+    /// when one is refused: a name already taken is an [`McpError::Registry`] (a
+    /// [`prefix`](McpServer::prefix) avoids it), two of the server's tools with the
+    /// same local name an [`McpError::NameCollision`].
     pub fn register(&self, registry: &mut ToolRegistry) -> Result<(), McpError> {
-        let tools = self.tools();
+        let tools = self.mcp_tools();
+        // The server's name of each local name.
+        let mut remotes: HashMap<&str, &str> = HashMap::with_capacity(tools.len());
         for tool in &tools {
-            if !is_valid_tool_name(tool.name()) {
-                return Err(RegistryError::InvalidName(tool.name().to_owned()).into());
+            if !is_valid_tool_name(&tool.local) {
+                return Err(RegistryError::InvalidName(tool.local.clone()).into());
             }
-            if registry.get(tool.name()).is_some() {
+            if let Some(first) = remotes.insert(&tool.local, &tool.remote) {
+                return Err(McpError::NameCollision {
+                    server: self.connection.server.to_string(),
+                    name: tool.local.clone(),
+                    first: first.to_owned(),
+                    second: tool.remote.clone(),
+                });
+            }
+            if registry.get(&tool.local).is_some() {
                 return Err(RegistryError::Duplicate {
-                    name: tool.name().to_owned(),
+                    name: tool.local.clone(),
                     existing: "a registered tool",
                     new: "an MCP tool",
                 }
@@ -349,7 +382,7 @@ impl McpTools {
             }
         }
         for tool in tools {
-            registry.register_arc(tool)?;
+            registry.register_arc(Arc::new(tool))?;
         }
         Ok(())
     }
