@@ -124,6 +124,9 @@ pub enum ImageError {
     /// A URL that is not `http://` or `https://`.
     #[error("`{0}` is not an http or https URL")]
     InvalidUrl(String),
+    /// No bytes at all (a provider refuses a request that shows an empty image).
+    #[error("the image is empty")]
+    Empty,
 }
 
 /// An image shown to a model.
@@ -159,13 +162,16 @@ pub enum Image {
 
 impl Image {
     /// An image from its bytes, its format read from them; at most
-    /// [`DEFAULT_MAX_IMAGE_BYTES`].
+    /// [`DEFAULT_MAX_IMAGE_BYTES`]. No bytes are an [`ImageError::Empty`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ImageError> {
         Self::from_bytes_with_limit(bytes, DEFAULT_MAX_IMAGE_BYTES)
     }
 
     /// An image from its bytes, at most `limit` bytes.
     pub fn from_bytes_with_limit(bytes: &[u8], limit: usize) -> Result<Self, ImageError> {
+        if bytes.is_empty() {
+            return Err(ImageError::Empty);
+        }
         if bytes.len() > limit {
             return Err(ImageError::TooLarge { bytes: bytes.len(), limit });
         }
@@ -174,7 +180,8 @@ impl Image {
     }
 
     /// An image from base64 data of MIME type `media_type`, at most
-    /// [`DEFAULT_MAX_IMAGE_BYTES`] decoded.
+    /// [`DEFAULT_MAX_IMAGE_BYTES`] decoded; data that decodes to no bytes is an
+    /// [`ImageError::Empty`].
     pub fn base64(media_type: &str, data: impl Into<String>) -> Result<Self, ImageError> {
         Self::base64_with_limit(media_type, data, DEFAULT_MAX_IMAGE_BYTES)
     }
@@ -187,7 +194,10 @@ impl Image {
         if bytes > limit {
             return Err(ImageError::TooLarge { bytes, limit });
         }
-        STANDARD.decode(data.as_bytes()).map_err(|e| ImageError::InvalidBase64(e.to_string()))?;
+        let decoded = STANDARD.decode(data.as_bytes()).map_err(|e| ImageError::InvalidBase64(e.to_string()))?;
+        if decoded.is_empty() {
+            return Err(ImageError::Empty);
+        }
         Ok(Self::Base64 { media_type, data: data.into() })
     }
 
@@ -266,6 +276,9 @@ mod tests {
         assert!(Image::base64_with_limit("image/png", six.clone(), 6).is_ok());
         assert_eq!(Image::base64_with_limit("image/png", six, 5), Err(ImageError::TooLarge { bytes: 6, limit: 5 }));
         assert!(matches!(Image::base64("image/png", "not base64!"), Err(ImageError::InvalidBase64(_))));
+        // No bytes: refused where the image is made, not by the provider later.
+        assert_eq!(Image::base64("image/png", ""), Err(ImageError::Empty));
+        assert_eq!(Image::from_bytes(&[]), Err(ImageError::Empty));
         assert!(matches!(Image::url("file:///etc/passwd"), Err(ImageError::InvalidUrl(_))));
         assert!(Image::url("HTTPS://example.com/a.png").is_ok());
     }

@@ -352,8 +352,9 @@ impl Drop for CancelOnDrop {
 
 /// A call's result as the tool's output: the structured content as JSON when there
 /// is some, else the text of the content blocks, one a line, with the images among
-/// them (PNG, JPEG, GIF, WebP, up to the size limit) shown to the model too;
-/// `isError` makes it an error result.
+/// them (PNG, JPEG, GIF, WebP, not empty, up to the size limit) shown to the model
+/// too, and any other image named in the text with why it is not shown; `isError`
+/// makes it an error result.
 pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
     if let Some(structured) = result.structured_content
@@ -368,10 +369,15 @@ pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
         .iter()
         .map(|block| match &block.raw {
             RawContent::Text(t) => t.text.clone(),
-            RawContent::Image(i) => {
-                images.extend(crate::image::Image::base64(&i.mime_type, i.data.clone()).ok());
-                format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len())
-            }
+            // One a model cannot be sent (empty, say) would have the provider refuse
+            // the whole request: the model reads why it is not shown instead.
+            RawContent::Image(i) => match crate::image::Image::base64(&i.mime_type, i.data.clone()) {
+                Ok(image) => {
+                    images.push(image);
+                    format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len())
+                }
+                Err(e) => format!("[image: {}, not shown: {e}]", i.mime_type),
+            },
             RawContent::Audio(a) => format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len()),
             RawContent::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource {uri}]\n{text}"),

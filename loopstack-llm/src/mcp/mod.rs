@@ -39,6 +39,13 @@
 //! connected, is an [`McpError`]; so is a tool list longer than [`MAX_TOOL_PAGES`]
 //! pages or [`MAX_TOOLS`] tools, or one whose pages name a cursor twice (a loop).
 //!
+//! An image among a result's content is shown to the model when it is one a model
+//! can be sent (PNG, JPEG, GIF or WebP, not empty, not over
+//! [`DEFAULT_MAX_IMAGE_BYTES`](crate::image::DEFAULT_MAX_IMAGE_BYTES)); any other
+//! is not sent, so that the provider does not refuse the whole request: the result's
+//! text says in its place why it is not shown (`[image: image/png, not shown: the
+//! image is empty]`), and the rest of the result stands.
+//!
 //! A stdio server's process (and the processes it starts: it leads a process group)
 //! is ended when the last of its tools and of its [`McpTools`] handles is dropped.
 //! Each call carries its [`idempotency key`](loopstack_core::ToolContext::idempotency_key) in the
@@ -467,5 +474,26 @@ mod tests {
         assert_eq!(to_output(failed), ToolOutput::error("no such file"));
         let structured = CallToolResult::structured(serde_json::json!({"temperature": 21}));
         assert_eq!(to_output(structured), ToolOutput::json(serde_json::json!({"temperature": 21})));
+    }
+
+    #[test]
+    fn an_image_a_model_cannot_be_sent_is_named_in_the_text_and_not_sent() {
+        use rmcp::model::Content;
+        let png = "iVBORw0KGgo=";
+        let shown =
+            to_output(CallToolResult::success(vec![Content::text("a chart"), Content::image(png, "image/png")]));
+        assert_eq!(shown.to_text(), "a chart\n[image: image/png, 12 bytes of base64]");
+        assert_eq!(shown.images, [crate::image::Image::base64("image/png", png).unwrap()]);
+        // Empty, or of a type no provider takes: the model reads why, and the rest
+        // of the result stands.
+        let content =
+            vec![Content::text("a chart"), Content::image("", "image/png"), Content::image("AAAA", "image/tiff")];
+        let refused = to_output(CallToolResult::success(content));
+        assert!(refused.images.is_empty() && !refused.is_error);
+        assert_eq!(
+            refused.to_text(),
+            "a chart\n[image: image/png, not shown: the image is empty]\n[image: image/tiff, not shown: `image/tiff` is \
+             not an image type a model is sent (image/png, image/jpeg, image/gif or image/webp)]"
+        );
     }
 }
