@@ -10,8 +10,9 @@
 //! It needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them), or
 //! `LOOPSTACK_CHROMIUM` and `LOOPSTACK_CHROMEDRIVER` naming others. Without them it
 //! is skipped, saying so and how to install them, so `cargo test --workspace` passes
-//! on a fresh machine; where `CI` is set it fails instead, saying so, unless
-//! `LOOPSTACK_SKIP_BROWSER_TESTS=1` says to skip it there too.
+//! on a fresh machine, and `LOOPSTACK_SKIP_BROWSER_TESTS=1` skips it there too; where
+//! `CI` is set it never skips: without the browser, or told to skip, it fails, saying
+//! why.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::os::unix::process::CommandExt as _;
@@ -39,44 +40,44 @@ impl Drop for Process {
 }
 
 /// The browser and its driver, or `None` when they are missing outside CI or the
-/// test is told to skip.
+/// test is told to skip outside CI. Where `CI` is set the test never skips: told to,
+/// or without the browser, it fails.
 fn browser() -> Option<(PathBuf, PathBuf)> {
     let find = |var: &str, default: &str| std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| default.into());
     let chromium = find("LOOPSTACK_CHROMIUM", "/usr/bin/chromium");
     let driver = find("LOOPSTACK_CHROMEDRIVER", "/usr/bin/chromedriver");
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let told_to_skip = std::env::var("LOOPSTACK_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1");
+    // Straight to the terminal: the test harness shows no output of a test that
+    // passes, and a skip should be seen.
+    if told_to_skip {
+        assert!(
+            !ci,
+            "LOOPSTACK_SKIP_BROWSER_TESTS=1 where CI is set: CI must run the Studio browser test, so unset it there"
+        );
+        let _ = writeln!(std::io::stderr(), "skipped: the Studio browser test (LOOPSTACK_SKIP_BROWSER_TESTS=1)");
+        return None;
+    }
     if chromium.exists() && driver.exists() {
         return Some((chromium, driver));
     }
-    if std::env::var("LOOPSTACK_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: no {} or {} (LOOPSTACK_SKIP_BROWSER_TESTS=1)",
-            chromium.display(),
-            driver.display()
-        );
-        return None;
-    }
     // On a developer's machine a missing browser skips the test, loudly; CI must run it.
-    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci {
-        // Straight to the terminal: the test harness shows no output of a test that
-        // passes, and this one should be seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: the Studio browser test needs {} and {}; install them with \
-             `sudo apt-get install chromium chromium-driver` (or set LOOPSTACK_CHROMIUM and LOOPSTACK_CHROMEDRIVER), \
-             then run `cargo test --test studio`",
-            chromium.display(),
-            driver.display()
-        );
-        return None;
-    }
-    panic!(
+    assert!(
+        !ci,
         "the Studio test needs {} and {} where CI is set: `apt-get install chromium chromium-driver` (.ci/run \
-         does), or set LOOPSTACK_CHROMIUM / LOOPSTACK_CHROMEDRIVER, or LOOPSTACK_SKIP_BROWSER_TESTS=1 to skip it",
+         does), or set LOOPSTACK_CHROMIUM / LOOPSTACK_CHROMEDRIVER",
         chromium.display(),
         driver.display()
     );
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: the Studio browser test needs {} and {}; install them with \
+         `sudo apt-get install chromium chromium-driver` (or set LOOPSTACK_CHROMIUM and LOOPSTACK_CHROMEDRIVER), \
+         then run `cargo test --test studio`",
+        chromium.display(),
+        driver.display()
+    );
+    None
 }
 
 /// Starts `studio serve` on a free port (with `args` after `serve`); returns the
