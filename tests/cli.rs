@@ -571,7 +571,7 @@ fn a_shell_forks_a_run_with_another_prompt_and_show_says_what_changed() {
 /// as on Ctrl-C: gracefully, with exit status 0, not killed by the signal.
 #[test]
 fn worker_and_serve_exit_0_on_sigterm() {
-    use std::io::BufRead as _;
+    use std::io::{BufRead as _, Read as _};
     let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
     for (args, ready) in
         [(&["worker"][..], "worker: driving"), (&["serve", "--port", "0", "--worker"][..], "Studio on")]
@@ -584,13 +584,19 @@ fn worker_and_serve_exit_0_on_sigterm() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Its first line says it is ready: the signal handler is installed before it.
+        // It says when it is ready (its logs may come first): the signal handlers
+        // are installed before.
         let mut stderr = std::io::BufReader::new(process.stderr.take().unwrap());
         let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        assert!(line.starts_with(ready), "{args:?}: {line:?}");
+        while !line.starts_with(ready) {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "{args:?} never said it was ready");
+        }
         let pid = nix::unistd::Pid::from_raw(i32::try_from(process.id()).unwrap());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        // Read to the end, so that what it logs while it stops finds a reader.
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
         let status = process.wait().unwrap();
         assert_eq!(status.code(), Some(0), "{args:?} exits 0 on SIGTERM: {status:?}");
     }

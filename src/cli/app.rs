@@ -228,11 +228,12 @@ impl App {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        self.parse(args).map(|(parsed, _)| parsed)
+        self.parse(args).map(|(parsed, ..)| parsed)
     }
 
-    /// [`App::try_parse_from`], and the MCP servers the command line names.
-    pub(super) fn parse<E, I, T>(&self, args: I) -> Result<(Parsed<E>, McpServers), clap::Error>
+    /// [`App::try_parse_from`], the MCP servers the command line names, and how it
+    /// writes its logs.
+    pub(super) fn parse<E, I, T>(&self, args: I) -> Result<(Parsed<E>, McpServers, LogFormat), clap::Error>
     where
         E: Subcommand,
         I: IntoIterator<Item = T>,
@@ -250,14 +251,15 @@ impl App {
             _ => None,
         }
         .unwrap_or_else(|| self.db_without_flag());
+        let logs = matches.get_one::<LogFormat>("log_format").copied().unwrap_or_default();
         if matches.subcommand_name().is_some_and(E::has_subcommand) {
             let json = matches.get_flag("json");
             let command = E::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-            return Ok((Parsed::App { command, db, json }, servers));
+            return Ok((Parsed::App { command, db, json }, servers, logs));
         }
         let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
         cli.db = db;
-        Ok((Parsed::Loopstack(cli), servers))
+        Ok((Parsed::Loopstack(cli), servers, logs))
     }
 
     /// [`App::run_with`] for an app with no commands of its own.
@@ -293,17 +295,18 @@ impl App {
         F: FnOnce(E, CommandContext) -> Fut,
         Fut: Future<Output = Result<(), loopstack_core::BoxError>>,
     {
-        let (parsed, servers) = match self.parse::<E, _, _>(std::env::args_os()) {
+        let (parsed, servers, logs) = match self.parse::<E, _, _>(std::env::args_os()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 let _ = e.print();
                 return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
             }
         };
-        let (db, opening) = match &parsed {
-            Parsed::Loopstack(cli) => (cli.db.clone(), Opening::for_command(&cli.command)),
-            Parsed::App { db, .. } => (db.clone(), Opening::Create),
+        let (db, opening, command) = match &parsed {
+            Parsed::Loopstack(cli) => (cli.db.clone(), Opening::for_command(&cli.command), Some(&cli.command)),
+            Parsed::App { db, .. } => (db.clone(), Opening::Create, None),
         };
+        init_logging(logs, default_log_filter(command));
         let store = match opening {
             Opening::None => Ok(std::sync::Arc::new(loopstack_core::MemoryStore::new()) as std::sync::Arc<dyn Store>),
             Opening::Create => open(&db).await,

@@ -15,6 +15,11 @@ pub struct Cli {
     /// Print one JSON object instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How logs are written to standard error: `human` (in color on a terminal) or
+    /// `json` (one object a line). RUST_LOG filters them; unless it is set, `worker`,
+    /// `serve` and `mcp` log at `info` and the other commands not at all.
+    #[arg(long, global = true, env = "LOOPSTACK_LOG_FORMAT", default_value = "human", value_enum)]
+    pub log_format: LogFormat,
     /// Also give the app's agents the tools of the MCP server this command line starts,
     /// spoken to over stdio (repeatable, before the command): "npx -y @modelcontextprotocol/server-everything".
     #[cfg(feature = "mcp")]
@@ -33,6 +38,18 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How the command line writes its logs ([`Cli::log_format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum LogFormat {
+    /// Lines for a person: in color on a terminal, plain otherwise.
+    #[default]
+    Human,
+    /// One JSON object a line, with the event's fields and its spans' (the run's id
+    /// and workflow among them): for a log collector.
+    Json,
 }
 
 /// A command.

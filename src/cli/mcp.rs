@@ -143,14 +143,14 @@ mod tests {
             "run",
             "x",
         ];
-        let (parsed, servers) = app.parse::<Own, _, _>(line).unwrap();
+        let (parsed, servers, _) = app.parse::<Own, _, _>(line).unwrap();
         assert!(matches!(parsed, Parsed::Loopstack(Cli { command: Command::Run { .. }, .. })));
         assert_eq!(
             (servers.commands, servers.urls),
             (vec!["npx -y a".to_owned(), "b".to_owned()], vec!["http://h/mcp".to_owned()])
         );
         assert_eq!(servers.token_env.as_deref(), Some("T"));
-        let (parsed, servers) = app.parse::<Own, _, _>(["desk", "--mcp", "c", "hello", "--to", "ada"]).unwrap();
+        let (parsed, servers, _) = app.parse::<Own, _, _>(["desk", "--mcp", "c", "hello", "--to", "ada"]).unwrap();
         assert!(matches!(parsed, Parsed::App { .. }));
         assert_eq!(servers.commands, ["c"]);
         // They are the app's options, before the command (a command's own come after it).

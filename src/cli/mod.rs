@@ -65,7 +65,7 @@ mod output;
 mod store;
 
 pub use app::{App, DEFAULT_DB, main};
-pub use args::{Cli, Command, EvalCommand, ForkFlags, ScheduleCommand};
+pub use args::{Cli, Command, EvalCommand, ForkFlags, LogFormat, ScheduleCommand};
 pub use error::CliError;
 pub use eval::EVAL_FAILED;
 use eval::{EvalArgs, eval};
@@ -113,6 +113,35 @@ pub fn shutdown_on_signal() -> loopstack_core::CancellationToken {
         stop.cancel();
     });
     token
+}
+
+/// Installs the command line's `tracing` subscriber, writing to standard error in
+/// `format`, filtered by `RUST_LOG` or else `default` (an `EnvFilter` directive).
+/// An app that installed a subscriber of its own before keeps it.
+fn init_logging(format: LogFormat, default: &str) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // An error means a subscriber is already installed: the app's own, kept.
+    let _ = match format {
+        LogFormat::Json => logs.json().try_init(),
+        LogFormat::Human => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
+    };
+}
+
+/// The filter of a command's logs unless `RUST_LOG` is set: the long-running
+/// commands say what they do; the others answer on standard output, and their
+/// errors as one `error:` line.
+fn default_log_filter(command: Option<&Command>) -> &'static str {
+    match command {
+        Some(Command::Worker { once: false, .. }) => "info",
+        #[cfg(feature = "serve")]
+        Some(Command::Serve { .. }) => "info",
+        #[cfg(feature = "mcp-server")]
+        Some(Command::Mcp) => "info",
+        _ => "off",
+    }
 }
 
 /// One line `error: ...` on standard error, and exit status 1.
