@@ -643,3 +643,60 @@ async fn a_run_is_forked_with_edits_over_http_under_the_same_rules() {
     let (_, after) = api("GET", "/api/runs".into(), None).await;
     assert_eq!(before["runs"].as_array().unwrap().len(), after["runs"].as_array().unwrap().len());
 }
+
+/// Serves `runtime` on a loopback port without a token: its address.
+async fn serve_runtime(runtime: Runtime) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(listener, runtime, ServeOptions::new()));
+    address
+}
+
+/// What a mailbox was sent, in order.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Received {
+    payloads: Vec<Value>,
+}
+
+/// Keeps whatever JSON it is sent: its signal's payload is a `serde_json::Value`.
+struct Mailbox;
+
+#[workflow(name = "mailbox", state = Received)]
+impl Mailbox {
+    #[transition(to = Open)]
+    async fn open(&self, _received: &mut Received, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Open, to = Open, wait)]
+    async fn deliver(&self, received: &mut Received, _cx: &mut RunContext, payload: Value) -> Result<()> {
+        received.payloads.push(payload);
+        Ok(())
+    }
+
+    #[transition(from = Open, to = End, wait)]
+    async fn close(&self, _received: &mut Received, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn any_json_is_the_payload_of_a_signal_that_takes_a_json_value() {
+    let address = serve_runtime(Runtime::new().register(Mailbox)).await;
+    // Its published schema, the one payloads are checked against, takes anything.
+    let (_, workflows) = call(&address, "GET", "/api/workflows", None).await;
+    assert_eq!(workflows["workflows"][0]["signals"][0]["payload_schema"], json!({}), "{workflows}");
+
+    let start = r#"{"workflow": "mailbox", "input": {"payloads": []}, "wait": true}"#;
+    let (status, run) = call(&address, "POST", "/api/runs", Some(start)).await;
+    assert_eq!(status, 200, "{run}");
+    let id = run["run_id"].as_str().unwrap().to_owned();
+    let sent = [json!({"any": {"thing": [1, 2]}}), json!([1, "two"]), json!("text"), json!(42), json!(null)];
+    for payload in &sent {
+        let body = payload.to_string();
+        let (status, answer) = call(&address, "POST", &format!("/api/runs/{id}/signals/deliver"), Some(&body)).await;
+        assert_eq!((status, answer["status"].as_str()), (200, Some("waiting")), "{payload}: {answer}");
+    }
+    let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
+    assert_eq!(shown["state"]["payloads"], json!(sent));
+}

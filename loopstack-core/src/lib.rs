@@ -195,9 +195,14 @@ pub mod __private {
         serde_path_to_error::deserialize::<_, T>(payload).map(drop).map_err(|e| e.to_string())
     }
 
-    /// The JSON Schema of a wait transition's payload.
+    /// The JSON Schema of a wait transition's payload: the type's own, with its
+    /// objects closed as a tool's arguments are. Unlike a tool's arguments, a
+    /// payload need not be an object: a `serde_json::Value` takes any JSON (`{}`),
+    /// a `String` a string.
     pub fn payload_schema<T: schemars::JsonSchema>() -> serde_json::Value {
-        tool_input_schema::<T>()
+        let mut schema = crate::workflow::input_schema::<T>();
+        crate::tool::close_objects(&mut schema);
+        schema
     }
 
     /// Stands for a workflow's input type, to find its JSON Schema when it has one:

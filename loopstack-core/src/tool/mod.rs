@@ -468,7 +468,9 @@ pub fn tool_input_schema<T: schemars::JsonSchema>() -> Value {
     value
 }
 
-fn close_objects(value: &mut Value) {
+/// Adds `additionalProperties: false` (unless it says otherwise) and `required` to
+/// every object of `value` that lists properties.
+pub(crate) fn close_objects(value: &mut Value) {
     let Value::Object(map) = value else { return };
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         props.values_mut().for_each(close_objects);
