@@ -435,8 +435,10 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
     let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
     let input = r#"{"text": "nightly"}"#;
     // Mistakes: one line on stderr, exit 1, nothing stored.
+    let too_long = "213503982334d".repeat(1001); // each part fits; their sum does not
     for (args, message) in [
         (vec!["--cron", "61 * * * *"], "error: invalid cron expression `61 * * * *`"),
+        (vec!["--every", too_long.as_str()], "error: invalid interval `213503982334d213503982334d"),
         (vec!["--cron", "0 7 * * *", "--timezone", "Mars/Olympus"], "error: unknown time zone `Mars/Olympus`"),
         (vec!["--every", "soon"], "error: invalid interval `soon`"),
         (vec!["--every", "1h", "--missed", "sometimes"], "error: unknown missed-times policy `sometimes`"),

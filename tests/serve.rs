@@ -700,3 +700,18 @@ async fn any_json_is_the_payload_of_a_signal_that_takes_a_json_value() {
     let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
     assert_eq!(shown["state"]["payloads"], json!(sent));
 }
+
+#[tokio::test]
+async fn an_interval_too_long_to_hold_is_refused_with_the_reason() {
+    let (address, runtime) = start(ServeOptions::new()).await;
+    // Each part fits; their sum does not.
+    let every = "213503982334d".repeat(1001);
+    for field in ["every", "grace"] {
+        let mut body = json!({"id": "x", "workflow": "review", "input": {"text": "Hi"}, "every": "1h"});
+        body[field] = json!(every);
+        let (status, answer) = call(&address, "POST", "/api/schedules", Some(&body.to_string())).await;
+        assert_eq!(status, 422, "{field}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("too long"), "{field}: {answer}");
+    }
+    assert!(runtime.schedules().await.unwrap().is_empty(), "no schedule was stored");
+}

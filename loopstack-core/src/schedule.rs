@@ -157,6 +157,10 @@ pub enum ScheduleError {
     /// An interval that does not read (see [`parse_interval`]).
     #[error("invalid interval `{0}`: expected a number and a unit, such as `90s`, `15m`, `1h30m` or `1d`")]
     InvalidInterval(String),
+    /// An interval that reads, but whose parts add up to more milliseconds than
+    /// a `u64` holds (see [`parse_interval`]).
+    #[error("invalid interval `{0}`: too long, more than {max} ms in all", max = u64::MAX)]
+    IntervalTooLong(String),
     /// A missed-times policy name that is not `skip` or `catch_up_once`.
     #[error("unknown missed-times policy `{0}`: expected `skip` or `catch_up_once`")]
     InvalidMissed(String),
@@ -555,7 +559,8 @@ pub fn scheduled_run_id(schedule: &str, created_at: Timestamp, due: Timestamp) -
 
 /// Reads an interval as numbers with units, `ms`, `s`, `m`, `h` or `d`, one after
 /// another: `90s`, `15m`, `1h30m`, `1d`. For command lines and HTTP callers of
-/// [`Schedule::every`].
+/// [`Schedule::every`]. Parts that add up to more than `u64::MAX` milliseconds are
+/// [`ScheduleError::IntervalTooLong`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -568,10 +573,17 @@ pub fn parse_interval(text: &str) -> Result<Duration, ScheduleError> {
     if rest.is_empty() {
         return Err(bad());
     }
-    let mut total = Duration::ZERO;
+    // Summed in milliseconds, checked: a schedule keeps its interval as a `u64` of
+    // them, and `Duration`'s own sum panics on overflow.
+    let too_long = || ScheduleError::IntervalTooLong(text.to_owned());
+    let mut total: u64 = 0;
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let n: u64 = match rest[..digits].parse() {
+            Ok(n) => n,
+            Err(_) if digits > 0 => return Err(too_long()),
+            Err(_) => return Err(bad()),
+        };
         rest = &rest[digits..];
         let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let millis = match &rest[..unit] {
@@ -583,9 +595,9 @@ pub fn parse_interval(text: &str) -> Result<Duration, ScheduleError> {
             _ => return Err(bad()),
         };
         rest = &rest[unit..];
-        total += Duration::from_millis(n.checked_mul(millis).ok_or_else(bad)?);
+        total = n.checked_mul(millis).and_then(|part| total.checked_add(part)).ok_or_else(too_long)?;
     }
-    Ok(total)
+    Ok(Duration::from_millis(total))
 }
 
 /// Checks a schedule id: 1 to 128 ASCII letters, digits, `-`, `_`, `.` or `:`.
@@ -708,6 +720,11 @@ mod tests {
         assert_eq!(parse_interval("1d2h3m4s5ms").unwrap(), Duration::from_millis(93_784_005));
         for bad in ["", "15", "m", "1w", "1.5h", "-1h", "1h 30m"] {
             assert!(matches!(parse_interval(bad), Err(ScheduleError::InvalidInterval(_))), "{bad:?}");
+        }
+        let most = format!("{}ms", u64::MAX);
+        assert_eq!(parse_interval(&most).unwrap(), Duration::from_millis(u64::MAX));
+        for long in ["213503982335d", "99999999999999999999s", &format!("{most}1ms"), &"213503982334d".repeat(1001)] {
+            assert!(matches!(parse_interval(long), Err(ScheduleError::IntervalTooLong(_))), "{long:?}");
         }
     }
 
