@@ -604,3 +604,44 @@ fn worker_and_serve_exit_0_on_sigterm() {
     }
     let _ = std::fs::remove_file(&db);
 }
+
+/// A worker logs what it does to standard error, as one JSON object a line with
+/// `--log-format json`: here the claim of a queued run, with its id and workflow.
+#[test]
+fn a_worker_logs_its_claims_as_json_lines() {
+    use std::io::{BufRead as _, Read as _};
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let mut worker = Command::new(ops())
+        .arg("--db")
+        .arg(&db)
+        .args(["worker", "--log-format", "json"])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
+    let mut line = String::new();
+    let claim = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the worker never logged its claim");
+        if line.starts_with("worker: driving") {
+            continue;
+        }
+        let logged: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        if logged["fields"]["message"] == "claimed a run" {
+            break logged;
+        }
+    };
+    assert_eq!(claim["level"], "INFO");
+    assert_eq!(claim["fields"]["run_id"].as_str(), Some(run_id.as_str()));
+    assert_eq!(claim["fields"]["workflow"], "review");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(worker.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(worker.wait().unwrap().success());
+    let _ = std::fs::remove_file(&db);
+}

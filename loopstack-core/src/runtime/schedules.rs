@@ -85,6 +85,9 @@ impl Runtime {
             let (fire, run_id) = self.fire_of(&stored, now);
             let Some(fire) = fire else { continue };
             if self.inner.store().fire_schedule(fire).await? {
+                if let Some(run_id) = run_id {
+                    tracing::info!(schedule = %stored.id, workflow = %stored.workflow, run_id = %run_id, due = %stored.next_due, "a schedule started a run");
+                }
                 started.extend(run_id);
             }
         }

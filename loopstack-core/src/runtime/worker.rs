@@ -217,6 +217,13 @@ impl Worker {
                     Ok(claimed) => {
                         claimed_any = !claimed.is_empty();
                         for record in claimed {
+                            tracing::info!(
+                                run_id = %record.run_id,
+                                workflow = %record.workflow,
+                                step = record.step,
+                                epoch = record.epoch,
+                                "claimed a run"
+                            );
                             let worker = worker.clone();
                             let held_lease = (record.run_id, record.epoch);
                             let stop = Some(shutdown.clone());
