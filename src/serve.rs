@@ -42,7 +42,9 @@
 //! that is not JSON or does not fit (a signal's payload must fit the JSON Schema
 //! its transition publishes, which Studio's form is made from, and is read as the
 //! transition's payload type: a 422), an unknown workflow, run
-//! or signal (404 / 409). Secrets registered with the runtime never appear in a
+//! or signal (404 / 409), a signal or resume of a run of a version this build
+//! neither drives nor migrates, or whose migration fails (409). Secrets
+//! registered with the runtime never appear in a
 //! response. With a token ([`ServeOptions::token`]; required by the command line
 //! for an address beyond loopback), every request needs `Authorization: Bearer
 //! <token>`.
@@ -292,7 +294,11 @@ fn run_error(app: &App, e: &RunError) -> Response {
         RunError::UnknownSignal { .. }
         | RunError::InvalidStatus { .. }
         | RunError::SignalRefused { .. }
-        | RunError::DefinitionChanged { .. } => StatusCode::CONFLICT,
+        | RunError::DefinitionChanged { .. }
+        // This build cannot drive the run's version, or its migration failed: the
+        // run is as it was, so answering with it would read as a success.
+        | RunError::UnsupportedVersion { .. }
+        | RunError::Migration { .. } => StatusCode::CONFLICT,
         RunError::Store(e) => return store_error(e),
         // The run failed; the request was fine: the run as it now stands.
         _ => StatusCode::OK,

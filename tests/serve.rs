@@ -715,3 +715,53 @@ async fn an_interval_too_long_to_hold_is_refused_with_the_reason() {
     }
     assert!(runtime.schedules().await.unwrap().is_empty(), "no schedule was stored");
 }
+
+/// `review` as a later deploy has it: version 2, whose migration from version 1 panics.
+struct ReviewingV2;
+
+#[workflow(name = "review", version = 2, input = Review)]
+impl ReviewingV2 {
+    #[transition(to = Drafted)]
+    async fn draft(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Drafted, to = End, wait)]
+    async fn approve(&self, review: &mut Review, _cx: &mut RunContext, approval: Approval) -> Result<()> {
+        review.approved_by = Some(approval.reviewer);
+        Ok(())
+    }
+
+    #[migrate(from = 1)]
+    fn from_v1(_old: Review) -> (Review, ReviewingV2Place) {
+        panic!("the migration is broken")
+    }
+}
+
+#[tokio::test]
+async fn a_signal_or_resume_refused_for_the_runs_version_is_an_error_and_changes_nothing() {
+    let store: std::sync::Arc<dyn loopstack::Store> = std::sync::Arc::new(loopstack::MemoryStore::new());
+    let v1 = Runtime::with_shared_store(store.clone()).register(Reviewing);
+    let v2 = Runtime::with_shared_store(store.clone()).register(ReviewingV2);
+    let (v1_address, v2_address) = (serve_runtime(v1.clone()).await, serve_runtime(v2.clone()).await);
+    let old = v1.start(&Reviewing, Review::default()).await.unwrap().run_id;
+    let new = v2.start(&ReviewingV2, Review::default()).await.unwrap().run_id;
+
+    // Version 2's build cannot migrate the old run (its migration panics); version 1's
+    // cannot drive the newer run.
+    for (address, id, reason) in
+        [(&v2_address, old, "could not be migrated"), (&v1_address, new, "which this build cannot drive")]
+    {
+        let before = store.load_run(id).await.unwrap();
+        for path in [format!("/api/runs/{id}/signals/approve"), format!("/api/runs/{id}/resume")] {
+            let (status, answer) = call(address, "POST", &path, Some(r#"{"reviewer": "ada"}"#)).await;
+            assert!([409, 422].contains(&status), "{path}: {status} {answer}");
+            assert!(answer["error"].as_str().is_some_and(|e| e.contains(reason)), "{path}: {answer}");
+        }
+        let after = store.load_run(id).await.unwrap();
+        assert_eq!(
+            (after.status, after.version, after.step, &after.place),
+            (before.status, before.version, before.step, &before.place)
+        );
+    }
+}
