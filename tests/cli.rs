@@ -645,3 +645,39 @@ fn a_worker_logs_its_claims_as_json_lines() {
     assert!(worker.wait().unwrap().success());
     let _ = std::fs::remove_file(&db);
 }
+
+/// A run whose driver died holding it, its lease still valid: a plain `resume`
+/// leaves it alone and says how to take it over; `resume --take-over` takes it (its
+/// epoch rises, the dead driver's lease is gone) and drives it on to its wait.
+#[test]
+fn resume_take_over_drives_on_a_run_a_dead_driver_still_holds() {
+    use loopstack::{Claim, Lease, RunStatus, Store as _, Timestamp};
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let id: RunId = run_id.parse().unwrap();
+    // A driver takes the run with an hour's lease, then dies before its first step.
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = tokio.block_on(loopstack::SqliteStore::open(&db)).unwrap();
+    let lease = Lease { owner: "dead-driver".into(), until: Timestamp::now() + std::time::Duration::from_secs(3600) };
+    let claim = Claim::new([RunStatus::Queued]).lease(lease);
+    let held = tokio.block_on(store.claim(id, &claim)).unwrap();
+    assert_eq!((held.status, held.epoch, held.lease_owner.as_deref()), (RunStatus::Running, 1, Some("dead-driver")));
+
+    let refused = run(&db, &["resume", &run_id]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(stderr.contains("--take-over"), "{stderr}");
+    assert_eq!(json(&run(&db, &["show", &run_id, "--json"]))["status"].as_str(), Some("running"), "left alone");
+
+    let taken = json(&run(&db, &["resume", &run_id, "--take-over", "--json"]));
+    assert_eq!((taken["status"].as_str(), taken["place"].as_str()), (Some("waiting"), Some("drafted")));
+    let record = tokio.block_on(store.load_run(id)).unwrap();
+    assert_eq!(record.epoch, 2, "taken over");
+    assert_ne!(record.lease_owner.as_deref(), Some("dead-driver"));
+    let shown = json(&run(&db, &["show", &run_id, "--json"]));
+    let steps: Vec<&str> =
+        shown["history"].as_array().unwrap().iter().map(|s| s["transition"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["draft"], "driven on from where the dead driver took it");
+    let _ = std::fs::remove_file(&db);
+}
