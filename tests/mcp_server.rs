@@ -252,3 +252,199 @@ async fn the_command_line_gives_an_agent_the_tools_of_mcp_servers() {
     assert!(!ok && err.contains("takes no MCP servers"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// How long a test waits for one answer of a server before it fails.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The HTTP server of `desk`'s workflows on a loopback port, without a token: its address.
+async fn serve_desk() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let runtime = desk::register(loopstack::Runtime::new());
+    tokio::spawn(loopstack::serve::serve(listener, runtime, loopstack::serve::ServeOptions::new()));
+    address
+}
+
+/// An answer of `/mcp`: its status, its head, and its body (de-chunked).
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    /// A header's value.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    }
+
+    /// The first JSON-RPC message of the body: as it is, or as a Server-Sent Event's data.
+    fn message(&self) -> Value {
+        let json =
+            self.body.lines().find_map(|line| line.strip_prefix("data:").map(str::trim).filter(|d| !d.is_empty()));
+        let json = json.unwrap_or(&self.body);
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {}\n{}", self.head, self.body))
+    }
+}
+
+/// One HTTP/1.1 request to `/mcp`, the connection closed after it.
+async fn mcp_http(address: &str, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let headers: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+    let request = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        // The server may answer and close before it has read a body it refuses.
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response).await;
+        response
+    };
+    let response = tokio::time::timeout(ANSWER_WITHIN, exchange).await.expect("/mcp answered in time");
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer: {response:?}"));
+    let mut answer = Answer { status: head[9..12].parse().unwrap(), head: head.to_owned(), body: body.to_owned() };
+    if answer.header("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        let (mut rest, mut body) = (answer.body.as_str(), String::new());
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            if size == 0 {
+                break;
+            }
+            body.push_str(&after[..size]);
+            rest = &after[size + 2..];
+        }
+        answer.body = body;
+    }
+    answer
+}
+
+/// An `initialize` request asking for protocol `version`.
+fn initialize(version: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": version, "capabilities": {}, "clientInfo": { "name": "probe", "version": "1" } },
+    })
+    .to_string()
+}
+
+const INITIALIZED: &str = r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#;
+const LIST_TOOLS: &str = r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#;
+
+/// The versions of the protocol the server speaks, newest first (as rmcp 0.15 does).
+const SPOKEN: [&str; 2] = ["2025-03-26", "2024-11-05"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_http_answers_a_version_it_speaks_and_refuses_a_header_of_one_it_does_not() {
+    let address = serve_desk().await;
+    for asked in ["1999-01-01", "", "2025-03-26", "2024-11-05", "9999-12-31"] {
+        let answer = mcp_http(&address, "POST", &[], &initialize(asked)).await;
+        assert_eq!(answer.status, 200, "{asked:?}: {}", answer.body);
+        let version = answer.message()["result"]["protocolVersion"].as_str().unwrap().to_owned();
+        assert!(SPOKEN.contains(&version.as_str()), "asked {asked:?}, answered {version:?}");
+        if SPOKEN.contains(&asked) {
+            assert_eq!(version, asked, "a version it speaks is the one answered");
+        }
+    }
+
+    let answer = mcp_http(&address, "POST", &[], &initialize(SPOKEN[0])).await;
+    let session = answer.header("mcp-session-id").expect("a session id").to_owned();
+    let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", SPOKEN[0])];
+    assert_eq!(mcp_http(&address, "POST", &headers, INITIALIZED).await.status, 202);
+    let listed = mcp_http(&address, "POST", &headers, LIST_TOOLS).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.message()["result"]["tools"].is_array(), "{}", listed.body);
+    for unspoken in ["1999-01-01", "", "2099-01-01"] {
+        let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", unspoken)];
+        let refused = mcp_http(&address, "POST", &headers, LIST_TOOLS).await;
+        assert_eq!(refused.status, 400, "{unspoken:?}: {}", refused.body);
+        assert!(refused.body.contains("MCP-Protocol-Version"), "{}", refused.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_http_answers_404_for_a_session_it_does_not_know_or_deleted() {
+    let address = serve_desk().await;
+    let unknown = [("Mcp-Session-Id", "no-such-session")];
+    for method in ["POST", "GET", "DELETE"] {
+        let answer = mcp_http(&address, method, &unknown, if method == "POST" { LIST_TOOLS } else { "" }).await;
+        assert_eq!(answer.status, 404, "{method}: {}", answer.body);
+    }
+
+    let answer = mcp_http(&address, "POST", &[], &initialize(SPOKEN[0])).await;
+    let session = answer.header("mcp-session-id").expect("a session id").to_owned();
+    let headers = [("Mcp-Session-Id", session.as_str())];
+    assert_eq!(mcp_http(&address, "POST", &headers, INITIALIZED).await.status, 202);
+    assert_eq!(mcp_http(&address, "DELETE", &headers, "").await.status, 202);
+    let after = mcp_http(&address, "POST", &headers, LIST_TOOLS).await;
+    assert_eq!(after.status, 404, "a deleted session: {}", after.body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_http_refuses_a_body_over_the_apis_limit() {
+    let address = serve_desk().await;
+    let body = format!(r#"{{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": "{}"}}"#, "x".repeat(3 << 20));
+    let answer = mcp_http(&address, "POST", &[], &body).await;
+    assert_eq!(answer.status, 413, "{}", answer.head);
+    let reason: Value = serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("{e}: {}", answer.body));
+    assert!(reason["error"].as_str().unwrap().contains("length limit"), "{reason}");
+}
+
+/// The stdio of an MCP server's process: a line written, a line read.
+struct Lines {
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Lines {
+    async fn send(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt as _;
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+
+    async fn exchange(&mut self, line: &str) -> Value {
+        self.send(line).await;
+        let answer = tokio::time::timeout(ANSWER_WITHIN, self.stdout.next_line()).await.expect("an answer in time");
+        let answer = answer.unwrap().expect("the server answered before it ended its output");
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_stdio_answers_a_line_that_is_not_json_with_a_parse_error_and_goes_on() {
+    use tokio::io::AsyncBufReadExt as _;
+    let server = common::example_with("mcp_server", &["mcp-server", "cli"]);
+    let mut child = tokio::process::Command::new(server)
+        .args(["--db", "memory", "mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut lines = Lines { stdin: child.stdin.take().unwrap(), stdout };
+
+    // Before the handshake, and after it: an answer, and the session goes on.
+    let error = lines.exchange("{not json").await;
+    assert_eq!((&error["error"]["code"], &error["id"]), (&serde_json::json!(-32700), &Value::Null), "{error}");
+    let init = lines.exchange(&initialize("1999-01-01")).await;
+    assert_eq!(init["result"]["protocolVersion"], SPOKEN[0], "{init}");
+    lines.send(INITIALIZED).await;
+    for bad in ["]", "\u{7f}garbage"] {
+        let error = lines.exchange(bad).await;
+        assert_eq!(error["error"]["code"], -32700, "{bad:?}: {error}");
+    }
+    let listed = lines.exchange(LIST_TOOLS).await;
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+
+    drop(lines);
+    let status = tokio::time::timeout(ANSWER_WITHIN, child.wait()).await.expect("the server ended in time").unwrap();
+    assert!(status.success(), "{status}");
+}

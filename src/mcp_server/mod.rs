@@ -53,14 +53,20 @@ use loopstack_core::Runtime;
 use loopstack_core::serde_json::{self, Value};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerInfo,
+    CallToolRequestParams, CallToolResult, ClientJsonRpcMessage, ClientRequest, Implementation, JsonRpcMessage,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerInfo,
 };
 use rmcp::service::{RequestContext, RoleServer};
 
 mod answer;
+#[cfg(feature = "serve")]
+mod http;
+mod stdio;
 mod tools;
 
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub use http::http_service;
 pub use tools::{DECIDE_TOOL, INPUT_PROPERTY, RESERVED_PREFIX, SIGNAL_TOOL};
 
 /// Why the MCP server could not be served.
@@ -164,27 +170,40 @@ impl rmcp::ServerHandler for McpHandler {
 /// standard error.
 pub async fn serve_stdio(handler: McpHandler) -> Result<(), McpServeError> {
     use rmcp::ServiceExt as _;
-    let running = handler.serve(rmcp::transport::stdio()).await.map_err(|e| McpServeError::Start(e.to_string()))?;
+    let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let running = handler.serve(transport).await.map_err(|e| McpServeError::Start(e.to_string()))?;
     tokio::select! {
         ended = running.waiting() => ended.map(|_| ()).map_err(|e| McpServeError::Session(e.to_string())),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
 
-/// The MCP server as a streamable-HTTP tower service (sessions kept in memory),
-/// to mount at a path of an axum router of your own. [`serve::router`](crate::serve::router)
-/// mounts it at `/mcp`, behind the API's token, Host and Origin checks: a service
-/// mounted elsewhere has only the checks you put in front of it.
+/// The protocol versions the server speaks, newest first: rmcp 0.15's.
+const SPOKEN_VERSIONS: [ProtocolVersion; 2] = [ProtocolVersion::LATEST, ProtocolVersion::V_2024_11_05];
+
+/// Whether the server speaks protocol `version`.
+fn speaks(version: &str) -> bool {
+    SPOKEN_VERSIONS.iter().any(|spoken| spoken.to_string() == version)
+}
+
 #[cfg(feature = "serve")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub fn http_service(
-    handler: McpHandler,
-) -> rmcp::transport::streamable_http_server::StreamableHttpService<
-    McpHandler,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    StreamableHttpService::new(move || Ok(handler.clone()), Default::default(), StreamableHttpServerConfig::default())
+fn spoken_versions() -> Vec<String> {
+    SPOKEN_VERSIONS.iter().map(ToString::to_string).collect()
+}
+
+/// An `initialize` request that asks for a protocol version the server does not
+/// speak, asking for the newest it does instead, so that it is the one answered
+/// (as the lifecycle wants); any other message as it is. rmcp 0.15 answers with
+/// the client's version whenever it sorts before its own, after the handler's
+/// `initialize` has answered, so the request is where it can be set.
+fn with_spoken_version(mut message: ClientJsonRpcMessage) -> ClientJsonRpcMessage {
+    if let JsonRpcMessage::Request(request) = &mut message
+        && let ClientRequest::InitializeRequest(init) = &mut request.request
+        && !speaks(&init.params.protocol_version.to_string())
+    {
+        init.params.protocol_version = ProtocolVersion::LATEST;
+    }
+    message
 }
 
 /// A JSON value's text: a string as it is, anything else as compact JSON.
