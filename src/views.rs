@@ -12,6 +12,7 @@ use loopstack_core::{Document, RunSummary, StepRecord};
 /// A run's row: id, workflow and its version, status, place, step, parent, times, error.
 #[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn run(run: &RunSummary) -> Value {
+    let holder = Holder::of(run, loopstack_core::Timestamp::now());
     json!({
         "run_id": run.run_id,
         "workflow": run.workflow,
@@ -24,7 +25,30 @@ pub(crate) fn run(run: &RunSummary) -> Value {
         "created_at": run.created_at.to_string(),
         "updated_at": run.updated_at.to_string(),
         "error": run.error,
+        "holder": holder.as_ref().map(|h| json!({ "owner": h.owner, "lease_until": h.until.map(|t| t.to_string()) })),
+        "stalled": holder.is_some_and(|h| h.stalled),
     })
+}
+
+/// Who drives a running run: the worker or process named in its lease, until when
+/// it holds it, and whether that lease ran out (the holder died or stopped: the run
+/// is stalled until a worker takes it over).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holder<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) until: Option<loopstack_core::Timestamp>,
+    pub(crate) stalled: bool,
+}
+
+impl<'a> Holder<'a> {
+    /// The holder of `run` at `now`, if it is running under a lease.
+    pub(crate) fn of(run: &'a RunSummary, now: loopstack_core::Timestamp) -> Option<Self> {
+        if run.status != loopstack_core::RunStatus::Running {
+            return None;
+        }
+        let owner = run.lease_owner.as_deref()?;
+        Some(Self { owner, until: run.lease_until, stalled: run.lease_until.is_some_and(|until| until <= now) })
+    }
 }
 
 /// A schedule: its id, workflow, input, when it is due, its policy and its last run.

@@ -681,3 +681,45 @@ fn resume_take_over_drives_on_a_run_a_dead_driver_still_holds() {
     assert_eq!(steps, ["draft"], "driven on from where the dead driver took it");
     let _ = std::fs::remove_file(&db);
 }
+
+/// `runs` and `show` say which worker holds a running run, and a run whose holder's
+/// lease ran out shows as stalled, not running; `--json` says the same.
+#[test]
+fn listings_show_who_holds_a_run_and_which_runs_stalled() {
+    use loopstack::{Claim, Lease, RunStatus, Store as _, Timestamp};
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut ids = Vec::new();
+    for (owner, lease) in [("live-worker", 3600), ("dead-worker", -60)] {
+        let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
+        let run_id = queued["run_id"].as_str().unwrap().to_owned();
+        let store = tokio.block_on(loopstack::SqliteStore::open(&db)).unwrap();
+        let until = Timestamp::from_millis(Timestamp::now().as_millis() + lease * 1000);
+        let claim = Claim::new([RunStatus::Queued]).lease(Lease { owner: owner.into(), until });
+        tokio.block_on(store.claim(run_id.parse().unwrap(), &claim)).unwrap();
+        ids.push(run_id);
+    }
+    let (live, dead) = (&ids[0], &ids[1]);
+
+    let listed = stdout(&run(&db, &["runs"]));
+    let line = |id: &str| listed.lines().find(|l| l.starts_with(id)).unwrap().to_owned();
+    assert!(line(live).contains(" running ") && line(live).ends_with("held by live-worker"), "{listed}");
+    assert!(line(dead).contains(" stalled ") && line(dead).ends_with("held by dead-worker"), "{listed}");
+    let shown = stdout(&run(&db, &["show", live]));
+    assert!(shown.contains("held by live-worker (lease until "), "{shown}");
+    let shown = stdout(&run(&db, &["show", dead]));
+    assert!(shown.contains("stalled: the lease of dead-worker ran out at "), "{shown}");
+
+    let listed = json(&run(&db, &["runs", "--json"]));
+    let of = |id: &str| listed["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == id).unwrap().clone();
+    assert_eq!(
+        (of(live)["holder"]["owner"].as_str(), of(live)["stalled"].as_bool()),
+        (Some("live-worker"), Some(false))
+    );
+    assert_eq!(
+        (of(dead)["holder"]["owner"].as_str(), of(dead)["stalled"].as_bool()),
+        (Some("dead-worker"), Some(true))
+    );
+    assert_eq!(of(dead)["status"], "running", "the stored status is kept beside it");
+    let _ = std::fs::remove_file(&db);
+}

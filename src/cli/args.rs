@@ -200,6 +200,10 @@ pub enum Command {
         /// flight may take to finish: 25s, 1m, 0s.
         #[arg(long, default_value = "25s", value_parser = interval)]
         drain_timeout: std::time::Duration,
+        /// This process's name in the leases it takes, which `runs` and `show` print
+        /// as the holder of a run (host:pid:random unless given).
+        #[arg(long, env = "LOOPSTACK_WORKER_NAME")]
+        name: Option<String>,
     },
     /// Serves the registered workflows and agents as the tools of an MCP server over
     /// stdio (`loopstack::mcp_server`), until the client closes it: for Claude
@@ -226,6 +230,10 @@ pub enum Command {
         /// before they are abandoned (and run again by another worker): 25s, 1m, 0s.
         #[arg(long, default_value = "25s", value_parser = interval)]
         drain_timeout: std::time::Duration,
+        /// This worker's name in the leases it takes, which `runs` and `show` print
+        /// as the holder of a run (host:pid:random unless given).
+        #[arg(long, env = "LOOPSTACK_WORKER_NAME")]
+        name: Option<String>,
         /// Drive what can move now, once, and exit.
         #[arg(long)]
         once: bool,

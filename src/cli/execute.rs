@@ -52,18 +52,21 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 let runs: Vec<Value> = page.runs.iter().map(crate::views::run).collect();
                 out = json!({ "runs": runs, "next": page.next }).to_string() + "\n";
             } else {
+                let now = loopstack_core::Timestamp::now();
                 for run in &page.runs {
-                    let _ = writeln!(
+                    let holder = crate::views::Holder::of(run, now);
+                    let status = if holder.is_some_and(|h| h.stalled) { "stalled" } else { run.status.as_str() };
+                    let _ = write!(
                         out,
                         "{}  {:<10} {:<20} v{:<3} {:<16} step {:<4} {}",
-                        run.run_id,
-                        run.status.as_str(),
-                        run.workflow,
-                        run.version,
-                        run.place,
-                        run.step,
-                        run.updated_at
+                        run.run_id, status, run.workflow, run.version, run.place, run.step, run.updated_at
                     );
+                    match holder {
+                        Some(h) => {
+                            let _ = writeln!(out, "  held by {}", h.owner);
+                        }
+                        None => out.push('\n'),
+                    }
                 }
                 if let Some(next) = page.next {
                     let _ = writeln!(out, "(more: --limit, or list runs before {next})");
@@ -147,7 +150,8 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             };
         }
         #[cfg(feature = "serve")]
-        Command::Serve { bind, port, token, worker, drain_timeout } => {
+        Command::Serve { bind, port, token, worker, drain_timeout, name } => {
+            let runtime = &named(runtime, name.as_deref());
             if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
                 return Err(CliError::Serve("the --token is empty".to_owned()));
             }
@@ -194,7 +198,8 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
         Command::Schedule { action } => out = schedule(runtime, action, json).await?,
-        Command::Worker { concurrency, once, drain_timeout } => {
+        Command::Worker { concurrency, once, drain_timeout, name } => {
+            let runtime = &named(runtime, name.as_deref());
             let worker =
                 loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency).drain_timeout(*drain_timeout);
             if *once {
@@ -212,6 +217,14 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         }
     }
     Ok(out)
+}
+
+/// `runtime`, named `name` in the leases it takes when a name is given.
+fn named(runtime: &Runtime, name: Option<&str>) -> Runtime {
+    match name {
+        Some(name) => runtime.clone().owner(name),
+        None => runtime.clone(),
+    }
 }
 
 /// A `schedule` command.

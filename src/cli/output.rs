@@ -80,6 +80,18 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
         record.version,
         record.step
     );
+    if let Some(holder) = crate::views::Holder::of(&record.summary(), loopstack_core::Timestamp::now()) {
+        let until = holder.until.map_or_else(|| "no end".to_owned(), |t| t.to_string());
+        if holder.stalled {
+            let _ = writeln!(
+                out,
+                "stalled: the lease of {} ran out at {until}; a worker takes the run over (or `resume --take-over`)",
+                holder.owner
+            );
+        } else {
+            let _ = writeln!(out, "held by {} (lease until {until})", holder.owner);
+        }
+    }
     if let Some(error) = &record.error {
         let _ = writeln!(out, "error: {}", one_line(error));
     }

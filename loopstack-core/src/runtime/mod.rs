@@ -163,8 +163,9 @@ impl Runtime {
         self
     }
 
-    /// Names this runtime in the leases it takes (a process id and a random suffix
-    /// unless set).
+    /// Names this runtime in the leases it takes, which listings show as the holder
+    /// of a running run: `host:pid:random` unless set (the host's name, the process
+    /// id, and a random suffix that tells two runtimes of one process apart).
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         Arc::make_mut(&mut self.inner).set_owner(owner.into().into());

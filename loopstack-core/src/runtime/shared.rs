@@ -77,7 +77,7 @@ impl Shared {
     /// random owner name, no workflows and no secrets.
     pub(super) fn new(store: Arc<dyn Store>) -> Self {
         let lease = store.lease_duration();
-        let owner = format!("{}-{:08x}", std::process::id(), fastrand::u32(..));
+        let owner = format!("{}:{}:{:08x}", host_name(), std::process::id(), fastrand::u32(..));
         let events = EventHub::new(&store);
         Self {
             store,
@@ -206,4 +206,19 @@ impl Shared {
     pub(super) fn redact_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
         self.secrets.redact(text)
     }
+}
+
+/// This machine's name, for the default owner of a runtime's leases: what tells an
+/// operator which worker holds a run (a pod's name under Kubernetes). Read once.
+fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned())
+    })
 }
