@@ -3,7 +3,7 @@
 //! A transition starts a child with [`RunContext::start_child`]: the child is a
 //! run of another workflow in the same store, recorded with its parent and the
 //! name of the parent's wait transition that takes its end. When the child ends
-//! (completed, failed or cancelled) the store puts a [`ChildEnded`] signal of that
+//! (completed, failed, cancelled or stopped) the store puts a [`ChildEnded`] signal of that
 //! name in the parent's inbox, in the same write as the child's last one, so a
 //! crash can never lose it. The parent waits durably, holding no task: it parks at
 //! a place whose wait transition takes `ChildEnded`, and goes on when the children
@@ -52,12 +52,12 @@ pub struct ChildEnded {
     pub child: RunId,
     /// Its workflow.
     pub workflow: String,
-    /// How it ended: completed, failed or cancelled.
+    /// How it ended: completed, failed, cancelled or stopped.
     pub status: RunStatus,
     /// Its final state, when it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
-    /// Why it failed or was cancelled.
+    /// Why it failed, was cancelled or stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Whether it was cancelled because its parent's drive drove it longer than its
@@ -100,7 +100,7 @@ impl JsonSchema for ChildEnded {
             "properties": {
                 "child": {"type": "string", "format": "uuid"},
                 "workflow": {"type": "string"},
-                "status": {"type": "string", "enum": ["completed", "failed", "cancelled"]},
+                "status": {"type": "string", "enum": ["completed", "failed", "cancelled", "stopped"]},
                 "output": {},
                 "error": {"type": "string"},
                 "timed_out": {"type": "boolean"},

@@ -50,6 +50,8 @@ pub struct RunContext {
     /// Each entry holds its document, so the document's address cannot be reused
     /// by another while the entry lives.
     shared: SharedValues,
+    /// Why the running transition stops the run ([`RunContext::stop`]).
+    stop: Option<Box<str>>,
 }
 
 /// The typed values a context keeps of documents it saved, with the documents.
@@ -99,6 +101,7 @@ impl RunContext {
             runtime,
             children: Vec::new(),
             shared: Vec::new(),
+            stop: None,
         }
     }
 
@@ -162,6 +165,7 @@ impl RunContext {
         }
         self.children.clear();
         self.shared.clear();
+        self.stop = None;
         self.docs.truncate(self.committed_len);
         for (i, doc) in self.undo.drain(..).rev() {
             self.docs[i] = doc;
@@ -188,6 +192,24 @@ impl RunContext {
     /// commits as step `step() + 1`.
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// Stops the run instead of committing the running transition: for a step a
+    /// limit or a safety check forbids (a spent budget, a model that repeats its
+    /// calls). When the transition returns `Ok`, nothing of it is stored (its state,
+    /// its documents; children it started are cancelled) and the run ends
+    /// [`Stopped`](crate::RunStatus::Stopped) at its last checkpoint with `reason`
+    /// as its error: listed apart from runs that completed, its parent told, and a
+    /// [retry](crate::Runtime::retry) takes the step again, after the limit was
+    /// raised. A wait transition that stops the run takes its signal as rejected
+    /// with `reason`. The drive's outcome is [`RunOutcome::Stopped`](crate::RunOutcome::Stopped).
+    pub fn stop(&mut self, reason: impl Into<String>) {
+        self.stop = Some(reason.into().into_boxed_str());
+    }
+
+    /// Why the transition that just ran stops the run, if it does.
+    pub(crate) fn take_stop(&mut self) -> Option<Box<str>> {
+        self.stop.take()
     }
 
     /// Whether this transition may repeat one an earlier drive of the run began: it

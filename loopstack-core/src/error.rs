@@ -43,7 +43,7 @@ pub enum StoreError {
         /// The run's epoch in the store.
         current: u64,
     },
-    /// The run is completed, failed or cancelled and takes no more writes.
+    /// The run is completed, failed, cancelled or stopped and takes no more writes.
     #[error("run {run_id} is {status} and takes no more writes")]
     Finished {
         /// The run.

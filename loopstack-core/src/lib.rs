@@ -89,9 +89,9 @@ pub use runtime::{
 };
 pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunId,
-    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord, Store,
-    Timestamp, WorkflowVersions,
+    Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunCount,
+    RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord,
+    Store, Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

@@ -143,7 +143,7 @@ crate::sql::forward_store!(PostgresStore);
 /// transaction; when the fence does not hold, `r` is empty and nothing is written.
 const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, status = $6, updated_at = $7, \
     place_since = $7, lease_until = COALESCE($8, lease_until) \
-    WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ('completed', 'failed', 'cancelled') \
+    WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status NOT IN ('completed', 'failed', 'cancelled', 'stopped') \
     RETURNING id), \
     d AS (INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, step) \
     SELECT r.id, x.seq, x.version, x.doc_type, x.doc_key, x.tags, x.metadata, x.content, x.step FROM r, \

@@ -111,19 +111,18 @@ fn run_ready<'a, W: Workflow>(
         let outcome = Box::pin(run_loop.run(&mut state, &mut cx)).await;
         // A function of its own: its locals share the loop's room in this future.
         let parent = run_loop.parent.as_ref();
-        let outcome = end_drive(runtime, &cx, name, run_loop.epoch, parent, cascade, outcome).await?;
+        let outcome = end_drive(runtime, &cx, run_loop.epoch, parent, cascade, outcome).await?;
         Ok(RunReport { run_id, outcome, state: *state, steps: cx.step() })
     }
     .instrument(span)
 }
 
-/// Records how the loop of run `cx` ended: the run's failure (and its children's
-/// cancellation), the events, and the wake of a parent that waits for it. The loop's
+/// Records how the loop of run `cx` ended: the run's failure or stop (and its
+/// children's cancellation), the events, and the wake of a parent that waits for it. The loop's
 /// outcome, or the error of a drive that lost the run meanwhile.
 async fn end_drive(
     runtime: &Runtime,
     cx: &RunContext,
-    name: &'static str,
     epoch: u64,
     parent: Option<&crate::children::Parent>,
     cascade: bool,
@@ -142,6 +141,12 @@ async fn end_drive(
         Ok(RunOutcome::Waiting { place, .. }) => tracing::info!(place, "run waiting"),
         // Boxed: only a drive that stops for a shutdown takes this path.
         Ok(RunOutcome::Released) => Box::pin(release(runtime, cx, epoch)).await,
+        Ok(RunOutcome::Stopped { reason }) => {
+            tracing::info!(%reason, "run stopped");
+            // Boxed: as a failure's.
+            let end = record_end(runtime, cx, epoch, parent, RunStatus::Stopped, reason.clone());
+            (end_refused, lost) = Box::pin(end).await;
+        }
         Ok(_) => {}
         // A refused signal leaves the run waiting; the loop parked it again.
         Err(
@@ -158,7 +163,7 @@ async fn end_drive(
             // Boxed: only a failed run takes this path, and its locals (the error's
             // text, the store's write, the parent's signal) would sit in every drive's
             // future.
-            (end_refused, lost) = Box::pin(record_failure(runtime, cx, name, epoch, parent, e)).await;
+            (end_refused, lost) = Box::pin(record_failure(runtime, cx, epoch, parent, e)).await;
         }
     }
     if let Some(lost) = lost {
@@ -168,7 +173,7 @@ async fn end_drive(
     // has the parent's workflow; a parent that drives its children itself reads
     // their ends from its inbox.
     let ended = !end_refused
-        && (matches!(&outcome, Ok(RunOutcome::Completed))
+        && (matches!(&outcome, Ok(RunOutcome::Completed | RunOutcome::Stopped { .. }))
             || matches!(&outcome, Err(e) if !e.leaves_run_waiting() && !matches!(e, RunError::Store(s) if s.is_lost_run())));
     if cascade
         && ended
@@ -194,23 +199,34 @@ async fn release(runtime: &Runtime, cx: &RunContext, epoch: u64) {
 async fn record_failure(
     runtime: &Runtime,
     cx: &RunContext,
-    name: &'static str,
     epoch: u64,
     parent: Option<&crate::children::Parent>,
     e: &RunError,
 ) -> (bool, Option<crate::error::StoreError>) {
-    let run_id = cx.run_id();
     let error = runtime.inner.redact_text(&e.to_string()).into_owned();
     tracing::warn!(%error, "run failed");
     let status = if matches!(e, RunError::Cancelled { .. }) { RunStatus::Cancelled } else { RunStatus::Failed };
+    record_end(runtime, cx, epoch, parent, status, error).await
+}
+
+/// Records that run `cx` ended at its last checkpoint with `status` (failed,
+/// cancelled or stopped) and `error`, telling its parent and cancelling its
+/// children: whether the store refused the write, and the error of a drive that
+/// lost the run.
+async fn record_end(
+    runtime: &Runtime,
+    cx: &RunContext,
+    epoch: u64,
+    parent: Option<&crate::children::Parent>,
+    status: RunStatus,
+    error: String,
+) -> (bool, Option<crate::error::StoreError>) {
+    let run_id = cx.run_id();
     let fence = crate::store::Fence { epoch, step: cx.step() };
-    let notify = parent.and_then(|p| child_ended(p, run_id, name, status, None, Some(error.clone())));
-    match runtime.inner.store().set_status(run_id, fence, status, Some(error), notify).await {
+    let notify = parent.and_then(|p| child_ended(p, run_id, cx.workflow(), status, None, Some(error.clone())));
+    match runtime.inner.store().set_status(run_id, fence, status, Some(error.clone()), notify).await {
         Ok(()) => {
-            cx.emit(|| EventKind::Finished {
-                status,
-                error: Some(runtime.inner.redact_text(&e.to_string()).into_owned()),
-            });
+            cx.emit(|| EventKind::Finished { status, error: Some(error) });
             // Its children go with it.
             // Boxed: only a failed run has it, and its future would sit in every run's.
             Box::pin(super::cancel_children(runtime, run_id, "the parent run ended")).await;

@@ -114,6 +114,15 @@ pub enum RunOutcome {
     /// ([`Drive::stop_on`], a [`Worker`] draining): the run is still running, its
     /// lease given back, and the next worker that looks for work continues it.
     Released,
+    /// A transition stopped the run ([`RunContext::stop`](crate::RunContext::stop)):
+    /// it is [`RunStatus::Stopped`] at its last checkpoint, with `reason` as its
+    /// error, and nothing of the stopping step is stored. The report's state is the
+    /// one the stopping transition left, for the caller to read why; the store keeps
+    /// the checkpoint's, which a retry starts from.
+    Stopped {
+        /// Why, as the transition said it.
+        reason: String,
+    },
 }
 
 /// What a caller gets back from driving a run.
@@ -383,8 +392,8 @@ impl Runtime {
         Drive::new(self, workflow, Mode::Resume(run_id))
     }
 
-    /// Restarts a failed or cancelled run from its last checkpoint: after a provider
-    /// outage, a fixed bug, a raised limit. The step limit counts from here.
+    /// Restarts a failed, cancelled or stopped run from its last checkpoint: after a
+    /// provider outage, a fixed bug, a raised limit. The step limit counts from here.
     pub fn retry<'a, W: Workflow>(&'a self, workflow: &'a W, run_id: RunId) -> Drive<'a, W> {
         Drive::new(self, workflow, Mode::Retry(run_id))
     }

@@ -267,7 +267,7 @@ async fn take_over<W: Workflow>(
     let name = def.name();
     let store = runtime.inner.store();
     let (expect, action): (&[RunStatus], _) = match how {
-        Takeover::Retry => (&[RunStatus::Failed, RunStatus::Cancelled], "be retried"),
+        Takeover::Retry => (&[RunStatus::Failed, RunStatus::Cancelled, RunStatus::Stopped], "be retried"),
         Takeover::Wake => (&[RunStatus::Queued, RunStatus::Waiting], "be woken"),
         _ => (&[RunStatus::Queued, RunStatus::Running, RunStatus::Waiting], "be resumed"),
     };

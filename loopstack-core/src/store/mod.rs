@@ -198,6 +198,17 @@ pub trait Store: Send + Sync + 'static {
     /// states, so a run whose state cannot be read is listed like any other.
     async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError>;
 
+    /// How many runs there are of each workflow in each unfinished status (queued,
+    /// running, waiting), and how many of them can move at `now` (the runnable
+    /// queue's depth), by workflow then status; none for a pair with no run. What
+    /// the metrics read at each scrape, so a store answers it in one query.
+    ///
+    /// The default reads the listing a page at a time ([`count_runs_by_listing`]):
+    /// right for any store, but it reads every unfinished run.
+    async fn count_runs(&self, now: Timestamp) -> Result<Vec<RunCount>, StoreError> {
+        count_runs_by_listing(self, now).await
+    }
+
     /// The transitions the run took, in order, with their times.
     async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError>;
 

@@ -120,3 +120,66 @@ pub struct RunPage {
     /// Pass to [`RunQuery::before`] for the next page; `None` on the last.
     pub next: Option<RunId>,
 }
+
+/// How many runs of one workflow are in one unfinished status, and how many of
+/// them a worker could claim now ([`Store::count_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunCount {
+    /// The runs' workflow.
+    pub workflow: String,
+    /// Their status: `queued`, `running` or `waiting`.
+    pub status: RunStatus,
+    /// How many runs there are.
+    pub runs: u64,
+    /// How many of them can move now, as [`Store::claim_runnable`] would find them:
+    /// every queued run, running runs whose lease ran out, and waiting runs with a
+    /// pending signal or a timer due.
+    pub runnable: u64,
+}
+
+impl RunCount {
+    /// `runs` runs of `workflow` in `status`, `runnable` of them claimable now.
+    pub fn new(workflow: impl Into<String>, status: RunStatus, runs: u64, runnable: u64) -> Self {
+        Self { workflow: workflow.into(), status, runs, runnable }
+    }
+}
+
+/// The statuses [`Store::count_runs`] counts: the runs that have not ended.
+pub const COUNTED_STATUSES: [RunStatus; 3] = [RunStatus::Queued, RunStatus::Running, RunStatus::Waiting];
+
+/// [`Store::count_runs`] for any store, from its listing and inboxes: a page of
+/// 1,000 unfinished runs at a time, and the inbox of each waiting run without a
+/// due timer.
+pub async fn count_runs_by_listing<S: Store + ?Sized>(store: &S, now: Timestamp) -> Result<Vec<RunCount>, StoreError> {
+    let mut counts: Vec<RunCount> = Vec::new();
+    let mut query = RunQuery { status: COUNTED_STATUSES.to_vec(), limit: 1000, ..RunQuery::default() };
+    loop {
+        let page = store.list_runs(&query).await?;
+        for run in &page.runs {
+            let runnable = match run.status {
+                RunStatus::Queued => true,
+                RunStatus::Running => run.lease_until.is_some_and(|until| until <= now),
+                RunStatus::Waiting => {
+                    run.wake_at.is_some_and(|at| at <= now) || !store.inbox(run.run_id).await?.pending.is_empty()
+                }
+                _ => continue,
+            };
+            let at = match counts.iter().position(|c| c.workflow == run.workflow && c.status == run.status) {
+                Some(at) => at,
+                None => {
+                    counts.push(RunCount::new(run.workflow.as_ref(), run.status, 0, 0));
+                    counts.len() - 1
+                }
+            };
+            counts[at].runs += 1;
+            counts[at].runnable += u64::from(runnable);
+        }
+        match page.next {
+            Some(next) => query.before = Some(next),
+            None => break,
+        }
+    }
+    counts.sort_by(|a, b| (&a.workflow, a.status.as_str()).cmp(&(&b.workflow, b.status.as_str())));
+    Ok(counts)
+}

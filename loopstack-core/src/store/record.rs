@@ -74,12 +74,18 @@ pub enum RunStatus {
     Failed,
     /// Cancelled by its caller.
     Cancelled,
+    /// Stopped by the workflow before a step a limit or a safety check forbids (an
+    /// agent's turn, token, cost or tool-call budget, a model that repeats its
+    /// calls), without an answer: [`RunRecord::error`] says why. Like a failed run
+    /// it stands at its last checkpoint, so a retry after raising the limit takes
+    /// that step again ([`RunContext::stop`](crate::RunContext::stop)).
+    Stopped,
 }
 
 impl RunStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [Self; 6] =
-        [Self::Queued, Self::Running, Self::Waiting, Self::Completed, Self::Failed, Self::Cancelled];
+    pub const ALL: [Self; 7] =
+        [Self::Queued, Self::Running, Self::Waiting, Self::Completed, Self::Failed, Self::Cancelled, Self::Stopped];
 
     /// The stable snake_case name, as stores write it.
     pub fn as_str(self) -> &'static str {
@@ -90,12 +96,13 @@ impl RunStatus {
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::Stopped => "stopped",
         }
     }
 
-    /// Whether the run ended: completed, failed or cancelled.
+    /// Whether the run ended: completed, failed, cancelled or stopped.
     pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled | Self::Stopped)
     }
 }
 
@@ -180,7 +187,7 @@ pub struct RunRecord {
     pub step: u64,
     /// The workflow state of the last checkpoint, as JSON.
     pub state: Box<RawValue>,
-    /// The error that failed (or cancelled) the run.
+    /// The error that failed (or cancelled) the run, or why it stopped.
     pub error: Option<String>,
     /// The hash of the transition table the run was started (or last driven) with:
     /// [`Definition::hash`](crate::Definition::hash).
@@ -276,7 +283,7 @@ pub struct RunSummary {
     pub place: Cow<'static, str>,
     /// How many transitions the run has taken.
     pub step: u64,
-    /// The error that failed (or cancelled) the run.
+    /// The error that failed (or cancelled) the run, or why it stopped.
     pub error: Option<String>,
     /// The hash of the transition table the run was started (or last driven) with.
     pub definition_hash: Cow<'static, str>,

@@ -199,7 +199,7 @@ impl Checkpoint {
 /// inbox id, the run's [`signal_seq`](RunRecord::signal_seq) raised, so a waiting run
 /// becomes claimable and a driver that parks it over the old count gets
 /// [`StoreError::SignalArrived`]), or not at all when the write is refused. A target
-/// that is finished (completed, failed or cancelled) or does not exist drops the
+/// that is finished (completed, failed, cancelled or stopped) or does not exist drops the
 /// signal silently, and the write still succeeds: a parent that ended has nothing to
 /// wait for.
 #[derive(Debug, Clone)]

@@ -47,6 +47,64 @@ pub(super) async fn workers_claim_what_can_move(store: &Arc<dyn Store>) {
     assert_eq!(store.load_run(live.run_id).await.unwrap().lease_owner.as_deref(), Some("gone"));
 }
 
+/// The unfinished runs are counted by workflow and status, with those a worker
+/// could claim at the time asked about: as `claim_runnable` finds them, before and
+/// after a claim.
+pub(super) async fn runs_are_counted_by_workflow_and_status(store: &Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let secs = std::time::Duration::from_secs;
+    let new = |workflow: &'static str| NewRun::new(RunId::new(), workflow, "h", json_raw(json!({})));
+    let lease = |until| Lease { owner: "gone".into(), until };
+    let counts = |counts: Vec<RunCount>| -> Vec<(String, RunStatus, u64, u64)> {
+        let ours = counts.into_iter().filter(|c| c.workflow.starts_with("counted"));
+        ours.map(|c| (c.workflow, c.status, c.runs, c.runnable)).collect()
+    };
+    for _ in 0..2 {
+        store.create_run(new("counted").queued()).await.unwrap();
+    }
+    store.create_run(new("counted_too").queued()).await.unwrap();
+    store.create_run(new("counted").lease(lease(Timestamp::from_millis(now.as_millis() - 1000)))).await.unwrap();
+    store.create_run(new("counted").lease(lease(now + secs(60)))).await.unwrap();
+    let mut parked = Vec::new();
+    for wake_at in [None, None, Some(Timestamp::from_millis(now.as_millis() - 1)), Some(now + secs(3600))] {
+        let run = store.create_run(new("counted")).await.unwrap();
+        let park = Park { fence: run.fence(), inbox_seq: 0, signals: &["approve"], wake_at };
+        store.park(run.run_id, &park).await.unwrap();
+        parked.push(run);
+    }
+    store.send_signal(parked[1].run_id, "approve", json_raw(json!({}))).await.unwrap();
+    // A finished run is not counted.
+    let done = store.create_run(new("counted")).await.unwrap();
+    store.set_status(done.run_id, done.fence(), RunStatus::Completed, None, None).await.unwrap();
+    let c = |w: &str, status, runs, runnable| (w.to_owned(), status, runs, runnable);
+    assert_eq!(
+        counts(store.count_runs(now).await.unwrap()),
+        [
+            c("counted", RunStatus::Queued, 2, 2),
+            c("counted", RunStatus::Running, 2, 1),
+            c("counted", RunStatus::Waiting, 4, 2),
+            c("counted_too", RunStatus::Queued, 1, 1),
+        ],
+        "queued runs, a lease that ran out, a pending signal and a due timer can move"
+    );
+    let mine = Lease { owner: "w".into(), until: now + secs(30) };
+    let claimed = store.claim_runnable(&v1(&["counted"]), &mine, now, 100).await.unwrap();
+    assert_eq!(claimed.len(), 5);
+    assert_eq!(
+        counts(store.count_runs(now).await.unwrap()),
+        [
+            c("counted", RunStatus::Running, 6, 0),
+            c("counted", RunStatus::Waiting, 2, 0),
+            c("counted_too", RunStatus::Queued, 1, 1),
+        ],
+        "claimed, under a live lease"
+    );
+    // The leases run out: those runs can move again.
+    let later = now + secs(45);
+    let running = counts(store.count_runs(later).await.unwrap());
+    assert_eq!(running[0], c("counted", RunStatus::Running, 6, 5), "at {later:?}");
+}
+
 /// A run keeps the version it was created with (1 by default), in its record, its
 /// listing and its forks; a worker claims a run only with its name and one of the
 /// versions listed with it, so the runs of a version it cannot drive stay as they

@@ -212,6 +212,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     a_run_is_created_with_its_documents_or_not_at_all(&store).await;
     signals_still_pending_when_a_run_ends_are_rejected(&store).await;
     workers_claim_what_can_move(&store).await;
+    runs_are_counted_by_workflow_and_status(&store).await;
     a_released_lease_is_claimed_at_once(&store).await;
     a_commit_sets_its_status_and_keeps_or_renews_the_lease(&store).await;
     workers_claim_only_workflows_named_exactly(&store).await;

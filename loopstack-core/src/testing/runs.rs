@@ -244,6 +244,38 @@ pub(super) async fn retry_and_fork(store: &Arc<dyn Store>) {
     assert!(matches!(err, StoreError::CheckpointNotFound { step: 7, .. }), "{err:?}");
 }
 
+pub(super) async fn a_stopped_run_stands_at_its_last_checkpoint_until_retried(store: &Arc<dyn Store>) {
+    let rt = Runtime::with_shared_store(store.clone());
+    let report = rt.start(&Review { stop_at_work: true, ..Review::default() }, input(false)).await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Stopped { reason: STOP_REASON.into() });
+    let run_id = report.run_id;
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!(
+        (record.status, &*record.place, record.step, record.error.as_deref()),
+        (RunStatus::Stopped, "drafted", 1, Some(STOP_REASON))
+    );
+    let docs = store.documents(run_id).await.unwrap();
+    assert_eq!(texts(&docs), ["begin ran", "count 1"], "nothing of the stopping step is stored");
+    // A stopped run is finished: no commit reaches it...
+    let work = StepRecord::new(2, "work", "drafted", "review");
+    let err = store
+        .commit(Checkpoint::new(run_id, record.fence(), work, RunStatus::Running, record.state.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Finished { status: RunStatus::Stopped, .. }), "{err:?}");
+    // ...and a listing tells it apart.
+    let stopped = store.list_runs(&RunQuery::new().workflow("review").status(RunStatus::Stopped)).await.unwrap();
+    assert_eq!(stopped.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [run_id]);
+    // A retry, once the limit no longer holds, takes the stopped step again.
+    let retried = rt.retry(&Review::default(), run_id).await.unwrap();
+    assert_eq!(
+        (retried.outcome, retried.state.log),
+        (RunOutcome::Completed, vec!["begin".into(), "work".into(), "auto".into()])
+    );
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.error.as_deref()), (RunStatus::Completed, None));
+}
+
 pub(super) async fn a_fork_and_its_first_step_are_stored_together_or_not_at_all(store: &Arc<dyn Store>) {
     let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
     let note = |seq: u64, step: u64, doc_type: &'static str, text: &str| {

@@ -137,6 +137,7 @@ macro_rules! forward_store {
                 ) -> loopstack_core::RunRecord;
                 load_run(run_id: loopstack_core::RunId) -> loopstack_core::RunRecord;
                 list_runs(query: &loopstack_core::RunQuery) -> loopstack_core::RunPage;
+                count_runs(now: loopstack_core::Timestamp) -> Vec<loopstack_core::RunCount>;
                 history(run_id: loopstack_core::RunId) -> Vec<loopstack_core::StepRecord>;
                 checkpoint(run_id: loopstack_core::RunId, step: u64) -> loopstack_core::CheckpointRecord;
                 documents(run_id: loopstack_core::RunId) -> Vec<std::sync::Arc<loopstack_core::Document>>;

@@ -161,6 +161,18 @@ pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status,
 
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
 
+/// The unfinished runs by workflow and status, and how many of each can move at
+/// `$1`, as the claim tests it (`claim_runnable!`): what the metrics read at each
+/// scrape. PostgreSQL finds the runs by `runs_by_status`; SQLite reads its table
+/// (no index holds every unfinished run), as its listings do.
+pub(crate) const COUNT_RUNS: &str = "SELECT r.workflow, r.status, COUNT(*) AS runs, \
+    SUM(CASE r.status WHEN 'queued' THEN 1 \
+    WHEN 'running' THEN CASE WHEN r.lease_until IS NOT NULL AND r.lease_until <= $1 THEN 1 ELSE 0 END \
+    ELSE CASE WHEN (r.wake_at IS NOT NULL AND r.wake_at <= $1) \
+    OR EXISTS (SELECT 1 FROM signals s WHERE s.run = r.id AND s.status = 'pending') THEN 1 ELSE 0 END END) AS runnable \
+    FROM runs r WHERE r.status IN ('queued', 'running', 'waiting') \
+    GROUP BY r.workflow, r.status ORDER BY r.workflow, r.status";
+
 /// SQLite's listing: one statement for every combination of filters, as SQLite has
 /// no index a status or workflow filter could use (its listings walk the runs by id
 /// either way). PostgreSQL's names only the filters set (`SqlStore::list_runs`).

@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use loopstack_core::serde_json::value::RawValue;
 use loopstack_core::{
-    CheckpointRecord, Document, Inbox, RunId, RunPage, RunQuery, RunRecord, RunSummary, SignalReceipt, SignalRecord,
-    StepRecord, StoreError, Timestamp,
+    CheckpointRecord, Document, Inbox, RunCount, RunId, RunPage, RunQuery, RunRecord, RunSummary, SignalReceipt,
+    SignalRecord, StepRecord, StoreError, Timestamp,
 };
 use sqlx::Row as _;
 
 use super::queries::run_columns;
 use super::queries::{
-    ALL_SIGNALS, CHECKPOINT_CHAIN, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY, INSERT_SIGNAL,
-    NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
+    ALL_SIGNALS, CHECKPOINT_CHAIN, COUNT_RUNS, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY,
+    INSERT_SIGNAL, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
 };
 use super::{Dialect, SqlStore, backend, corrupt, raw, to_i64, to_u64};
 
@@ -243,6 +243,18 @@ where
             None
         };
         Ok(RunPage { runs, next })
+    }
+
+    pub(crate) async fn count_runs(&self, now: Timestamp) -> Result<Vec<RunCount>, StoreError> {
+        use super::rows::Cols as _;
+        let rows = sqlx::query(COUNT_RUNS).bind(now.as_millis()).fetch_all(&self.pool).await.map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                let row = super::rows::Sx(row);
+                let (runs, runnable) = (to_u64(row.int("runs")?)?, to_u64(row.int("runnable")?)?);
+                Ok(RunCount::new(row.text("workflow")?, row.text("status")?.parse()?, runs, runnable))
+            })
+            .collect()
     }
 
     pub(crate) async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {

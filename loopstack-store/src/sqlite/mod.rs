@@ -39,6 +39,7 @@ const MIGRATIONS: &[conn::Migration] = &[
     (6, "trace parent", include_str!("../../migrations/sqlite/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../../migrations/sqlite/0007_claim_indexes.sql")),
     (8, "lean run indexes", include_str!("../../migrations/sqlite/0008_lean_run_indexes.sql")),
+    (9, "schedule overlap", include_str!("../../migrations/sqlite/0009_schedule_overlap.sql")),
 ];
 
 /// The worker's claim in SQLite's words: no row locks (one writer at a time), the
@@ -271,6 +272,10 @@ impl loopstack_core::Store for SqliteStore {
     async fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
         let query = query.clone();
         self.call(move |c, _| reads::list_runs(c, &query)).await
+    }
+
+    async fn count_runs(&self, now: Timestamp) -> Result<Vec<loopstack_core::RunCount>, StoreError> {
+        self.call(move |c, _| reads::count_runs(c, now)).await
     }
 
     async fn history(&self, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use loopstack_core::{
-    CheckpointRecord, Document, Inbox, RunId, RunPage, RunQuery, RunRecord, RunSummary, SignalReceipt, SignalRecord,
-    StepRecord, StoreError, Timestamp,
+    CheckpointRecord, Document, Inbox, RunCount, RunId, RunPage, RunQuery, RunRecord, RunSummary, SignalReceipt,
+    SignalRecord, StepRecord, StoreError, Timestamp,
 };
 
 use super::conn::{Conn, exec, query, query_one, write};
 use crate::sql::queries::{
-    ALL_SIGNALS, CHECKPOINT_CHAIN, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY, INSERT_SIGNAL,
-    LIST_RUNS, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
+    ALL_SIGNALS, CHECKPOINT_CHAIN, COUNT_RUNS, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY,
+    INSERT_SIGNAL, LIST_RUNS, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
 };
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{corrupt, raw, status_set, to_i64, to_u64};
@@ -153,6 +153,17 @@ pub(super) fn list_runs(conn: &Conn<'_>, q: &RunQuery) -> Result<RunPage, StoreE
         None
     };
     Ok(RunPage { runs, next })
+}
+
+pub(super) fn count_runs(conn: &Conn<'_>, now: Timestamp) -> Result<Vec<RunCount>, StoreError> {
+    query(conn, COUNT_RUNS, &[&now.as_millis()], |r| {
+        Ok(RunCount::new(
+            r.text("workflow")?,
+            r.text("status")?.parse()?,
+            to_u64(r.int("runs")?)?,
+            to_u64(r.int("runnable")?)?,
+        ))
+    })
 }
 
 pub(super) fn history(conn: &Conn<'_>, run_id: RunId) -> Result<Vec<StepRecord>, StoreError> {

@@ -27,7 +27,7 @@ use run::*;
 /// It keeps every run, with all its checkpoints, document versions and signals,
 /// until [`MemoryStore::remove`] drops it, or, with
 /// [`MemoryStore::keep_finished`], until more than that many finished runs
-/// (completed, failed or cancelled) are held: then the runs that finished first are
+/// (completed, failed, cancelled or stopped) are held: then the runs that finished first are
 /// dropped whole. Runs that have not finished (queued, running, waiting) are never
 /// evicted and do not count toward the bound.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +41,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Keeps at most `n` finished runs (completed, failed or cancelled), evicting
+    /// Keeps at most `n` finished runs (completed, failed, cancelled or stopped), evicting
     /// those that finished first beyond that; unfinished runs are never evicted.
     #[must_use]
     pub fn keep_finished(self, n: usize) -> Self {
