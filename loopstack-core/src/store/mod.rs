@@ -12,7 +12,7 @@
 //!   ([`Fence`]), and the store refuses a write whose epoch or step is stale
 //!   ([`StoreError::Fenced`], [`StoreError::Conflict`]). A driver that lost its run to
 //!   another (a takeover after a crash, a retry, a second signal) cannot write.
-//! - **Finished is final.** A completed, failed or cancelled run takes no commit and no
+//! - **Finished is final.** A completed, failed, cancelled or stopped run takes no commit and no
 //!   status change ([`StoreError::Finished`]); only a [claim](Store::claim) that
 //!   expects a finished status (a retry) reopens it.
 //! - **Signals are kept.** A signal is written to the run's inbox before anything

@@ -118,6 +118,8 @@ struct Review {
     /// `work` hangs once while this is set (a crash in the middle of a transition).
     hang: AtomicBool,
     started: tokio::sync::Notify,
+    /// `work` stops the run ([`RunContext::stop`]) after saving its documents.
+    stop_at_work: bool,
 }
 
 static DEF: Definition = Definition::new(
@@ -166,6 +168,9 @@ impl Workflow for Review {
                     }
                     cx.save_with(&Note { text: "count 2".into() }, SaveOptions::new().key("count").tag("counter"))
                         .map_err(TransitionError::failed)?;
+                    if self.stop_at_work {
+                        cx.stop(STOP_REASON);
+                    }
                 }
                 "approve" => {
                     let who = payload.as_ref().and_then(|p| p["approved_by"].as_str()).map(str::to_owned);
@@ -183,6 +188,9 @@ impl Workflow for Review {
         })
     }
 }
+
+/// Why `work` stops a run of a [`Review`] with `stop_at_work`.
+const STOP_REASON: &str = "the budget of 1 step was spent";
 
 fn input(wait: bool) -> State {
     State {
@@ -207,6 +215,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     claims_respect_status_and_live_leases(&store).await;
     a_crashed_transition_runs_again_on_resume(&store).await;
     retry_and_fork(&store).await;
+    a_stopped_run_stands_at_its_last_checkpoint_until_retried(&store).await;
     a_fork_and_its_first_step_are_stored_together_or_not_at_all(&store).await;
     an_unchanged_state_reads_back_from_its_checkpoint(&store).await;
     a_run_is_created_with_its_documents_or_not_at_all(&store).await;

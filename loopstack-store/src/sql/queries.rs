@@ -7,14 +7,14 @@
 //! The column lists and shared fragments are macros that expand to literals, so
 //! every statement is a `&'static str` built by `concat!` at compile time.
 
-/// That the run has not ended (`completed`, `failed` or `cancelled`): a fenced write
-/// never touches a run that has. Three comparisons, not `NOT IN (..)`: SQLite builds
+/// That the run has not ended (`completed`, `failed`, `cancelled` or `stopped`): a
+/// fenced write never touches a run that has. Comparisons, not `NOT IN (..)`: SQLite builds
 /// a temporary B-tree for a list of more than two values at every execution of the
 /// statement, which cost each commit two of them: a quarter of the instructions of
 /// a W4 run (`examples/bench`; callgrind, 317 M before and 236 M after for 300 runs).
 macro_rules! unfinished {
     () => {
-        "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'"
+        "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled' AND status <> 'stopped'"
     };
 }
 
