@@ -994,3 +994,29 @@ async fn a_run_is_forked_from_a_checkpoint_compared_with_its_original_and_evals_
     screenshot(client, dir, "evals-3-case-run.png").await;
     studio.close().await;
 }
+
+/// A running run shows who holds it; one whose holder's lease ran out shows as
+/// stalled, in the list and on its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
+    use loopstack::{Lease, NewRun, Store as _, Timestamp};
+    let Some(studio) = Studio::start("studio-stalled", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+    let store = loopstack::SqliteStore::open(dir.join("studio.db")).await.unwrap();
+    let ended = Timestamp::from_millis(Timestamp::now().as_millis() - 60_000);
+    let state = serde_json::value::to_raw_value(&serde_json::json!({})).unwrap();
+    let run = NewRun::new(loopstack::RunId::new(), "expense", "h", state)
+        .lease(Lease { owner: "dead-worker".into(), until: ended });
+    let run_id = store.create_run(run).await.unwrap().run_id;
+
+    client.goto(base).await.unwrap();
+    let badge = format!("document.querySelector('tr[data-run=\"{run_id}\"] .badge')");
+    until(client, "the run as stalled", &format!("{badge} && {badge}.textContent === 'stalled'")).await;
+    let title: Value = client.execute(&format!("return {badge}.title;"), vec![]).await.unwrap();
+    assert_eq!(title.as_str(), Some("the lease of dead-worker ran out"));
+    client.goto(&format!("{base}#/run/{run_id}")).await.unwrap();
+    until(client, "who held it", "document.querySelector('.facts .holder')?.textContent.includes('dead-worker')").await;
+    until(client, "its status as stalled", "document.querySelector('.facts .badge').textContent === 'stalled'").await;
+    screenshot(client, dir, "run-stalled.png").await;
+    studio.close().await;
+}

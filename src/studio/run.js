@@ -259,12 +259,17 @@ export function renderRun(view) {
   if (!FINISHED.has(run.status)) act("Cancel", "cancel", "Cancel this run and its child runs?");
 
   const facts = h("dl", { class: "facts" },
-    h("dt", { text: "status" }), h("dd", {}, badge(run.status)),
+    h("dt", { text: "status" }), h("dd", {}, badge(run.stalled ? "stalled" : run.status)),
     h("dt", { text: "place" }), h("dd", { class: "place", text: run.place }),
     h("dt", { text: "version" }), h("dd", { class: "version", text: String(run.version ?? 1) }),
     h("dt", { text: "step" }), h("dd", { text: String(run.step) }),
     h("dt", { text: "started" }), h("dd", {}, time(run.created_at)),
     h("dt", { text: "updated" }), h("dd", {}, time(run.updated_at)));
+  if (run.holder) {
+    const lease = run.holder.lease_until ? time(run.holder.lease_until) : "";
+    facts.append(h("dt", { text: run.stalled ? "stalled" : "held by" }), h("dd", { class: "holder" },
+      h("span", { text: run.holder.owner + (run.stalled ? ", whose lease ran out " : ", lease until ") }), lease));
+  }
   if (run.parent) facts.append(h("dt", { text: "parent" }), h("dd", {}, h("a", { href: "#/run/" + run.parent, text: short(run.parent) })));
   // A fork: where it came from, what its edits changed, and the comparison.
   if (run.fork) {

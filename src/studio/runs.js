@@ -76,10 +76,17 @@ export async function showRuns(params) {
   await load();
 }
 
+/** A run's status; a running run's says who holds it, and shows as stalled when that lease ran out. */
+function holderBadge(run) {
+  const b = badge(run.stalled ? "stalled" : run.status);
+  if (run.holder) b.title = (run.stalled ? "the lease of " + run.holder.owner + " ran out" : "held by " + run.holder.owner);
+  return b;
+}
+
 export function runRow(run) {
   const link = h("a", { href: "#/run/" + encodeURIComponent(run.run_id), title: run.run_id, text: short(run.run_id) });
   const row = h("tr", { "data-run": run.run_id, "data-status": run.status },
-    h("td", {}, link), h("td", { text: workflowName(run) }), h("td", {}, badge(run.status)), h("td", { text: run.place }),
+    h("td", {}, link), h("td", { text: workflowName(run) }), h("td", {}, holderBadge(run)), h("td", { text: run.place }),
     h("td", { text: String(run.step) }), h("td", {}, time(run.updated_at)),
     h("td", {}, run.parent ? h("a", { href: "#/run/" + run.parent, text: short(run.parent) }) : ""));
   row.addEventListener("click", (e) => {
