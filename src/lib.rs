@@ -410,6 +410,10 @@ pub mod mcp {
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;

@@ -32,6 +32,9 @@
 //! | `POST /api/schedules/{id}/pause`, `/resume` | pauses it, or resumes it next due at its first time from now |
 //! | `DELETE /api/schedules/{id}` | deletes it (its runs stay) |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
+//! | `GET /metrics` | the [metrics](crate::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
+//! | `GET /healthz` | 200 while the process serves; no token needed |
+//! | `GET /readyz` | 200 when the store answers a cheap query within 5 s, else 503 with `{"error": reason}`; no token needed |
 //!
 //! With feature `mcp-server` (on by default) it also answers MCP at `/mcp`, over
 //! streamable HTTP: the registered workflows and agents as tools
@@ -47,7 +50,13 @@
 //! registered with the runtime never appear in a
 //! response. With a token ([`ServeOptions::token`]; required by the command line
 //! for an address beyond loopback), every request needs `Authorization: Bearer
-//! <token>`.
+//! <token>`, but `/healthz` and `/readyz`: health probes carry no token, and
+//! answer to any Host (a probe names the pod's address), with nothing but the
+//! process's and the store's state. `/metrics` is under the token like the API (it
+//! names workflows, tools and models: a Prometheus scrape config sends the token as
+//! `authorization`); [`metrics_router`] serves it with the probes and without a
+//! token, for a port of its own that only the scraper reaches (the command line's
+//! `worker --metrics-addr`).
 
 use std::sync::Arc;
 
@@ -61,8 +70,11 @@ use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
 
 mod events;
+mod probes;
 mod runs;
 mod schedules;
+
+pub use probes::router as metrics_router;
 
 use runs::*;
 
@@ -111,6 +123,7 @@ struct App {
 /// The API over `runtime`'s store and registered workflows, as an axum router.
 pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
     let scheme = if options.https { "https" } else { "http" };
+    let probes = probes::probes().with_state(runtime.clone());
     let app = App { runtime, token: options.token.map(Into::into), scheme };
     let router = Router::new();
     // MCP at `/mcp`, behind the same checks as the API (the layer below).
@@ -120,6 +133,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         crate::mcp_server::http_service(crate::mcp_server::McpHandler::new(app.runtime.clone())),
     );
     router
+        .route("/metrics", get(probes::metrics))
         .route("/api/openapi.json", get(openapi))
         .route("/api/workflows", get(workflows))
         .route("/api/runs", get(list_runs).post(start_run))
@@ -147,6 +161,14 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         // The page itself holds no run data: it is served without the token, and
         // asks for one when the API wants it.
         .merge(crate::studio::router())
+        // Probes carry no token, and name the pod's address as their Host.
+        .merge(probes)
+}
+
+impl axum::extract::FromRef<App> for Runtime {
+    fn from_ref(app: &App) -> Self {
+        app.runtime.clone()
+    }
 }
 
 /// Serves the API on `listener` until the future is dropped.
@@ -365,7 +387,7 @@ async fn openapi() -> axum::Json<Value> {
             "/api/runs/{id}/pending": { "get": op("The tool calls an agent's run waits to have decided") },
             "/api/runs/{id}/signals/{name}": { "post": op("Send a signal; the body is its payload") },
             "/api/runs/{id}/resume": { "post": op("Resume a run from its last checkpoint") },
-            "/api/runs/{id}/retry": { "post": op("Retry a failed or cancelled run") },
+            "/api/runs/{id}/retry": { "post": op("Retry a failed, cancelled or stopped run") },
             "/api/runs/{id}/fork": { "post": op("Fork a run at a step with edits: {step, edits: {state, system, model}}; answers with the fork") },
             "/api/runs/{id}/cancel": { "post": op("Cancel a run and its children") },
             "/api/runs/{id}/events": { "get": op("The run's live events (text/event-stream), whichever process drives it; each has an id over a store with an event log, and a request with Last-Event-ID resumes right after that event") },

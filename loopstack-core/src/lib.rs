@@ -56,6 +56,9 @@ pub mod events;
 pub mod fnv;
 pub mod fork;
 pub mod image;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod registry;
 mod runtime;
 pub mod schedule;

@@ -237,6 +237,12 @@ pub enum Command {
         /// Drive what can move now, once, and exit.
         #[arg(long)]
         once: bool,
+        /// Also serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT
+        /// (`loopstack::serve::metrics_router`), without a token: bind it where only
+        /// the scraper and the probes reach.
+        #[cfg(feature = "serve")]
+        #[arg(long, value_name = "HOST:PORT", conflicts_with = "once")]
+        metrics_addr: Option<String>,
     },
 }
 

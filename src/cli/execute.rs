@@ -151,7 +151,7 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
         }
         #[cfg(feature = "serve")]
         Command::Serve { bind, port, token, worker, drain_timeout, name } => {
-            let runtime = &named(runtime, name.as_deref());
+            let runtime = &recording(named(runtime, name.as_deref()));
             if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
                 return Err(CliError::Serve("the --token is empty".to_owned()));
             }
@@ -198,8 +198,20 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             crate::mcp_server::serve_stdio(handler).await.map_err(|e| CliError::Serve(e.to_string()))?;
         }
         Command::Schedule { action } => out = schedule(runtime, action, json).await?,
-        Command::Worker { concurrency, once, drain_timeout, name } => {
+        Command::Worker {
+            concurrency,
+            once,
+            drain_timeout,
+            name,
+            #[cfg(feature = "serve")]
+            metrics_addr,
+        } => {
             let runtime = &named(runtime, name.as_deref());
+            #[cfg(feature = "serve")]
+            let runtime = &match metrics_addr {
+                Some(_) => recording(runtime.clone()),
+                None => runtime.clone(),
+            };
             let worker =
                 loopstack_core::Worker::new(runtime.clone()).concurrency(*concurrency).drain_timeout(*drain_timeout);
             if *once {
@@ -211,12 +223,51 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 };
             } else {
                 let shutdown = super::shutdown_on_signal();
+                #[cfg(feature = "serve")]
+                let probes = match metrics_addr {
+                    Some(addr) => Some(serve_metrics(runtime, addr, shutdown.clone()).await?),
+                    None => None,
+                };
                 eprintln!("worker: driving {} (Ctrl-C or SIGTERM to stop)", runtime.workflows().join(", "));
                 worker.run(shutdown).await?;
+                #[cfg(feature = "serve")]
+                if let Some(probes) = probes {
+                    // The worker has stopped, so has the server (the same token): this
+                    // only waits for it to close its connections.
+                    let _ = probes.await;
+                }
             }
         }
     }
     Ok(out)
+}
+
+/// `runtime`, recording metrics: in its own [`Metrics`](crate::metrics::Metrics)
+/// if the app gave it one, else in a new one.
+#[cfg(feature = "serve")]
+fn recording(runtime: Runtime) -> Runtime {
+    if runtime.metrics().is_some() { runtime } else { runtime.with_metrics(crate::metrics::Metrics::new()) }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown`, in a task.
+#[cfg(feature = "serve")]
+async fn serve_metrics(
+    runtime: &Runtime,
+    addr: &str,
+    shutdown: loopstack_core::CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, CliError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::Serve(format!("could not listen on {addr} for metrics: {e}")))?;
+    let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
+    eprintln!("worker: metrics on http://{address}/metrics, probes on /healthz and /readyz");
+    let router = crate::serve::metrics_router(runtime.clone());
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await });
+        if let Err(e) = served.await {
+            eprintln!("worker: the metrics server stopped: {e}");
+        }
+    }))
 }
 
 /// `runtime`, named `name` in the leases it takes when a name is given.

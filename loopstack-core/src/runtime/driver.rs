@@ -181,6 +181,10 @@ async fn end_drive(
     {
         Box::pin(super::wake_parent(runtime, parent.run_id)).await;
     }
+    #[cfg(feature = "metrics")]
+    if let Some(metrics) = runtime.inner.metrics() {
+        metrics.drive_ended(cx.workflow(), crate::metrics::drive_outcome(&outcome));
+    }
     outcome
 }
 

@@ -189,6 +189,22 @@ impl Runtime {
         self
     }
 
+    /// Records this runtime's drives, steps and claims, and the model and tool calls
+    /// of its agents, in `metrics` ([`metrics`](crate::metrics); feature `metrics`).
+    /// A runtime without it records nothing and pays nothing for metrics.
+    #[cfg(feature = "metrics")]
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        Arc::make_mut(&mut self.inner).set_metrics(metrics);
+        self
+    }
+
+    /// Where this runtime records its metrics ([`Runtime::with_metrics`]), if anywhere.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.inner.metrics()
+    }
+
     /// The current time by this runtime's clock.
     pub fn now(&self) -> crate::Timestamp {
         self.inner.now()

@@ -251,6 +251,9 @@ impl<W: Workflow> RunLoop<'_, W> {
                 lease: *lease,
                 clock: self.clock,
             });
+            // The clock is read only for a runtime that records how long steps take.
+            #[cfg(feature = "metrics")]
+            let started = cx.runtime().inner.metrics().map(|_| std::time::Instant::now());
             let transition = AssertUnwindSafe(wf.transition(index, state, cx, payload).instrument(span.clone()));
             let result = match supervise(transition.catch_unwind(), token.as_ref(), heartbeat).await {
                 Ok(Ok(result)) => result,
@@ -267,6 +270,10 @@ impl<W: Workflow> RunLoop<'_, W> {
                     return Err(e.into());
                 }
             };
+            #[cfg(feature = "metrics")]
+            if let (Some(metrics), Some(started)) = (cx.runtime().inner.metrics(), started) {
+                metrics.step(name, t.name, started.elapsed());
+            }
             if let Err(err) = result {
                 cx.rollback();
                 let Some(id) = signal else {

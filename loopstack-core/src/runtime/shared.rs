@@ -70,6 +70,9 @@ pub(crate) struct Shared {
     registry: Registry,
     child_concurrency: usize,
     secrets: Secrets,
+    /// Where steps, claims and drives are recorded; `None` records nothing.
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl Shared {
@@ -89,6 +92,8 @@ impl Shared {
             registry: Registry::default(),
             child_concurrency: super::DEFAULT_CHILD_CONCURRENCY,
             secrets: Secrets::new(),
+            #[cfg(feature = "metrics")]
+            metrics: None,
         }
     }
 
@@ -108,6 +113,11 @@ impl Shared {
 
     pub(super) fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(super) fn set_metrics(&mut self, metrics: crate::metrics::Metrics) {
+        self.metrics = Some(metrics);
     }
 
     pub(super) fn set_child_concurrency(&mut self, concurrency: usize) {
@@ -193,6 +203,13 @@ impl Shared {
     #[inline]
     pub(super) fn child_concurrency(&self) -> usize {
         self.child_concurrency
+    }
+
+    /// Where this runtime records its metrics, if anywhere.
+    #[cfg(feature = "metrics")]
+    #[inline]
+    pub(crate) fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.metrics.as_ref()
     }
 
     /// The secrets kept out of what runs record.

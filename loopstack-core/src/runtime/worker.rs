@@ -124,7 +124,14 @@ impl Worker {
             versions.iter().map(|(name, versions)| WorkflowVersions::new(name, versions)).collect();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let lease = self.runtime.inner.worker_lease();
-        self.runtime.inner.store().claim_runnable(&workflows, &lease, self.runtime.now(), limit).await
+        #[cfg(feature = "metrics")]
+        let started = self.runtime.inner.metrics().map(|_| std::time::Instant::now());
+        let claimed = self.runtime.inner.store().claim_runnable(&workflows, &lease, self.runtime.now(), limit).await;
+        #[cfg(feature = "metrics")]
+        if let (Some(metrics), Some(started)) = (self.runtime.inner.metrics(), started) {
+            metrics.claim(started.elapsed(), claimed.as_ref().map_or(0, Vec::len));
+        }
+        claimed
     }
 
     /// Starts the schedules' due times, then claims and drives, to their next wait

@@ -116,6 +116,10 @@ impl Agent {
                 .or_else(|| self.prices.cost(&result.model, &result.usage));
             state.last_turn_cost = cost.unwrap_or(0.0);
             state.cost += state.last_turn_cost;
+            #[cfg(feature = "metrics")]
+            if let (Some(metrics), Some(cost)) = (cx.runtime().metrics(), cost) {
+                metrics.cost(result.provider, &result.model, cost);
+            }
         }
         if self.context.limits().is_some() {
             // The next turn sends what this one did and its reply: the provider's count

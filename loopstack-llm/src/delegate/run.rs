@@ -75,6 +75,7 @@ impl LlmDelegateToolCalls {
             // allocator's per-thread cache.
             let call = message.tool_uses().enumerate().next().expect("one call");
             let (_, result) = Box::pin(call_future(call)).await;
+            record_calls(cx, options, std::slice::from_ref(&result));
             return self.result_of(message, vec![result]);
         }
         // As many as there are calls: collected from a filter, the vector would take
@@ -99,7 +100,9 @@ impl LlmDelegateToolCalls {
             futures::stream::iter(calls).buffer_unordered(self.concurrency).collect().await
         };
         indexed.sort_unstable_by_key(|(index, _)| *index);
-        self.result_of(message, indexed.into_iter().map(|(_, result)| result).collect())
+        let results: Vec<ToolCallResult> = indexed.into_iter().map(|(_, result)| result).collect();
+        record_calls(cx, options, &results);
+        self.result_of(message, results)
     }
 
     /// How the calls of `message` went: `results`, in call order.
@@ -296,6 +299,23 @@ impl LlmDelegateToolCalls {
             Some(Ok(Ok(output))) => output,
         }
     }
+}
+
+/// Counts the calls that ran or were refused for a runtime with metrics: not those
+/// denied or answered by a person, nor those still pending (a workflow tool's run).
+fn record_calls(cx: &RunContext, options: &CallOptions<'_>, results: &[ToolCallResult]) {
+    #[cfg(feature = "metrics")]
+    if let Some(metrics) = cx.runtime().metrics() {
+        let decided = |r: &ToolCallResult| {
+            options.denied.iter().any(|d| d.call_id == r.tool_use_id)
+                || options.answered.iter().any(|a| a.tool_use_id == r.tool_use_id)
+        };
+        for result in results.iter().filter(|r| r.pending.is_none() && !decided(r)) {
+            metrics.tool_call(&result.name, result.is_error);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (cx, options, results);
 }
 
 /// What the calls of one batch share.

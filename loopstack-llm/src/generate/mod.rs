@@ -179,9 +179,13 @@ impl LlmGenerateText {
         } else {
             tracing::Span::none()
         };
-        // The clock is read only for a span that records the latency.
-        let started = (!span.is_disabled()).then(Instant::now);
+        // The clock is read only for a span or metrics that record the latency.
+        let started = (!span.is_disabled() || records_metrics(cx)).then(Instant::now);
         let first = ask(model.as_ref(), &request, cx).instrument(span.clone()).await;
+        #[cfg(feature = "metrics")]
+        if let (Some(metrics), Some(started)) = (cx.runtime().metrics(), started) {
+            metrics.model_call(model.provider(), &options.model, started.elapsed(), first.is_err());
+        }
         let (mut response, model, failures, recorded) = match first {
             Ok(response) => (response, model, Vec::new(), record(&request, cx)),
             Err(error) if fallbacks.is_empty() || !error.is_unavailable() => return Err(error.into()),
@@ -220,6 +224,20 @@ impl LlmGenerateText {
             cache_read_input_tokens: response.usage.cache_read_input_tokens,
             cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
         });
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = cx.runtime().metrics() {
+            let usage = &response.usage;
+            metrics.tokens(
+                provider,
+                &response.model,
+                &[
+                    ("input", usage.input_tokens),
+                    ("output", usage.output_tokens),
+                    ("cache_read", usage.cache_read_input_tokens),
+                    ("cache_creation", usage.cache_creation_input_tokens),
+                ],
+            );
+        }
         let meta = SaveOptions::new().metadata(&TurnMeta {
             agent: extras.agent,
             fallbacks: &failures,
@@ -265,6 +283,17 @@ pub(crate) struct Turn {
     pub(crate) usage: Usage,
     pub(crate) provider: &'static str,
     pub(crate) model: String,
+}
+
+/// Whether the run's runtime records metrics (feature `metrics`).
+fn records_metrics(cx: &RunContext) -> bool {
+    #[cfg(feature = "metrics")]
+    return cx.runtime().metrics().is_some();
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = cx;
+        false
+    }
 }
 
 /// One model's reply: streamed when someone subscribed to the run's events.
