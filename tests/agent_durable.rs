@@ -80,10 +80,11 @@ async fn a_paused_budget_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Stor
     let again = agent().raise(&second, reply.run_id, RaiseLimit::new().max_turns(1)).await.unwrap();
     assert_eq!(again.status, AgentStatus::BudgetSpent(Limit::Turns { max: 1 }));
     let outcome = second.signal_by_name(reply.run_id, "end_at_limit", serde_json::Value::Null).await.unwrap();
-    assert_eq!(outcome, RunOutcome::Completed);
-    let state: loopstack::llm::AgentState =
-        serde_json::from_str(second.store().load_run(reply.run_id).await.unwrap().state.get()).unwrap();
-    assert_eq!(state.status, Some(AgentStatus::LimitReached(Limit::Turns { max: 1 })));
+    let reason = AgentStatus::LimitReached(Limit::Turns { max: 1 }).stop_reason();
+    assert_eq!(outcome, RunOutcome::Stopped { reason: reason.clone() });
+    // Ended at the budget it spent: stopped where it paused, with why.
+    let record = second.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!((record.status, &*record.place, record.error), (RunStatus::Stopped, "budget_spent", Some(reason)));
 }
 
 /// The queue-style scripted model the README teaches, built anew in the "new process":

@@ -155,6 +155,7 @@ pub fn child_result(ended: &ChildEnded, secrets: &Secrets) -> ToolOutput {
     }
     let status = match ended.status {
         RunStatus::Cancelled => "was cancelled",
+        RunStatus::Stopped => "stopped",
         _ => "failed",
     };
     let detail = ended.error.as_deref().unwrap_or("no reason was recorded");
@@ -223,6 +224,10 @@ impl Tool for WorkflowTool {
                 let output: Value = serde_json::from_str(record.state.get()).unwrap_or(Value::Null);
                 let ended =
                     ChildEnded::new(child, record.workflow.to_string(), RunStatus::Completed, Some(output), None);
+                Ok(child_result(&ended, runtime.secrets()))
+            }
+            Ok(Ok(RunOutcome::Stopped { reason })) => {
+                let ended = ChildEnded::new(child, self.workflow.as_str(), RunStatus::Stopped, None, Some(reason));
                 Ok(child_result(&ended, runtime.secrets()))
             }
             Ok(Err(RunError::InvalidStatus { .. })) => {

@@ -1,7 +1,7 @@
 //! The ready-made agent loop, end to end with the scripted model: the exact documents
 //! saved and requests sent, the turn budget, and how each stop reason ends a run.
 
-use loopstack_core::{NewRun, RunId, RunStatus, Runtime, ToolRegistry, Workflow};
+use loopstack_core::{NewRun, RunId, RunQuery, RunStatus, Runtime, ToolRegistry, Workflow};
 use loopstack_llm::{
     Agent, AgentError, AgentStatus, AskError, ChatResponse, ContentBlock, Limit, LlmError, Message, Role,
     ScriptedModel, StopReason, ToolResult, ToolUse, Usage,
@@ -104,9 +104,13 @@ async fn the_loop_saves_the_exact_documents_and_sends_the_exact_requests() {
 }
 
 #[tokio::test]
-async fn the_turn_budget_ends_the_run_with_a_typed_status_and_the_documents_keep_the_conversation() {
+async fn the_turn_budget_stops_the_run_with_a_typed_status_and_the_documents_keep_the_conversation() {
+    // Tool calls for three turns, then an answer that a fourth turn would give.
     let model = ScriptedModel::from_fn(|req| {
         let n = req.messages.len();
+        if n > 6 {
+            return Ok(ScriptedModel::new().text_response("Done."));
+        }
         Ok(tool_calls(&[(&format!("call_{n}"), json!({"location": format!("City {n}")}))]))
     });
     let agent = Agent::new(model.clone(), "m-1", tools()).max_turns(3);
@@ -114,7 +118,14 @@ async fn the_turn_budget_ends_the_run_with_a_typed_status_and_the_documents_keep
     let reply = agent.ask(&runtime, "Loop forever").await.unwrap();
     assert_eq!(reply.status, AgentStatus::LimitReached(Limit::Turns { max: 3 }));
     assert_eq!((reply.turns, reply.tool_calls), (3, 3));
-    assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Completed);
+    // Stopped, not completed: the run did not answer, and its error says why.
+    let record = runtime.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!(
+        (record.status, record.error.as_deref(), &*record.place),
+        (RunStatus::Stopped, Some("the run reached the budget of 3 model turns"), "ready")
+    );
+    let stopped = runtime.store().list_runs(&RunQuery::new().status(RunStatus::Stopped)).await.unwrap();
+    assert_eq!(stopped.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [reply.run_id]);
     // The prompt, then three rounds of tool calls and tool results, in the run's documents.
     let docs = runtime.store().documents(reply.run_id).await.unwrap();
     let conversation: Vec<Message> = docs.iter().map(|d| d.read().unwrap()).collect();
@@ -122,6 +133,14 @@ async fn the_turn_budget_ends_the_run_with_a_typed_status_and_the_documents_keep
     assert_eq!(conversation[0], Message::user("Loop forever"));
     assert!(conversation[6].tool_results_iter().all(|r| !r.is_error));
     assert_eq!(model.calls(), 3);
+
+    // A retry with a larger budget takes the turn the run stopped before, and answers.
+    let raised = Agent::new(model.clone(), "m-1", tools()).max_turns(4);
+    let done = raised.reply_of(runtime.retry(&raised, reply.run_id).await.unwrap());
+    assert_eq!((done.status, done.text.as_str(), done.turns), (AgentStatus::Completed, "Done.", 4));
+    let record = runtime.store().load_run(reply.run_id).await.unwrap();
+    assert_eq!((record.status, record.error), (RunStatus::Completed, None));
+    assert!(runtime.store().list_runs(&RunQuery::new().status(RunStatus::Stopped)).await.unwrap().runs.is_empty());
 }
 
 #[tokio::test]

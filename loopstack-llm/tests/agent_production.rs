@@ -463,11 +463,14 @@ async fn token_cost_and_tool_call_budgets_end_the_run_with_their_status() {
         .await
         .unwrap();
     assert_eq!(reply.status, AgentStatus::LimitReached(Limit::ToolCalls { max: 2, used: 2, asked: 1 }));
-    // The call that was not run still has its result: the conversation stays valid.
+    // Stopped before the call that would pass the budget: it is the conversation's
+    // last message, unanswered, for a retry with a larger budget to run.
+    let record = runtime.store().load_run(reply.run_id).await.unwrap();
+    let reason = "the run reached the budget of 2 tool calls (2 run, 1 more asked for)";
+    assert_eq!((record.status, record.error.as_deref()), (RunStatus::Stopped, Some(reason)));
     let docs = runtime.store().documents(reply.run_id).await.unwrap();
     let last: Message = docs.last().unwrap().read().unwrap();
-    let result = last.tool_results_iter().next().unwrap();
-    assert!(result.is_error && result.content.starts_with("not run: the run reached the budget of 2 tool calls"));
+    assert_eq!(last.tool_uses().count(), 1);
 }
 
 #[tokio::test]

@@ -161,15 +161,20 @@ async fn a_child_that_fails_stops_or_is_missing_is_one_error_result_the_parent_r
     assert!(results[0].content.starts_with("the agent `billing` failed:"), "{}", results[0].content);
     assert!(results[0].content.contains("scripted model"), "{}", results[0].content);
 
-    // A child that stops at its own limit did not answer.
+    // A child that stops at its own limit did not answer: it is stopped, and its
+    // waiting parent is told why.
     let looping = billing(ScriptedModel::new().tool_call("nothing", json!({}))).max_turns(1);
     let tool = looping.as_tool("billing", "Answers billing questions.").unwrap();
     let (triage_agent, model) = parent("billing", "No answer.", ToolRegistry::new().with(tool).unwrap());
     let runtime = Runtime::new().try_register(looping).unwrap().try_register(triage_agent.clone()).unwrap();
-    assert_eq!(triage_agent.ask(&runtime, "?").await.unwrap().status, AgentStatus::Completed);
+    let reply = triage_agent.ask(&runtime, "?").await.unwrap();
+    assert_eq!(reply.status, AgentStatus::Completed);
     let result = &results_read(&model)[0];
     assert!(result.is_error);
-    assert_eq!(result.content, "the agent `billing` did not answer: it reached the budget of 1 model turns");
+    assert_eq!(result.content, "the agent `billing` stopped: the run reached the budget of 1 model turns");
+    let children = runtime.store().list_runs(&RunQuery::new().parent(reply.run_id)).await.unwrap().runs;
+    let stopped: Vec<_> = children.iter().map(|c| (c.status, c.error.as_deref())).collect();
+    assert_eq!(stopped, [(RunStatus::Stopped, Some("the run reached the budget of 1 model turns"))]);
 
     // A child that takes longer than the tool's timeout is cancelled.
     let slow = billing(ScriptedModel::new().latency(std::time::Duration::from_secs(5)).text("late"));

@@ -12,7 +12,8 @@ pub const DEFAULT_MAX_TURNS: u32 = 10;
 /// turn before it exactly.
 pub const DEFAULT_MAX_REPEATS: u32 = 2;
 
-/// What one agent run may spend. Exceeding a limit ends the run with
+/// What one agent run may spend. Exceeding a limit stops the run
+/// ([`RunStatus::Stopped`](loopstack_core::RunStatus::Stopped)) with
 /// [`AgentStatus::LimitReached`](crate::AgentStatus::LimitReached), never with a panic
 /// or a silent stop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

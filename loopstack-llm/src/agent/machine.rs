@@ -18,13 +18,13 @@ use super::steps::{check_decisions, final_status, last_message, shared_conversat
 
 #[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings, on_create = Self::save_prompt)]
 impl Agent {
-    /// Ends the run before a turn that a limit forbids.
+    /// Stops the run before a turn that a limit forbids.
     #[transition(from = [Start, Ready], to = End, priority = 10)]
     #[guard(over_budget)]
-    async fn stop_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+    async fn stop_at_limit(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let limit = self.budget_reached(state).expect("checked by the guard");
         tracing::warn!(%limit, "the agent reached a limit");
-        self.end(state, AgentStatus::LimitReached(limit));
+        self.stop(state, cx, AgentStatus::LimitReached(limit));
         Ok(())
     }
 
@@ -49,11 +49,11 @@ impl Agent {
         Ok(())
     }
 
-    /// Ends a paused run at the budget it spent.
+    /// Stops a paused run at the budget it spent.
     #[transition(from = BudgetSpent, to = End, wait)]
-    async fn end_at_limit(&self, state: &mut AgentState, _cx: &mut RunContext) -> Result<(), AgentError> {
+    async fn end_at_limit(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let limit = self.budget_reached(state).unwrap_or(Limit::Turns { max: state.turns });
-        self.end(state, AgentStatus::LimitReached(limit));
+        self.stop(state, cx, AgentStatus::LimitReached(limit));
         Ok(())
     }
 
@@ -194,22 +194,21 @@ impl Agent {
         tools.dedup();
         let times = state.repeats.times;
         tracing::warn!(?tools, times, "the model repeats its tool calls; the run stops");
-        self.answer_unrun(
-            cx,
-            &format!("not run: the same calls were asked for {times} turns in a row, so the run stopped"),
-        )?;
-        self.end(state, AgentStatus::RepeatedToolCalls { tools, times });
+        // The calls stay unanswered in the stopped run: a retry with more repeats
+        // allowed runs them.
+        self.stop(state, cx, AgentStatus::RepeatedToolCalls { tools, times });
         Ok(())
     }
 
-    /// Ends the run when the turn's calls would pass the tool-call budget.
+    /// Stops the run when the turn's calls would pass the tool-call budget.
     #[transition(from = PromptExecuted, to = End, priority = 35)]
     #[guard(over_tool_limit)]
     async fn stop_at_tool_limit(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
         let max = self.limits.max_tool_calls.unwrap_or(0);
         let limit = Limit::ToolCalls { max, used: state.tool_calls, asked: state.last_tool_calls as u32 };
-        self.answer_unrun(cx, &format!("not run: the run reached {limit}"))?;
-        self.end(state, AgentStatus::LimitReached(limit));
+        // The calls stay unanswered in the stopped run: a retry with a larger budget
+        // runs them.
+        self.stop(state, cx, AgentStatus::LimitReached(limit));
         Ok(())
     }
 

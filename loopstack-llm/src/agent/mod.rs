@@ -81,7 +81,9 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 /// - **Limits** ([`Limits`]): model turns (default 10), total tokens, cost (priced
 ///   by [`Prices`]) and tool calls; a model that asks for the same calls again and
 ///   again is stopped once it repeats them more than [`Limits::max_repeats`] times.
-///   Reaching one ends the run with a typed [`AgentStatus`]. The limits count the
+///   Reaching one ends the run with a typed [`AgentStatus`], and stops it: its
+///   status is `stopped` (not `completed`), its error says why, and a retry after
+///   raising the limit goes on from where it stopped. The limits count the
 ///   whole run: in a chat, every exchange.
 /// - **Tool calls in one step**: when no tool of the agent starts a child run
 ///   (`needs_run`: workflows and agents as tools) or has an at-most-once effect,

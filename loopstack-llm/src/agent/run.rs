@@ -266,4 +266,13 @@ impl Agent {
         tracing::info!(?status, turns = state.turns, "agent run ends");
         state.status = Some(status);
     }
+
+    /// Stops the run at a limit or a safety stop: its status is `stopped`, with
+    /// `status` in words as its error, and nothing of this step is stored
+    /// ([`RunContext::stop`]), so a retry after raising the limit takes the step
+    /// again. The caller's reply says `status`.
+    pub(super) fn stop(&self, state: &mut AgentState, cx: &mut RunContext, status: AgentStatus) {
+        cx.stop(status.stop_reason());
+        self.end(state, status);
+    }
 }

@@ -24,7 +24,9 @@ pub enum AgentStatus {
     /// "arguments": ...}`): a local model whose tool calls the provider did not
     /// parse (see `OpenAi::text_tool_calls`).
     UnparsedToolCall,
-    /// A limit of [`Limits`](crate::Limits) was reached before the model answered.
+    /// A limit of [`Limits`](crate::Limits) was reached before the model answered:
+    /// the run is [stopped](loopstack_core::RunStatus::Stopped) before the step the
+    /// limit forbids, and can be retried after raising it.
     LimitReached(Limit),
     /// A turn, token or cost budget was spent and the run waits for it to be raised
     /// ([`Agent::raise`](crate::Agent::raise)), as
@@ -32,7 +34,8 @@ pub enum AgentStatus {
     BudgetSpent(Limit),
     /// The model asked for exactly the same tool calls as the turn before more than
     /// [`Limits::max_repeats`](crate::Limits::max_repeats) times in a row (so `max_repeats + 2` turns asked for
-    /// them; the last one's calls were not run).
+    /// them; the last one's calls were not run). The run is
+    /// [stopped](loopstack_core::RunStatus::Stopped) with those calls unanswered.
     RepeatedToolCalls {
         /// The tools of the repeated calls.
         tools: Vec<String>,
@@ -93,6 +96,28 @@ impl AgentStatus {
     /// Whether the model gave a complete answer.
     pub fn is_completed(&self) -> bool {
         *self == Self::Completed
+    }
+
+    /// Why a run that ended with this status stopped, in words: the error of a run
+    /// an agent stopped ([`RunStatus::Stopped`](loopstack_core::RunStatus::Stopped)).
+    ///
+    /// ```
+    /// use loopstack_llm::{AgentStatus, Limit};
+    ///
+    /// let status = AgentStatus::LimitReached(Limit::Turns { max: 3 });
+    /// assert_eq!(status.stop_reason(), "the run reached the budget of 3 model turns");
+    /// ```
+    pub fn stop_reason(&self) -> String {
+        match self {
+            Self::LimitReached(limit) => format!("the run reached {limit}"),
+            Self::RepeatedToolCalls { tools, times } => {
+                format!("the model asked for the same calls ({}) {times} turns in a row", tools.join(", "))
+            }
+            Self::InvalidAnswer { error, retries } => {
+                format!("the answer still did not fit its type after {retries} retries: {error}")
+            }
+            other => format!("the run stopped: {other:?}"),
+        }
     }
 
     /// How a final turn (one without tool calls) that stopped for `stop` with

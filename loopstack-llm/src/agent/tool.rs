@@ -354,7 +354,11 @@ fn answer_of(agent: &str, status: RunStatus, state: &ChildAgent, error: Option<&
             }
         },
         status => {
-            let what = if status == RunStatus::Cancelled { "was cancelled" } else { "failed" };
+            let what = match status {
+                RunStatus::Cancelled => "was cancelled",
+                RunStatus::Stopped => "stopped",
+                _ => "failed",
+            };
             let detail = error.unwrap_or("no reason was recorded");
             ToolOutput::error(format!(
                 "the agent `{agent}` {what}: {}",
