@@ -655,6 +655,53 @@ async fn serve_runtime(runtime: Runtime) -> String {
 /// What a mailbox was sent, in order.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Received {
+/// Looks a user up; needs no approval.
+#[tool]
+async fn look_up(user: String) -> String {
+    format!("{user} exists")
+}
+
+#[tokio::test]
+async fn a_run_stopped_at_a_limit_shows_as_stopped_and_is_listed_apart() {
+    use loopstack::llm::{Agent, ScriptedModel};
+    // `looper` asks for a tool at every turn, past its budget of 2 turns; `answerer` answers.
+    let looping = ScriptedModel::from_fn(|request: &loopstack::llm::ChatRequest| {
+        let n = request.messages.len();
+        Ok(ScriptedModel::new().tool_calls_response([("look_up", json!({ "user": format!("u{n}") }))]))
+    });
+    let tools = ToolRegistry::new().with(LookUp).unwrap();
+    let looper = Agent::new(looping, "m", tools).max_turns(2).named("looper").unwrap();
+    let answerer = Agent::new(ScriptedModel::new().text("Hi."), "m", ToolRegistry::new()).named("answerer").unwrap();
+    let address = serve_runtime(Runtime::new().register(looper).register(answerer)).await;
+
+    let reason = "the run reached the budget of 2 model turns";
+    let (status, stopped) =
+        call(&address, "POST", "/api/runs", Some(r#"{"workflow": "looper", "input": "Go", "wait": true}"#)).await;
+    assert_eq!((status, stopped["status"].as_str(), stopped["error"].as_str()), (200, Some("stopped"), Some(reason)));
+    let id = stopped["run_id"].as_str().unwrap().to_owned();
+    let (status, answered) =
+        call(&address, "POST", "/api/runs", Some(r#"{"workflow": "answerer", "input": "Hi", "wait": true}"#)).await;
+    assert_eq!((status, answered["status"].as_str()), (200, Some("completed")), "{answered}");
+    let (_, shown) = call(&address, "GET", &format!("/api/runs/{id}"), None).await;
+    assert_eq!((shown["status"].as_str(), shown["error"].as_str()), (Some("stopped"), Some(reason)));
+
+    let (status, listed) = call(&address, "GET", "/api/runs?status=stopped", None).await;
+    let ids: Vec<&str> = listed["runs"].as_array().unwrap().iter().filter_map(|r| r["run_id"].as_str()).collect();
+    assert_eq!((status, ids), (200, vec![id.as_str()]));
+    let (_, listed) = call(&address, "GET", "/api/runs?status=completed", None).await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["runs"][0]["run_id"], answered["run_id"]);
+
+    // A stopped run may be retried, as a failed one: under the same limit it stops again.
+    let (status, retried) = call(&address, "POST", &format!("/api/runs/{id}/retry"), None).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("stopped")), "{retried}");
+    // Finished: it takes no signal.
+    let decisions = r#"{"decisions": []}"#;
+    let (status, refused) =
+        call(&address, "POST", &format!("/api/runs/{id}/signals/decide_tools"), Some(decisions)).await;
+    assert_eq!(status, 409, "{refused}");
+}
+
     payloads: Vec<Value>,
 }
 

@@ -74,7 +74,7 @@ pub enum Command {
         /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
-        /// Only runs with this status (queued, running, waiting, completed, failed, cancelled).
+        /// Only runs with this status (queued, running, waiting, completed, failed, cancelled, stopped).
         #[arg(long)]
         status: Option<RunStatus>,
         /// Only runs at this place.

@@ -45,6 +45,7 @@ pub(super) async fn outcome_text(
         RunOutcome::Queued { signal } => {
             format!("{run_id}: signal {signal} queued; another driver holds the run and delivers it\n")
         }
+        RunOutcome::Stopped { reason } => format!("{run_id} stopped at step {}: {}\n", record.step, one_line(reason)),
         other => format!("{run_id} {other:?}\n"),
     })
 }

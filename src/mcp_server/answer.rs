@@ -166,7 +166,7 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
     );
     if let Err(e) = &driven
         && !elsewhere
-        && !matches!(record.status, RunStatus::Failed | RunStatus::Cancelled)
+        && !matches!(record.status, RunStatus::Failed | RunStatus::Cancelled | RunStatus::Stopped)
     {
         return refused(runtime, &e.to_string());
     }
@@ -189,7 +189,7 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
             Ok(None) => (format!("run {run_id} waits at {}", record.place), false),
             Err(e) => return refused(runtime, &e.to_string()),
         },
-        RunStatus::Failed | RunStatus::Cancelled => {
+        RunStatus::Failed | RunStatus::Cancelled | RunStatus::Stopped => {
             let error = record.error.clone().unwrap_or_else(|| "no reason was recorded".to_owned());
             structured["error"] = json!(error);
             (format!("run {run_id} {}: {error}", record.status.as_str()), true)

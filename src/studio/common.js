@@ -4,8 +4,8 @@
 import { route } from "./app.js";
 
 export const { h } = window.LoopstackForms;
-export const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
-export const FINISHED = new Set(["completed", "failed", "cancelled"]);
+export const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled", "stopped"];
+export const FINISHED = new Set(["completed", "failed", "cancelled", "stopped"]);
 export const LIST_REFRESH_MS = 2000;
 export const RUN_REFRESH_MS = 3000;
 

@@ -255,7 +255,8 @@ export function renderRun(view) {
     actions.appendChild(b);
   };
   if (!FINISHED.has(run.status)) act("Resume", "resume");
-  if (run.status === "failed" || run.status === "cancelled") act("Retry", "retry");
+  // A stopped run (a limit, a safety stop) is retried like a failed one, once the limit is raised.
+  if (run.status === "failed" || run.status === "cancelled" || run.status === "stopped") act("Retry", "retry");
   if (!FINISHED.has(run.status)) act("Cancel", "cancel", "Cancel this run and its child runs?");
 
   const facts = h("dl", { class: "facts" },
@@ -286,7 +287,7 @@ export function renderRun(view) {
     h("h1", {}, h("span", { text: run.workflow + " " }), h("code", { class: "run-id", title: run.run_id, text: run.run_id })),
     actions);
   const blocks = [header, facts];
-  if (run.error) blocks.push(h("div", { class: "error-box", role: "alert" }, h("strong", { text: run.status === "failed" ? "Failed: " : "Ended: " }), h("span", { class: "error-text", text: run.error })));
+  if (run.error) blocks.push(h("div", { class: "error-box", role: "alert" }, h("strong", { text: run.status === "failed" ? "Failed: " : run.status === "stopped" ? "Stopped: " : "Ended: " }), h("span", { class: "error-text", text: run.error })));
   if (run.status === "waiting") blocks.push(waitingPanel(view));
   if (!FINISHED.has(run.status) || view.live.childNodes.length) blocks.push(section("Live", view.live));
 
