@@ -68,7 +68,7 @@ pub struct Usage {
     /// Input (prompt) tokens not read from or written to the provider's prompt
     /// cache; those are counted apart, below, for every provider.
     pub input_tokens: u64,
-    /// Output (completion) tokens.
+    /// Output (completion) tokens, reasoning tokens included.
     pub output_tokens: u64,
     /// Input tokens written to the provider's prompt cache (left out of the JSON
     /// when zero: usage is stored with every model turn and checkpoint).
@@ -77,6 +77,11 @@ pub struct Usage {
     /// Input tokens read from the provider's prompt cache (left out when zero).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_input_tokens: u64,
+    /// Of the output tokens, those the model spent reasoning before it answered,
+    /// where the provider counts them apart (OpenAI's reasoning models; left out
+    /// when zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_output_tokens: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -86,7 +91,13 @@ fn is_zero(n: &u64) -> bool {
 impl Usage {
     /// Usage with input and output tokens only.
     pub const fn new(input_tokens: u64, output_tokens: u64) -> Self {
-        Self { input_tokens, output_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 }
+        Self {
+            input_tokens,
+            output_tokens,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+            reasoning_output_tokens: 0,
+        }
     }
 
     /// Input plus output tokens, at most `u64::MAX` (cached input not counted).
@@ -122,6 +133,7 @@ impl AddAssign for Usage {
         self.cache_creation_input_tokens =
             self.cache_creation_input_tokens.saturating_add(rhs.cache_creation_input_tokens);
         self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(rhs.cache_read_input_tokens);
+        self.reasoning_output_tokens = self.reasoning_output_tokens.saturating_add(rhs.reasoning_output_tokens);
     }
 }
 

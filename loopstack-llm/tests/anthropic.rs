@@ -219,7 +219,13 @@ async fn decodes_a_plain_reply() {
     assert_eq!(response.stop_reason, StopReason::EndTurn);
     assert_eq!(
         response.usage,
-        Usage { input_tokens: 12, output_tokens: 9, cache_creation_input_tokens: 2, cache_read_input_tokens: 5 }
+        Usage {
+            input_tokens: 12,
+            output_tokens: 9,
+            cache_creation_input_tokens: 2,
+            cache_read_input_tokens: 5,
+            ..Usage::default()
+        }
     );
     assert_eq!(response.model, "claude-test-2025");
     assert_eq!(response.id.as_deref(), Some("msg_01"));

@@ -360,6 +360,7 @@ async fn usage_saturates_instead_of_overflowing() {
         output_tokens: u64::MAX,
         cache_creation_input_tokens: u64::MAX / 2 + 1,
         cache_read_input_tokens: 1,
+        reasoning_output_tokens: u64::MAX,
     };
     let sum = huge + huge;
     assert_eq!(
@@ -368,7 +369,8 @@ async fn usage_saturates_instead_of_overflowing() {
             input_tokens: u64::MAX,
             output_tokens: u64::MAX,
             cache_creation_input_tokens: u64::MAX,
-            cache_read_input_tokens: 2
+            cache_read_input_tokens: 2,
+            reasoning_output_tokens: u64::MAX,
         }
     );
     assert_eq!(huge.total(), u64::MAX);

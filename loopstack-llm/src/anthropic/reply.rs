@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::Other("refusal".into()));
         assert_eq!(
             response.usage,
-            Usage { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 3, cache_read_input_tokens: 0 }
+            Usage { input_tokens: 10, output_tokens: 5, cache_creation_input_tokens: 3, ..Usage::default() }
         );
         assert_eq!(response.model, "claude-x-2025");
         assert_eq!(response.id.as_deref(), Some("msg_1"));

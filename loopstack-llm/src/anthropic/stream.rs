@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
-            Usage { input_tokens: 10, output_tokens: 20, cache_creation_input_tokens: 0, cache_read_input_tokens: 4 }
+            Usage { input_tokens: 10, output_tokens: 20, cache_read_input_tokens: 4, ..Usage::default() }
         );
         assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("msg_1"), "claude-x-2025"));
     }

@@ -52,11 +52,17 @@ pub(super) struct WireUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
     prompt_tokens_details: Option<WireUsageDetails>,
+    completion_tokens_details: Option<WireCompletionDetails>,
 }
 
 #[derive(Deserialize, Default)]
 struct WireUsageDetails {
     cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireCompletionDetails {
+    reasoning_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -69,6 +75,12 @@ impl WireUsage {
             output_tokens: self.completion_tokens.unwrap_or(0),
             cache_creation_input_tokens: 0,
             cache_read_input_tokens: cached,
+            // Within `completion_tokens`, as `Usage` counts them.
+            reasoning_output_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
         }
     }
 }
@@ -235,13 +247,20 @@ mod tests {
                 ],
             }}],
             "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27,
-                      "prompt_tokens_details": {"cached_tokens": 8}},
+                      "prompt_tokens_details": {"cached_tokens": 8},
+                      "completion_tokens_details": {"reasoning_tokens": 3}},
         });
         let response = decode(body.to_string().as_bytes(), "gpt-x").unwrap();
         assert_eq!(response.stop_reason, StopReason::ToolUse);
         assert_eq!(
             response.usage,
-            Usage { input_tokens: 12, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 8 }
+            Usage {
+                input_tokens: 12,
+                output_tokens: 7,
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: 8,
+                reasoning_output_tokens: 3
+            }
         );
         assert_eq!((response.id.as_deref(), response.model.as_str()), (Some("chatcmpl-1"), "gpt-x-2025"));
         let content = &response.message.content;
