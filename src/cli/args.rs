@@ -167,7 +167,7 @@ pub enum Command {
     /// passed, 3 when some failed (the report is printed all the same), 1 on an
     /// error, 2 for a command line that does not parse.
     Eval(Box<EvalCommand>),
-    /// Restarts a failed or cancelled run from its last checkpoint.
+    /// Restarts a failed, cancelled or stopped run from its last checkpoint.
     Retry {
         /// The run.
         run: RunId,

@@ -191,7 +191,7 @@ pub enum EventKind {
         /// The wait transitions that take a signal there.
         signals: Vec<Cow<'static, str>>,
     },
-    /// The drive ended: the run completed, failed or was cancelled.
+    /// The drive ended: the run completed, failed, was cancelled or stopped.
     Finished {
         /// How the run stands.
         status: RunStatus,

@@ -77,7 +77,7 @@ impl Runtime {
         self.registered(&record.workflow)?.signal_json(self, run_id, name.to_owned(), payload).await
     }
 
-    /// Retries a failed or cancelled run of a registered workflow, as
+    /// Retries a failed, cancelled or stopped run of a registered workflow, as
     /// [`Runtime::retry`] does without the workflow's type.
     pub async fn retry_by_name(&self, run_id: RunId) -> Result<RunOutcome, RunError> {
         let record = self.inner.store().load_run(run_id).await?;

@@ -494,7 +494,7 @@ impl Runtime {
     }
 
     /// Waits until a run is no longer queued or running (it completed, failed, was
-    /// cancelled, or waits for a signal), checking the store every `poll`; returns
+    /// cancelled or stopped, or waits for a signal), checking the store every `poll`; returns
     /// the run as it then is.
     pub async fn wait_for(&self, run_id: RunId, poll: Duration) -> Result<crate::RunRecord, StoreError> {
         loop {

@@ -70,7 +70,7 @@ pub(crate) trait Drivable: Send + Sync {
         fork: RunId,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
-    /// Retries a failed or cancelled run.
+    /// Retries a failed, cancelled or stopped run.
     fn retry<'a>(&'a self, runtime: &'a Runtime, run_id: RunId) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
     /// Starts run `run_id` from JSON input and drives it, if the workflow's input

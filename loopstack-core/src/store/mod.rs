@@ -97,7 +97,7 @@ pub trait Store: Send + Sync + 'static {
     /// ([`StoreError::Fenced`]) or is not at `fence.step` ([`StoreError::Conflict`]).
     async fn commit(&self, checkpoint: Checkpoint) -> Result<(), StoreError>;
 
-    /// Ends a drive without a transition: failed or cancelled with `error`, completed
+    /// Ends a drive without a transition: failed, cancelled or stopped with `error`, completed
     /// (a run a fork or a migration left at `end`), or running / queued to hand the
     /// run on. Refused like [`Store::commit`]. A run that becomes finished has its
     /// pending signals rejected.
