@@ -21,10 +21,23 @@
 //!
 //! | span | name | attributes |
 //! |------|------|------------|
-//! | a model turn | `chat {model}` (kind client) | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens` (integers), `gen_ai.response.finish_reasons`, `gen_ai.agent.name`, `latency_ms` |
+//! | a drive of an agent's run | `invoke_agent {agent}` | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.agent.name`, `gen_ai.conversation.id` (the run id), `workflow`, `run_id` |
+//! | a drive of another workflow's run | `invoke_workflow {workflow}` | `gen_ai.operation.name` = `invoke_workflow`, `gen_ai.workflow.name`, `gen_ai.conversation.id` (the run id), `workflow`, `run_id` |
+//! | a model turn | `chat {model}` (kind client) | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.conversation.id`, `gen_ai.usage.input_tokens` (cached tokens included) and `gen_ai.usage.output_tokens` (integers), `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens` and `gen_ai.usage.reasoning.output_tokens` (when the provider reports them), `gen_ai.response.finish_reasons`, `gen_ai.agent.name`, `latency_ms` |
 //! | a tool call | `execute_tool {tool}` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`, `outcome`, `duration_ms`; status error and `error.type` when it failed |
-//! | a drive of a run | `run {workflow}` | `workflow`, `run_id` |
 //! | a transition | `loopstack.transition` | `transition`, `from`, `to`, `step` |
+//!
+//! A run is one conversation (`gen_ai.conversation.id` is its run id): a handoff
+//! keeps it (the turns of the agent handed to are in the same run), a child run (a
+//! workflow or agent called as a tool) has its own. `invoke_workflow` is the
+//! conventions' operation for a workflow that is not an agent.
+//!
+//! With [`Otel::metrics`], the GenAI client metrics are exported beside the spans:
+//! `gen_ai.client.token.usage` (histogram of tokens, `gen_ai.token.type` = `input`
+//! or `output`) and `gen_ai.client.operation.duration` (histogram, seconds), each
+//! with `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`,
+//! and `gen_ai.response.model` or `error.type`, recorded by every model turn (see
+//! [`llm::otel`](crate::llm::otel)). Without it nothing is recorded.
 //!
 //! Each run is one trace however many drives it takes, on whichever workers and
 //! across restarts: the run keeps the trace context of the span that created it (a
@@ -36,10 +49,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
@@ -88,6 +103,7 @@ pub struct Otel {
     filter: Option<String>,
     log: bool,
     timeout: Option<Duration>,
+    metrics: bool,
 }
 
 impl Otel {
@@ -97,15 +113,21 @@ impl Otel {
     }
 
     /// The collector's base URL (`http://collector:4318`); spans go to its
-    /// `/v1/traces`. A URL that already ends in `/v1/traces` is used as it is.
+    /// `/v1/traces` and metrics ([`metrics`](Self::metrics)) to its `/v1/metrics`.
+    /// A URL that already ends in `/v1/traces` is used as it is for the spans.
     pub fn endpoint(mut self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        let url = if url.trim_end_matches('/').ends_with("/v1/traces") {
-            url
-        } else {
-            format!("{}/v1/traces", url.trim_end_matches('/'))
-        };
-        self.endpoint = Some(url);
+        self.endpoint = Some(url.into());
+        self
+    }
+
+    /// Also exports the GenAI client metrics of the model turns
+    /// (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration`) over OTLP,
+    /// to the collector's `/v1/metrics` (or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`),
+    /// every `OTEL_METRIC_EXPORT_INTERVAL` milliseconds (default 60 s) and when the
+    /// guard flushes or shuts down. Off by default: not every trace server takes
+    /// metrics.
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
         self
     }
 
@@ -174,30 +196,58 @@ impl Otel {
         S: tracing::Subscriber + for<'a> LookupSpan<'a>,
     {
         let sender = Sender::start(self.timeout.unwrap_or(Duration::from_secs(10)))?;
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_http_client(sender.client.clone());
-        if let Some(url) = self.endpoint {
-            exporter = exporter.with_endpoint(url);
-        }
-        if !self.headers.is_empty() {
-            exporter = exporter.with_headers(self.headers);
-        }
-        if let Some(timeout) = self.timeout {
-            exporter = exporter.with_timeout(timeout);
-        }
-        let exporter = exporter.build().map_err(|e| OtelError::Exporter(e.to_string()))?;
+        let exporter = self.configure(exporter, "traces").build().map_err(|e| OtelError::Exporter(e.to_string()))?;
         let mut resource = Resource::builder();
-        if let Some(name) = self.service_name {
-            resource = resource.with_service_name(name);
+        if let Some(name) = &self.service_name {
+            resource = resource.with_service_name(name.clone());
         }
-        let provider =
-            SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource.build()).build();
+        let resource = resource.build();
+        let meter = if self.metrics {
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_http_client(sender.client.clone());
+            let exporter =
+                self.configure(exporter, "metrics").build().map_err(|e| OtelError::Exporter(e.to_string()))?;
+            let provider =
+                SdkMeterProvider::builder().with_periodic_exporter(exporter).with_resource(resource.clone()).build();
+            let installed = loopstack_llm::otel::install(&provider.meter("loopstack"));
+            Some((provider, installed))
+        } else {
+            None
+        };
+        let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
         let tracer = provider.tracer("loopstack");
         let layer = tracing_opentelemetry::layer().with_tracer(tracer);
-        Ok((layer, OtelGuard { inner: Some(Inner { provider, sender }) }))
+        Ok((layer, OtelGuard { inner: Some(Inner { provider, meter, sender }) }))
     }
+
+    /// Sets what was given on an exporter of `signal` (`traces` or `metrics`); the
+    /// rest it reads from the environment.
+    fn configure<B: WithExportConfig + WithHttpConfig>(&self, mut builder: B, signal: &str) -> B {
+        if let Some(url) = &self.endpoint {
+            builder = builder.with_endpoint(signal_url(url, signal));
+        }
+        if !self.headers.is_empty() {
+            builder = builder.with_headers(self.headers.clone());
+        }
+        if let Some(timeout) = self.timeout {
+            builder = builder.with_timeout(timeout);
+        }
+        builder
+    }
+}
+
+/// The URL `signal` (`traces`, `metrics`) is sent to for the endpoint `url`: its
+/// `/v1/{signal}`, also when `url` already names another signal's path.
+fn signal_url(url: &str, signal: &str) -> String {
+    let url = url.trim_end_matches('/');
+    let base = ["/v1/traces", "/v1/metrics"].iter().find_map(|path| url.strip_suffix(path)).unwrap_or(url);
+    format!("{base}/v1/{signal}")
 }
 
 /// Keeps the export running; [`shutdown`](Self::shutdown) (or dropping it) sends
@@ -209,6 +259,8 @@ pub struct OtelGuard {
 
 struct Inner {
     provider: SdkTracerProvider,
+    /// The metrics' provider, and what keeps the model turns recording to it.
+    meter: Option<(SdkMeterProvider, loopstack_llm::otel::Installed)>,
     sender: Sender,
 }
 
@@ -219,18 +271,24 @@ impl fmt::Debug for OtelGuard {
 }
 
 impl OtelGuard {
-    /// Sends the spans ended so far and waits until they are sent.
+    /// Sends the spans ended so far, and the metrics recorded so far, and waits
+    /// until they are sent.
     ///
     /// # Errors
     /// [`OtelError::Shutdown`] when they could not be sent.
     pub async fn flush(&self) -> Result<(), OtelError> {
         let Some(inner) = &self.inner else { return Ok(()) };
         let provider = inner.provider.clone();
+        let meter = inner.meter.as_ref().map(|(meter, _)| meter.clone());
         // The SDK waits on a thread of its own; not on the async runtime's.
-        tokio::task::spawn_blocking(move || provider.force_flush())
-            .await
-            .map_err(|e| OtelError::Shutdown(e.to_string()))?
-            .map_err(|e| OtelError::Shutdown(e.to_string()))
+        tokio::task::spawn_blocking(move || {
+            let spans = provider.force_flush();
+            let metrics = meter.map_or(Ok(()), |meter| meter.force_flush());
+            spans.and(metrics)
+        })
+        .await
+        .map_err(|e| OtelError::Shutdown(e.to_string()))?
+        .map_err(|e| OtelError::Shutdown(e.to_string()))
     }
 
     /// Sends the spans still buffered, then stops the export.
@@ -245,9 +303,14 @@ impl OtelGuard {
 
 impl Inner {
     fn stop(self) -> Result<(), OtelError> {
-        let result = self.provider.shutdown().map_err(|e| OtelError::Shutdown(e.to_string()));
+        // The model turns stop recording before the last export.
+        let metrics = self.meter.map_or(Ok(()), |(meter, installed)| {
+            drop(installed);
+            meter.shutdown()
+        });
+        let spans = self.provider.shutdown();
         self.sender.stop();
-        result
+        spans.and(metrics).map_err(|e| OtelError::Shutdown(e.to_string()))
     }
 }
 

@@ -81,6 +81,12 @@ async fn runs_transitions_model_requests_and_tool_calls_have_spans() {
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["workflow"], "agent");
     assert_eq!(runs[0]["run_id"], reply.run_id.to_string());
+    // OpenTelemetry's GenAI names: an agent's run is an `invoke_agent` operation, the
+    // run its conversation.
+    assert_eq!(runs[0]["otel.name"], "invoke_agent agent");
+    assert_eq!(runs[0]["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(runs[0]["gen_ai.agent.name"], "agent");
+    assert_eq!(runs[0]["gen_ai.conversation.id"], reply.run_id.to_string());
 
     let transitions: Vec<(String, String, String)> = recorder
         .spans("loopstack.transition")
@@ -109,6 +115,7 @@ async fn runs_transitions_model_requests_and_tool_calls_have_spans() {
         assert_eq!(tokens, ("10", "10"));
         assert!(r.contains_key("latency_ms"), "{r:?}");
         assert_eq!(r["gen_ai.agent.name"], "agent", "an unnamed agent is `agent`");
+        assert_eq!(r["gen_ai.conversation.id"], reply.run_id.to_string());
     }
     assert_eq!(requests[0]["gen_ai.response.finish_reasons"], "tool_use");
 

@@ -52,6 +52,9 @@ pub mod generate;
 pub mod image;
 pub mod message;
 pub mod model;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 mod recording;
 mod scripted;
 mod usage;

@@ -78,12 +78,7 @@ fn run_ready<'a, W: Workflow>(
     // call into the logger at every enter, exit and drop (tracing's `log` feature,
     // which the build's axum turns on) while no subscriber is installed.
     let span = if tracing::level_enabled!(tracing::Level::INFO) {
-        tracing::info_span!(
-            "loopstack.run",
-            otel.name = tracing::field::display(format_args!("run {name}")),
-            workflow = name,
-            run_id = %run_id
-        )
+        run_span(wf.definition(), run_id)
     } else {
         tracing::Span::none()
     };
@@ -115,6 +110,35 @@ fn run_ready<'a, W: Workflow>(
         Ok(RunReport { run_id, outcome, state: *state, steps: cx.step() })
     }
     .instrument(span)
+}
+
+/// A drive's span, named after OpenTelemetry's GenAI conventions: an agent's run is
+/// an `invoke_agent {name}` operation, any other workflow's an `invoke_workflow
+/// {name}` one, and the run is the conversation (`gen_ai.conversation.id`): a child
+/// run has one of its own, a handoff keeps its run's.
+fn run_span(table: &crate::Definition, run_id: crate::RunId) -> tracing::Span {
+    let name = table.name();
+    if table.is_agent() {
+        tracing::info_span!(
+            "loopstack.run",
+            otel.name = tracing::field::display(format_args!("invoke_agent {name}")),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = name,
+            gen_ai.conversation.id = %run_id,
+            workflow = name,
+            run_id = %run_id
+        )
+    } else {
+        tracing::info_span!(
+            "loopstack.run",
+            otel.name = tracing::field::display(format_args!("invoke_workflow {name}")),
+            gen_ai.operation.name = "invoke_workflow",
+            gen_ai.workflow.name = name,
+            gen_ai.conversation.id = %run_id,
+            workflow = name,
+            run_id = %run_id
+        )
+    }
 }
 
 /// Records how the loop of run `cx` ended: the run's failure or stop (and its

@@ -119,6 +119,7 @@ pub struct Definition {
     transitions: &'static [TransitionDef],
     version: u32,
     migrates_from: &'static [u32],
+    agent: bool,
     order: OnceLock<Vec<Vec<Tried>>>,
     hash: OnceLock<String>,
 }
@@ -203,6 +204,7 @@ impl Definition {
             transitions,
             version: 1,
             migrates_from: &[],
+            agent: false,
             order: OnceLock::new(),
             hash: OnceLock::new(),
         }
@@ -235,6 +237,21 @@ impl Definition {
     /// The older versions this table migrates runs from ([`Definition::with_migrations`]).
     pub fn migrates_from(&self) -> &'static [u32] {
         self.migrates_from
+    }
+
+    /// The table marked as an agent's ([`Definition::is_agent`]): the same name,
+    /// places, transitions and hash. Made once and kept, as [`Definition::renamed`]
+    /// does, and kept by the tables renamed or described from it.
+    pub fn as_agent(&'static self) -> &'static Self {
+        self.variant(self.name, self.description, true)
+    }
+
+    /// Whether the workflow is an agent ([`Definition::as_agent`]): its runs are
+    /// traced as OpenTelemetry's `invoke_agent` operations rather than
+    /// `invoke_workflow` ones (feature `otel`). It is not part of the
+    /// [hash](Definition::hash).
+    pub fn is_agent(&self) -> bool {
+        self.agent
     }
 
     /// Whether a run of `version` is one this table drives: its own version, or
@@ -280,7 +297,7 @@ impl Definition {
     /// assert!(std::ptr::eq(TABLE.renamed("agent"), &TABLE));
     /// ```
     pub fn renamed(&'static self, name: &str) -> &'static Self {
-        self.variant(name, self.description)
+        self.variant(name, self.description, self.agent)
     }
 
     /// This table with another description ([`Definition::description`]): the same
@@ -297,20 +314,23 @@ impl Definition {
     /// assert_eq!(billing.renamed("billing2").description(), Some("Answers billing questions."));
     /// ```
     pub fn described(&'static self, description: &str) -> &'static Self {
-        self.variant(self.name, Some(description))
+        self.variant(self.name, Some(description), self.agent)
     }
 
-    /// This table's places and transitions under `name` and `description`, made
-    /// once and kept.
-    fn variant(&'static self, name: &str, description: Option<&str>) -> &'static Self {
+    /// This table's places and transitions under `name` and `description`, marked
+    /// an agent's or not, made once and kept.
+    fn variant(&'static self, name: &str, description: Option<&str>, agent: bool) -> &'static Self {
         static VARIANTS: std::sync::Mutex<Vec<&'static Definition>> = std::sync::Mutex::new(Vec::new());
-        if name == self.name && description == self.description {
+        if name == self.name && description == self.description && agent == self.agent {
             return self;
         }
         let mut variants = VARIANTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let same_table =
             |d: &&&'static Self| std::ptr::eq(d.places, self.places) && std::ptr::eq(d.transitions, self.transitions);
-        if let Some(found) = variants.iter().filter(same_table).find(|d| d.name == name && d.description == description)
+        if let Some(found) = variants
+            .iter()
+            .filter(same_table)
+            .find(|d| d.name == name && d.description == description && d.agent == agent)
         {
             return found;
         }
@@ -325,6 +345,7 @@ impl Definition {
         table.description = description;
         table.version = self.version;
         table.migrates_from = self.migrates_from;
+        table.agent = agent;
         let table: &'static Self = Box::leak(Box::new(table));
         variants.push(table);
         table

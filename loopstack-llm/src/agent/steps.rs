@@ -194,9 +194,11 @@ pub(super) fn final_status(state: &AgentState, text: &str) -> AgentStatus {
 /// The last message of the conversation: the assistant's, right after a turn.
 impl Agent {
     /// The table this agent runs under: the macro's (`agent`), or the one renamed
-    /// for [`Agent::named`].
+    /// for [`Agent::named`]; marked as an agent's either way, for its runs' spans.
     pub(super) fn table(&self, default: &'static loopstack_core::Definition) -> &'static loopstack_core::Definition {
-        self.table.unwrap_or(default)
+        // Looked up once: every step of an agent's run asks for its table.
+        static AGENT: std::sync::OnceLock<&'static loopstack_core::Definition> = std::sync::OnceLock::new();
+        self.table.unwrap_or_else(|| AGENT.get_or_init(|| default.as_agent()))
     }
 }
 

@@ -155,6 +155,8 @@ impl LlmGenerateText {
                 .then(|| self.record_of(request, &fingerprint))
         };
 
+        #[cfg(feature = "otel")]
+        let measure = crate::otel::Measure::start();
         // Named after OpenTelemetry's GenAI conventions, so an OTLP exporter (the
         // `otel` feature) sends what trace backends read: a span `chat {model}`.
         // None when nothing records it: a disabled span costs a call into the logger
@@ -170,9 +172,14 @@ impl LlmGenerateText {
                 gen_ai.request.model = %options.model,
                 // The agent that has the conversation (a team's member), else the run's workflow.
                 gen_ai.agent.name = extras.agent.unwrap_or(cx.workflow()),
+                // The run is the conversation, whichever of a team's members speaks.
+                gen_ai.conversation.id = %cx.run_id(),
                 gen_ai.response.model = tracing::field::Empty,
                 gen_ai.usage.input_tokens = tracing::field::Empty,
                 gen_ai.usage.output_tokens = tracing::field::Empty,
+                gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+                gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+                gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
                 gen_ai.response.finish_reasons = tracing::field::Empty,
                 latency_ms = tracing::field::Empty,
             )
@@ -188,15 +195,27 @@ impl LlmGenerateText {
         }
         let (mut response, model, failures, recorded) = match first {
             Ok(response) => (response, model, Vec::new(), record(&request, cx)),
-            Err(error) if fallbacks.is_empty() || !error.is_unavailable() => return Err(error.into()),
+            Err(error) if fallbacks.is_empty() || !error.is_unavailable() => {
+                let error = AgentError::from(error);
+                #[cfg(feature = "otel")]
+                measure.failed(&options.model, &error);
+                return Err(error);
+            }
             Err(error) => {
                 // Before the fallbacks change the request's model.
                 let recorded = record(&request, cx);
                 // Boxed: only turns whose model failed pay for the chain's state.
-                let (response, model, failures) =
-                    Box::pin(fall_back(model, &options.model, error, &fallbacks, &mut request, cx))
-                        .instrument(span.clone())
-                        .await?;
+                let fell_back = Box::pin(fall_back(model, &options.model, error, &fallbacks, &mut request, cx))
+                    .instrument(span.clone())
+                    .await;
+                let (response, model, failures) = match fell_back {
+                    Ok(fell_back) => fell_back,
+                    Err(error) => {
+                        #[cfg(feature = "otel")]
+                        measure.failed(&request.model, &error);
+                        return Err(error);
+                    }
+                };
                 (response, model, failures, recorded)
             }
         };
@@ -208,12 +227,30 @@ impl LlmGenerateText {
         if !span.is_disabled() {
             // As i64: tracing-opentelemetry exports a u64 field as a string.
             span.record("gen_ai.response.model", response.model.as_str());
-            span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(response.usage.input_tokens));
-            span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(response.usage.output_tokens));
+            let usage = &response.usage;
+            // The conventions' input tokens count the cached ones too.
+            let input = usage
+                .input_tokens
+                .saturating_add(usage.cache_read_input_tokens)
+                .saturating_add(usage.cache_creation_input_tokens);
+            span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(input));
+            span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(usage.output_tokens));
+            // Only what the provider reported: an empty field is not exported.
+            for (field, count) in [
+                ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_input_tokens),
+                ("gen_ai.usage.cache_creation.input_tokens", usage.cache_creation_input_tokens),
+                ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_output_tokens),
+            ] {
+                if count > 0 {
+                    span.record(field, crate::usage::as_i64(count));
+                }
+            }
             span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
             let latency = started.map_or(Duration::ZERO, |started| started.elapsed());
             span.record("latency_ms", crate::usage::as_i64(latency.as_millis()));
         }
+        #[cfg(feature = "otel")]
+        measure.answered(model.provider(), &request.model, &response.model, &response.usage);
 
         let provider = model.provider();
         cx.emit(|| EventKind::Usage {
