@@ -723,3 +723,34 @@ fn listings_show_who_holds_a_run_and_which_runs_stalled() {
     assert_eq!(of(dead)["status"], "running", "the stored status is kept beside it");
     let _ = std::fs::remove_file(&db);
 }
+
+/// A run its agent stopped at a limit is `stopped`, not `completed`: `runs --status
+/// stopped` lists it alone, and `show` says why.
+#[test]
+fn runs_lists_a_stopped_run_apart_and_show_says_why() {
+    use loopstack::llm::{Agent, ScriptedModel};
+    use loopstack::{Runtime, ToolRegistry};
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let started = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--wait", "--json"]));
+    let review = started["run_id"].as_str().unwrap().to_owned();
+    let done = json(&run(&db, &["signal", &review, "approve", r#"{"reviewer": "ada"}"#, "--json"]));
+    assert_eq!(done["status"].as_str(), Some("completed"));
+    // An agent whose budget allows no turn, run on the same database.
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = tokio.block_on(loopstack::SqliteStore::open(&db)).unwrap();
+    let agent = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new()).max_turns(0).named("looper").unwrap();
+    let stopped = tokio.block_on(agent.ask(&Runtime::with_store(store), "Go")).unwrap().run_id.to_string();
+
+    let listed = json(&run(&db, &["runs", "--status", "stopped", "--json"]));
+    let ids: Vec<&str> = listed["runs"].as_array().unwrap().iter().filter_map(|r| r["run_id"].as_str()).collect();
+    assert_eq!(ids, [stopped.as_str()]);
+    let listed = json(&run(&db, &["runs", "--status", "completed", "--json"]));
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["runs"][0]["run_id"].as_str(), Some(review.as_str()));
+    let reason = "the run reached the budget of 0 model turns";
+    let shown = json(&run(&db, &["show", &stopped, "--json"]));
+    assert_eq!((shown["status"].as_str(), shown["error"].as_str()), (Some("stopped"), Some(reason)));
+    let text = String::from_utf8(run(&db, &["show", &stopped]).stdout).unwrap();
+    assert!(text.contains(": stopped at start") && text.contains(&format!("error: {reason}")), "{text}");
+    let _ = std::fs::remove_file(&db);
+}
