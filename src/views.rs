@@ -33,6 +33,7 @@ pub(crate) fn run(run: &RunSummary) -> Value {
 /// Who drives a running run: the worker or process named in its lease, until when
 /// it holds it, and whether that lease ran out (the holder died or stopped: the run
 /// is stalled until a worker takes it over).
+#[cfg(any(feature = "cli", feature = "serve"))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Holder<'a> {
     pub(crate) owner: &'a str,
@@ -40,6 +41,7 @@ pub(crate) struct Holder<'a> {
     pub(crate) stalled: bool,
 }
 
+#[cfg(any(feature = "cli", feature = "serve"))]
 impl<'a> Holder<'a> {
     /// The holder of `run` at `now`, if it is running under a lease.
     pub(crate) fn of(run: &'a RunSummary, now: loopstack_core::Timestamp) -> Option<Self> {
@@ -122,6 +124,21 @@ pub(crate) fn fork(
 #[cfg(any(feature = "cli", feature = "serve"))]
 pub(crate) fn step(s: &StepRecord) -> Value {
     json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() })
+}
+
+/// A takeover of a run: when, from whom (and until when its lease held), by whom.
+#[cfg(any(feature = "cli", feature = "serve"))]
+pub(crate) fn takeover(t: &loopstack_core::Takeover) -> Value {
+    json!({
+        "at": t.at.to_string(), "from": t.from, "lease_until": t.lease_until.to_string(), "by": t.by, "epoch": t.epoch,
+    })
+}
+
+/// A takeover as a line of a run's history.
+#[cfg(feature = "cli")]
+pub(crate) fn takeover_line(t: &loopstack_core::Takeover) -> String {
+    let by = t.by.as_deref().map(|by| format!(" by {by}")).unwrap_or_default();
+    format!("taken over{by} from {}, whose lease ran to {}", t.from, t.lease_until)
 }
 
 /// A document version with its content as JSON.

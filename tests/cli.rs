@@ -724,6 +724,34 @@ fn listings_show_who_holds_a_run_and_which_runs_stalled() {
     let _ = std::fs::remove_file(&db);
 }
 
+/// A run taken over from a worker whose lease ran out says so in its history, in
+/// `show` and in `show --json`; a plain claim of a queued run does not.
+#[test]
+fn show_says_when_a_run_was_taken_over_and_from_whom() {
+    use loopstack::{Claim, Lease, RunStatus, Store as _, Timestamp};
+    let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
+    let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
+    let run_id = queued["run_id"].as_str().unwrap().to_owned();
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = tokio.block_on(loopstack::SqliteStore::open(&db)).unwrap();
+    // A worker took it, then died; its lease ran out a minute ago.
+    let ended = Timestamp::from_millis(Timestamp::now().as_millis() - 60_000);
+    let claim = Claim::new([RunStatus::Queued]).lease(Lease { owner: "dead-worker".into(), until: ended });
+    tokio.block_on(store.claim(run_id.parse().unwrap(), &claim)).unwrap();
+    assert!(json(&run(&db, &["show", &run_id, "--json"]))["takeovers"].as_array().unwrap().is_empty());
+
+    let drove = json(&run(&db, &["worker", "--once", "--name", "rescuer", "--json"]));
+    assert_eq!(drove["driven"], 1);
+    let shown = json(&run(&db, &["show", &run_id, "--json"]));
+    let takeovers = shown["takeovers"].as_array().unwrap();
+    assert_eq!(takeovers.len(), 1, "{shown}");
+    assert_eq!((takeovers[0]["from"].as_str(), takeovers[0]["by"].as_str()), (Some("dead-worker"), Some("rescuer")));
+    assert_eq!(takeovers[0]["lease_until"].as_str(), Some(ended.to_string().as_str()));
+    let text = stdout(&run(&db, &["show", &run_id]));
+    assert!(text.contains(&format!("taken over by rescuer from dead-worker, whose lease ran to {ended}")), "{text}");
+    let _ = std::fs::remove_file(&db);
+}
+
 /// A run its agent stopped at a limit is `stopped`, not `completed`: `runs --status
 /// stopped` lists it alone, and `show` says why.
 #[test]

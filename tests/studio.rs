@@ -1018,5 +1018,24 @@ async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
     until(client, "who held it", "document.querySelector('.facts .holder')?.textContent.includes('dead-worker')").await;
     until(client, "its status as stalled", "document.querySelector('.facts .badge').textContent === 'stalled'").await;
     screenshot(client, dir, "run-stalled.png").await;
+
+    // A worker takes it over: the page says from whom, and who holds it now.
+    let claim = loopstack::Claim::new([loopstack::RunStatus::Running])
+        .lease(Lease { owner: "rescuer".into(), until: Timestamp::now() + Duration::from_secs(3600) })
+        .only_expired(Timestamp::now());
+    store.claim(run_id, &claim).await.unwrap();
+    client.refresh().await.unwrap();
+    until(
+        client,
+        "the takeover",
+        "document.querySelector('.facts .takeover')?.textContent.includes('by rescuer from dead-worker')",
+    )
+    .await;
+    until(
+        client,
+        "the new holder",
+        "document.querySelector('.facts .holder')?.textContent.includes('rescuer, lease until')",
+    )
+    .await;
     studio.close().await;
 }

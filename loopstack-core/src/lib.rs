@@ -94,7 +94,7 @@ pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunCount,
     RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord,
-    Store, Timestamp, WorkflowVersions,
+    Store, Takeover, Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

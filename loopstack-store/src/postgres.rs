@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "trace parent", include_str!("../migrations/postgres/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../migrations/postgres/0007_claim_indexes.sql")),
     (8, "lean run indexes", include_str!("../migrations/postgres/0008_lean_run_indexes.sql")),
+    (11, "takeovers", include_str!("../migrations/postgres/0011_takeovers.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes

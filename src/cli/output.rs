@@ -55,6 +55,7 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
     let store = runtime.store();
     let record = store.load_run(run_id).await?;
     let history = store.history(run_id).await?;
+    let takeovers = store.takeovers(run_id).await?;
     let documents = store.documents(run_id).await?;
     let state = crate::views::raw(&record.state);
     let waits = crate::views::Waits::of(runtime, &record)?;
@@ -64,6 +65,7 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
             value["waits_for"] = waits.json();
         }
         value["history"] = history.iter().map(crate::views::step).collect();
+        value["takeovers"] = takeovers.iter().map(crate::views::takeover).collect();
         value["state"] = state;
         value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
         if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
@@ -113,8 +115,16 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
         );
     }
     let _ = writeln!(out, "\nhistory:");
+    // The takeovers in their place among the steps, by time.
+    let mut takeovers = takeovers.iter().peekable();
     for s in &history {
+        while let Some(t) = takeovers.next_if(|t| t.at < s.at) {
+            let _ = writeln!(out, "       {} {}", t.at, crate::views::takeover_line(t));
+        }
         let _ = writeln!(out, "  {:>3}. {} {} -> {} ({})", s.step, s.at, s.from, s.to, s.transition);
+    }
+    for t in takeovers {
+        let _ = writeln!(out, "       {} {}", t.at, crate::views::takeover_line(t));
     }
     let messages: Vec<_> =
         documents.iter().filter(|d| d.doc_type == loopstack_llm::generate::MESSAGE_DOCUMENT).collect();

@@ -271,6 +271,10 @@ export function renderRun(view) {
     facts.append(h("dt", { text: run.stalled ? "stalled" : "held by" }), h("dd", { class: "holder" },
       h("span", { text: run.holder.owner + (run.stalled ? ", whose lease ran out " : ", lease until ") }), lease));
   }
+  for (const t of run.takeovers || []) {
+    facts.append(h("dt", { text: "taken over" }), h("dd", { class: "takeover" },
+      h("span", { text: (t.by ? "by " + t.by + " " : "") + "from " + t.from + ", whose lease ran out, " }), time(t.at)));
+  }
   if (run.parent) facts.append(h("dt", { text: "parent" }), h("dd", {}, h("a", { href: "#/run/" + run.parent, text: short(run.parent) })));
   // A fork: where it came from, what its edits changed, and the comparison.
   if (run.fork) {

@@ -159,6 +159,14 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The run's [takeovers](Takeover), oldest first: each claim of it while another
+    /// holder's lease still named it (a lease given back with
+    /// [`release_lease`](Store::release_lease) is none). The default knows none.
+    async fn takeovers(&self, run_id: RunId) -> Result<Vec<Takeover>, StoreError> {
+        let _ = run_id;
+        Ok(Vec::new())
+    }
+
     /// Puts a signal in a run's inbox. Refused for a finished run.
     async fn send_signal(&self, run_id: RunId, name: &str, payload: Box<RawValue>)
     -> Result<SignalReceipt, StoreError>;

@@ -364,6 +364,32 @@ impl From<&RunRecord> for RunSummary {
     }
 }
 
+/// A takeover of a run: a drive claimed it while another holder's lease still named
+/// it (the holder died or hung, and its lease ran out; or `resume --take-over` took
+/// it by hand). A lease given back ([`Store::release_lease`]) is no takeover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Takeover {
+    /// When the run was taken over (the claim's time).
+    pub at: Timestamp,
+    /// Who held it: the name in the lease that was taken over.
+    pub from: String,
+    /// Until when that lease held.
+    pub lease_until: Timestamp,
+    /// Who took it over, if its claim named a holder.
+    pub by: Option<String>,
+    /// The run's epoch from the takeover on.
+    pub epoch: u64,
+}
+
+impl Takeover {
+    /// A takeover at `at` from `from`, whose lease held until `lease_until`, by `by`,
+    /// raising the run's epoch to `epoch`.
+    pub fn new(at: Timestamp, from: impl Into<String>, lease_until: Timestamp, by: Option<String>, epoch: u64) -> Self {
+        Self { at, from: from.into(), lease_until, by, epoch }
+    }
+}
+
 /// A run to create.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -378,3 +378,44 @@ pub(super) async fn a_released_lease_is_claimed_at_once(store: &Arc<dyn Store>) 
     store.release_lease(held.run_id, held.epoch).await.unwrap();
     assert!(store.claim_runnable(&workflows, &lease("worker-c"), now, 10).await.unwrap().is_empty());
 }
+
+/// A claim of a running run whose lease still names another holder is a takeover
+/// the store keeps: from whom, until when, by whom, at which epoch. A lease given
+/// back, a queued run's claim and a waiting run's are none.
+pub(super) async fn takeovers_are_recorded_and_a_released_lease_is_none(store: &Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let secs = std::time::Duration::from_secs;
+    let state = serde_json::value::to_raw_value(&json!({})).unwrap();
+    let lease = |owner: &str, until| Lease { owner: owner.into(), until };
+    let held = NewRun::new(RunId::new(), "taken", "h", state.clone()).lease(lease("worker-a", now + secs(60)));
+    let held = store.create_run(held).await.unwrap();
+    let queued = store.create_run(NewRun::new(RunId::new(), "taken", "h", state.clone()).queued()).await.unwrap();
+    assert!(store.takeovers(held.run_id).await.unwrap().is_empty());
+
+    // worker-a dies; once its lease ran out, worker-b takes the run over.
+    let later = now + secs(61);
+    let taken = store.claim_runnable(&v1(&["taken"]), &lease("worker-b", later + secs(30)), later, 10).await.unwrap();
+    assert_eq!(taken.len(), 2, "the run whose lease ran out and the queued one");
+    let takeovers = store.takeovers(held.run_id).await.unwrap();
+    assert_eq!(takeovers.len(), 1, "{takeovers:?}");
+    let t = &takeovers[0];
+    assert_eq!(
+        (t.from.as_str(), t.lease_until, t.by.as_deref(), t.epoch),
+        ("worker-a", now + secs(60), Some("worker-b"), 2)
+    );
+    assert!(store.takeovers(queued.run_id).await.unwrap().is_empty(), "a queued run's claim is no takeover");
+
+    // worker-b shuts down and gives the lease back: worker-c's claim is no takeover.
+    store.release_lease(held.run_id, 2).await.unwrap();
+    let claim = Claim::new([RunStatus::Running]).lease(lease("worker-c", later + secs(30))).only_expired(later);
+    assert_eq!(store.claim(held.run_id, &claim).await.unwrap().epoch, 3);
+    // Taken by hand while worker-c's lease holds (`resume --take-over`): a takeover.
+    let by_hand = Claim::new([RunStatus::Running]).lease(lease("operator", later + secs(30)));
+    store.claim(held.run_id, &by_hand).await.unwrap();
+    let takeovers = store.takeovers(held.run_id).await.unwrap();
+    let summary: Vec<(&str, Option<&str>, u64)> =
+        takeovers.iter().map(|t| (t.from.as_str(), t.by.as_deref(), t.epoch)).collect();
+    assert_eq!(summary, [("worker-a", Some("worker-b"), 2), ("worker-c", Some("operator"), 4)]);
+    let err = store.takeovers(RunId::new()).await.unwrap_err();
+    assert!(matches!(err, StoreError::RunNotFound(_)), "{err:?}");
+}

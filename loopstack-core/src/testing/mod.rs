@@ -223,6 +223,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     workers_claim_what_can_move(&store).await;
     runs_are_counted_by_workflow_and_status(&store).await;
     a_released_lease_is_claimed_at_once(&store).await;
+    takeovers_are_recorded_and_a_released_lease_is_none(&store).await;
     a_commit_sets_its_status_and_keeps_or_renews_the_lease(&store).await;
     workers_claim_only_workflows_named_exactly(&store).await;
     workers_claim_only_the_versions_they_drive(&store).await;

@@ -129,6 +129,7 @@ macro_rules! forward_store {
                 inbox(run_id: loopstack_core::RunId) -> loopstack_core::Inbox;
                 reject_signal(run_id: loopstack_core::RunId, epoch: u64, signal: u64, reason: &str) -> ();
                 signals(run_id: loopstack_core::RunId) -> Vec<loopstack_core::SignalRecord>;
+                takeovers(run_id: loopstack_core::RunId) -> Vec<loopstack_core::Takeover>;
                 fork(
                     source: loopstack_core::RunId,
                     step: u64,

@@ -315,6 +315,13 @@ pub(crate) const SIGNAL_SEQ: &str = "SELECT signal_seq FROM runs WHERE run_id = 
 pub(crate) const PENDING_SIGNALS: &str =
     concat!("SELECT ", signal_columns!(), " FROM signals WHERE run = ", run!(), " AND status = 'pending' ORDER BY id");
 
+/// A run's takeovers, as the trigger of migration 11 records them.
+pub(crate) const TAKEOVERS: &str = concat!(
+    "SELECT at, from_owner, lease_until, by_owner, epoch FROM takeovers WHERE run = ",
+    run!(),
+    " ORDER BY epoch"
+);
+
 pub(crate) const ALL_SIGNALS: &str =
     concat!("SELECT ", signal_columns!(), " FROM signals WHERE run = ", run!(), " ORDER BY id");
 

@@ -13,7 +13,7 @@ use sqlx::Row as _;
 use super::queries::run_columns;
 use super::queries::{
     ALL_SIGNALS, CHECKPOINT_CHAIN, COUNT_RUNS, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY,
-    INSERT_SIGNAL, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
+    INSERT_SIGNAL, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ, TAKEOVERS,
 };
 use super::{Dialect, SqlStore, backend, corrupt, raw, to_i64, to_u64};
 
@@ -170,6 +170,14 @@ where
             self.exists(run_id).await?;
         }
         rows.iter().map(Self::signal_from_row).collect()
+    }
+
+    pub(crate) async fn takeovers(&self, run_id: RunId) -> Result<Vec<loopstack_core::Takeover>, StoreError> {
+        let rows = sqlx::query(TAKEOVERS).bind(run_id.0).fetch_all(&self.pool).await.map_err(backend)?;
+        if rows.is_empty() {
+            self.exists(run_id).await?;
+        }
+        rows.iter().map(Self::takeover_from_row).collect()
     }
 
     pub(crate) async fn load_run(&self, run_id: RunId) -> Result<RunRecord, StoreError> {

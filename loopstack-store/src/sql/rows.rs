@@ -8,7 +8,7 @@ use std::sync::Arc;
 use loopstack_core::serde_json;
 use loopstack_core::{
     Document, RunId, RunRecord, RunSummary, ScheduleRecord, SignalRecord, SignalStatus, StepRecord, StoreError,
-    Timestamp,
+    Takeover, Timestamp,
 };
 
 use super::{corrupt, raw, to_u64};
@@ -183,6 +183,16 @@ pub(crate) fn document(row: &impl Cols) -> Result<Arc<Document>, StoreError> {
     }))
 }
 
+pub(crate) fn takeover(row: &impl Cols) -> Result<Takeover, StoreError> {
+    Ok(Takeover::new(
+        Timestamp::from_millis(row.int("at")?),
+        row.text("from_owner")?,
+        Timestamp::from_millis(row.int("lease_until")?),
+        row.text_opt("by_owner")?,
+        to_u64(row.int("epoch")?)?,
+    ))
+}
+
 pub(crate) fn signal(row: &impl Cols) -> Result<SignalRecord, StoreError> {
     let status = row.text("status")?;
     let step = row.int_opt("step")?;
@@ -258,6 +268,10 @@ where
 
     pub(crate) fn signal_from_row(row: &D::Row) -> Result<SignalRecord, StoreError> {
         signal(&Sx(row))
+    }
+
+    pub(crate) fn takeover_from_row(row: &D::Row) -> Result<Takeover, StoreError> {
+        takeover(&Sx(row))
     }
 
     pub(crate) fn schedule_from_row(row: &D::Row) -> Result<ScheduleRecord, StoreError> {

@@ -39,6 +39,7 @@ const MIGRATIONS: &[conn::Migration] = &[
     (6, "trace parent", include_str!("../../migrations/sqlite/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../../migrations/sqlite/0007_claim_indexes.sql")),
     (8, "lean run indexes", include_str!("../../migrations/sqlite/0008_lean_run_indexes.sql")),
+    (11, "takeovers", include_str!("../../migrations/sqlite/0011_takeovers.sql")),
     (9, "schedule overlap", include_str!("../../migrations/sqlite/0009_schedule_overlap.sql")),
 ];
 
@@ -253,6 +254,10 @@ impl loopstack_core::Store for SqliteStore {
 
     async fn signals(&self, run_id: RunId) -> Result<Vec<SignalRecord>, StoreError> {
         self.call(move |c, _| reads::signals(c, run_id)).await
+    }
+
+    async fn takeovers(&self, run_id: RunId) -> Result<Vec<loopstack_core::Takeover>, StoreError> {
+        self.call(move |c, _| reads::takeovers(c, run_id)).await
     }
 
     async fn fork(

@@ -13,6 +13,7 @@ use super::conn::{Conn, exec, query, query_one, write};
 use crate::sql::queries::{
     ALL_SIGNALS, CHECKPOINT_CHAIN, COUNT_RUNS, DOCUMENT_HISTORY, DOCUMENT_VERSIONS, DOCUMENTS_AT, HISTORY,
     INSERT_SIGNAL, LIST_RUNS, NEXT_SIGNAL, PENDING_SIGNALS, REJECT_SIGNAL, RUN_EXISTS, SELECT_RUN, SIGNAL_SEQ,
+    TAKEOVERS,
 };
 use crate::sql::rows::{self, Cols as _};
 use crate::sql::{corrupt, raw, status_set, to_i64, to_u64};
@@ -135,6 +136,14 @@ pub(super) fn signals(conn: &Conn<'_>, run_id: RunId) -> Result<Vec<SignalRecord
         exists(conn, run_id)?;
     }
     Ok(signals)
+}
+
+pub(super) fn takeovers(conn: &Conn<'_>, run_id: RunId) -> Result<Vec<loopstack_core::Takeover>, StoreError> {
+    let takeovers = query(conn, TAKEOVERS, &[&run_id.0], |r| rows::takeover(r))?;
+    if takeovers.is_empty() {
+        exists(conn, run_id)?;
+    }
+    Ok(takeovers)
 }
 
 pub(super) fn list_runs(conn: &Conn<'_>, q: &RunQuery) -> Result<RunPage, StoreError> {

@@ -125,6 +125,8 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         let run = inner.run(run_id)?;
         check_claim(&run.record, claim)?;
+        let now = Timestamp::now();
+        run.note_takeover(claim.lease.as_ref().map(|l| l.owner.as_str()), now);
         let r = &mut run.record;
         r.status = RunStatus::Running;
         r.epoch += 1;
@@ -133,7 +135,7 @@ impl Store for MemoryStore {
         r.wake_at = None;
         r.lease_owner = claim.lease.as_ref().map(|l| l.owner.clone());
         r.lease_until = claim.lease.as_ref().map(|l| l.until);
-        r.updated_at = Timestamp::now();
+        r.updated_at = now;
         Ok(r.clone())
     }
 
@@ -160,6 +162,7 @@ impl Store for MemoryStore {
             .into_iter()
             .take(limit as usize)
             .map(|run| {
+                run.note_takeover(Some(&lease.owner), now);
                 let r = &mut run.record;
                 r.status = RunStatus::Running;
                 r.epoch += 1;
@@ -240,6 +243,10 @@ impl Store for MemoryStore {
         }
         r.lease_until = Some(until);
         Ok(())
+    }
+
+    async fn takeovers(&self, run_id: RunId) -> Result<Vec<super::Takeover>, StoreError> {
+        Ok(self.lock().run(run_id)?.takeovers.clone())
     }
 
     async fn release_lease(&self, run_id: RunId, epoch: u64) -> Result<(), StoreError> {
@@ -338,7 +345,14 @@ impl Store for MemoryStore {
             // A fork is a trace of its own.
             trace_parent: None,
         };
-        let mut run = MemRun { record, checkpoints, current: Vec::new(), versions: Vec::new(), signals: Vec::new() };
+        let mut run = MemRun {
+            record,
+            checkpoints,
+            current: Vec::new(),
+            versions: Vec::new(),
+            signals: Vec::new(),
+            takeovers: Vec::new(),
+        };
         run.apply_documents(src.versions.iter().filter(|d| d.step <= step).cloned().collect());
         // Under the same lock as the copy: both are stored, or (refused above) neither.
         if let Some(first) = first {

@@ -25,6 +25,8 @@ pub(super) struct MemRun {
     /// Every version, in the order saved.
     pub(super) versions: Vec<Arc<Document>>,
     pub(super) signals: Vec<SignalRecord>,
+    /// Its takeovers, oldest first.
+    pub(super) takeovers: Vec<super::super::Takeover>,
 }
 
 /// A checkpoint as kept in memory: the place it left is the one the step before
@@ -40,6 +42,22 @@ pub(super) struct MemCheckpoint {
 }
 
 impl MemRun {
+    /// Records a claim by `by` at `at` as a takeover when another holder's lease
+    /// still names the run (one given back ends at 0, and is no takeover). Called
+    /// before the claim overwrites the lease.
+    pub(super) fn note_takeover(&mut self, by: Option<&str>, at: Timestamp) {
+        let r = &self.record;
+        if r.status != RunStatus::Running {
+            return;
+        }
+        if let (Some(from), Some(until)) = (&r.lease_owner, r.lease_until)
+            && until.as_millis() > 0
+        {
+            let takeover = super::super::Takeover::new(at, from.clone(), until, by.map(str::to_owned), r.epoch + 1);
+            self.takeovers.push(takeover);
+        }
+    }
+
     pub(super) fn checkpoint_index(&self, step: u64) -> Option<usize> {
         self.checkpoints.binary_search_by_key(&step, |c| c.step).ok()
     }
@@ -133,6 +151,7 @@ impl Inner {
             current: Vec::new(),
             versions: Vec::new(),
             signals: Vec::new(),
+            takeovers: Vec::new(),
         });
         stored.apply_documents(documents);
         self.runs.insert(run_id, stored);
