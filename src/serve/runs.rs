@@ -154,9 +154,10 @@ pub(super) async fn show_run(State(app): State<App>, PathJson(id): PathJson<RunI
         .collect();
     value["state"] = crate::views::raw(&record.state);
     value["history"] = history.iter().map(crate::views::step).collect();
-    // Read apart: a store that keeps none answers an empty list, and an error here
-    // leaves out only the takeovers.
-    let takeovers = store.takeovers(id).await.unwrap_or_default();
+    let takeovers = match store.takeovers(id).await {
+        Ok(takeovers) => takeovers,
+        Err(e) => return store_error(&e),
+    };
     value["takeovers"] = takeovers.iter().map(crate::views::takeover).collect();
     value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
     if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
