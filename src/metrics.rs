@@ -12,16 +12,20 @@
 //! ([`serve::metrics_router`](crate::serve::metrics_router)).
 //!
 //! ```
+//! use loopstack::llm::{Agent, ScriptedModel};
 //! use loopstack::metrics::Metrics;
-//! use loopstack::{MemoryStore, Runtime};
+//! use loopstack::prelude::*;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), loopstack::StoreError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let metrics = Metrics::new();
-//! let runtime = Runtime::with_store(MemoryStore::new()).with_metrics(metrics.clone());
-//! // ... drive runs with `runtime`, or mount `loopstack::serve::router(runtime, ..)` ...
+//! let runtime = Runtime::new().with_metrics(metrics.clone());
+//! let agent = Agent::new(ScriptedModel::new().text("Hello!"), "scripted", ToolRegistry::new());
+//! agent.ask(&runtime, "Hi").await?;
+//! // What `GET /metrics` answers (`loopstack::serve::router(runtime, ..)` serves it).
 //! let text = metrics.render(&runtime).await?;
-//! assert!(text.contains("# TYPE loopstack_runs gauge"));
+//! assert!(text.contains(r#"loopstack_drives_total{workflow="agent",outcome="completed"} 1"#));
+//! assert!(text.contains(r#"loopstack_model_tokens_total{provider="scripted",model="scripted",kind="input"} 10"#));
 //! # Ok(())
 //! # }
 //! ```

@@ -16,8 +16,8 @@
 //! | `loopstack_step_duration_seconds` | `workflow`, `transition` | how long each transition ran (its commit not included) |
 //! | `loopstack_claim_duration_seconds` | | how long a worker's look for work took in the store |
 //! | `loopstack_runs_claimed_total` | | the runs workers claimed |
-//! | `loopstack_model_call_duration_seconds` | `provider`, `model`, `outcome` | model calls, `ok` or `error` (the model asked for: a fallback's is under its own) |
-//! | `loopstack_model_tokens_total` | `provider`, `model`, `kind` | tokens: `input`, `output`, `cache_read`, `cache_creation` |
+//! | `loopstack_model_call_duration_seconds` | `provider`, `model`, `outcome` | model calls, `ok` or `error`: the model a turn asks first, as the agent names it (its fallbacks are not timed) |
+//! | `loopstack_model_tokens_total` | `provider`, `model`, `kind` | tokens: `input`, `output`, `cache_read`, `cache_creation`, under the model the reply names |
 //! | `loopstack_model_cost_total` | `provider`, `model` | what the turns cost, in the currency of the agent's prices (turns of a model without a price are not counted) |
 //! | `loopstack_tool_calls_total` | `tool`, `outcome` | an agent's tool calls, `ok` or `error` |
 //!
@@ -26,7 +26,7 @@
 //!
 //! | metric | labels | what |
 //! |---|---|---|
-//! | `loopstack_runs` | `workflow`, `status` | unfinished runs: `queued`, `running`, `waiting` ([`Store::count_runs`]) |
+//! | `loopstack_runs` | `workflow`, `status` | unfinished runs: `queued`, `running`, `waiting` ([`Store::count_runs`](crate::Store::count_runs)) |
 //! | `loopstack_runs_runnable` | `workflow` | the runnable queue: runs a worker could claim now |
 //! | `loopstack_schedule_lag_seconds` | `schedule` | how long past its due time each schedule that is not paused is; 0 for one not yet due |
 //!
@@ -37,9 +37,12 @@
 //! # async fn main() -> Result<(), StoreError> {
 //! let metrics = Metrics::new();
 //! let runtime = Runtime::with_store(MemoryStore::new()).with_metrics(metrics.clone());
-//! // ... drive runs with `runtime` ...
+//! // ... drive runs with `runtime`; here one is queued for a worker ...
+//! # let input = serde_json::value::to_raw_value(&serde_json::json!({})).unwrap();
+//! # runtime.store().create_run(NewRun::new(RunId::new(), "triage", "h", input).queued()).await?;
 //! let text = metrics.render(&runtime).await?;
-//! assert!(text.contains("# TYPE loopstack_drives_total counter"));
+//! assert!(text.contains(r#"loopstack_runs{workflow="triage",status="queued"} 1"#));
+//! assert!(text.contains(r#"loopstack_runs_runnable{workflow="triage"} 1"#));
 //! # Ok(())
 //! # }
 //! ```
