@@ -442,6 +442,11 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
         (vec!["--cron", "0 7 * * *", "--timezone", "Mars/Olympus"], "error: unknown time zone `Mars/Olympus`"),
         (vec!["--every", "soon"], "error: invalid interval `soon`"),
         (vec!["--every", "1h", "--missed", "sometimes"], "error: unknown missed-times policy `sometimes`"),
+        (
+            vec!["--cron", "0 25 * * *"],
+            "error: invalid cron expression `0 25 * * *`: the hour `25` is out of range 0-23",
+        ),
+        (vec!["--cron", "0 0 7 * * * 2030"], "error: invalid cron expression `0 0 7 * * * 2030`: expected 5 fields"),
     ] {
         let out = run(&db, &[&["schedule", "add", "nightly", "review", "--input", input][..], &args].concat());
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");

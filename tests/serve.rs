@@ -538,6 +538,11 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted_over_http_under
             422,
             "invalid cron expression",
         ),
+        (
+            r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "cron": "0 25 * * *"}"#,
+            422,
+            "the hour `25` is out of range 0-23",
+        ),
         (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "every": "soon"}"#, 422, "invalid interval"),
         (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}}"#, 422, "give one of `cron` and `every`"),
         (r#"{"id": "x", "workflow": "review", "input": {"txt": 1}, "every": "1h"}"#, 422, "the input of a schedule"),

@@ -137,6 +137,19 @@ pub enum ScheduleError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A field of the cron expression has a value it does not take: `0 25 * * *`
+    /// is "the hour `25` is out of range 0-23".
+    #[error("invalid cron expression `{expr}`: the {field} `{value}` {reason}")]
+    InvalidCronField {
+        /// The expression.
+        expr: String,
+        /// The field.
+        field: CronField,
+        /// The field's value that is wrong (one part of a list such as `1,99`).
+        value: String,
+        /// What is wrong with it: "is out of range 0-23", say.
+        reason: String,
+    },
     /// The cron expression never matches a time (such as `0 0 30 2 *`).
     #[error("cron expression `{expr}` is never due")]
     NeverDue {
@@ -190,6 +203,122 @@ pub enum ScheduleError {
     Store(#[from] crate::StoreError),
 }
 
+/// A field of a cron expression, as [`ScheduleError::InvalidCronField`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CronField {
+    /// The seconds, first of six fields.
+    Seconds,
+    /// The minute.
+    Minute,
+    /// The hour.
+    Hour,
+    /// The day of the month.
+    DayOfMonth,
+    /// The month.
+    Month,
+    /// The day of the week (0 and 7 are Sunday).
+    DayOfWeek,
+}
+
+impl CronField {
+    /// The fields of a five-field expression, in order; six fields have
+    /// [`CronField::Seconds`] first.
+    const FIVE: [Self; 5] = [Self::Minute, Self::Hour, Self::DayOfMonth, Self::Month, Self::DayOfWeek];
+
+    /// Its name, as errors say it: `day of month`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Seconds => "seconds",
+            Self::Minute => "minute",
+            Self::Hour => "hour",
+            Self::DayOfMonth => "day of month",
+            Self::Month => "month",
+            Self::DayOfWeek => "day of week",
+        }
+    }
+
+    /// The numbers it takes, inclusive.
+    pub fn range(self) -> (u32, u32) {
+        match self {
+            Self::Seconds | Self::Minute => (0, 59),
+            Self::Hour => (0, 23),
+            Self::DayOfMonth => (1, 31),
+            Self::Month => (1, 12),
+            Self::DayOfWeek => (0, 7),
+        }
+    }
+}
+
+impl std::fmt::Display for CronField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a cron expression as the docs promise: five fields or six (seconds
+/// first), or a nickname; never croner's seventh field of years.
+fn parse_cron(expr: &str) -> Result<croner::Cron, ScheduleError> {
+    use croner::parser::{CronParser, Seconds, Year};
+    let parser = CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build();
+    let invalid = |reason: String| ScheduleError::InvalidCron { expr: expr.to_owned(), reason };
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    if fields.first().is_some_and(|f| f.starts_with('@')) {
+        return parser.parse(expr).map_err(|_| {
+            invalid("unknown nickname: expected @yearly, @annually, @monthly, @weekly, @daily or @hourly".to_owned())
+        });
+    }
+    let names: &[CronField] = match fields.len() {
+        5 => &CronField::FIVE,
+        6 => &[
+            CronField::Seconds,
+            CronField::Minute,
+            CronField::Hour,
+            CronField::DayOfMonth,
+            CronField::Month,
+            CronField::DayOfWeek,
+        ],
+        n => {
+            return Err(invalid(format!(
+                "expected 5 fields (minute hour day-of-month month day-of-week) or 6 (seconds first), not {n}"
+            )));
+        }
+    };
+    let error = match parser.parse(expr) {
+        Ok(cron) => return Ok(cron),
+        Err(e) => e,
+    };
+    // croner says what is wrong but not where: each field, then each part of its
+    // list, is tried alone among `*`s to find the first one it refuses.
+    let refuses = |at: usize, value: &str| {
+        let probe: Vec<&str> = (0..fields.len()).map(|i| if i == at { value } else { "*" }).collect();
+        parser.parse(&probe.join(" ")).is_err()
+    };
+    for (at, (field, text)) in names.iter().zip(&fields).enumerate() {
+        if !refuses(at, text) {
+            continue;
+        }
+        let value = text.split(',').find(|part| refuses(at, part)).unwrap_or(text);
+        let (lo, hi) = field.range();
+        // The numbers of a value (`5-70/10`: 5 and 70; a step is no value).
+        let range = value.split('/').next().unwrap_or(value);
+        let out_of_range = range
+            .split(['-', '#'])
+            .take(if value.contains('#') { 1 } else { 2 })
+            .filter_map(|n| n.trim_end_matches(['L', 'W']).parse::<u64>().ok())
+            .any(|n| n < u64::from(lo) || n > u64::from(hi));
+        let reason =
+            if out_of_range { format!("is out of range {lo}-{hi}") } else { format!("does not read ({error})") };
+        return Err(ScheduleError::InvalidCronField {
+            expr: expr.to_owned(),
+            field: *field,
+            value: value.to_owned(),
+            reason,
+        });
+    }
+    Err(invalid(error.to_string()))
+}
+
 /// When a schedule is due and what it does about missed times: the argument of
 /// [`Runtime::schedule`](crate::Runtime::schedule).
 ///
@@ -223,9 +352,13 @@ impl Schedule {
     /// and so on. A day of month and a day of week both given match either, as in
     /// Vixie cron.
     ///
+    /// A field with a value it does not take is an error that names both:
+    ///
     /// ```
-    /// use loopstack_core::schedule::{Schedule, ScheduleError};
-    /// assert!(matches!(Schedule::cron("61 * * * *"), Err(ScheduleError::InvalidCron { .. })));
+    /// use loopstack_core::schedule::{CronField, Schedule, ScheduleError};
+    /// let err = Schedule::cron("0 25 * * *").unwrap_err();
+    /// assert!(matches!(err, ScheduleError::InvalidCronField { field: CronField::Hour, .. }));
+    /// assert!(err.to_string().ends_with("the hour `25` is out of range 0-23"));
     /// ```
     pub fn cron(expr: &str) -> Result<Self, ScheduleError> {
         Self::new(Recurrence::Cron { expr: expr.trim().to_owned(), timezone: None })
@@ -334,9 +467,7 @@ impl Compiled {
     fn new(recurrence: &Recurrence) -> Result<Self, ScheduleError> {
         match recurrence {
             Recurrence::Cron { expr, timezone } => {
-                let cron = croner::parser::CronParser::new()
-                    .parse(expr)
-                    .map_err(|e| ScheduleError::InvalidCron { expr: expr.clone(), reason: e.to_string() })?;
+                let cron = parse_cron(expr)?;
                 let tz = match timezone {
                     None => jiff::tz::TimeZone::UTC,
                     Some(name) => jiff::tz::TimeZone::get(name).map_err(|e| ScheduleError::UnknownTimezone {
@@ -620,18 +751,54 @@ mod tests {
 
     #[test]
     fn a_bad_cron_expression_is_a_typed_error() {
-        for bad in ["", "61 * * * *", "* * * *", "0 7 * * MOO", "every day"] {
+        for bad in ["", "* * * *", "every day", "@often"] {
             match Schedule::cron(bad) {
                 Err(ScheduleError::InvalidCron { expr, .. }) => assert_eq!(expr, bad),
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
+        for (bad, field, value) in [
+            ("61 * * * *", CronField::Minute, "61"),
+            ("0 7 * * MOO", CronField::DayOfWeek, "MOO"),
+            ("0 0 32 * *", CronField::DayOfMonth, "32"),
+            ("0 0 1 13 *", CronField::Month, "13"),
+            ("0 0 * * 1,9", CronField::DayOfWeek, "9"),
+            ("75 0 0 * * *", CronField::Seconds, "75"),
+        ] {
+            match Schedule::cron(bad) {
+                Err(ScheduleError::InvalidCronField { expr, field: f, value: v, .. }) => {
+                    assert_eq!((expr.as_str(), f, v.as_str()), (bad, field, value));
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            Schedule::cron("0 25 * * *").unwrap_err().to_string(),
+            "invalid cron expression `0 25 * * *`: the hour `25` is out of range 0-23"
+        );
+        assert_eq!(
+            Schedule::cron("0 8-30 * * *").unwrap_err().to_string(),
+            "invalid cron expression `0 8-30 * * *`: the hour `8-30` is out of range 0-23"
+        );
         assert!(matches!(Schedule::cron("0 0 30 2 *"), Err(ScheduleError::NeverDue { .. })));
         assert!(matches!(
             Schedule::cron("0 7 * * *").unwrap().timezone("Mars/Olympus_Mons"),
             Err(ScheduleError::UnknownTimezone { .. })
         ));
         assert!(matches!(Schedule::every(Duration::from_millis(10)), Err(ScheduleError::IntervalTooShort(_))));
+    }
+
+    #[test]
+    fn cron_takes_the_field_counts_the_docs_promise() {
+        assert!(Schedule::cron("0 7 * * *").is_ok(), "five fields");
+        assert!(Schedule::cron("30 0 7 * * *").is_ok(), "six, seconds first");
+        assert!(Schedule::cron("@daily").is_ok(), "a nickname");
+        // croner reads a seventh field as years; the docs promise no such thing.
+        for bad in ["0 0 7 * * * 2030", "0 7 * * * * * *"] {
+            let err = Schedule::cron(bad).unwrap_err();
+            assert!(matches!(err, ScheduleError::InvalidCron { .. }), "{bad:?}: {err:?}");
+            assert!(err.to_string().contains("expected 5 fields"), "{err}");
+        }
     }
 
     #[test]
