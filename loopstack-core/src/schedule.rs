@@ -38,6 +38,12 @@
 //! either way. Times that pass while a schedule is paused are never started: a
 //! resumed schedule is next due at its first time after the resume.
 //!
+//! A worker cannot tell a look that is late from a clock that runs ahead, so one
+//! look moves a schedule's next due time one period at most: to its first time
+//! after the stored one. A worker whose clock is a year ahead cannot put a schedule
+//! a year off; a late worker catches up one period a look (it looks about once a
+//! second), starting the times that are on time as they come.
+//!
 //! # Time zones
 //!
 //! Cron expressions are read in UTC unless [`Schedule::timezone`] names an IANA
@@ -419,8 +425,9 @@ impl Schedule {
 
     /// What a worker does at `now` with a schedule whose next due time is `due`:
     /// `None` if it is not due yet.
-    pub(crate) fn plan(&self, due: Timestamp, now: Timestamp) -> Option<Plan> {
-        plan(&self.compiled, self.missed, self.grace, due, now)
+    /// `last_due` is the due time of the last run it started.
+    pub(crate) fn plan(&self, due: Timestamp, now: Timestamp, last_due: Option<Timestamp>) -> Option<Plan> {
+        plan(&self.compiled, self.missed, self.grace, due, now, last_due)
     }
 
     /// The record [`Runtime::schedule`](crate::Runtime::schedule) stores: next due
@@ -534,16 +541,33 @@ pub(crate) struct Plan {
     pub(crate) next_due: Option<Timestamp>,
 }
 
-fn plan(compiled: &Compiled, missed: Missed, grace: Duration, due: Timestamp, now: Timestamp) -> Option<Plan> {
+fn plan(
+    compiled: &Compiled,
+    missed: Missed,
+    grace: Duration,
+    due: Timestamp,
+    now: Timestamp,
+    last_due: Option<Timestamp>,
+) -> Option<Plan> {
     if due > now {
         return None;
     }
     let latest = compiled.latest(due, now);
     let on_time = now.since(latest) <= grace;
-    let start = (on_time || missed == Missed::CatchUpOnce).then_some(latest);
+    // A schedule held back by the bound below is found due again while `latest`
+    // is still the latest: its run was started by the look before.
+    let start = (on_time || missed == Missed::CatchUpOnce).then_some(latest).filter(|t| Some(*t) != last_due);
     // The time after the latest one is after `now`; should a cron search have
     // failed to find the latest, the first after `now` is.
-    let next_due = compiled.next_after(latest).filter(|t| *t > now).or_else(|| compiled.next_after(now));
+    let after_now = compiled.next_after(latest).filter(|t| *t > now).or_else(|| compiled.next_after(now));
+    // A worker cannot tell a late look from a clock running ahead: one whose clock
+    // is a year ahead would put the schedule a year off for every worker. So a look
+    // moves it one period at most, to its first time after the stored one; a look
+    // that is truly late catches up one period a look.
+    let next_due = match (after_now, compiled.next_after(due)) {
+        (Some(next), Some(bound)) => Some(next.min(bound)),
+        (next, _) => next,
+    };
     Some(Plan { start, next_due })
 }
 
@@ -833,31 +857,36 @@ mod tests {
     fn due_times_found_late_are_missed_by_policy() {
         let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
         let due = at("2026-06-01T10:00:00Z");
-        assert_eq!(hourly.plan(due, at("2026-06-01T09:59:59Z")), None, "not due yet");
+        assert_eq!(hourly.plan(due, at("2026-06-01T09:59:59Z"), None), None, "not due yet");
         // Found within its grace: started, whatever the policy.
-        let on_time = hourly.plan(due, at("2026-06-01T10:00:30Z")).unwrap();
+        let on_time = hourly.plan(due, at("2026-06-01T10:00:30Z"), None).unwrap();
         assert_eq!(on_time, Plan { start: Some(due), next_due: Some(at("2026-06-01T11:00:00Z")) });
-        // Found five hours late: four times passed unseen after it.
+        // Found five hours late: four times passed unseen after it. The schedule
+        // moves on one period a look (a clock ahead looks the same).
         let late = at("2026-06-01T15:20:00Z");
-        let skipped = hourly.plan(due, late).unwrap();
-        assert_eq!(skipped, Plan { start: None, next_due: Some(at("2026-06-01T16:00:00Z")) });
-        let caught_up = hourly.clone().missed(Missed::CatchUpOnce).plan(due, late).unwrap();
-        assert_eq!(
-            caught_up,
-            Plan { start: Some(at("2026-06-01T15:00:00Z")), next_due: Some(at("2026-06-01T16:00:00Z")) }
-        );
+        let skipped = hourly.plan(due, late, None).unwrap();
+        assert_eq!(skipped, Plan { start: None, next_due: Some(at("2026-06-01T11:00:00Z")) });
+        let catch_up = hourly.clone().missed(Missed::CatchUpOnce);
+        let caught_up = catch_up.plan(due, late, None).unwrap();
+        let latest = at("2026-06-01T15:00:00Z");
+        assert_eq!(caught_up, Plan { start: Some(latest), next_due: Some(at("2026-06-01T11:00:00Z")) });
+        // The next looks catch up without starting the latest time again.
+        let again = catch_up.plan(at("2026-06-01T11:00:00Z"), late, Some(latest)).unwrap();
+        assert_eq!(again, Plan { start: None, next_due: Some(at("2026-06-01T12:00:00Z")) });
+        let caught = catch_up.plan(latest, late, Some(latest)).unwrap();
+        assert_eq!(caught, Plan { start: None, next_due: Some(at("2026-06-01T16:00:00Z")) });
         // The latest time is on time: it is started, the older ones are not.
-        let latest_on_time = hourly.plan(due, at("2026-06-01T15:00:10Z")).unwrap();
-        assert_eq!(latest_on_time.start, Some(at("2026-06-01T15:00:00Z")));
+        let latest_on_time = hourly.plan(due, at("2026-06-01T15:00:10Z"), None).unwrap();
+        assert_eq!(latest_on_time.start, Some(latest));
 
         let daily = Schedule::cron("0 7 * * *").unwrap();
         let due = at("2026-06-01T07:00:00Z");
         let week_later = at("2026-06-08T09:00:00Z");
-        assert_eq!(daily.plan(due, week_later).unwrap().start, None);
-        let caught_up = daily.missed(Missed::CatchUpOnce).plan(due, week_later).unwrap();
+        assert_eq!(daily.plan(due, week_later, None).unwrap().start, None);
+        let caught_up = daily.missed(Missed::CatchUpOnce).plan(due, week_later, None).unwrap();
         assert_eq!(
             caught_up,
-            Plan { start: Some(at("2026-06-08T07:00:00Z")), next_due: Some(at("2026-06-09T07:00:00Z")) }
+            Plan { start: Some(at("2026-06-08T07:00:00Z")), next_due: Some(at("2026-06-02T07:00:00Z")) }
         );
     }
 

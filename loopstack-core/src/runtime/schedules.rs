@@ -105,7 +105,7 @@ impl Runtime {
                 return (Some(ScheduleFire::new(&*stored.id, stored.next_due, None).error(e.to_string())), None);
             }
         };
-        let Some(plan) = schedule.plan(stored.next_due, now) else { return (None, None) };
+        let Some(plan) = schedule.plan(stored.next_due, now, stored.last_due) else { return (None, None) };
         let fire = ScheduleFire::new(&*stored.id, stored.next_due, plan.next_due);
         let Some(at) = plan.start else {
             tracing::info!(schedule = %stored.id, due = %stored.next_due, "skipped missed due times");

@@ -1,5 +1,7 @@
 //! Schedules: each due time started once.
 
+use std::sync::atomic::AtomicI64;
+
 use super::*;
 
 /// The workflows `names`, version 1 each, for [`Store::claim_runnable`].
@@ -8,7 +10,6 @@ pub(super) fn v1<'a>(names: &'a [&'a str]) -> Vec<WorkflowVersions<'a>> {
 }
 
 pub(super) async fn schedules_start_each_due_time_once(store: &Arc<dyn Store>) {
-    use std::sync::atomic::AtomicI64;
     use std::time::Duration;
 
     use crate::schedule::{Missed, Schedule, ScheduleError, ScheduleFire, scheduled_run_id};
@@ -116,8 +117,8 @@ pub(super) async fn schedules_start_each_due_time_once(store: &Arc<dyn Store>) {
     assert_eq!(skipped.last_run, None, "skipped times start nothing");
     assert_eq!(
         skipped.next_due,
-        skip.created_at + Duration::from_millis(6 * HOUR as u64),
-        "on to the next time to come"
+        skip.created_at + Duration::from_millis(2 * HOUR as u64),
+        "on by one period: a look cannot tell late from a clock ahead"
     );
     assert!(store.scheduled_runs("skip", 10).await.unwrap().is_empty());
 
@@ -141,4 +142,73 @@ pub(super) async fn schedules_start_each_due_time_once(store: &Arc<dyn Store>) {
         !store.fire_schedule(ScheduleFire::new("s1", s.next_due, None)).await.unwrap(),
         "a deleted schedule does not fire"
     );
+}
+
+/// Whether the store keeps schedules (a store that does not is checked by
+/// [`schedules_start_each_due_time_once`]).
+async fn keeps_schedules(store: &Arc<dyn Store>) -> bool {
+    !matches!(store.list_schedules().await, Err(StoreError::SchedulesUnsupported))
+}
+
+/// `rfc3339` in milliseconds.
+fn at(rfc3339: &str) -> Timestamp {
+    let ts: jiff::Timestamp = rfc3339.parse().unwrap();
+    Timestamp::from_millis(ts.as_millisecond())
+}
+
+/// Two runtimes over the store (two workers) on one settable clock, at `start`.
+fn two_workers_at(store: &Arc<dyn Store>, start: Timestamp) -> (Arc<AtomicI64>, Runtime, Runtime) {
+    let now = Arc::new(AtomicI64::new(start.as_millis()));
+    let clock = || {
+        let now = now.clone();
+        move || Timestamp::from_millis(now.load(Ordering::SeqCst))
+    };
+    let a = Runtime::with_shared_store(store.clone()).clock(clock()).register(Review::default());
+    let b = Runtime::with_shared_store(store.clone()).clock(clock()).register(Review::default());
+    (now, a, b)
+}
+
+/// Both workers look at once; the runs they started, sorted.
+async fn both_look(a: &Runtime, b: &Runtime) -> Vec<RunId> {
+    let (x, y) = tokio::join!(a.start_due_schedules(), b.start_due_schedules());
+    let mut started: Vec<RunId> = x.unwrap().into_iter().chain(y.unwrap()).collect();
+    started.sort();
+    started
+}
+
+pub(super) async fn a_clock_far_ahead_moves_a_schedule_one_period_at_most(store: &Arc<dyn Store>) {
+    use std::time::Duration;
+
+    use crate::schedule::{Schedule, scheduled_run_id};
+
+    if !keeps_schedules(store).await {
+        return;
+    }
+    let t0 = at("2026-06-01T00:00:00Z");
+    let (now, a, b) = two_workers_at(store, t0);
+    let input_json = serde_json::to_value(input(false)).unwrap();
+    let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
+    let daily = Schedule::cron("0 7 * * *").unwrap();
+    let h = a.schedule("ahead-hourly", "review", input_json.clone(), hourly).await.unwrap();
+    let d = a.schedule("ahead-daily", "review", input_json, daily).await.unwrap();
+    assert_eq!((h.next_due, d.next_due), (at("2026-06-01T01:00:00Z"), at("2026-06-01T07:00:00Z")));
+
+    // A worker whose clock is a year (and half an hour) ahead: every time it sees
+    // is missed, and it moves each schedule on by one period, no further.
+    now.store(at("2027-06-01T00:30:00Z").as_millis(), Ordering::SeqCst);
+    assert!(a.start_due_schedules().await.unwrap().is_empty());
+    let h = store.load_schedule("ahead-hourly").await.unwrap();
+    let d = store.load_schedule("ahead-daily").await.unwrap();
+    assert_eq!(h.next_due, at("2026-06-01T02:00:00Z"), "the interval's next time after the stored one");
+    assert_eq!(d.next_due, at("2026-06-02T07:00:00Z"), "the cron expression's next time after the stored one");
+
+    // Workers on time start the next due times as they come, once.
+    now.store(at("2026-06-01T02:00:10Z").as_millis(), Ordering::SeqCst);
+    assert_eq!(both_look(&a, &b).await, [scheduled_run_id("ahead-hourly", t0, at("2026-06-01T02:00:00Z"))]);
+    now.store(at("2026-06-02T07:00:05Z").as_millis(), Ordering::SeqCst);
+    let started = both_look(&a, &b).await;
+    assert!(started.contains(&scheduled_run_id("ahead-daily", t0, at("2026-06-02T07:00:00Z"))), "{started:?}");
+    for id in ["ahead-hourly", "ahead-daily"] {
+        a.delete_schedule(id).await.unwrap();
+    }
 }
