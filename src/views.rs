@@ -71,6 +71,8 @@ pub(crate) fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
         "timezone": timezone,
         "every_ms": every_ms,
         "missed": s.missed.as_str(),
+        "overlap": s.overlap.as_str(),
+        "pending_due": s.pending_due.map(|t| t.to_string()),
         "grace_ms": s.grace_ms,
         "paused": s.paused,
         "next_due": s.next_due.to_string(),

@@ -442,6 +442,7 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
         (vec!["--cron", "0 7 * * *", "--timezone", "Mars/Olympus"], "error: unknown time zone `Mars/Olympus`"),
         (vec!["--every", "soon"], "error: invalid interval `soon`"),
         (vec!["--every", "1h", "--missed", "sometimes"], "error: unknown missed-times policy `sometimes`"),
+        (vec!["--every", "1h", "--overlap", "sometimes"], "error: unknown overlap policy `sometimes`"),
         (
             vec!["--cron", "0 25 * * *"],
             "error: invalid cron expression `0 25 * * *`: the hour `25` is out of range 0-23",
@@ -470,14 +471,16 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
             "0 7 * * *",
             "--timezone",
             "Europe/Berlin",
+            "--overlap",
+            "queue",
             "--input",
             input,
             "--json",
         ],
     ));
     assert_eq!(
-        (cron["id"].as_str(), cron["timezone"].as_str(), cron["paused"].as_bool()),
-        (Some("morning"), Some("Europe/Berlin"), Some(false))
+        (cron["id"].as_str(), cron["timezone"].as_str(), cron["paused"].as_bool(), cron["overlap"].as_str()),
+        (Some("morning"), Some("Europe/Berlin"), Some(false), Some("queue_one"))
     );
     assert!(matches!(cron["next_due"].as_str(), Some(t) if t.ends_with(":00:00.000Z")), "{cron}");
     let taken = run(&db, &["schedule", "add", "morning", "review", "--every", "1h", "--input", input]);
@@ -488,7 +491,9 @@ fn a_shell_adds_lists_pauses_resumes_and_deletes_schedules_and_a_worker_starts_o
     assert_eq!(paused["paused"].as_bool(), Some(true));
     let listed = String::from_utf8(run(&db, &["schedule", "list"]).stdout).unwrap();
     assert!(
-        listed.starts_with("morning  review  cron `0 7 * * *` (Europe/Berlin)  missed: skip  paused  no run yet"),
+        listed.starts_with(
+            "morning  review  cron `0 7 * * *` (Europe/Berlin)  missed: skip  overlap: queue_one  paused  no run yet"
+        ),
         "{listed}"
     );
     assert_eq!(json(&run(&db, &["schedule", "resume", "morning", "--json"]))["paused"].as_bool(), Some(false));

@@ -544,6 +544,11 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted_over_http_under
             "the hour `25` is out of range 0-23",
         ),
         (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "every": "soon"}"#, 422, "invalid interval"),
+        (
+            r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}, "every": "1h", "overlap": "maybe"}"#,
+            422,
+            "unknown overlap policy `maybe`",
+        ),
         (r#"{"id": "x", "workflow": "review", "input": {"text": "Hi"}}"#, 422, "give one of `cron` and `every`"),
         (r#"{"id": "x", "workflow": "review", "input": {"txt": 1}, "every": "1h"}"#, 422, "the input of a schedule"),
         (r#"{"id": "x", "workflow": "nope", "every": "1h"}"#, 404, "workflow `nope` is not registered"),
@@ -559,6 +564,7 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted_over_http_under
     assert_eq!(status, 201, "{created}");
     assert_eq!((created["id"].as_str(), created["timezone"].as_str()), (Some("nightly"), Some("Europe/Berlin")));
     assert_eq!(created["missed"].as_str(), Some("catch_up_once"));
+    assert_eq!(created["overlap"].as_str(), Some("skip"), "the default");
     let (status, _) = call(&address, "POST", "/api/schedules", Some(body)).await;
     assert_eq!(status, 409, "the id is taken");
 

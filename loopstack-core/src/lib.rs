@@ -90,7 +90,7 @@ pub use runtime::{
     DEFAULT_CHILD_CONCURRENCY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime,
     SCHEDULE_CHECK, Worker, cancellable, panic_message,
 };
-pub use schedule::{Missed, Schedule, ScheduleError, ScheduleRecord};
+pub use schedule::{Missed, Overlap, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
     Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunCount,
     RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord,

@@ -44,6 +44,18 @@
 //! a year off; a late worker catches up one period a look (it looks about once a
 //! second), starting the times that are on time as they come.
 //!
+//! # Overlap
+//!
+//! A due time that finds the schedule's last run not ended (queued, running or
+//! waiting) does what [`Schedule::overlap`] says. [`Overlap::Skip`] (the default)
+//! starts nothing: the due time is recorded as skipped (the schedule's
+//! `last_error` says so, and the worker logs it). [`Overlap::Allow`] starts a run
+//! anyway. [`Overlap::QueueOne`] keeps the due time as the schedule's pending one
+//! (one at most: later due times are skipped while one is pending) and a worker
+//! starts its run once the last run has ended. Whether the last run has ended is
+//! checked again in the transaction that starts the next one, so of two workers
+//! racing, one starts it, and only once it ended.
+//!
 //! # Time zones
 //!
 //! Cron expressions are read in UTC unless [`Schedule::timezone`] names an IANA
@@ -131,6 +143,44 @@ impl std::str::FromStr for Missed {
     }
 }
 
+/// What a schedule does at a due time while the last run it started has not ended
+/// (see the [module docs](self#overlap)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Overlap {
+    /// Starts no run for the due time: it is recorded as skipped.
+    #[default]
+    Skip,
+    /// Starts a run anyway: runs of the schedule may overlap.
+    Allow,
+    /// Keeps the due time, one at most, and starts its run once the last run ended.
+    QueueOne,
+}
+
+impl Overlap {
+    /// The stable snake_case name, as stores write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Allow => "allow",
+            Self::QueueOne => "queue_one",
+        }
+    }
+}
+
+impl std::str::FromStr for Overlap {
+    type Err = ScheduleError;
+    fn from_str(s: &str) -> Result<Self, ScheduleError> {
+        match s {
+            "skip" => Ok(Self::Skip),
+            "allow" => Ok(Self::Allow),
+            "queue" | "queue_one" | "queue-one" => Ok(Self::QueueOne),
+            other => Err(ScheduleError::InvalidOverlap(other.to_owned())),
+        }
+    }
+}
+
 /// Why a schedule could not be made, stored or changed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -183,6 +233,9 @@ pub enum ScheduleError {
     /// A missed-times policy name that is not `skip` or `catch_up_once`.
     #[error("unknown missed-times policy `{0}`: expected `skip` or `catch_up_once`")]
     InvalidMissed(String),
+    /// An overlap policy name that is not `skip`, `allow` or `queue_one`.
+    #[error("unknown overlap policy `{0}`: expected `skip`, `allow` or `queue`")]
+    InvalidOverlap(String),
     /// A schedule id that is empty, longer than 128 bytes, or has characters other
     /// than ASCII letters, digits, `-`, `_`, `.` and `:`.
     #[error("invalid schedule id `{0}`: use 1 to 128 ASCII letters, digits, `-`, `_`, `.` or `:`")]
@@ -335,6 +388,7 @@ pub struct Schedule {
     recurrence: Recurrence,
     compiled: Compiled,
     missed: Missed,
+    overlap: Overlap,
     grace: Duration,
     paused: bool,
 }
@@ -344,6 +398,7 @@ impl std::fmt::Debug for Schedule {
         f.debug_struct("Schedule")
             .field("recurrence", &self.recurrence)
             .field("missed", &self.missed)
+            .field("overlap", &self.overlap)
             .field("grace", &self.grace)
             .field("paused", &self.paused)
             .finish()
@@ -380,7 +435,14 @@ impl Schedule {
     /// A schedule of `recurrence`, checked: what a stored schedule is read back as.
     pub fn new(recurrence: Recurrence) -> Result<Self, ScheduleError> {
         let compiled = Compiled::new(&recurrence)?;
-        Ok(Self { recurrence, compiled, missed: Missed::Skip, grace: DEFAULT_GRACE, paused: false })
+        Ok(Self {
+            recurrence,
+            compiled,
+            missed: Missed::Skip,
+            overlap: Overlap::Skip,
+            grace: DEFAULT_GRACE,
+            paused: false,
+        })
     }
 
     /// Reads the cron expression in the IANA time zone `timezone` (such as
@@ -397,6 +459,13 @@ impl Schedule {
     /// What to do about missed due times ([`Missed::Skip`] unless set).
     pub fn missed(mut self, missed: Missed) -> Self {
         self.missed = missed;
+        self
+    }
+
+    /// What to do at a due time while the last run has not ended ([`Overlap::Skip`]
+    /// unless set).
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
         self
     }
 
@@ -451,9 +520,11 @@ impl Schedule {
             input,
             recurrence: self.recurrence.clone(),
             missed: self.missed,
+            overlap: self.overlap,
             grace_ms: u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX),
             paused: self.paused,
             next_due,
+            pending_due: None,
             last_due: None,
             last_run: None,
             last_error: None,
@@ -585,12 +656,19 @@ pub struct ScheduleRecord {
     pub recurrence: Recurrence,
     /// What it does about missed due times.
     pub missed: Missed,
+    /// What it does at a due time while its last run has not ended.
+    #[serde(default)]
+    pub overlap: Overlap,
     /// How late, in milliseconds, a due time may still be started as on time.
     pub grace_ms: u64,
     /// Whether it is paused (starts nothing).
     pub paused: bool,
     /// The next due time to start.
     pub next_due: Timestamp,
+    /// A due time that found the last run not ended, kept by [`Overlap::QueueOne`]
+    /// to start once it has.
+    #[serde(default)]
+    pub pending_due: Option<Timestamp>,
     /// The due time of the last run it started.
     pub last_due: Option<Timestamp>,
     /// The last run it started.
@@ -604,7 +682,8 @@ pub struct ScheduleRecord {
 }
 
 impl ScheduleRecord {
-    /// A record with every field given: for stores of your own that read one back.
+    /// A record with every field given: for stores of your own that read one back
+    /// (and set [`overlap`](Self::overlap) and the others after).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: String,
@@ -623,9 +702,11 @@ impl ScheduleRecord {
             input,
             recurrence,
             missed,
+            overlap: Overlap::default(),
             grace_ms,
             paused,
             next_due,
+            pending_due: None,
             last_due: None,
             last_run: None,
             last_error: None,
@@ -637,7 +718,7 @@ impl ScheduleRecord {
     /// The schedule it keeps, checked again (a zone this system does not have is
     /// an error here).
     pub fn schedule(&self) -> Result<Schedule, ScheduleError> {
-        let mut schedule = Schedule::new(self.recurrence.clone())?.missed(self.missed);
+        let mut schedule = Schedule::new(self.recurrence.clone())?.missed(self.missed).overlap(self.overlap);
         schedule.grace = Duration::from_millis(self.grace_ms);
         schedule.paused = self.paused;
         Ok(schedule)
@@ -646,7 +727,8 @@ impl ScheduleRecord {
 
 /// What a worker writes when it finds a schedule due, for
 /// [`Store::fire_schedule`](crate::Store::fire_schedule): all of it, in one
-/// transaction, only if the schedule is still due at `due` and not paused.
+/// transaction, only if the schedule is still due at `due` with the pending due
+/// time `pending`, not paused, and (with `if_last_run_ended`) its last run ended.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ScheduleFire {
@@ -661,12 +743,30 @@ pub struct ScheduleFire {
     pub run: Option<(Timestamp, NewRun)>,
     /// Why no run was started for a due time (recorded as the schedule's `last_error`).
     pub error: Option<String>,
+    /// The pending due time the worker read ([`ScheduleRecord::pending_due`]):
+    /// compared with the stored one as `due` is.
+    pub pending: Option<Timestamp>,
+    /// The pending due time after this one.
+    pub next_pending: Option<Timestamp>,
+    /// Fires only if the schedule's last run has ended (or it has none, or the
+    /// store no longer has it), checked in the fire's transaction: what
+    /// [`Overlap::Skip`] and [`Overlap::QueueOne`] start a run with.
+    pub if_last_run_ended: bool,
 }
 
 impl ScheduleFire {
     /// A fire of `schedule` at `due` that moves it to `next_due`.
     pub fn new(schedule: impl Into<String>, due: Timestamp, next_due: Option<Timestamp>) -> Self {
-        Self { schedule: schedule.into(), due, next_due, run: None, error: None }
+        Self {
+            schedule: schedule.into(),
+            due,
+            next_due,
+            run: None,
+            error: None,
+            pending: None,
+            next_pending: None,
+            if_last_run_ended: false,
+        }
     }
 
     /// Starts `run` for due time `at` with the fire.
@@ -678,6 +778,19 @@ impl ScheduleFire {
     /// Records why the due time started no run.
     pub fn error(mut self, error: impl Into<String>) -> Self {
         self.error = Some(error.into());
+        self
+    }
+
+    /// Expects the pending due time `read`, and sets it to `next`.
+    pub fn pending(mut self, read: Option<Timestamp>, next: Option<Timestamp>) -> Self {
+        self.pending = read;
+        self.next_pending = next;
+        self
+    }
+
+    /// Fires only if the schedule's last run has ended.
+    pub fn if_last_run_ended(mut self) -> Self {
+        self.if_last_run_ended = true;
         self
     }
 }

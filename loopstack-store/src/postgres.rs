@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "trace parent", include_str!("../migrations/postgres/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../migrations/postgres/0007_claim_indexes.sql")),
     (8, "lean run indexes", include_str!("../migrations/postgres/0008_lean_run_indexes.sql")),
+    (9, "schedule overlap", include_str!("../migrations/postgres/0009_schedule_overlap.sql")),
     (11, "takeovers", include_str!("../migrations/postgres/0011_takeovers.sql")),
 ];
 

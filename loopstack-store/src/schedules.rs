@@ -2,7 +2,8 @@
 //! (migration 4), shared by both backends.
 //!
 //! A due time is moved on by one `UPDATE ... WHERE id = $1 AND next_due = $2 AND
-//! NOT paused`, in the transaction that inserts its run (`ON CONFLICT DO NOTHING`,
+//! NOT paused` (and the pending due time as read, and with an overlap policy that
+//! the last run has ended), in the transaction that inserts its run (`ON CONFLICT DO NOTHING`,
 //! on an id derived from the schedule and the due time): on PostgreSQL a second
 //! worker's update waits for the first's row lock and then matches nothing; on
 //! SQLite writers take turns. Either way one due time starts one run.
@@ -42,6 +43,7 @@ where
             .bind(s.paused)
             .bind(s.next_due.as_millis())
             .bind(s.created_at.as_millis())
+            .bind(s.overlap.as_str())
             .execute(&self.pool)
             .await
             .map_err(backend)?;
@@ -130,6 +132,9 @@ where
             .bind(run_id)
             .bind(fire.error.as_deref())
             .bind(now)
+            .bind(fire.pending.map(Timestamp::as_millis))
+            .bind(fire.next_pending.map(Timestamp::as_millis))
+            .bind(fire.if_last_run_ended)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0006_trace_parent.sql", include_str!("../migrations/sqlite/0006_trace_parent.sql")),
     ("0007_claim_indexes.sql", include_str!("../migrations/sqlite/0007_claim_indexes.sql")),
     ("0008_lean_run_indexes.sql", include_str!("../migrations/sqlite/0008_lean_run_indexes.sql")),
+    ("0009_schedule_overlap.sql", include_str!("../migrations/sqlite/0009_schedule_overlap.sql")),
 ];
 
 fn tempdir(name: &str) -> std::path::PathBuf {
@@ -158,5 +159,43 @@ async fn a_file_with_an_applied_migration_this_build_lacks_or_changed_is_refused
     let opened = SqliteStore::open(&path).await;
     assert!(matches!(opened, Err(StoreError::Backend(_))), "{opened:?}");
     pool.close().await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Schedules stored before migration 9 started a run at every due time, whatever
+/// still ran: they keep doing so (`allow`), while a new one skips (its default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_stored_before_overlap_policies_keeps_allowing_overlap() {
+    let dir = tempdir("overlap-migrated");
+    let path = dir.join("runs.db");
+    let pool = sqlx_pool(&path).await;
+    let eight = migrations(&dir, 8);
+    sqlx::migrate::Migrator::new(eight.as_path()).await.unwrap().run(&pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO schedules (id, workflow, input, recurrence, missed, grace_ms, paused, next_due, created_at, \
+         updated_at) VALUES ('old', 'w', '{}', '{\"every\":{\"millis\":60000}}', 'skip', 60000, FALSE, 60000, 0, 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    let old = store.load_schedule("old").await.unwrap();
+    assert_eq!((old.overlap, old.pending_due), (schedule::Overlap::Allow, None));
+    let new = ScheduleRecord::new(
+        "new".into(),
+        "w".into(),
+        serde_json::value::to_raw_value(&json!({})).unwrap(),
+        schedule::Recurrence::Every { millis: 60_000 },
+        schedule::Missed::Skip,
+        60_000,
+        false,
+        Timestamp::from_millis(60_000),
+        Timestamp::from_millis(0),
+    );
+    store.create_schedule(&new).await.unwrap();
+    assert_eq!(store.load_schedule("new").await.unwrap().overlap, schedule::Overlap::Skip);
+    pool.close().await;
+    drop(store);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -272,6 +272,10 @@ pub enum ScheduleCommand {
         /// Due times no worker started in time: `skip` them, or `catch-up-once`.
         #[arg(long, default_value = "skip")]
         missed: String,
+        /// A due time while the last run it started has not ended: `skip` it,
+        /// `allow` another run, or `queue` it to start once the last run ended.
+        #[arg(long, default_value = "skip")]
+        overlap: String,
         /// How late a due time may still start as on time (60s unless given).
         #[arg(long)]
         grace: Option<String>,

@@ -280,10 +280,10 @@ fn named(runtime: &Runtime, name: Option<&str>) -> Runtime {
 
 /// A `schedule` command.
 pub(super) async fn schedule(runtime: &Runtime, action: &ScheduleCommand, json: bool) -> Result<String, CliError> {
-    use loopstack_core::schedule::{Missed, Schedule, parse_interval};
+    use loopstack_core::schedule::{Missed, Overlap, Schedule, parse_interval};
     let mut out = String::new();
     let changed = match action {
-        ScheduleCommand::Add { id, workflow, cron, every, timezone, input, missed, grace, paused } => {
+        ScheduleCommand::Add { id, workflow, cron, every, timezone, input, missed, overlap, grace, paused } => {
             let input = parse_json(input.as_deref(), "--input")?;
             let mut when = match (cron, every) {
                 (Some(cron), _) => Schedule::cron(cron)?,
@@ -300,7 +300,7 @@ pub(super) async fn schedule(runtime: &Runtime, action: &ScheduleCommand, json: 
             if let Some(timezone) = timezone {
                 when = when.timezone(timezone)?;
             }
-            when = when.missed(missed.parse::<Missed>()?);
+            when = when.missed(missed.parse::<Missed>()?).overlap(overlap.parse::<Overlap>()?);
             if let Some(grace) = grace {
                 when = when.grace(parse_interval(grace)?);
             }
@@ -350,7 +350,14 @@ fn schedule_line(s: &loopstack_core::ScheduleRecord) -> String {
         _ => "no run yet".to_owned(),
     };
     let error = s.last_error.as_deref().map(|e| format!("  error: {e}")).unwrap_or_default();
-    format!("{}  {}  {}  missed: {}  {next}  {last}{error}", s.id, s.workflow, s.recurrence, s.missed.as_str())
+    format!(
+        "{}  {}  {}  missed: {}  overlap: {}  {next}  {last}{error}",
+        s.id,
+        s.workflow,
+        s.recurrence,
+        s.missed.as_str(),
+        s.overlap.as_str()
+    )
 }
 
 /// What `approve`, `deny` and `resolve` say of each call they name.

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use loopstack_core::schedule::{Missed, Schedule, ScheduleError, parse_interval};
+use loopstack_core::schedule::{Missed, Overlap, Schedule, ScheduleError, parse_interval};
 use loopstack_core::serde_json::{Value, json};
 use loopstack_core::{ScheduleRecord, StoreError};
 
@@ -62,6 +62,9 @@ struct CreateBody {
     timezone: Option<String>,
     #[serde(default)]
     missed: Option<String>,
+    /// `skip` (unless given), `allow` or `queue`.
+    #[serde(default)]
+    overlap: Option<String>,
     grace: Option<String>,
     #[serde(default)]
     paused: bool,
@@ -84,6 +87,9 @@ impl CreateBody {
         }
         if let Some(missed) = &self.missed {
             schedule = schedule.missed(missed.parse::<Missed>()?);
+        }
+        if let Some(overlap) = &self.overlap {
+            schedule = schedule.overlap(overlap.parse::<Overlap>()?);
         }
         if let Some(grace) = &self.grace {
             schedule = schedule.grace(parse_interval(grace)?);

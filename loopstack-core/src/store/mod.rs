@@ -291,7 +291,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Up to `limit` schedules of `workflows` that are not paused and are due by
-    /// `now`, earliest due first. Reading them takes nothing: a worker then fires
+    /// `now`, or hold a pending due time ([`ScheduleRecord::pending_due`]) and
+    /// their last run has ended, earliest due first. Reading them takes nothing: a worker then fires
     /// each with [`Store::fire_schedule`].
     async fn due_schedules(
         &self,
@@ -303,9 +304,11 @@ pub trait Store: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    /// Moves a due schedule on, all or nothing: only if it is not paused and its
-    /// next due time is still `fire.due` (a compare-and-set), sets it to
-    /// `fire.next_due` (or pauses it, when that is `None`), records `fire.error`,
+    /// Moves a due schedule on, all or nothing: only if it is not paused, its
+    /// next due time is still `fire.due` and its pending due time `fire.pending`
+    /// (a compare-and-set), and, with `fire.if_last_run_ended`, its last run has
+    /// ended (or the store no longer has it), sets them to `fire.next_due` (or
+    /// pauses it, when that is `None`) and `fire.next_pending`, records `fire.error`,
     /// and creates `fire.run` (queued, unless a run of that id exists) with the
     /// record of which schedule and due time started it ([`Store::scheduled_runs`]),
     /// in one transaction. `Ok(false)` when another writer moved it first, or

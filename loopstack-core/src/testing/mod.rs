@@ -9,8 +9,8 @@
 //! and checkpoints, fencing and finished runs, claims and leases, signals kept and
 //! delivered once, notifications in the same write, listings and paging, workers'
 //! claims, retries and forks, and schedules (one run per due time, missed times
-//! by policy, a due time moved one period at most); a store that keeps no
-//! schedules (the trait's defaults) must say so
+//! and overlapping runs by policy, a due time moved one period at most); a store that
+//! keeps no schedules (the trait's defaults) must say so
 //! with [`StoreError::SchedulesUnsupported`].
 //!
 //! ```
@@ -237,6 +237,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     racing_commits_of_one_child_notify_its_parent_once(&store).await;
     a_run_keeps_the_trace_context_it_was_created_with(&store).await;
     schedules_start_each_due_time_once(&store).await;
+    overlapping_due_times_follow_the_schedules_policy(&store).await;
     a_clock_far_ahead_moves_a_schedule_one_period_at_most(&store).await;
     if let Some(spoil) = &spoil {
         a_listing_reads_no_state(&store, &**spoil).await;

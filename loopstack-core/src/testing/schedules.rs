@@ -12,7 +12,7 @@ pub(super) fn v1<'a>(names: &'a [&'a str]) -> Vec<WorkflowVersions<'a>> {
 pub(super) async fn schedules_start_each_due_time_once(store: &Arc<dyn Store>) {
     use std::time::Duration;
 
-    use crate::schedule::{Missed, Schedule, ScheduleError, ScheduleFire, scheduled_run_id};
+    use crate::schedule::{Missed, Overlap, Schedule, ScheduleError, ScheduleFire, scheduled_run_id};
 
     const HOUR: i64 = 3600 * 1000;
     let probe = Schedule::every(Duration::from_secs(3600))
@@ -49,7 +49,9 @@ pub(super) async fn schedules_start_each_due_time_once(store: &Arc<dyn Store>) {
     assert!(matches!(err, ScheduleError::Input { .. }), "{err}");
     assert!(store.list_schedules().await.unwrap().is_empty(), "refused schedules store nothing");
 
-    let stored = a.schedule("s1", "review", input_json.clone(), hourly()).await.unwrap();
+    // Its runs are left queued: each due time starts one however many still are.
+    let allow = || hourly().overlap(Overlap::Allow);
+    let stored = a.schedule("s1", "review", input_json.clone(), allow()).await.unwrap();
     let t0 = stored.created_at;
     assert_eq!(stored.next_due, t0 + Duration::from_secs(3600));
     let err = b.schedule("s1", "review", input_json.clone(), hourly()).await.unwrap_err();
@@ -209,6 +211,83 @@ pub(super) async fn a_clock_far_ahead_moves_a_schedule_one_period_at_most(store:
     let started = both_look(&a, &b).await;
     assert!(started.contains(&scheduled_run_id("ahead-daily", t0, at("2026-06-02T07:00:00Z"))), "{started:?}");
     for id in ["ahead-hourly", "ahead-daily"] {
+        a.delete_schedule(id).await.unwrap();
+    }
+}
+
+pub(super) async fn overlapping_due_times_follow_the_schedules_policy(store: &Arc<dyn Store>) {
+    use std::time::Duration;
+
+    use crate::schedule::{Overlap, Schedule, ScheduleFire, scheduled_run_id};
+
+    if !keeps_schedules(store).await {
+        return;
+    }
+    let t0 = at("2026-07-01T00:00:00Z");
+    let hour = |n: u64| t0 + Duration::from_secs(n * 3600);
+    let (now, a, b) = two_workers_at(store, t0);
+    let input_json = serde_json::to_value(input(false)).unwrap();
+    let hourly = || Schedule::every(Duration::from_secs(3600)).unwrap();
+    for (id, schedule) in [
+        ("o-skip", hourly()),
+        ("o-allow", hourly().overlap(Overlap::Allow)),
+        ("o-queue", hourly().overlap(Overlap::QueueOne)),
+    ] {
+        a.schedule(id, "review", input_json.clone(), schedule).await.unwrap();
+    }
+    assert_eq!(store.load_schedule("o-skip").await.unwrap().overlap, Overlap::Skip, "the default");
+    assert_eq!(store.load_schedule("o-queue").await.unwrap().overlap, Overlap::QueueOne, "kept by the store");
+    let run = |id: &str, n: u64| scheduled_run_id(id, t0, hour(n));
+    let sorted = |mut ids: Vec<RunId>| {
+        ids.sort();
+        ids
+    };
+
+    // Hour 1: nothing runs yet; the two workers race, and each schedule starts one run.
+    now.store(hour(1).as_millis(), Ordering::SeqCst);
+    assert_eq!(both_look(&a, &b).await, sorted(vec![run("o-skip", 1), run("o-allow", 1), run("o-queue", 1)]));
+
+    // Hour 2: those runs are still queued. `allow` starts another; `skip` records the
+    // due time as skipped; `queue` keeps it pending.
+    now.store(hour(2).as_millis(), Ordering::SeqCst);
+    assert_eq!(both_look(&a, &b).await, [run("o-allow", 2)]);
+    let skip = store.load_schedule("o-skip").await.unwrap();
+    assert_eq!((skip.last_run, skip.next_due, skip.pending_due), (Some(run("o-skip", 1)), hour(3), None));
+    assert!(skip.last_error.as_deref().is_some_and(|e| e.starts_with("skipped")), "{:?}", skip.last_error);
+    let queue = store.load_schedule("o-queue").await.unwrap();
+    assert_eq!((queue.last_run, queue.next_due, queue.pending_due), (Some(run("o-queue", 1)), hour(3), Some(hour(2))));
+    assert!(both_look(&a, &b).await.is_empty(), "nothing starts while the last runs have not ended");
+
+    // The store checks the last run in the fire itself: a start that needs it ended
+    // does not fire while it has not.
+    let fire = ScheduleFire::new("o-queue", hour(3), Some(hour(3))).pending(Some(hour(2)), None).if_last_run_ended();
+    assert!(!store.fire_schedule(fire).await.unwrap());
+
+    // `queue`'s last run ends: of the two workers, one starts the pending due time.
+    a.cancel(run("o-queue", 1), "done").await.unwrap();
+    assert_eq!(both_look(&a, &b).await, [run("o-queue", 2)]);
+    let queue = store.load_schedule("o-queue").await.unwrap();
+    assert_eq!(
+        (queue.last_run, queue.last_due, queue.next_due, queue.pending_due),
+        (Some(run("o-queue", 2)), Some(hour(2)), hour(3), None)
+    );
+    assert!(both_look(&a, &b).await.is_empty(), "a pending due time starts once");
+
+    // Hour 3: `skip`'s last run ended, so it starts again; `queue`'s runs, so it keeps
+    // hour 3 pending; hour 4 finds one pending already and is skipped.
+    a.cancel(run("o-skip", 1), "done").await.unwrap();
+    now.store(hour(3).as_millis(), Ordering::SeqCst);
+    assert_eq!(both_look(&a, &b).await, sorted(vec![run("o-skip", 3), run("o-allow", 3)]));
+    now.store(hour(4).as_millis(), Ordering::SeqCst);
+    assert_eq!(both_look(&a, &b).await, [run("o-allow", 4)]);
+    let queue = store.load_schedule("o-queue").await.unwrap();
+    assert_eq!((queue.next_due, queue.pending_due), (hour(5), Some(hour(3))));
+    assert!(queue.last_error.as_deref().is_some_and(|e| e.starts_with("skipped")), "{:?}", queue.last_error);
+    let recorded: Vec<Timestamp> = store.scheduled_runs("o-queue", 10).await.unwrap().iter().map(|r| r.due).collect();
+    assert_eq!(recorded, [hour(2), hour(1)]);
+    assert_eq!(store.scheduled_runs("o-allow", 10).await.unwrap().len(), 4);
+    assert_eq!(store.scheduled_runs("o-skip", 10).await.unwrap().len(), 2);
+    for id in ["o-skip", "o-allow", "o-queue"] {
         a.delete_schedule(id).await.unwrap();
     }
 }

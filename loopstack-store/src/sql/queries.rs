@@ -52,7 +52,7 @@ macro_rules! signal_columns {
 macro_rules! schedule_columns {
     () => {
         "id, workflow, input, recurrence, missed, grace_ms, paused, next_due, \
-     last_due, last_run, last_error, created_at, updated_at"
+     last_due, last_run, last_error, created_at, updated_at, overlap, pending_due"
     };
 }
 
@@ -121,22 +121,40 @@ macro_rules! claim_runnable {
     };
 }
 
-/// The schedules due at `$1`, at most `$2`, of the workflows `$workflow_in` names
-/// (the dialect's "`r.workflow` is one of the names in the JSON array `$4`"); `$3`
-/// is unused but for its place.
+/// The schedules due at `$1`, or with a pending due time and a last run that has
+/// ended, at most `$2`, of the workflows `$workflow_in` names (the dialect's
+/// "`r.workflow` is one of the names in the JSON array `$4`"); `$3` is unused but
+/// for its place.
 macro_rules! due_schedules {
     ($workflow_in:literal) => {
         concat!(
             "SELECT ",
             $crate::sql::queries::schedule_columns!(),
-            " FROM schedules r WHERE NOT r.paused AND r.next_due <= $1 AND r.next_due <= $3 AND ",
+            " FROM schedules r WHERE NOT r.paused AND ((r.next_due <= $1 AND r.next_due <= $3) \
+            OR (r.pending_due IS NOT NULL AND ",
+            $crate::sql::queries::last_run_ended!("r"),
+            ")) AND ",
             $workflow_in,
             " ORDER BY r.next_due LIMIT $2"
         )
     };
 }
 
-pub(crate) use {claim_runnable, due_schedules, schedule_columns};
+/// That the last run of the schedule row `$schedules` has ended, or the store no
+/// longer has it.
+macro_rules! last_run_ended {
+    ($schedules:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM runs u WHERE u.run_id = ",
+            $schedules,
+            ".last_run AND ",
+            $crate::sql::queries::unfinished!(),
+            ")"
+        )
+    };
+}
+
+pub(crate) use {claim_runnable, due_schedules, last_run_ended, schedule_columns, unfinished};
 
 // Runs.
 
@@ -381,13 +399,21 @@ pub(crate) const PAUSE_SCHEDULE: &str = concat!(
 );
 
 pub(crate) const INSERT_SCHEDULE: &str = "INSERT INTO schedules (id, workflow, input, recurrence, missed, grace_ms, \
-            paused, next_due, last_due, last_run, last_error, created_at, updated_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, NULL, $9, $9) ON CONFLICT (id) DO NOTHING";
+            paused, next_due, last_due, last_run, last_error, created_at, updated_at, overlap, pending_due) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, NULL, $9, $9, $10, NULL) ON CONFLICT (id) DO NOTHING";
 
-/// The compare-and-set: only the writer that read `next_due = $2` moves it.
-pub(crate) const FIRE_SCHEDULE: &str = "UPDATE schedules SET next_due = COALESCE($3, next_due), \
+/// The compare-and-set: only the writer that read `next_due = $2` and
+/// `pending_due = $8` moves them, and with `$10` only while the last run it read
+/// has ended (that run is the last one as long as `next_due` and `pending_due` are
+/// as read: every fire that starts a run moves one of them).
+pub(crate) const FIRE_SCHEDULE: &str = concat!(
+    "UPDATE schedules SET next_due = COALESCE($3, next_due), \
             paused = ($3 IS NULL), last_due = COALESCE($4, last_due), last_run = COALESCE($5, last_run), \
-            last_error = $6, updated_at = $7 WHERE id = $1 AND next_due = $2 AND NOT paused";
+            last_error = $6, updated_at = $7, pending_due = $9 WHERE id = $1 AND next_due = $2 AND NOT paused \
+            AND (pending_due = $8 OR (pending_due IS NULL AND $8 IS NULL)) AND (NOT $10 OR ",
+    last_run_ended!("schedules"),
+    ")"
+);
 
 pub(crate) const INSERT_SCHEDULED_RUN: &str = "INSERT INTO schedule_runs (schedule, due, run_id) VALUES ($1, $2, $3) \
             ON CONFLICT (schedule, due) DO NOTHING";

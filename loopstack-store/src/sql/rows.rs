@@ -227,6 +227,8 @@ pub(crate) fn schedule(row: &impl Cols) -> Result<ScheduleRecord, StoreError> {
         Timestamp::from_millis(row.int("next_due")?),
         Timestamp::from_millis(row.int("created_at")?),
     );
+    record.overlap = row.text("overlap")?.parse().map_err(corrupt)?;
+    record.pending_due = row.int_opt("pending_due")?.map(Timestamp::from_millis);
     record.last_due = row.int_opt("last_due")?.map(Timestamp::from_millis);
     record.last_run = row.uuid_opt("last_run")?.map(RunId);
     record.last_error = row.text_opt("last_error")?;

@@ -89,8 +89,18 @@ pub(super) fn has_event_listeners(conn: &Conn<'_>, now: Timestamp) -> Result<boo
 pub(super) fn create_schedule(conn: &Conn<'_>, s: &ScheduleRecord) -> Result<(), StoreError> {
     let recurrence = serde_json::to_string(&s.recurrence).map_err(corrupt)?;
     let (grace, due, created) = (to_i64(s.grace_ms), s.next_due.as_millis(), s.created_at.as_millis());
-    let args: [&dyn ToSql; 9] =
-        [&s.id, &s.workflow, &s.input.get(), &recurrence, &s.missed.as_str(), &grace, &s.paused, &due, &created];
+    let args: [&dyn ToSql; 10] = [
+        &s.id,
+        &s.workflow,
+        &s.input.get(),
+        &recurrence,
+        &s.missed.as_str(),
+        &grace,
+        &s.paused,
+        &due,
+        &created,
+        &s.overlap.as_str(),
+    ];
     if exec(conn, INSERT_SCHEDULE, &args)? == 0 {
         return Err(StoreError::ScheduleExists(s.id.clone()));
     }
@@ -148,7 +158,20 @@ pub(super) fn fire_schedule(conn: &Conn<'_>, fire: &ScheduleFire) -> Result<bool
     };
     let tx = write(conn)?;
     let (due, next) = (fire.due.as_millis(), fire.next_due.map(Timestamp::as_millis));
-    let moved = exec(&tx, FIRE_SCHEDULE, &[&fire.schedule, &due, &next, &at, &run_id, &fire.error.as_deref(), &now])?;
+    let (pending, next_pending) = (fire.pending.map(Timestamp::as_millis), fire.next_pending.map(Timestamp::as_millis));
+    let args: [&dyn ToSql; 10] = [
+        &fire.schedule,
+        &due,
+        &next,
+        &at,
+        &run_id,
+        &fire.error.as_deref(),
+        &now,
+        &pending,
+        &next_pending,
+        &fire.if_last_run_ended,
+    ];
+    let moved = exec(&tx, FIRE_SCHEDULE, &args)?;
     if moved == 0 {
         // Moved on, paused or deleted by another writer: nothing to do.
         return Ok(false);

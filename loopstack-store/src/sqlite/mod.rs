@@ -39,8 +39,8 @@ const MIGRATIONS: &[conn::Migration] = &[
     (6, "trace parent", include_str!("../../migrations/sqlite/0006_trace_parent.sql")),
     (7, "claim indexes", include_str!("../../migrations/sqlite/0007_claim_indexes.sql")),
     (8, "lean run indexes", include_str!("../../migrations/sqlite/0008_lean_run_indexes.sql")),
-    (11, "takeovers", include_str!("../../migrations/sqlite/0011_takeovers.sql")),
     (9, "schedule overlap", include_str!("../../migrations/sqlite/0009_schedule_overlap.sql")),
+    (11, "takeovers", include_str!("../../migrations/sqlite/0011_takeovers.sql")),
 ];
 
 /// The worker's claim in SQLite's words: no row locks (one writer at a time), the

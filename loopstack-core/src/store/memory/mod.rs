@@ -482,7 +482,8 @@ impl Store for MemoryStore {
             .schedules
             .values()
             .map(|(s, _)| s)
-            .filter(|s| !s.paused && s.next_due <= now && workflows.contains(&s.workflow.as_str()))
+            .filter(|s| !s.paused && workflows.contains(&s.workflow.as_str()))
+            .filter(|s| s.next_due <= now || (s.pending_due.is_some() && inner.has_ended(s.last_run)))
             .cloned()
             .collect();
         due.sort_by_key(|s| s.next_due);
@@ -493,7 +494,11 @@ impl Store for MemoryStore {
     async fn fire_schedule(&self, fire: ScheduleFire) -> Result<bool, StoreError> {
         let mut inner = self.lock();
         match inner.schedules.get(&fire.schedule) {
-            Some((s, _)) if !s.paused && s.next_due == fire.due => {}
+            Some((s, _))
+                if !s.paused
+                    && s.next_due == fire.due
+                    && s.pending_due == fire.pending
+                    && (!fire.if_last_run_ended || inner.has_ended(s.last_run)) => {}
             _ => return Ok(false),
         }
         // The run first: it is the one write here that can fail.
@@ -519,6 +524,7 @@ impl Store for MemoryStore {
                 runs.push(ScheduledRun { schedule: fire.schedule.clone(), due, run_id });
             }
         }
+        schedule.pending_due = fire.next_pending;
         schedule.last_error = fire.error;
         schedule.updated_at = Timestamp::now();
         Ok(true)

@@ -164,6 +164,12 @@ impl Inner {
         self.runs.get_mut(&run_id).map(|r| &mut **r).ok_or(StoreError::RunNotFound(run_id))
     }
 
+    /// Whether a schedule's last run `run` has ended: none, or one this store no
+    /// longer has, has.
+    pub(super) fn has_ended(&self, run: Option<RunId>) -> bool {
+        run.and_then(|id| self.runs.get(&id)).is_none_or(|r| r.record.status.is_finished())
+    }
+
     pub(super) fn get(&self, run_id: RunId) -> Result<&MemRun, StoreError> {
         self.runs.get(&run_id).map(|r| &**r).ok_or(StoreError::RunNotFound(run_id))
     }
