@@ -408,3 +408,17 @@ impl HttpClient for ExportClient {
             .await?
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::signal_url;
+
+    #[test]
+    fn each_signal_goes_to_its_own_path_beside_the_endpoint() {
+        assert_eq!(signal_url("http://collector:4318", "traces"), "http://collector:4318/v1/traces");
+        assert_eq!(signal_url("http://collector:4318/", "metrics"), "http://collector:4318/v1/metrics");
+        assert_eq!(signal_url("http://collector:4318/v1/traces", "traces"), "http://collector:4318/v1/traces");
+        assert_eq!(signal_url("http://collector:4318/v1/traces/", "metrics"), "http://collector:4318/v1/metrics");
+        assert_eq!(signal_url("https://host/otlp", "metrics"), "https://host/otlp/v1/metrics");
+    }
+}
