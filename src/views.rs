@@ -193,7 +193,7 @@ impl Waits {
             signals: def.transitions().iter().filter(|t| t.wait).filter(leaving).collect(),
             pending: loopstack_llm::pending_calls(def, record)?,
             outcome_unknown: is_outcome_place(&record.place),
-            timers: def.transitions().iter().filter(|t| t.after.is_some()).filter(leaving).collect(),
+            timers: def.transitions().iter().filter(|t| t.is_timer()).filter(leaving).collect(),
             wake_at: record.wake_at,
         }))
     }
@@ -214,7 +214,10 @@ impl Waits {
             let transitions: Vec<Value> = self
                 .timers
                 .iter()
-                .map(|t| json!({ "name": t.name, "to": t.to, "after_ms": t.after.map(|a| a.as_millis() as u64) }))
+                .map(|t| {
+                    let after_ms = t.after.map(|a| a.as_millis() as u64);
+                    json!({ "name": t.name, "to": t.to, "after_ms": after_ms, "after_fn": t.after_fn })
+                })
                 .collect();
             json!({ "due_at": self.wake_at.map(|t| t.to_string()), "transitions": transitions })
         });
@@ -309,7 +312,11 @@ pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits:
         let timers: Vec<String> = waits
             .timers
             .iter()
-            .map(|t| format!("{} -> {} after {}", t.name, t.to, t.after.map(words).unwrap_or_default()))
+            .map(|t| {
+                // A computed delay is the workflow's to give: its due time is the one stored.
+                let after = t.after.map(words).or_else(|| t.after_fn.map(|f| format!("`{f}`"))).unwrap_or_default();
+                format!("{} -> {} after {after}", t.name, t.to)
+            })
             .collect();
         let _ = writeln!(out, "  a timer, due at {due}: {}", timers.join(", "));
     }
@@ -439,6 +446,34 @@ mod tests {
         assert_eq!(words(Duration::from_secs(5_400)), "1h30m");
         assert_eq!(words(Duration::from_millis(1_500)), "1500ms");
         assert_eq!(words(Duration::ZERO), "0s");
+    }
+
+    #[cfg(any(feature = "cli", feature = "mcp-server"))]
+    #[test]
+    fn a_timer_whose_delay_the_workflow_gives_is_named_by_its_method() {
+        use loopstack_core::{Definition, END, START, Timestamp, TransitionDef};
+        static TABLE: Definition = Definition::new(
+            "incidents",
+            &[START, "open", END],
+            &[
+                TransitionDef::new("open", &[START], "open"),
+                TransitionDef::new("escalate", &["open"], END).after_fn("escalation"),
+                TransitionDef::new("expire", &["open"], END).after(std::time::Duration::from_secs(86_400)),
+            ],
+        );
+        let waits = Waits {
+            signals: Vec::new(),
+            pending: None,
+            outcome_unknown: false,
+            timers: TABLE.transitions()[1..].iter().collect(),
+            wake_at: Some(Timestamp::from_millis(0)),
+        };
+        let timer = &waits.json()["timer"]["transitions"];
+        assert_eq!(timer[0], json!({"name": "escalate", "to": "end", "after_ms": null, "after_fn": "escalation"}));
+        assert_eq!(timer[1], json!({"name": "expire", "to": "end", "after_ms": 86_400_000, "after_fn": null}));
+        let mut text = String::new();
+        waits_text(&mut text, loopstack_core::RunId::new(), &waits, Answer::Cli);
+        assert!(text.contains(": escalate -> end after `escalation`, expire -> end after 1d\n"), "{text}");
     }
 
     #[test]

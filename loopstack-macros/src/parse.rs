@@ -179,7 +179,7 @@ impl Parse for WorkflowArgs {
 }
 
 /// `#[transition(from = A | [A, B], to = B, priority = 10, wait)]` or, instead of
-/// `wait`, `after = "48h"`.
+/// `wait`, `after = "48h"` or `after = Self::method`.
 #[derive(Default)]
 pub(crate) struct TransitionArgs {
     pub(crate) from: Option<Vec<Ident>>,
@@ -189,11 +189,20 @@ pub(crate) struct TransitionArgs {
     pub(crate) after: Option<After>,
 }
 
-/// `after = "48h"`: the key's span (where `after` beside `wait` is reported) and the
-/// duration as written (`model` reads it).
+/// `after = "48h"` or `after = Self::method`: the key's span (where `after` beside
+/// `wait` is reported) and the delay as written (`model` reads it).
 pub(crate) struct After {
     pub(crate) key: Span,
-    pub(crate) value: LitStr,
+    pub(crate) value: AfterValue,
+}
+
+/// What `after = ..` says.
+pub(crate) enum AfterValue {
+    /// A duration, checked at compile time: `"48h"`.
+    Literal(LitStr),
+    /// The method that gives the delay at run time, as `on_create = path` names one:
+    /// `Self::escalation`, called as `path(self, state)`.
+    Method(Path),
 }
 
 fn places(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
@@ -217,12 +226,20 @@ fn place(input: ParseStream<'_>) -> syn::Result<Ident> {
 }
 
 fn after(input: ParseStream<'_>, key: Span) -> syn::Result<After> {
+    const FORMS: &str = concat!(
+        "`after` is a duration in a string, such as `after = \"48h\"`, ",
+        "or the method that gives it, such as `after = Self::escalation`"
+    );
     input.parse::<Token![=]>()?;
-    if input.peek(LitInt) || input.peek(Ident) {
-        let span = input.parse::<TokenTree>()?.span();
-        return Err(syn::Error::new(span, "`after` is a duration in a string, such as `after = \"48h\"`"));
+    if input.peek(LitStr) {
+        return Ok(After { key, value: AfterValue::Literal(input.parse()?) });
     }
-    Ok(After { key, value: input.parse()? })
+    if input.peek(Token![Self]) || input.peek(Ident) || input.peek(Token![::]) {
+        let path = input.parse::<Path>().map_err(|e| syn::Error::new(e.span(), FORMS))?;
+        return Ok(After { key, value: AfterValue::Method(path) });
+    }
+    let span = if input.is_empty() { input.span() } else { input.parse::<TokenTree>()?.span() };
+    Err(syn::Error::new(span, FORMS))
 }
 
 fn priority(input: ParseStream<'_>) -> syn::Result<i32> {
@@ -444,14 +461,30 @@ mod tests {
         assert_eq!(args.priority.unwrap(), -3);
         assert!(args.wait.is_some());
         let args: TransitionArgs = syn::parse_str(r#"from = A, to = B, after = "1h30m""#).unwrap();
-        assert_eq!(args.after.unwrap().value.value(), "1h30m");
+        let AfterValue::Literal(lit) = args.after.unwrap().value else { panic!("a literal") };
+        assert_eq!(lit.value(), "1h30m");
+        let args: TransitionArgs = syn::parse_str("from = A, to = B, after = Self::escalation, priority = 1").unwrap();
+        let AfterValue::Method(path) = args.after.unwrap().value else { panic!("a method") };
+        assert_eq!(path.to_token_stream().to_string(), "Self :: escalation");
+        assert_eq!(args.priority, Some(1));
     }
 
     #[test]
-    fn after_is_a_string() {
-        for text in ["to = A, after = 48", "to = A, after = 48h", "to = A, after = hours"] {
+    fn after_is_a_string_or_a_method() {
+        for text in [
+            "to = A, after = 48",
+            "to = A, after = 48h",
+            "to = A, after = 1.5",
+            "to = A, after = Self::",
+            "to = A, after =",
+        ] {
             let err = syn::parse_str::<TransitionArgs>(text).err().unwrap();
-            assert_eq!(err.to_string(), "`after` is a duration in a string, such as `after = \"48h\"`", "{text}");
+            assert_eq!(
+                err.to_string(),
+                "`after` is a duration in a string, such as `after = \"48h\"`, or the method that gives it, such as \
+                 `after = Self::escalation`",
+                "{text}"
+            );
         }
     }
 

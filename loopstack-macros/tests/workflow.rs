@@ -640,6 +640,100 @@ fn timers_wait_like_signals() {
     let _: fn(RemindersSignal) -> ! = |signal| match signal {};
 }
 
+// Timers whose delay the workflow gives: from its configuration or the run's state.
+
+/// A follow-up after a delay the desk is configured with, a reminder after one the
+/// state sets, and a fixed deadline beside them.
+struct FollowUps<M> {
+    model: M,
+    follow_up: Duration,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Ticket {
+    remind_after_secs: u64,
+}
+
+#[workflow(state = Ticket)]
+impl<M: Model> FollowUps<M> {
+    #[transition(to = Waiting)]
+    async fn open(&self, _state: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = Waiting, after = Self::reminder, priority = 1)]
+    #[guard(reminds)]
+    async fn remind(&self, _state: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = End, after = Self::follow_up)]
+    async fn follow_up_now(&self, _state: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Waiting, to = End, after = "1d")]
+    async fn deadline(&self, _state: &mut Ticket, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    fn reminds(&self, state: &Ticket) -> bool {
+        state.remind_after_secs > 0
+    }
+
+    fn reminder(&self, state: &Ticket) -> Duration {
+        Duration::from_secs(state.remind_after_secs + u64::from(self.model.answer()))
+    }
+
+    fn follow_up(&self, _state: &Ticket) -> Duration {
+        self.follow_up
+    }
+}
+
+#[test]
+fn a_timer_from_a_method_is_in_the_table_and_asks_the_workflow() {
+    let wf = FollowUps { model: Fixed(1), follow_up: Duration::from_secs(300) };
+    let def = wf.definition();
+    let (remind, t) = def.transition("remind").unwrap();
+    assert_eq!(
+        *t,
+        TransitionDef::new("remind", &["waiting"], "waiting").priority(1).guard("reminds").after_fn("reminder")
+    );
+    assert!(t.is_timer() && t.waits() && t.after.is_none());
+    let (follow_up, t) = def.transition("follow_up_now").unwrap();
+    assert_eq!(t.after_fn, Some("follow_up"));
+    let deadline = def.transition("deadline").unwrap().0;
+    // Computed timers wait like fixed ones: none shadows another, the run waits.
+    assert_eq!(def.check(), Ok(()));
+    let ticket = Ticket { remind_after_secs: 59 };
+    assert_eq!(wf.route(FollowUpsPlace::Waiting, &ticket).unwrap(), Route::Wait { signals: vec![] });
+    let day = Duration::from_secs(86_400);
+    assert_eq!(
+        wf.timers(FollowUpsPlace::Waiting, &ticket).unwrap(),
+        [(remind, Duration::from_secs(60)), (follow_up, Duration::from_secs(300)), (deadline, day)]
+    );
+    // The guard still decides; the table alone knows only the fixed delay.
+    assert_eq!(
+        wf.timers("waiting", &Ticket::default()).unwrap(),
+        [(follow_up, Duration::from_secs(300)), (deadline, day)]
+    );
+    assert_eq!(def.timers("waiting", |_| true).unwrap(), [(deadline, day)]);
+    assert_eq!((wf.timer(deadline, &ticket), wf.timer(0, &ticket)), (Some(day), None));
+    // Another configuration, another delay, from the same table.
+    let slow = FollowUps { model: Fixed(1), follow_up: Duration::from_secs(3600) };
+    assert_eq!(slow.timer(follow_up, &ticket), Some(Duration::from_secs(3600)));
+    assert!(std::ptr::eq(slow.definition(), def));
+    assert_eq!(
+        wf.mermaid(),
+        "stateDiagram-v2
+    [*] --> waiting: open
+    waiting --> waiting: remind [reminds] (priority 1) (after reminder)
+    waiting --> [*]: follow_up_now (after follow_up)
+    waiting --> [*]: deadline (after 1d)
+"
+    );
+}
+
 // Signals of generic workflows, and payloads that name `Self`.
 
 /// A generic workflow: its signal enum is not generic, and is sent to any `Desk<M>`.

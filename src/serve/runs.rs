@@ -22,7 +22,8 @@ pub(super) async fn workflows(State(app): State<App>) -> Response {
                 .iter()
                 .map(|t| {
                     json!({ "name": t.name, "from": t.from, "to": t.to, "guard": t.guard, "wait": t.wait,
-                            "priority": t.priority, "after_ms": t.after.map(|a| a.as_millis() as u64) })
+                            "priority": t.priority, "after_ms": t.after.map(|a| a.as_millis() as u64),
+                            "after_fn": t.after_fn })
                 })
                 .collect();
             json!({ "name": def.name(), "version": def.version(), "migrates_from": def.migrates_from(),

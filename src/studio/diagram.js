@@ -152,6 +152,7 @@
     let text = t.name;
     if (t.guard) text += " [" + t.guard + "]";
     if (t.after_ms != null) text += " (after " + duration(t.after_ms) + ")";
+    if (t.after_fn) text += " (after " + t.after_fn + ")";
     return text;
   }
 
@@ -246,7 +247,7 @@
       }
       const isTaken = isTakenEdge(e);
       const isOpen = isOpenEdge(e);
-      const cls = ["edge", isTaken ? "taken" : "", isOpen ? "open" : "", e.t.wait ? "wait" : "", e.t.after_ms != null ? "timer" : ""]
+      const cls = ["edge", isTaken ? "taken" : "", isOpen ? "open" : "", e.t.wait ? "wait" : "", e.t.after_ms != null || e.t.after_fn ? "timer" : ""]
         .filter(Boolean).join(" ");
       const g = el("g", { class: cls, "data-transition": e.t.name, "data-from": e.from }, edgeLayer);
       el("path", { d, "marker-end": "url(#arrow-" + (isTaken ? "taken" : isOpen ? "open" : "plain") + ")" }, g);

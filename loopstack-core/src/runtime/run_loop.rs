@@ -24,14 +24,44 @@ pub(super) fn route<W: Workflow>(wf: &W, place: &str, state: &W::State, run_id: 
     guarded(wf, place, run_id, || wf.definition().route(place, |i| wf.guard(i, state)))
 }
 
-/// The timer transitions enabled at `place`, guards evaluated as in [`route`].
+/// The timer transitions enabled at `place`, guards evaluated as in [`route`], with
+/// the delays the workflow gives them ([`Workflow::timer`]): only a run waiting at a
+/// place with timers asks.
 fn timers<W: Workflow>(
     wf: &W,
     place: &str,
     state: &W::State,
     run_id: RunId,
 ) -> Result<Vec<(usize, Duration)>, RunError> {
-    guarded(wf, place, run_id, || wf.definition().timers(place, |i| wf.guard(i, state)))
+    let def = wf.definition();
+    // A timer without a delay would leave the run waiting for a wake that never
+    // comes: a hand-written workflow that does not give a computed timer's.
+    let mut missing = None;
+    let timers = guarded(wf, place, run_id, || {
+        def.timers_with(
+            place,
+            |i| wf.guard(i, state),
+            |i| {
+                let delay = wf.timer(i, state);
+                if delay.is_none() {
+                    missing.get_or_insert(i);
+                }
+                delay
+            },
+        )
+    })?;
+    match missing {
+        None => Ok(timers),
+        Some(i) => {
+            let t = &def.transitions()[i];
+            let reason = format!(
+                "timer transition `{}` takes its delay from `{}`, and the workflow's `Workflow::timer` gives none",
+                t.name,
+                t.after_fn.unwrap_or("the table")
+            );
+            Err(RunError::Mismatch { workflow: def.name(), run_id, reason })
+        }
+    }
 }
 
 fn guarded<W: Workflow, T>(

@@ -29,6 +29,10 @@ pub struct TransitionDef {
     /// For a timer transition: how long the run must have stood at the place before
     /// it fires (it fires on its own then, if its guard holds, without a signal).
     pub after: Option<std::time::Duration>,
+    /// For a timer transition whose delay the workflow gives at run time
+    /// ([`Workflow::timer`]), from its configuration or the run's state: the name of
+    /// the method that computes it. Such a timer has no [`after`](Self::after).
+    pub after_fn: Option<&'static str>,
 }
 
 impl PartialEq for TransitionDef {
@@ -41,6 +45,7 @@ impl PartialEq for TransitionDef {
             && self.guard == other.guard
             && self.wait == other.wait
             && self.after == other.after
+            && self.after_fn == other.after_fn
     }
 }
 
@@ -57,6 +62,7 @@ impl TransitionDef {
             payload_schema: None,
             payload_check: None,
             after: None,
+            after_fn: None,
         }
     }
 
@@ -99,9 +105,27 @@ impl TransitionDef {
         self
     }
 
+    /// Makes it a timer transition whose delay the workflow gives when the run waits
+    /// at its place ([`Workflow::timer`]), rather than one fixed in the table: `method`
+    /// names what computes it (`#[workflow]` sets it for `after = Self::method`). The
+    /// delay is read each time the run comes to wait there, and the wake time it
+    /// gives is stored with the parked run: a delay that changes meanwhile (a new
+    /// configuration) applies from the next park ([`Workflow::timer`]).
+    #[must_use]
+    pub const fn after_fn(mut self, method: &'static str) -> Self {
+        self.after_fn = Some(method);
+        self
+    }
+
+    /// Whether it is a timer transition: its delay fixed ([`after`](Self::after)) or
+    /// given by the workflow ([`after_fn`](Self::after_fn)).
+    pub fn is_timer(&self) -> bool {
+        self.after.is_some() || self.after_fn.is_some()
+    }
+
     /// Whether it fires on a signal or a timer rather than by itself.
     pub fn waits(&self) -> bool {
-        self.wait || self.after.is_some()
+        self.wait || self.is_timer()
     }
 
     /// Whether it leaves from `place`.
@@ -379,6 +403,11 @@ impl Definition {
                 if let Some(after) = t.after {
                     h.bytes(&after.as_millis().to_le_bytes());
                 }
+                // Only when set, so that the hash of a table without one is unchanged.
+                if let Some(method) = t.after_fn {
+                    h.byte(0xfc);
+                    h.str(method);
+                }
             }
             format!("{:016x}", h.0.finish())
         })
@@ -413,10 +442,10 @@ impl Definition {
     /// declaration order), computed once per table.
     fn order(&self) -> &[Vec<Tried>] {
         self.order.get_or_init(|| {
-            let kind = |t: &TransitionDef| match (t.after, t.wait) {
-                (Some(_), _) => Kind::Timer,
-                (None, true) => Kind::Wait,
-                (None, false) => Kind::Fire,
+            let kind = |t: &TransitionDef| match (t.is_timer(), t.wait) {
+                (true, _) => Kind::Timer,
+                (false, true) => Kind::Wait,
+                (false, false) => Kind::Fire,
             };
             loopstack_graph::order(self.places, &self.graph())
                 .into_iter()
@@ -509,13 +538,32 @@ impl Definition {
     }
 
     /// The timer transitions leaving `place` whose guard holds, with their delays, in
-    /// the order they are tried.
+    /// the order they are tried. A timer whose delay the workflow gives
+    /// ([`TransitionDef::after_fn`]) has none in the table and is left out:
+    /// [`WorkflowExt::timers`] asks the workflow for it.
     pub fn timers(
         &self,
         place: &str,
-        mut guard: impl FnMut(usize) -> bool,
+        guard: impl FnMut(usize) -> bool,
     ) -> Result<Vec<(usize, std::time::Duration)>, UnknownPlace> {
-        Ok(self.leaving(place)?.filter_map(|(i, t)| t.after.filter(|_| guard(i)).map(|after| (i, after))).collect())
+        self.timers_with(place, guard, |i| self.transitions[i].after)
+    }
+
+    /// The timer transitions leaving `place` whose guard holds, with the delays
+    /// `delay` gives them (by index, as [`Workflow::timer`] does), in the order they
+    /// are tried; one it gives none is left out. `delay` is called for timers only,
+    /// and only once their guard holds.
+    pub fn timers_with(
+        &self,
+        place: &str,
+        mut guard: impl FnMut(usize) -> bool,
+        mut delay: impl FnMut(usize) -> Option<std::time::Duration>,
+    ) -> Result<Vec<(usize, std::time::Duration)>, UnknownPlace> {
+        Ok(self
+            .leaving(place)?
+            .filter(|(i, t)| t.is_timer() && guard(*i))
+            .filter_map(|(i, _)| delay(i).map(|after| (i, after)))
+            .collect())
     }
 
     /// A Mermaid `stateDiagram-v2` of the table: guards, priorities and wait marks as
@@ -538,6 +586,9 @@ impl Definition {
                 }
                 if let Some(after) = t.after {
                     let _ = write!(out, " (after {})", fmt_duration(after));
+                }
+                if let Some(method) = t.after_fn {
+                    let _ = write!(out, " (after {method})");
                 }
                 out.push('\n');
             }
@@ -574,7 +625,7 @@ impl loopstack_graph::Names for Definition {
         END
     }
     fn is_timer(&self, transition: usize) -> bool {
-        self.transitions[transition].after.is_some()
+        self.transitions[transition].is_timer()
     }
 }
 

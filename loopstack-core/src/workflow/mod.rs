@@ -60,6 +60,71 @@ pub trait Workflow: Send + Sync + 'static {
     /// [`Definition::transitions`]); a transition without a guard returns `true`.
     fn guard(&self, transition: usize, state: &Self::State) -> bool;
 
+    /// The delay of timer transition `transition` (an index into
+    /// [`Definition::transitions`]) for a run waiting with `state`: how long the run
+    /// stands at the place before it fires. `None` for a transition that is not a
+    /// timer.
+    ///
+    /// The runtime asks only when a run waits at a place with timers whose guards
+    /// hold, each time a drive reaches that wait, and counts from when the run
+    /// reached the place. The earliest wake time is stored with the parked run, and
+    /// a worker wakes the run then. A delay that changes while the run is parked (a
+    /// new configuration) is read at that wake: a longer one parks the run again
+    /// until it is due, a shorter one fires at the stored wake time, not before.
+    ///
+    /// The default gives the delay fixed in the table ([`TransitionDef::after`]). A
+    /// timer whose delay comes from the workflow's configuration or the run's state
+    /// ([`TransitionDef::after_fn`]) needs this method: `#[workflow]` writes it for
+    /// `after = Self::method`, and a hand-written workflow without it fails its run
+    /// with [`RunError::Mismatch`](crate::RunError::Mismatch) when the run would wait
+    /// for it.
+    ///
+    /// ```
+    /// # use loopstack_core::*;
+    /// # use std::time::Duration;
+    /// /// Escalates after the time its environment sets, unless acknowledged.
+    /// struct Incidents {
+    ///     escalation: Duration,
+    /// }
+    ///
+    /// static TABLE: Definition = Definition::new(
+    ///     "incidents",
+    ///     &[START, "open", END],
+    ///     &[
+    ///         TransitionDef::new("open", &[START], "open"),
+    ///         TransitionDef::new("acknowledge", &["open"], END).wait(|| serde_json::json!({"type": "null"})),
+    ///         TransitionDef::new("escalate", &["open"], END).after_fn("escalation"),
+    ///     ],
+    /// );
+    ///
+    /// impl Workflow for Incidents {
+    ///     // ..
+    /// #   type State = ();
+    /// #   type Input = ();
+    /// #   fn definition(&self) -> &'static Definition { &TABLE }
+    /// #   fn init(&self, (): ()) {}
+    /// #   fn guard(&self, _: usize, (): &()) -> bool { true }
+    /// #   fn transition<'a>(
+    /// #       &'a self, _: usize, _: &'a mut (), _: &'a mut RunContext, _: Option<serde_json::Value>,
+    /// #   ) -> futures::future::BoxFuture<'a, Result<(), TransitionError>> {
+    /// #       Box::pin(async { Ok(()) })
+    /// #   }
+    ///     fn timer(&self, transition: usize, (): &()) -> Option<Duration> {
+    ///         match transition {
+    ///             2 => Some(self.escalation),
+    ///             _ => None,
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let staging = Incidents { escalation: Duration::from_secs(300) };
+    /// assert_eq!(staging.timers("open", &()).unwrap(), [(2, Duration::from_secs(300))]);
+    /// ```
+    fn timer(&self, transition: usize, state: &Self::State) -> Option<std::time::Duration> {
+        let _ = state;
+        self.definition().transitions().get(transition).and_then(|t| t.after)
+    }
+
     /// Runs transition `transition`. `payload` is the signal's payload for a wait
     /// transition and `None` otherwise.
     fn transition<'a>(
@@ -221,6 +286,17 @@ pub trait WorkflowExt: Workflow {
         state: &Self::State,
     ) -> Result<Option<&'static str>, UnknownPlace> {
         Ok(self.route(place, state)?.transition_name())
+    }
+
+    /// The timer transitions enabled at `place` for `state`, with their delays
+    /// ([`Workflow::timer`]), in the order they are tried: what a run waiting there
+    /// counts down.
+    fn timers(
+        &self,
+        place: impl AsRef<str>,
+        state: &Self::State,
+    ) -> Result<Vec<(usize, std::time::Duration)>, UnknownPlace> {
+        self.definition().timers_with(place.as_ref(), |i| self.guard(i, state), |i| self.timer(i, state))
     }
 
     /// A Mermaid `stateDiagram-v2` of the workflow.

@@ -49,7 +49,12 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
             None => quote!(.wait(__loopstack_null_schema).check(#p::payload_check::<()>)),
         });
         let after = t.after.map(|ms| quote!(.after(::core::time::Duration::from_millis(#ms))));
-        quote!(#p::TransitionDef::new(#method, &[#(#from),*], #to) #priority #guard #wait #after)
+        let after_fn = t.after_fn.as_ref().and_then(|path| path.segments.last()).map(|segment| {
+            let name = segment.ident.to_string();
+            let name = name.trim_start_matches("r#");
+            quote!(.after_fn(#name))
+        });
+        quote!(#p::TransitionDef::new(#method, &[#(#from),*], #to) #priority #guard #wait #after #after_fn)
     });
 
     let (input, init) = match input {
@@ -71,6 +76,40 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
             #(#indices)|* => {
                 let __loopstack_guard: #ty = #value;
                 __loopstack_guard(self, __loopstack_state)
+            }
+        }
+    });
+
+    // Written only for a table with a computed delay; the trait's default reads the
+    // fixed ones from the table.
+    let timer = m.transitions.iter().any(|t| t.after_fn.is_some()).then(|| {
+        let arms = m.transitions.iter().enumerate().filter_map(|(i, t)| {
+            let path = t.after_fn.as_ref()?;
+            let span = at(path.span());
+            let ty = quote_spanned!(span=> fn(&Self, &#state) -> ::core::time::Duration);
+            let value = quote_spanned!(span=> #path);
+            Some(quote! {
+                #i => {
+                    let __loopstack_timer: #ty = #value;
+                    #p::Some(__loopstack_timer(self, __loopstack_state))
+                }
+            })
+        });
+        let fixed = m.transitions.iter().enumerate().filter_map(|(i, t)| {
+            let ms = t.after?;
+            Some(quote!(#i => #p::Some(::core::time::Duration::from_millis(#ms)),))
+        });
+        quote! {
+            fn timer(
+                &self,
+                __loopstack_transition: ::core::primitive::usize,
+                __loopstack_state: &Self::State,
+            ) -> #p::Option<::core::time::Duration> {
+                match __loopstack_transition {
+                    #(#arms)*
+                    #(#fixed)*
+                    _ => #p::None,
+                }
             }
         }
     });
@@ -209,6 +248,8 @@ pub(crate) fn workflow(m: &WorkflowModel) -> TokenStream {
                         _ => true,
                     }
                 }
+
+                #timer
 
                 fn transition<'__loopstack_a>(
                     &'__loopstack_a self,

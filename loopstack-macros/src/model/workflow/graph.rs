@@ -32,7 +32,7 @@ pub(super) fn check(
             to: place_names[t.to],
             priority: t.priority.unwrap_or(0),
             guarded: t.guard.is_some(),
-            waits: t.wait || t.after.is_some(),
+            waits: t.wait || t.is_timer(),
         })
         .collect();
     for problem in loopstack_graph::problems(&place_names, &graph) {
@@ -60,7 +60,7 @@ impl loopstack_graph::Names for Written<'_> {
         "End"
     }
     fn is_timer(&self, transition: usize) -> bool {
-        self.transitions[transition].after.is_some()
+        self.transitions[transition].is_timer()
     }
 }
 

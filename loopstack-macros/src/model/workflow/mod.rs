@@ -22,7 +22,7 @@ use super::{cfg_attrs, default_crate, error_type_span, last_segment};
 use crate::ctxt::Ctxt;
 use crate::duration::parse_millis;
 use crate::names::snake_case;
-use crate::parse::{self, TransitionArgs, WorkflowArgs};
+use crate::parse::{self, AfterValue, TransitionArgs, WorkflowArgs};
 
 mod graph;
 mod migrate;
@@ -35,7 +35,10 @@ mod tests;
 pub(crate) use migrate::Migration;
 use migrate::{RawMigration, strip_migrations};
 use places::{Named, PlaceId, Places};
-use signature::{Kind, check_guard_sig, check_transition_sig, payload_param, state_param, strip_helpers, typed_input};
+use signature::{
+    Kind, check_guard_sig, check_timer_sig, check_transition_sig, payload_param, state_param, strip_helpers,
+    typed_input,
+};
 
 /// What a `#[workflow]` is known to be before its table is checked, and what the
 /// expansion emits whether or not the check passes: the place enum, the signal enum
@@ -103,8 +106,11 @@ pub(crate) struct Transition {
     /// table and the signal enum are outside the impl); `None` for one that takes no
     /// payload.
     pub(crate) payload: Option<Type>,
-    /// A timer transition's delay, in milliseconds.
+    /// A timer transition's delay, in milliseconds, when the attribute fixes it.
     pub(crate) after: Option<u64>,
+    /// A timer transition's delay method (`after = Self::method`), when the workflow
+    /// gives the delay at run time.
+    pub(crate) after_fn: Option<Path>,
     /// Spans of the user's state and context parameter types and of the return type.
     pub(crate) state_span: Span,
     pub(crate) cx_span: Span,
@@ -300,8 +306,25 @@ impl Header {
     }
 }
 
-/// Stage 2: each transition method's shape, and its timer's delay in milliseconds.
-fn timers(cx: &mut Ctxt, raw: &[RawTransition]) -> Vec<Option<u64>> {
+impl Transition {
+    /// Whether it fires after a delay, fixed or computed.
+    pub(crate) fn is_timer(&self) -> bool {
+        self.after.is_some() || self.after_fn.is_some()
+    }
+}
+
+/// A timer's delay as the attribute gives it.
+enum Delay {
+    /// In milliseconds, checked here.
+    Fixed(u64),
+    /// By a method, at run time.
+    Method(Path),
+}
+
+/// Stage 2: each transition method's shape, and its timer's delay: a literal's in
+/// milliseconds, or the method that gives it (its shape checked when it is one of
+/// this impl's, written `Self::method`; rustc checks any other path's type).
+fn timers(cx: &mut Ctxt, raw: &[RawTransition], item: &ItemImpl) -> Vec<Option<Delay>> {
     raw.iter()
         .map(|t| {
             let kind = match (&t.args.wait, &t.args.after) {
@@ -319,10 +342,50 @@ fn timers(cx: &mut Ctxt, raw: &[RawTransition]) -> Vec<Option<u64>> {
                     );
                     return None;
                 }
-                parse_millis(&after.value.value()).map_err(|e| cx.error_spanned_by(&after.value, e)).ok()
+                match &after.value {
+                    AfterValue::Literal(lit) => {
+                        parse_millis(&lit.value()).map(Delay::Fixed).map_err(|e| cx.error_spanned_by(lit, e)).ok()
+                    }
+                    AfterValue::Method(path) => {
+                        // A method named as a guard is: rustc would not find it, nor say why.
+                        if let Some(name) = path.get_ident()
+                            && method(item, name).is_some()
+                        {
+                            cx.error_spanned_by(
+                                path,
+                                format!("`{name}` is a method of this impl: write `after = Self::{name}`"),
+                            );
+                            return None;
+                        }
+                        if let Some(sig) = own_method(item, path) {
+                            check_timer_sig(cx, sig);
+                        }
+                        Some(Delay::Method(path.clone()))
+                    }
+                }
             })
         })
         .collect()
+}
+
+/// The method of this impl block that `Self::name` names.
+fn own_method<'a>(item: &'a ItemImpl, path: &Path) -> Option<&'a Signature> {
+    let mut segments = path.segments.iter();
+    let (Some(this), Some(name), None) = (segments.next(), segments.next(), segments.next()) else {
+        return None;
+    };
+    if this.ident != "Self" || path.leading_colon.is_some() {
+        return None;
+    }
+    method(item, &name.ident)
+}
+
+/// The signature of the impl block's method `name`.
+fn method<'a>(item: &'a ItemImpl, name: &Ident) -> Option<&'a Signature> {
+    item.items.iter().find_map(|i| match i {
+        ImplItem::Fn(f) if f.sig.ident == *name => Some(&f.sig),
+        _ => None,
+    })
 }
 
 /// Stage 3: the guard methods the transitions name, each once, and each
@@ -367,7 +430,7 @@ fn transition(
     t: &RawTransition,
     named: &Named,
     guard: Option<usize>,
-    after: Option<u64>,
+    after: Option<Delay>,
     places: &Places,
     item: &ItemImpl,
 ) -> Transition {
@@ -379,7 +442,14 @@ fn transition(
         guard,
         wait: t.args.wait.is_some(),
         payload: t.args.wait.as_ref().and_then(|_| payload_param(&t.sig)).map(|ty| signal::spell_out_self(ty, item)),
-        after,
+        after: match &after {
+            Some(Delay::Fixed(ms)) => Some(*ms),
+            _ => None,
+        },
+        after_fn: match after {
+            Some(Delay::Method(path)) => Some(path),
+            _ => None,
+        },
         state_span: typed_input(&t.sig, 1).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
         cx_span: typed_input(&t.sig, 2).map_or_else(|| t.sig.ident.span(), |ty| ty.span()),
         output_span: error_type_span(&t.sig.output, t.sig.ident.span()),
@@ -389,7 +459,7 @@ fn transition(
 impl WorkflowModel {
     pub(crate) fn from_syn(args: TokenStream, item: TokenStream) -> Result<Self, Box<WorkflowFailure>> {
         let (mut cx, header) = Header::read(Ctxt::new(), args, item)?;
-        let after = timers(&mut cx, &header.raw);
+        let mut after = timers(&mut cx, &header.raw, &header.item);
         let migrations = migrate::check(&mut cx, &header.migrations, header.version);
         let (guards, guard_of) = resolve_guards(&mut cx, &header.item, &header.raw);
         let (places, named) = Places::of(&mut cx, &header.raw);
@@ -410,7 +480,7 @@ impl WorkflowModel {
         }
 
         let transitions: Vec<Transition> = (0..header.raw.len())
-            .map(|i| transition(&header.raw[i], &named[i], guard_of[i], after[i], &places, &header.item))
+            .map(|i| transition(&header.raw[i], &named[i], guard_of[i], after[i].take(), &places, &header.item))
             .collect();
         let signal = signal::signal_enum(&mut cx, &header.type_ident, &header.item, &transitions, &places);
 

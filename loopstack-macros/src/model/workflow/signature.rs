@@ -192,6 +192,32 @@ pub(super) fn check_transition_sig(cx: &mut Ctxt, sig: &Signature, kind: Kind) {
     }
 }
 
+/// A timer's delay method, named by `after = Self::method`: its type is checked by
+/// rustc where it is used; what is reported here is a shape that cannot be one.
+pub(super) fn check_timer_sig(cx: &mut Ctxt, sig: &Signature) {
+    const TIMER: &str = "a timer's delay method is a plain `fn(&self, state: &State) -> Duration`";
+    if let Some(a) = &sig.asyncness {
+        cx.error_spanned_by(a, format!("{TIMER}, not `async`: the run's wake time is set when it parks"));
+        return;
+    }
+    let inputs: Vec<&FnArg> = sig.inputs.iter().collect();
+    let receiver_ok =
+        matches!(inputs.first(), Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none());
+    if !receiver_ok || inputs.len() != 2 {
+        cx.error_spanned_by(&sig.ident, TIMER);
+        return;
+    }
+    if let FnArg::Typed(p) = inputs[1]
+        && !matches!(&*p.ty, Type::Reference(r) if r.mutability.is_none())
+    {
+        cx.error_spanned_by(&p.ty, format!("{TIMER}: it reads the state through `&State`"));
+        return;
+    }
+    if let ReturnType::Default = sig.output {
+        cx.error_spanned_by(&sig.ident, TIMER);
+    }
+}
+
 pub(super) fn check_guard_sig(cx: &mut Ctxt, sig: &Signature) {
     const GUARD: &str = "a guard method is a plain `fn(&self, state: &State) -> bool`";
     if let Some(a) = &sig.asyncness {

@@ -190,6 +190,72 @@ fn a_timer_behind_an_unguarded_transition_never_fires() {
 }
 
 #[test]
+fn a_timer_from_a_method_waits_like_a_fixed_one() {
+    // Its place waits (the run is not at a dead end there), and it is shadowed like one.
+    let m = model(parse_quote! {
+        impl W {
+            #[transition(to = A)]
+            async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End, after = Self::delay)]
+            async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            fn delay(&self, s: &S) -> Duration { Duration::from_secs(1) }
+        }
+    })
+    .unwrap();
+    let b = &m.transitions[1];
+    assert_eq!((b.after, b.after_fn.to_token_stream().to_string().as_str()), (None, "Self :: delay"));
+    assert!(b.is_timer() && !b.wait);
+    let err = model(parse_quote! {
+        impl W {
+            #[transition(to = A)]
+            async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End)]
+            async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End, after = config::delay)]
+            async fn c(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+        }
+    })
+    .err()
+    .unwrap();
+    assert_eq!(
+        err,
+        ["timer transition `c` from `A` can never fire: `b` has no guard and fires without waiting for its delay"]
+    );
+}
+
+#[test]
+fn a_timer_method_has_the_shape_of_a_guard() {
+    let err = model(parse_quote! {
+        impl W {
+            #[transition(to = A)]
+            async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End, after = Self::delay)]
+            async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End, after = Self::later)]
+            async fn c(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            fn delay(&self) -> Duration { Duration::from_secs(1) }
+            fn later(&self, s: &S) {}
+        }
+    })
+    .err()
+    .unwrap();
+    let shape = "a timer's delay method is a plain `fn(&self, state: &State) -> Duration`";
+    assert_eq!(err, [shape, shape]);
+    let err = model(parse_quote! {
+        impl W {
+            #[transition(to = A)]
+            async fn a(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            #[transition(from = A, to = End, after = delay)]
+            async fn b(&self, s: &mut S, cx: &mut RunContext) -> Result<()> { Ok(()) }
+            fn delay(&self, s: &S) -> Duration { Duration::from_secs(1) }
+        }
+    })
+    .err()
+    .unwrap();
+    assert_eq!(err, ["`delay` is a method of this impl: write `after = Self::delay`"]);
+}
+
+#[test]
 fn signal_names_are_distinct_identifiers() {
     let err = model(parse_quote! {
         impl W {
