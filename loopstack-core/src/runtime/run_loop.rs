@@ -344,6 +344,10 @@ impl<W: Workflow> RunLoop<'_, W> {
                 }
                 continue;
             }
+            if let Some(reason) = cx.take_stop() {
+                // Boxed: few steps stop their run.
+                return Box::pin(self.stopped(cx, signal, reason)).await;
+            }
             let value = match checkpoint_state(&*state, name, run_id, Some(t.name)) {
                 Ok(value) => cx.runtime().redact(value),
                 Err(e) => {
@@ -381,10 +385,6 @@ impl<W: Workflow> RunLoop<'_, W> {
                 if !self.children.iter().any(|known| known.run_id == child.run_id) {
                     self.children.push(child);
                 }
-            if let Some(reason) = cx.take_stop() {
-                // Boxed: few steps stop their run.
-                return Box::pin(self.stopped(cx, signal, reason)).await;
-            }
             }
             cx.committed(step, t.to);
             cx.emit(|| EventKind::TransitionCommitted {
@@ -399,6 +399,27 @@ impl<W: Workflow> RunLoop<'_, W> {
             }
             span.in_scope(|| tracing::debug!("transition committed"));
         }
+    }
+
+    /// Stops run `cx` at its last checkpoint, as its transition asked
+    /// ([`RunContext::stop`]): nothing of the step is committed, and the signal it
+    /// delivered, if any, is taken as rejected with the reason. The driver records
+    /// the run's status.
+    async fn stopped(
+        &mut self,
+        cx: &mut RunContext,
+        signal: Option<u64>,
+        reason: Box<str>,
+    ) -> Result<RunOutcome, RunError> {
+        cx.rollback();
+        let reason = cx.runtime().inner.redact_text(&reason).into_owned();
+        if let Some(id) = signal {
+            cx.runtime().store().reject_signal(cx.run_id(), self.epoch, id, &reason).await?;
+            if self.own_signal == Some(id) {
+                self.own_signal = None;
+            }
+        }
+        Ok(RunOutcome::Stopped { reason })
     }
 
     /// Completes run `cx`, which stands at `end` without a transition of this drive's
@@ -438,27 +459,6 @@ impl<W: Workflow> RunLoop<'_, W> {
         let due = timers.iter().map(|&(i, after)| (i, self.place_since + after)).find(|&(_, at)| at <= now);
         let wake_at = timers.iter().map(|&(_, after)| self.place_since + after).min();
         let inbox = cx.runtime().store().inbox(run_id).await?;
-    /// Stops run `cx` at its last checkpoint, as its transition asked
-    /// ([`RunContext::stop`]): nothing of the step is committed, and the signal it
-    /// delivered, if any, is taken as rejected with the reason. The driver records
-    /// the run's status.
-    async fn stopped(
-        &mut self,
-        cx: &mut RunContext,
-        signal: Option<u64>,
-        reason: Box<str>,
-    ) -> Result<RunOutcome, RunError> {
-        cx.rollback();
-        let reason = cx.runtime().inner.redact_text(&reason).into_owned();
-        if let Some(id) = signal {
-            cx.runtime().store().reject_signal(cx.run_id(), self.epoch, id, &reason).await?;
-            if self.own_signal == Some(id) {
-                self.own_signal = None;
-            }
-        }
-        Ok(RunOutcome::Stopped { reason })
-    }
-
         let picked =
             self.pick_signal(cx.runtime().store().as_ref(), run_id, from, &signals, inbox.pending, own_error).await?;
         match (picked, due) {
