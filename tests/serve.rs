@@ -655,17 +655,6 @@ async fn a_run_is_forked_with_edits_over_http_under_the_same_rules() {
     assert_eq!(before["runs"].as_array().unwrap().len(), after["runs"].as_array().unwrap().len());
 }
 
-/// Serves `runtime` on a loopback port without a token: its address.
-async fn serve_runtime(runtime: Runtime) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(serve(listener, runtime, ServeOptions::new()));
-    address
-}
-
-/// What a mailbox was sent, in order.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Received {
 /// Looks a user up; needs no approval.
 #[tool]
 async fn look_up(user: String) -> String {
@@ -713,6 +702,17 @@ async fn a_run_stopped_at_a_limit_shows_as_stopped_and_is_listed_apart() {
     assert_eq!(status, 409, "{refused}");
 }
 
+/// Serves `runtime` on a loopback port without a token: its address.
+async fn serve_runtime(runtime: Runtime) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(listener, runtime, ServeOptions::new()));
+    address
+}
+
+/// What a mailbox was sent, in order.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Received {
     payloads: Vec<Value>,
 }
 
