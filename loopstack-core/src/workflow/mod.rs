@@ -332,6 +332,34 @@ mod tests {
     }
 
     #[test]
+    fn a_computed_timer_is_part_of_the_tables_hash() {
+        // Its method is what the table says of its delay: another method is another table.
+        static BY_CONFIG: Definition = Definition::new(
+            "timed",
+            &[START, "a", END],
+            &[TransitionDef::new("go", &[START], "a"), TransitionDef::new("expire", &["a"], END).after_fn("config")],
+        );
+        static BY_STATE: Definition = Definition::new(
+            "timed",
+            &[START, "a", END],
+            &[TransitionDef::new("go", &[START], "a"), TransitionDef::new("expire", &["a"], END).after_fn("state")],
+        );
+        static FIXED: Definition = Definition::new(
+            "timed",
+            &[START, "a", END],
+            &[
+                TransitionDef::new("go", &[START], "a"),
+                TransitionDef::new("expire", &["a"], END).after(std::time::Duration::from_secs(1)),
+            ],
+        );
+        assert_ne!(BY_CONFIG.hash(), BY_STATE.hash());
+        assert_ne!(BY_CONFIG.hash(), FIXED.hash());
+        // A computed timer makes its place a wait, as a fixed one does.
+        assert_eq!(BY_CONFIG.check(), Ok(()));
+        assert_eq!(BY_CONFIG.route("a", |_| true), Ok(Route::Wait { signals: vec![] }));
+    }
+
+    #[test]
     fn check_reports_wait_and_timer_transitions_an_unguarded_one_shadows() {
         // The same rule as `#[workflow]`'s: `respond` fires whenever the run is at `a`,
         // so the run never waits there for `approve`'s signal or `expire`'s delay.
