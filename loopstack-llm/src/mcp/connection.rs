@@ -17,7 +17,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::server::{HeaderValue, McpServer, Transport};
-use super::{CALL_ID_META, IDEMPOTENCY_KEY_META, MAX_TOOL_PAGES, MAX_TOOLS, McpError};
+use super::{CALL_ID_META, IDEMPOTENCY_KEY_META, MAX_STDERR_LINE, MAX_TOOL_PAGES, MAX_TOOLS, McpError, STDERR_TARGET};
 
 /// The tools a connected server offers now (all of them: the allow-list filters
 /// where they are used), shared with the notification handler that refreshes them.
@@ -155,10 +155,16 @@ impl Connection {
                     // started (`npx` runs the server as its child).
                     #[cfg(unix)]
                     command.wrap(process_wrap::tokio::ProcessGroup::leader());
-                    let (transport, _) = rmcp::transport::TokioChildProcess::builder(command)
-                        .stderr(Stdio::inherit())
+                    let stderr = if self.config.stderr_to_logs { Stdio::piped() } else { Stdio::inherit() };
+                    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+                        .stderr(stderr)
                         .spawn()
                         .map_err(|source| McpError::Spawn { server: server.clone(), source })?;
+                    if let Some(stderr) = stderr {
+                        // Ends at the end of the pipe: when the server (and what it
+                        // started) has exited or been ended.
+                        tokio::spawn(log_stderr(stderr, self.server.clone(), self.config.secrets.clone()));
+                    }
                     handler.serve(transport).await.map_err(handshake_failed)
                 }
                 Transport::Http { url, headers, bearer } => {
@@ -323,6 +329,56 @@ impl Connection {
                 "the MCP server `{server}` answered the call to `{remote}` with something other than a tool result"
             ))),
         }
+    }
+}
+
+/// Logs each line of a stdio server's standard error until the pipe ends, a line
+/// longer than [`MAX_STDERR_LINE`] in pieces, so a server that never writes a line
+/// break costs no more memory than that. Blank lines are not logged.
+pub(super) async fn log_stderr(
+    stderr: tokio::process::ChildStderr,
+    server: Arc<str>,
+    secrets: Option<loopstack_core::secrets::Secrets>,
+) {
+    each_line(stderr, MAX_STDERR_LINE, |line| {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.trim().is_empty() {
+            return;
+        }
+        let line = secrets.as_ref().map_or(std::borrow::Cow::Borrowed(line), |s| s.redact(line));
+        tracing::info!(target: STDERR_TARGET, server = %server, "{line}");
+    })
+    .await;
+}
+
+/// Calls `f` with each line `reader` gives (its line break included) until it ends
+/// or fails, a line longer than `max` bytes in pieces of `max` bytes.
+pub(super) async fn each_line(reader: impl tokio::io::AsyncRead + Unpin, max: usize, mut f: impl FnMut(&[u8])) {
+    use tokio::io::AsyncBufReadExt as _;
+    // A piece of no bytes would never end.
+    let max = max.max(1);
+    let mut reader = tokio::io::BufReader::new(reader);
+    let mut line = Vec::new();
+    loop {
+        let read = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(read) => read,
+        };
+        let room = &read[..read.len().min(max - line.len())];
+        let (taken, ended) = match room.iter().position(|&b| b == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (room.len(), false),
+        };
+        line.extend_from_slice(&room[..taken]);
+        reader.consume(taken);
+        if ended || line.len() >= max {
+            f(&line);
+            line.clear();
+        }
+    }
+    if !line.is_empty() {
+        f(&line);
     }
 }
 

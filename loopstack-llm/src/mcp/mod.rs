@@ -78,6 +78,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_TOOL_PAGES: usize = 1_000;
 /// The most tools taken from one server; more is an [`McpError::TooManyTools`].
 pub const MAX_TOOLS: usize = 10_000;
+/// The `tracing` target of the lines a stdio server writes to its standard error,
+/// with [`McpServer::stderr_to_logs`].
+pub const STDERR_TARGET: &str = "loopstack::mcp::stderr";
+/// The most bytes of a server's standard error logged as one event: a longer line
+/// (or output with no line break at all) is logged in pieces of at most this size,
+/// never held whole.
+pub const MAX_STDERR_LINE: usize = 16 * 1024;
 
 /// Why an MCP server could not be connected or its tools registered.
 #[derive(Debug, thiserror::Error)]
@@ -426,7 +433,7 @@ mod tests {
     use loopstack_core::ToolOutput;
     use rmcp::model::CallToolResult;
 
-    use super::connection::to_output;
+    use super::connection::{each_line, to_output};
     use super::server::split_command_line;
     use super::*;
 
@@ -463,6 +470,14 @@ mod tests {
         assert!(!format!("{token:?}").contains("s3cret") && !format!("{token:?}").contains("k3y"));
         let env = McpServer::stdio("server", ["--x"]).env("API_KEY", "s3cret");
         assert!(format!("{env:?}").contains("API_KEY") && !format!("{env:?}").contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn a_servers_standard_error_is_read_a_line_at_a_time_and_a_long_line_in_pieces() {
+        let mut lines = Vec::new();
+        let text = b"starting\r\n\nready\n0123456789abcdefghij tail";
+        each_line(&text[..], 8, |line| lines.push(String::from_utf8_lossy(line).into_owned())).await;
+        assert_eq!(lines, ["starting", "\r\n", "\n", "ready\n", "01234567", "89abcdef", "ghij tai", "l"]);
     }
 
     #[test]

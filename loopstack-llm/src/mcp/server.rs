@@ -86,6 +86,7 @@ pub struct McpServer {
     pub(super) tool_timeouts: BTreeMap<String, Duration>,
     pub(super) connect_timeout: Duration,
     pub(super) secrets: Option<loopstack_core::secrets::Secrets>,
+    pub(super) stderr_to_logs: bool,
 }
 
 impl McpServer {
@@ -101,11 +102,13 @@ impl McpServer {
             tool_timeouts: BTreeMap::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             secrets: None,
+            stderr_to_logs: false,
         }
     }
 
     /// A server started as `program args...` and spoken to over its stdin and
-    /// stdout; its stderr is this process's.
+    /// stdout; its stderr is this process's unless
+    /// [`stderr_to_logs`](Self::stderr_to_logs).
     pub fn stdio<I, S>(program: impl Into<OsString>, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -224,6 +227,19 @@ impl McpServer {
         if let Transport::Http { bearer, .. } = &mut self.transport {
             *bearer = Some(HeaderValue::Env(var.into()));
         }
+        self
+    }
+
+    /// Writes each line a stdio server writes to its standard error as a `tracing`
+    /// event (level info, target [`STDERR_TARGET`](super::STDERR_TARGET), with the
+    /// server's name in the field `server`), in place of this process's standard
+    /// error, which the server shares unless set. A line longer than
+    /// [`MAX_STDERR_LINE`](super::MAX_STDERR_LINE) bytes is logged in pieces; the
+    /// secrets of [`redact_with`](Self::redact_with) are redacted. Ignored for an
+    /// HTTP server.
+    #[must_use]
+    pub fn stderr_to_logs(mut self) -> Self {
+        self.stderr_to_logs = true;
         self
     }
 
