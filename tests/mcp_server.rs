@@ -253,6 +253,86 @@ async fn the_command_line_gives_an_agent_the_tools_of_mcp_servers() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configuration_file_declares_a_server_once_for_every_command_that_drives_runs() {
+    let desk = common::example_with("mcp_server", &["mcp-server", "cli"]);
+    let dir = std::env::temp_dir().join(format!("loopstack-mcp-config-{}", loopstack::RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("desk.db");
+    let db = db.to_str().unwrap();
+    let started = dir.join("started");
+    // The server is the example's own `mcp` command, behind a shell that notes each
+    // start in a file and says hello on its standard error.
+    let script = format!(
+        "echo start >> '{}'; echo 'the desk server says hello' >&2; exec '{}' --db memory mcp",
+        started.display(),
+        desk.display()
+    );
+    let config = dir.join("desk.json");
+    let file = serde_json::json!({"mcp": {"servers": {"desk": {"command": "sh", "args": ["-c", script]}}}});
+    std::fs::write(&config, file.to_string()).unwrap();
+    let config = config.to_str().unwrap();
+    let starts = || std::fs::read_to_string(&started).map_or(0, |text| text.lines().count());
+
+    // Help, the version and the list of workflows start nothing.
+    for args in [&["--help"][..], &["--version"], &["workflows"]] {
+        let (ok, out, err) = run(&desk, &[&["--config", config, "--db", db][..], args].concat(), &[]).await;
+        assert!(ok, "{args:?}: {out}{err}");
+        assert_eq!(starts(), 0, "{args:?} started the server");
+    }
+    // `run --wait`: the agent `relay` calls the server's `greet`. The server's
+    // standard error is in the logs (JSON here), with its name, not on the terminal.
+    let relay =
+        ["--config", config, "--db", db, "--log-format", "json", "run", "relay", "--input", "\"ada\"", "--wait"];
+    let (ok, out, err) = run(&desk, &[&relay[..], &["--json"]].concat(), &[("RUST_LOG", "info")]).await;
+    assert!(ok, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "completed", "{report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(starts(), 1);
+    let said: Vec<&str> = err.lines().filter(|line| line.contains("the desk server says hello")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    let logged: Value = serde_json::from_str(said[0]).unwrap_or_else(|e| panic!("not a log line ({e}): {}", said[0]));
+    assert_eq!(logged["fields"]["server"], "desk", "{logged}");
+    assert_eq!(logged["fields"]["message"], "the desk server says hello", "{logged}");
+    assert_eq!(logged["target"], "loopstack::mcp::stderr", "{logged}");
+    // Without RUST_LOG the command logs nothing, the server's lines included.
+    let mut quiet = Command::new(&desk);
+    quiet.args(relay).env_remove("RUST_LOG");
+    let output = tokio::task::spawn_blocking(move || quiet.output()).await.unwrap().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && err.is_empty(), "{err}");
+    assert_eq!(starts(), 2);
+
+    // Reading runs starts nothing.
+    for args in [&["runs"][..], &["show", &run_id], &["export", &run_id]] {
+        let (ok, out, err) = run(&desk, &[&["--config", config, "--db", db][..], args].concat(), &[]).await;
+        assert!(ok, "{args:?}: {out}{err}");
+        assert_eq!(starts(), 2, "{args:?} started the server");
+    }
+    // A run queued here is driven by a worker, which gets the same tools.
+    let queue = ["--config", config, "--db", db, "run", "relay", "--input", "\"bo\"", "--json"];
+    let (ok, out, err) = run(&desk, &queue, &[]).await;
+    assert!(ok, "{out}{err}");
+    let queued = serde_json::from_str::<Value>(&out).unwrap()["run_id"].as_str().unwrap().to_owned();
+    let (ok, out, err) = run(&desk, &["--config", config, "--db", db, "worker", "--once"], &[]).await;
+    assert!(ok, "{out}{err}");
+    let (ok, shown, err) = run(&desk, &["--db", db, "show", &queued], &[]).await;
+    assert!(ok, "{err}");
+    assert!(shown.contains("tool call greet") && shown.contains("Hello, bo!"), "{shown}");
+    assert_eq!(starts(), 4);
+
+    // LOOPSTACK_CONFIG names the file as well; one that does not read is one `error:` line.
+    let (ok, out, err) =
+        run(&desk, &["--db", db, "run", "relay", "--input", "\"cy\"", "--wait"], &[("LOOPSTACK_CONFIG", config)]).await;
+    assert!(ok && out.contains("completed"), "{out}{err}");
+    assert_eq!(starts(), 5);
+    let missing = dir.join("missing.json");
+    let (ok, _, err) = run(&desk, &["--config", missing.to_str().unwrap(), "--db", db, "worker", "--once"], &[]).await;
+    assert!(!ok && err.starts_with("error: the configuration file ") && err.contains("missing.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// How long a test waits for one answer of a server before it fails.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 

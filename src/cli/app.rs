@@ -99,6 +99,9 @@ pub struct App {
     db_env: Option<String>,
     /// Whether the register closure takes the MCP servers' tools ([`App::run_mcp`]).
     pub(super) takes_mcp: bool,
+    /// The MCP servers the app declares in code ([`App::mcp_server`]).
+    #[cfg(feature = "mcp")]
+    pub(super) mcp_servers: Vec<loopstack_llm::mcp::McpServer>,
 }
 
 /// The store [`App::default_db`] names when the app does not.
@@ -120,6 +123,8 @@ impl App {
             default_db: DEFAULT_DB.to_owned(),
             db_env: None,
             takes_mcp: false,
+            #[cfg(feature = "mcp")]
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -187,7 +192,9 @@ impl App {
         let command = if self.takes_mcp {
             command
         } else {
-            ["mcp", "mcp_url", "mcp_token_env"].into_iter().fold(command, |c, id| c.mut_arg(id, |a| a.hide(true)))
+            ["mcp", "mcp_url", "mcp_token_env", "config"]
+                .into_iter()
+                .fold(command, |c, id| c.mut_arg(id, |a| a.hide(true)))
         };
         command
     }
@@ -316,7 +323,7 @@ impl App {
             Ok(store) => Runtime::with_shared_store(store),
             Err(e) => return fail(&e.to_string()),
         };
-        let tools = match servers.connect(self.takes_mcp, runtime.secrets()).await {
+        let tools = match servers.connect(&self, command, runtime.secrets()).await {
             Ok(tools) => tools,
             Err(e) => return fail(&runtime.secrets().redact(&e.to_string())),
         };
@@ -364,7 +371,8 @@ pub(super) struct McpServers;
 impl McpServers {
     pub(super) async fn connect(
         &self,
-        _takes_mcp: bool,
+        _app: &App,
+        _command: Option<&Command>,
         _secrets: &loopstack_core::secrets::Secrets,
     ) -> Result<loopstack_core::ToolRegistry, CliError> {
         Ok(loopstack_core::ToolRegistry::new())

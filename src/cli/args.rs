@@ -35,6 +35,14 @@ pub struct Cli {
     #[cfg(feature = "mcp")]
     #[arg(long, value_name = "VAR")]
     pub mcp_token_env: Option<String>,
+    /// A JSON file that declares MCP servers, each by name, whose tools the app's
+    /// agents also get: {"mcp": {"servers": {"files": {"command": "npx", "args":
+    /// ["-y", "@modelcontextprotocol/server-filesystem", "/srv"]}, "remote": {"url":
+    /// "https://mcp.example.com/mcp", "token_env": "REMOTE_TOKEN"}}}} (before the
+    /// command; empty names none).
+    #[cfg(feature = "mcp")]
+    #[arg(long, value_name = "FILE", env = "LOOPSTACK_CONFIG", value_parser = config_file)]
+    pub config: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -359,6 +367,13 @@ pub struct ForkFlags {
 /// A duration flag, written as schedules' intervals are: `90s`, `15m`, `1h30m`, `0s`.
 fn interval(arg: &str) -> Result<std::time::Duration, String> {
     loopstack_core::schedule::parse_interval(arg).map_err(|e| e.to_string())
+}
+
+/// `--config FILE`, empty too: the servers this command line starts get
+/// `LOOPSTACK_CONFIG` empty, and a loopstack app among them must not refuse it.
+#[cfg(feature = "mcp")]
+fn config_file(arg: &str) -> Result<std::path::PathBuf, std::convert::Infallible> {
+    Ok(arg.into())
 }
 
 /// `--message N=TEXT`: the message's index and its new text.

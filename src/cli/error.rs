@@ -94,10 +94,23 @@ pub enum CliError {
     #[cfg(feature = "mcp")]
     #[error(transparent)]
     Mcp(#[from] loopstack_llm::mcp::McpError),
-    /// `--mcp` or `--mcp-url` was given to an app whose register closure takes no
-    /// tools ([`App::run`], [`App::run_with`] rather than [`App::run_mcp`]).
-    #[error("this app takes no MCP servers: --mcp and --mcp-url need an app built with App::run_mcp")]
+    /// MCP servers were declared (`--mcp`, `--mcp-url`, the configuration file,
+    /// [`App::mcp_server`]) for an app whose register closure takes no tools
+    /// ([`App::run`], [`App::run_with`] rather than [`App::run_mcp`]).
+    #[error(
+        "this app takes no MCP servers: --mcp, --mcp-url, a configuration file's and App::mcp_server's servers need \
+         an app built with App::run_mcp"
+    )]
     NoMcpTools,
+    /// The configuration file (`--config`, `LOOPSTACK_CONFIG`) could not be read, or
+    /// says something it may not.
+    #[error("the configuration file {path}: {message}")]
+    Config {
+        /// The file, as named.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The store could not be opened.
     #[error("could not open the store `{db}`: {reason}")]
     Open {
