@@ -35,11 +35,11 @@ pub struct Cli {
     #[cfg(feature = "mcp")]
     #[arg(long, value_name = "VAR")]
     pub mcp_token_env: Option<String>,
-    /// A JSON file that declares MCP servers, each by name, whose tools the app's
-    /// agents also get: {"mcp": {"servers": {"files": {"command": "npx", "args":
-    /// ["-y", "@modelcontextprotocol/server-filesystem", "/srv"]}, "remote": {"url":
-    /// "https://mcp.example.com/mcp", "token_env": "REMOTE_TOKEN"}}}} (before the
-    /// command; empty names none).
+    /// A JSON file that declares MCP servers by name, whose tools the app's agents
+    /// also get: `{"mcp": {"servers": {"files": {"command": "npx", "args": ["-y",
+    /// "@modelcontextprotocol/server-filesystem", "/srv"]}, "remote": {"url":
+    /// "https://mcp.example.com/mcp", "token_env": "REMOTE_TOKEN"}}}}` (before the
+    /// command; an empty path names none).
     #[cfg(feature = "mcp")]
     #[arg(long, value_name = "FILE", env = "LOOPSTACK_CONFIG", value_parser = config_file)]
     pub config: Option<std::path::PathBuf>,
