@@ -796,7 +796,7 @@ async fn the_schedules_page_shows_next_due_times_and_last_runs_and_pauses_resume
         const post = (body) => fetch('/api/schedules', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) }).then((r) => r.status);
         const input = { employee: 'Linus', amount: 42.5, purpose: 'Taxi to the office' };
         return Promise.all([
-            post({ id: 'daily-expense', workflow: 'expense', input, cron: '0 7 * * *', timezone: 'Europe/Berlin' }),
+            post({ id: 'daily-expense', workflow: 'expense', input, cron: '0 7 * * *', timezone: 'Europe/Berlin', overlap: 'queue' }),
             post({ id: 'every-second', workflow: 'expense', input, every: '1s', missed: 'catch_up_once' }),
         ]);
     "#;
@@ -810,6 +810,11 @@ async fn the_schedules_page_shows_next_due_times_and_last_runs_and_pauses_resume
     let row: Value =
         client.execute(&format!("return document.querySelector(\"{daily}\").textContent;"), vec![]).await.unwrap();
     assert!(row.as_str().unwrap().contains("cron `0 7 * * *` (Europe/Berlin)"), "{row}");
+    let overlap: Value = client
+        .execute(&format!("return document.querySelector(\"{daily} td.overlap\").textContent;"), vec![])
+        .await
+        .unwrap();
+    assert_eq!(overlap, "queue one", "the schedule's overlap policy");
     let next_due: Value = client
         .execute(
             &format!("return document.querySelector(\"{daily} td.next-due time\").getAttribute('datetime');"),

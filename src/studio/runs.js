@@ -101,7 +101,7 @@ export async function showSchedules() {
   const gen = app.generation;
   const body = h("tbody");
   const table = h("table", { class: "runs schedules" },
-    h("thead", {}, h("tr", {}, ...["schedule", "workflow", "when", "missed", "next due", "last run", ""].map((c) => h("th", { text: c })))),
+    h("thead", {}, h("tr", {}, ...["schedule", "workflow", "when", "missed", "overlap", "next due", "last run", ""].map((c) => h("th", { text: c })))),
     body);
   main.replaceChildren(h("h1", { text: "Schedules" }),
     h("p", { class: "muted", text: "Recurring runs, started by the workers of their workflow at each due time. Add one with `schedule add` or POST /api/schedules." }),
@@ -146,9 +146,12 @@ export function scheduleRow(s, reload) {
       s.last_run_status ? badge(s.last_run_status) : "", " ", h("span", { class: "muted" }, "due ", time(s.last_due)))
     : h("span", { class: "muted", text: "none yet" });
   const error = s.last_error ? h("div", { class: "error-box", text: s.last_error }) : "";
+  // A due time `queue one` keeps until the last run ends.
+  const pending = s.pending_due ? h("div", { class: "muted" }, "pending ", time(s.pending_due)) : "";
   return h("tr", { "data-schedule": s.id, "data-paused": String(s.paused) },
     h("td", { text: s.id }), h("td", { text: s.workflow }), h("td", { text: s.when }), h("td", { text: s.missed.replaceAll("_", " ") }),
-    h("td", { class: "next-due" }, next), h("td", { class: "last-run" }, last, error), h("td", { class: "actions" }, toggle, " ", remove));
+    h("td", { class: "overlap", text: s.overlap.replaceAll("_", " ") }),
+    h("td", { class: "next-due" }, next, pending), h("td", { class: "last-run" }, last, error), h("td", { class: "actions" }, toggle, " ", remove));
 }
 
 // ---- starting a run -----------------------------------------------------
