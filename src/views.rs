@@ -25,7 +25,11 @@ pub(crate) fn run(run: &RunSummary) -> Value {
         "created_at": run.created_at.to_string(),
         "updated_at": run.updated_at.to_string(),
         "error": run.error,
-        "holder": holder.as_ref().map(|h| json!({ "owner": h.owner, "lease_until": h.until.map(|t| t.to_string()) })),
+        "holder": holder.as_ref().map(|h| json!({
+            "owner": h.owner,
+            "since": h.since.to_string(),
+            "lease_until": h.until.map(|t| t.to_string()),
+        })),
         "stalled": holder.is_some_and(|h| h.stalled),
     })
 }
@@ -37,6 +41,8 @@ pub(crate) fn run(run: &RunSummary) -> Value {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Holder<'a> {
     pub(crate) owner: &'a str,
+    /// When it took the run.
+    pub(crate) since: loopstack_core::Timestamp,
     pub(crate) until: Option<loopstack_core::Timestamp>,
     pub(crate) stalled: bool,
 }
@@ -49,7 +55,12 @@ impl<'a> Holder<'a> {
             return None;
         }
         let owner = run.lease_owner.as_deref()?;
-        Some(Self { owner, until: run.lease_until, stalled: run.lease_until.is_some_and(|until| until <= now) })
+        Some(Self {
+            owner,
+            since: run.held_since.unwrap_or(run.created_at),
+            until: run.lease_until,
+            stalled: run.lease_until.is_some_and(|until| until <= now),
+        })
     }
 }
 

@@ -699,6 +699,8 @@ fn listings_show_who_holds_a_run_and_which_runs_stalled() {
     use loopstack::{Claim, Lease, RunStatus, Store as _, Timestamp};
     let db = std::env::temp_dir().join(format!("loopstack-cli-{}.db", RunId::new()));
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let before = Timestamp::now();
+    let store_of = |db: &std::path::Path| tokio.block_on(loopstack::SqliteStore::open(db)).unwrap();
     let mut ids = Vec::new();
     for (owner, lease) in [("live-worker", 3600), ("dead-worker", -60)] {
         let queued = json(&run(&db, &["run", "review", "--input", r#"{"text": "Hi"}"#, "--json"]));
@@ -716,7 +718,9 @@ fn listings_show_who_holds_a_run_and_which_runs_stalled() {
     assert!(line(live).contains(" running ") && line(live).ends_with("held by live-worker"), "{listed}");
     assert!(line(dead).contains(" stalled ") && line(dead).ends_with("held by dead-worker"), "{listed}");
     let shown = stdout(&run(&db, &["show", live]));
-    assert!(shown.contains("held by live-worker (lease until "), "{shown}");
+    let since = tokio.block_on(store_of(&db).load_run(live.parse().unwrap())).unwrap().held_since.unwrap();
+    assert!(since >= before && since <= Timestamp::now(), "held since its claim: {since}");
+    assert!(shown.contains(&format!("held by live-worker since {since} (lease until ")), "{shown}");
     let shown = stdout(&run(&db, &["show", dead]));
     assert!(shown.contains("stalled: the lease of dead-worker ran out at "), "{shown}");
 
@@ -726,6 +730,7 @@ fn listings_show_who_holds_a_run_and_which_runs_stalled() {
         (of(live)["holder"]["owner"].as_str(), of(live)["stalled"].as_bool()),
         (Some("live-worker"), Some(false))
     );
+    assert_eq!(of(live)["holder"]["since"].as_str(), Some(since.to_string().as_str()));
     assert_eq!(
         (of(dead)["holder"]["owner"].as_str(), of(dead)["stalled"].as_bool()),
         (Some("dead-worker"), Some(true))

@@ -1038,8 +1038,8 @@ async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
     .await;
     until(
         client,
-        "the new holder",
-        "document.querySelector('.facts .holder')?.textContent.includes('rescuer, lease until')",
+        "the new holder, since when",
+        "/^rescuer since .+, lease until .+/.test(document.querySelector('.facts .holder')?.textContent ?? '')",
     )
     .await;
     studio.close().await;

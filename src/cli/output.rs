@@ -92,7 +92,7 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
                 holder.owner
             );
         } else {
-            let _ = writeln!(out, "held by {} (lease until {until})", holder.owner);
+            let _ = writeln!(out, "held by {} since {} (lease until {until})", holder.owner, holder.since);
         }
     }
     if let Some(error) = &record.error {

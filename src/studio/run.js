@@ -269,7 +269,8 @@ export function renderRun(view) {
   if (run.holder) {
     const lease = run.holder.lease_until ? time(run.holder.lease_until) : "";
     facts.append(h("dt", { text: run.stalled ? "stalled" : "held by" }), h("dd", { class: "holder" },
-      h("span", { text: run.holder.owner + (run.stalled ? ", whose lease ran out " : ", lease until ") }), lease));
+      h("span", { text: run.holder.owner + " since " }), time(run.holder.since),
+      h("span", { text: run.stalled ? ", whose lease ran out " : ", lease until " }), lease));
   }
   for (const t of run.takeovers || []) {
     facts.append(h("dt", { text: "taken over" }), h("dd", { class: "takeover" },

@@ -229,6 +229,12 @@ pub struct RunRecord {
     /// outside a trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<String>,
+    /// When the run's holder took it ([`Store::claim`] or
+    /// [`Store::claim_runnable`]); `None` for a run not claimed since it was created
+    /// (one created running is held since [`created_at`](Self::created_at)). Read it
+    /// beside [`lease_owner`](Self::lease_owner), while the run is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Timestamp>,
 }
 
 impl RunRecord {
@@ -261,6 +267,7 @@ impl RunRecord {
             created_at: self.created_at,
             updated_at: self.updated_at,
             trace_parent: self.trace_parent.clone(),
+            held_since: self.held_since,
         }
     }
 }
@@ -320,6 +327,12 @@ pub struct RunSummary {
     /// outside a trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<String>,
+    /// When the run's holder took it ([`Store::claim`] or
+    /// [`Store::claim_runnable`]); `None` for a run not claimed since it was created
+    /// (one created running is held since [`created_at`](Self::created_at)). Read it
+    /// beside [`lease_owner`](Self::lease_owner), while the run is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Timestamp>,
 }
 
 impl RunSummary {
@@ -354,6 +367,7 @@ impl RunSummary {
             created_at: self.created_at,
             updated_at: self.updated_at,
             trace_parent: self.trace_parent,
+            held_since: self.held_since,
         }
     }
 }
@@ -524,6 +538,7 @@ impl NewRun {
             created_at: at,
             updated_at: at,
             trace_parent: self.trace_parent,
+            held_since: None,
         }
     }
 }

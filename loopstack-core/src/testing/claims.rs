@@ -373,6 +373,9 @@ pub(super) async fn a_released_lease_is_claimed_at_once(store: &Arc<dyn Store>) 
     let taken = store.claim_runnable(&workflows, &lease("worker-b"), behind, 10).await.unwrap();
     assert_eq!(taken.iter().map(|r| (r.run_id, r.epoch)).collect::<Vec<_>>(), [(held.run_id, held.epoch + 1)]);
     assert_eq!(taken[0].lease_owner.as_deref(), Some("worker-b"));
+    assert_eq!(held.held_since, None, "a run created running is held since it was created");
+    assert_eq!(taken[0].held_since, Some(behind), "held since the claim");
+    assert_eq!(store.load_run(held.run_id).await.unwrap().held_since, Some(behind));
 
     // The first drive's late release does not give away the lease of the worker that took over.
     store.release_lease(held.run_id, held.epoch).await.unwrap();

@@ -136,6 +136,7 @@ impl Store for MemoryStore {
         r.lease_owner = claim.lease.as_ref().map(|l| l.owner.clone());
         r.lease_until = claim.lease.as_ref().map(|l| l.until);
         r.updated_at = now;
+        r.held_since = Some(now);
         Ok(r.clone())
     }
 
@@ -172,6 +173,7 @@ impl Store for MemoryStore {
                 r.lease_owner = Some(lease.owner.clone());
                 r.lease_until = Some(lease.until);
                 r.updated_at = now;
+                r.held_since = Some(now);
                 r.clone()
             })
             .collect())
@@ -344,6 +346,7 @@ impl Store for MemoryStore {
             updated_at: now,
             // A fork is a trace of its own.
             trace_parent: None,
+            held_since: None,
         };
         let mut run = MemRun {
             record,
