@@ -755,8 +755,22 @@ fn show_says_when_a_run_was_taken_over_and_from_whom() {
     tokio.block_on(store.claim(run_id.parse().unwrap(), &claim)).unwrap();
     assert!(json(&run(&db, &["show", &run_id, "--json"]))["takeovers"].as_array().unwrap().is_empty());
 
-    let drove = json(&run(&db, &["worker", "--once", "--name", "rescuer", "--json"]));
-    assert_eq!(drove["driven"], 1);
+    // The worker that takes it over says so in its logs, naming the holder it replaced.
+    let drove = Command::new(ops())
+        .arg("--db")
+        .arg(&db)
+        .args(["worker", "--once", "--name", "rescuer", "--json"])
+        .env("RUST_LOG", "info")
+        .env("LOOPSTACK_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert_eq!(json(&drove)["driven"], 1);
+    let logs = String::from_utf8(drove.stderr).unwrap();
+    let logged: Vec<Value> = logs.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let took = logged.iter().find(|l| l["fields"]["message"] == "took over a run whose holder's lease ran out");
+    let took = took.unwrap_or_else(|| panic!("no takeover logged: {logs}"));
+    assert_eq!((took["level"].as_str(), took["fields"]["from"].as_str()), (Some("WARN"), Some("dead-worker")));
+    assert_eq!(took["fields"]["run_id"].as_str(), Some(run_id.as_str()));
     let shown = json(&run(&db, &["show", &run_id, "--json"]));
     let takeovers = shown["takeovers"].as_array().unwrap();
     assert_eq!(takeovers.len(), 1, "{shown}");

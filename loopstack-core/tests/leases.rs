@@ -1,10 +1,12 @@
 //! Leases: a drive renews its lease while a long transition runs, so no worker takes
 //! the run over; once the driver is gone and its lease ran out, a worker does, and
-//! the old driver could not write any more. Time is moved by hand (tokio's paused
-//! clock for the renewal timer, the runtime's clock for lease times): nothing sleeps.
+//! the old driver could not write any more; a worker that shuts down gives its
+//! leases back, so another takes its runs at once. Time is moved by hand (tokio's
+//! paused clock for the renewal timer, the runtime's clock for lease times): nothing
+//! sleeps.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -19,7 +21,7 @@ const LEASE: Duration = Duration::from_secs(30);
 struct Slow {
     started: Notify,
     release: Notify,
-    hold: std::sync::atomic::AtomicBool,
+    hold: AtomicBool,
 }
 
 static DEF: Definition = Definition::new(
@@ -251,4 +253,73 @@ async fn a_commit_renews_the_lease_once_a_sixth_of_it_has_passed() {
     assert_eq!(report.state, [start + lease, start + lease, start + 7_000 + lease]);
     let last = store.load_run(report.run_id).await.unwrap();
     assert_eq!(last.lease_until.map(Timestamp::as_millis), Some(start + 7_000 + lease), "{last:?}");
+}
+
+// A worker that shuts down (SIGTERM in a deployment) loses nothing and holds
+// nothing: the step in flight finishes and commits, no next step starts, and the
+// run's lease is given back, so another worker continues it at once instead of
+// after the lease. A step still running at the drain timeout is abandoned: it
+// commits nothing, and runs again under the worker that takes the run over.
+
+/// A run of `slow` submitted to a new memory store, and a worker `a` driving it with
+/// `drain` as its drain timeout, `work` in flight.
+async fn worker_in_a_step(
+    drain: Duration,
+) -> (Arc<dyn Store>, Arc<Slow>, RunId, CancellationToken, tokio::task::JoinHandle<Result<(), StoreError>>) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let job = Arc::new(Slow { hold: AtomicBool::new(true), ..Slow::default() });
+    let runtime = Runtime::with_shared_store(store.clone()).owner("a");
+    let run_id = runtime.submit(&*job, ()).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(runtime).register_shared(job.clone()).drain_timeout(drain);
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    job.started.notified().await;
+    (store, job, run_id, shutdown, running)
+}
+
+/// The transitions the run committed, in order.
+async fn committed(store: &Arc<dyn Store>, run_id: RunId) -> Vec<String> {
+    store.history(run_id).await.unwrap().into_iter().map(|s| s.transition.into_owned()).collect()
+}
+
+/// Another worker takes the run: at once, since its lease was given back (the
+/// lease `a` took has most of its 30 s left), and drives it to its end.
+async fn another_worker_finishes(store: &Arc<dyn Store>, job: &Arc<Slow>, run_id: RunId) {
+    let b = Runtime::with_shared_store(store.clone()).owner("b");
+    let driven = Worker::new(b).register_shared(job.clone()).run_once().await.unwrap();
+    assert_eq!(driven, 1, "the released run is claimed at once");
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    assert_eq!(record.epoch, 2, "taken over once");
+    let state: Vec<String> = serde_json::from_str(record.state.get()).unwrap();
+    assert_eq!(state, ["begin", "work", "finish"], "each transition ran into the state once");
+    assert_eq!(committed(store, run_id).await, ["begin", "work", "finish"], "each committed once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_shuts_down_finishes_the_step_in_flight_and_gives_its_run_back() {
+    let (store, job, run_id, shutdown, running) = worker_in_a_step(Duration::from_secs(3600)).await;
+    shutdown.cancel();
+    job.release.notify_one();
+    running.await.unwrap().unwrap();
+
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step, record.place.as_ref()), (RunStatus::Running, 2, "done"));
+    assert_eq!(committed(&store, run_id).await, ["begin", "work"], "`work` committed, `finish` never started");
+    assert!(record.lease_until.is_some_and(|until| until <= Timestamp::now()), "the lease is given back: {record:?}");
+    another_worker_finishes(&store, &job, run_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_still_running_at_the_drain_timeout_is_abandoned_and_runs_again_elsewhere() {
+    let (store, job, run_id, shutdown, running) = worker_in_a_step(Duration::ZERO).await;
+    shutdown.cancel();
+    // `work` never finishes in this worker: the timeout abandons it.
+    running.await.unwrap().unwrap();
+
+    let record = store.load_run(run_id).await.unwrap();
+    assert_eq!((record.status, record.step, record.place.as_ref()), (RunStatus::Running, 1, "busy"));
+    assert_eq!(committed(&store, run_id).await, ["begin"], "the abandoned step committed nothing");
+    assert!(record.lease_until.is_some_and(|until| until <= Timestamp::now()), "the lease is given back: {record:?}");
+    another_worker_finishes(&store, &job, run_id).await;
 }

@@ -22,7 +22,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "lean run indexes", include_str!("../migrations/postgres/0008_lean_run_indexes.sql")),
     (9, "schedule overlap", include_str!("../migrations/postgres/0009_schedule_overlap.sql")),
     (11, "takeovers", include_str!("../migrations/postgres/0011_takeovers.sql")),
-    (12, "held since", include_str!("../migrations/postgres/0012_held_since.sql")),
+    (12, "holder", include_str!("../migrations/postgres/0012_holder.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes

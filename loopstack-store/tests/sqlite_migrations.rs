@@ -22,7 +22,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0008_lean_run_indexes.sql", include_str!("../migrations/sqlite/0008_lean_run_indexes.sql")),
     ("0009_schedule_overlap.sql", include_str!("../migrations/sqlite/0009_schedule_overlap.sql")),
     ("0011_takeovers.sql", include_str!("../migrations/sqlite/0011_takeovers.sql")),
-    ("0012_held_since.sql", include_str!("../migrations/sqlite/0012_held_since.sql")),
+    ("0012_holder.sql", include_str!("../migrations/sqlite/0012_holder.sql")),
 ];
 
 fn tempdir(name: &str) -> std::path::PathBuf {

@@ -224,13 +224,23 @@ impl Worker {
                     Ok(claimed) => {
                         claimed_any = !claimed.is_empty();
                         for record in claimed {
-                            tracing::info!(
-                                run_id = %record.run_id,
-                                workflow = %record.workflow,
-                                step = record.step,
-                                epoch = record.epoch,
-                                "claimed a run"
-                            );
+                            match &record.taken_from {
+                                Some(from) => tracing::warn!(
+                                    run_id = %record.run_id,
+                                    workflow = %record.workflow,
+                                    step = record.step,
+                                    epoch = record.epoch,
+                                    from = %from,
+                                    "took over a run whose holder's lease ran out"
+                                ),
+                                None => tracing::info!(
+                                    run_id = %record.run_id,
+                                    workflow = %record.workflow,
+                                    step = record.step,
+                                    epoch = record.epoch,
+                                    "claimed a run"
+                                ),
+                            }
                             let worker = worker.clone();
                             let held_lease = (record.run_id, record.epoch);
                             let stop = Some(shutdown.clone());

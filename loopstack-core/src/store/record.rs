@@ -235,6 +235,12 @@ pub struct RunRecord {
     /// beside [`lease_owner`](Self::lease_owner), while the run is running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Timestamp>,
+    /// Whose lease the holder took the run over from, when its claim was a
+    /// [takeover](Takeover) (the lease still named another holder); `None` for any
+    /// other claim. [`Store::takeovers`] keeps every takeover; this is the last
+    /// claim's, for the worker that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_from: Option<String>,
 }
 
 impl RunRecord {
@@ -268,6 +274,7 @@ impl RunRecord {
             updated_at: self.updated_at,
             trace_parent: self.trace_parent.clone(),
             held_since: self.held_since,
+            taken_from: self.taken_from.clone(),
         }
     }
 }
@@ -333,6 +340,12 @@ pub struct RunSummary {
     /// beside [`lease_owner`](Self::lease_owner), while the run is running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Timestamp>,
+    /// Whose lease the holder took the run over from, when its claim was a
+    /// [takeover](Takeover) (the lease still named another holder); `None` for any
+    /// other claim. [`Store::takeovers`] keeps every takeover; this is the last
+    /// claim's, for the worker that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_from: Option<String>,
 }
 
 impl RunSummary {
@@ -368,6 +381,7 @@ impl RunSummary {
             updated_at: self.updated_at,
             trace_parent: self.trace_parent,
             held_since: self.held_since,
+            taken_from: self.taken_from,
         }
     }
 }
@@ -539,6 +553,7 @@ impl NewRun {
             updated_at: at,
             trace_parent: self.trace_parent,
             held_since: None,
+            taken_from: None,
         }
     }
 }

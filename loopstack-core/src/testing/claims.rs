@@ -399,6 +399,9 @@ pub(super) async fn takeovers_are_recorded_and_a_released_lease_is_none(store: &
     let later = now + secs(61);
     let taken = store.claim_runnable(&v1(&["taken"]), &lease("worker-b", later + secs(30)), later, 10).await.unwrap();
     assert_eq!(taken.len(), 2, "the run whose lease ran out and the queued one");
+    let taken_from = |id: RunId| taken.iter().find(|r| r.run_id == id).unwrap().taken_from.clone();
+    assert_eq!(taken_from(held.run_id).as_deref(), Some("worker-a"), "the claim says whose lease it took over");
+    assert_eq!(taken_from(queued.run_id), None);
     let takeovers = store.takeovers(held.run_id).await.unwrap();
     assert_eq!(takeovers.len(), 1, "{takeovers:?}");
     let t = &takeovers[0];
@@ -411,10 +414,13 @@ pub(super) async fn takeovers_are_recorded_and_a_released_lease_is_none(store: &
     // worker-b shuts down and gives the lease back: worker-c's claim is no takeover.
     store.release_lease(held.run_id, 2).await.unwrap();
     let claim = Claim::new([RunStatus::Running]).lease(lease("worker-c", later + secs(30))).only_expired(later);
-    assert_eq!(store.claim(held.run_id, &claim).await.unwrap().epoch, 3);
+    let released = store.claim(held.run_id, &claim).await.unwrap();
+    assert_eq!((released.epoch, released.taken_from), (3, None));
     // Taken by hand while worker-c's lease holds (`resume --take-over`): a takeover.
     let by_hand = Claim::new([RunStatus::Running]).lease(lease("operator", later + secs(30)));
-    store.claim(held.run_id, &by_hand).await.unwrap();
+    let by_hand = store.claim(held.run_id, &by_hand).await.unwrap();
+    assert_eq!(by_hand.taken_from.as_deref(), Some("worker-c"));
+    assert_eq!(store.load_run(held.run_id).await.unwrap().taken_from.as_deref(), Some("worker-c"));
     let takeovers = store.takeovers(held.run_id).await.unwrap();
     let summary: Vec<(&str, Option<&str>, u64)> =
         takeovers.iter().map(|t| (t.from.as_str(), t.by.as_deref(), t.epoch)).collect();

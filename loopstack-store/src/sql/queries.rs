@@ -32,7 +32,7 @@ macro_rules! run_columns {
     () => {
         "run_id, workflow, status, place, step, error, definition_hash, version, \
      parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
-     lease_until, created_at, updated_at, trace_parent, held_since"
+     lease_until, created_at, updated_at, trace_parent, held_since, taken_from"
     };
 }
 
@@ -92,7 +92,8 @@ macro_rules! claim_runnable {
     ) => {
         concat!(
             "UPDATE runs SET status = 'running', epoch = epoch + 1, \
-            error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3, held_since = $3 \
+            error = NULL, waiting_for = '[]', wake_at = NULL, lease_owner = $1, lease_until = $2, updated_at = $3, held_since = $3, \
+            taken_from = CASE WHEN status = 'running' AND lease_until > 0 THEN lease_owner END \
             WHERE id IN (SELECT r.id FROM runs r",
             $picked,
             " WHERE r.id ",
@@ -164,7 +165,8 @@ pub(crate) const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM ru
 /// with `$6`, only once its lease ran out by then.
 pub(crate) const CLAIM: &str = concat!(
     "UPDATE runs SET status = 'running', epoch = epoch + 1, error = NULL, waiting_for = '[]', \
-            wake_at = NULL, lease_owner = $2, lease_until = $3, updated_at = $4, held_since = $4 \
+            wake_at = NULL, lease_owner = $2, lease_until = $3, updated_at = $4, held_since = $4, \
+            taken_from = CASE WHEN status = 'running' AND lease_until > 0 THEN lease_owner END \
             WHERE run_id = $1 AND $5 LIKE ('%,' || status || ',%') \
             AND (status <> 'running' OR $6 IS NULL OR lease_until IS NULL OR lease_until <= $6) \
             RETURNING ",

@@ -153,6 +153,7 @@ pub(crate) fn summary(row: &impl Cols) -> Result<RunSummary, StoreError> {
         updated_at: Timestamp::from_millis(row.int("updated_at")?),
         trace_parent: row.text_opt("trace_parent")?,
         held_since: row.int_opt("held_since")?.map(Timestamp::from_millis),
+        taken_from: row.text_opt("taken_from")?,
     };
     if let (Some(id), Some(step)) = (forked_from, forked_step) {
         record.forked_from = Some((RunId(id), to_u64(step)?));

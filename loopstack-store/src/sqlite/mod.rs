@@ -41,7 +41,7 @@ const MIGRATIONS: &[conn::Migration] = &[
     (8, "lean run indexes", include_str!("../../migrations/sqlite/0008_lean_run_indexes.sql")),
     (9, "schedule overlap", include_str!("../../migrations/sqlite/0009_schedule_overlap.sql")),
     (11, "takeovers", include_str!("../../migrations/sqlite/0011_takeovers.sql")),
-    (12, "held since", include_str!("../../migrations/sqlite/0012_held_since.sql")),
+    (12, "holder", include_str!("../../migrations/sqlite/0012_holder.sql")),
 ];
 
 /// The worker's claim in SQLite's words: no row locks (one writer at a time), the

@@ -126,7 +126,7 @@ impl Store for MemoryStore {
         let run = inner.run(run_id)?;
         check_claim(&run.record, claim)?;
         let now = Timestamp::now();
-        run.note_takeover(claim.lease.as_ref().map(|l| l.owner.as_str()), now);
+        let taken_from = run.note_takeover(claim.lease.as_ref().map(|l| l.owner.as_str()), now);
         let r = &mut run.record;
         r.status = RunStatus::Running;
         r.epoch += 1;
@@ -137,6 +137,7 @@ impl Store for MemoryStore {
         r.lease_until = claim.lease.as_ref().map(|l| l.until);
         r.updated_at = now;
         r.held_since = Some(now);
+        r.taken_from = taken_from;
         Ok(r.clone())
     }
 
@@ -163,7 +164,7 @@ impl Store for MemoryStore {
             .into_iter()
             .take(limit as usize)
             .map(|run| {
-                run.note_takeover(Some(&lease.owner), now);
+                let taken_from = run.note_takeover(Some(&lease.owner), now);
                 let r = &mut run.record;
                 r.status = RunStatus::Running;
                 r.epoch += 1;
@@ -174,6 +175,7 @@ impl Store for MemoryStore {
                 r.lease_until = Some(lease.until);
                 r.updated_at = now;
                 r.held_since = Some(now);
+                r.taken_from = taken_from;
                 r.clone()
             })
             .collect())
@@ -347,6 +349,7 @@ impl Store for MemoryStore {
             // A fork is a trace of its own.
             trace_parent: None,
             held_since: None,
+            taken_from: None,
         };
         let mut run = MemRun {
             record,

@@ -43,19 +43,20 @@ pub(super) struct MemCheckpoint {
 
 impl MemRun {
     /// Records a claim by `by` at `at` as a takeover when another holder's lease
-    /// still names the run (one given back ends at 0, and is no takeover). Called
-    /// before the claim overwrites the lease.
-    pub(super) fn note_takeover(&mut self, by: Option<&str>, at: Timestamp) {
+    /// still names the run (one given back ends at 0, and is no takeover); returns
+    /// whose lease it was. Called before the claim overwrites the lease.
+    pub(super) fn note_takeover(&mut self, by: Option<&str>, at: Timestamp) -> Option<String> {
         let r = &self.record;
         if r.status != RunStatus::Running {
-            return;
+            return None;
         }
-        if let (Some(from), Some(until)) = (&r.lease_owner, r.lease_until)
-            && until.as_millis() > 0
-        {
-            let takeover = super::super::Takeover::new(at, from.clone(), until, by.map(str::to_owned), r.epoch + 1);
-            self.takeovers.push(takeover);
+        let (Some(from), Some(until)) = (&r.lease_owner, r.lease_until) else { return None };
+        if until.as_millis() <= 0 {
+            return None;
         }
+        let takeover = super::super::Takeover::new(at, from.clone(), until, by.map(str::to_owned), r.epoch + 1);
+        self.takeovers.push(takeover);
+        Some(from.clone())
     }
 
     pub(super) fn checkpoint_index(&self, step: u64) -> Option<usize> {
