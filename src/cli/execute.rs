@@ -164,6 +164,9 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
                 .await
                 .map_err(|e| CliError::Serve(format!("could not listen on {bind}:{port}: {e}")))?;
             let address = listener.local_addr().map_err(|e| CliError::Serve(e.to_string()))?;
+            // Before the line that says it serves: a SIGTERM right after it must find
+            // the handler, not the default action that ends the process at once.
+            let shutdown = super::shutdown_on_signal();
             let mcp =
                 if cfg!(feature = "mcp-server") { format!(", MCP at http://{address}/mcp") } else { String::new() };
             eprintln!(
@@ -173,7 +176,6 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             if let Some(token) = token {
                 options = options.token(token.clone());
             }
-            let shutdown = super::shutdown_on_signal();
             let driving = worker.then(|| {
                 let worker = loopstack_core::Worker::new(runtime.clone()).drain_timeout(*drain_timeout);
                 let shutdown = shutdown.clone();

@@ -131,6 +131,9 @@ impl Worker {
         if let (Some(metrics), Some(started)) = (self.runtime.inner.metrics(), started) {
             metrics.claim(started.elapsed(), claimed.as_ref().map_or(0, Vec::len));
         }
+        for record in claimed.iter().flatten() {
+            log_claim(record);
+        }
         claimed
     }
 
@@ -224,23 +227,6 @@ impl Worker {
                     Ok(claimed) => {
                         claimed_any = !claimed.is_empty();
                         for record in claimed {
-                            match &record.taken_from {
-                                Some(from) => tracing::warn!(
-                                    run_id = %record.run_id,
-                                    workflow = %record.workflow,
-                                    step = record.step,
-                                    epoch = record.epoch,
-                                    from = %from,
-                                    "took over a run whose holder's lease ran out"
-                                ),
-                                None => tracing::info!(
-                                    run_id = %record.run_id,
-                                    workflow = %record.workflow,
-                                    step = record.step,
-                                    epoch = record.epoch,
-                                    "claimed a run"
-                                ),
-                            }
                             let worker = worker.clone();
                             let held_lease = (record.run_id, record.epoch);
                             let stop = Some(shutdown.clone());
@@ -301,6 +287,22 @@ impl Worker {
                 tracing::warn!(run_id = %run_id, error = %e, "could not give the run's lease back");
             }
         }
+    }
+}
+
+/// Logs a claim: a takeover as a warning that names the holder whose lease ran out.
+fn log_claim(record: &RunRecord) {
+    let (run_id, workflow, step, epoch) = (record.run_id, &*record.workflow, record.step, record.epoch);
+    match &record.taken_from {
+        Some(from) => tracing::warn!(
+            run_id = %run_id,
+            workflow,
+            step,
+            epoch,
+            from = %from,
+            "took over a run whose holder's lease ran out"
+        ),
+        None => tracing::info!(run_id = %run_id, workflow, step, epoch, "claimed a run"),
     }
 }
 
