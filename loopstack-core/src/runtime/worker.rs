@@ -278,7 +278,13 @@ impl Worker {
             return;
         }
         inflight.abort_all();
-        while inflight.join_next().await.is_some() {}
+        // A drive that finished before its abort took effect holds nothing: only the
+        // aborted ones are abandoned.
+        while let Some(joined) = inflight.join_next_with_id().await {
+            if let Ok((id, ())) = joined {
+                held.remove(&id);
+            }
+        }
         let store = self.runtime.inner.store();
         for (run_id, epoch) in held.into_values() {
             tracing::warn!(run_id = %run_id, "a step still ran at the drain timeout: abandoned, the run's lease given back");
