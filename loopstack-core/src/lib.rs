@@ -53,9 +53,9 @@ mod document;
 mod error;
 pub mod events;
 #[doc(hidden)]
-pub mod fnv;
+pub use loopstack_model::fnv;
 pub mod fork;
-pub mod image;
+pub use loopstack_model::image;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
@@ -85,6 +85,7 @@ pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
 pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings, MessageEdit};
 pub use futures::future::BoxFuture;
+pub use loopstack_model::ToolDefinition;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{
     DEFAULT_CHILD_CONCURRENCY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_STEPS, Drive, RunOutcome, RunReport, Runtime,
@@ -120,6 +121,7 @@ pub mod __private {
     pub use std::string::String;
     pub use tracing;
 
+    pub use crate::document::{CONVERSATION_TAG, MESSAGE_DOCUMENT};
     pub use crate::*;
 
     use std::cell::Cell;

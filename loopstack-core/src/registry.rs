@@ -3,24 +3,21 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use loopstack_model::ToolDefinition;
 use serde_json::Value;
 
 use crate::tool::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput, is_valid_tool_name};
 
-/// What a model is told about a tool, computed once when the tool is registered.
+/// A registered tool: what a model is told about it (its [`ToolDefinition`], shared
+/// with every model turn that offers it, and read through this spec: `spec.name`,
+/// `spec.input_schema`) and how it is run.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ToolSpec {
-    /// The tool's name.
-    pub name: String,
-    /// The tool's description.
-    pub description: String,
-    /// The JSON Schema of the arguments.
-    pub input_schema: Value,
+    /// What a model is told about the tool.
+    pub definition: Arc<ToolDefinition>,
     /// How the tool is run.
     pub options: ToolOptions,
-    /// The fingerprint, once computed.
-    fingerprint: FingerprintCell,
 }
 
 impl ToolSpec {
@@ -28,47 +25,16 @@ impl ToolSpec {
     /// without registering them (such as an agent's `respond` tool), whose calls it
     /// answers itself.
     pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> Self {
-        Self {
-            name: name.into(),
-            description: description.into(),
-            input_schema,
-            options: ToolOptions::new(),
-            fingerprint: FingerprintCell::default(),
-        }
-    }
-
-    /// A 64-bit FNV-1a fingerprint of what a model is told about the tool (its
-    /// name, description and input schema, not its options), computed on first use
-    /// and kept: a model turn records the fingerprint of what it offered, so a replay
-    /// tells a changed tool from the recorded one. A spec changed after its first
-    /// fingerprint keeps the first; specs in a registry do not change.
-    pub fn fingerprint(&self) -> u64 {
-        *self.fingerprint.0.get_or_init(|| {
-            let mut hash = crate::fnv::Fnv1a::<u64>::default();
-            let mut feed = |bytes: &[u8]| hash.bytes(bytes);
-            for text in [&self.name, &self.description] {
-                feed(&(text.len() as u64).to_le_bytes());
-                feed(text.as_bytes());
-            }
-            crate::fnv::feed_json(&self.input_schema, &mut feed);
-            hash.finish()
-        })
+        Self { definition: Arc::new(ToolDefinition::new(name, description, input_schema)), options: ToolOptions::new() }
     }
 }
 
-/// A computed fingerprint: not part of a spec's equality or its debug output.
-#[derive(Clone, Default)]
-struct FingerprintCell(std::sync::OnceLock<u64>);
+/// A spec reads as its definition: `spec.name`, `spec.fingerprint()`.
+impl std::ops::Deref for ToolSpec {
+    type Target = ToolDefinition;
 
-impl PartialEq for FingerprintCell {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for FingerprintCell {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("..")
+    fn deref(&self) -> &ToolDefinition {
+        &self.definition
     }
 }
 
@@ -222,13 +188,8 @@ impl ToolRegistry {
             Some(Value::Object(props)) if closed => Some(props.keys().cloned().collect()),
             _ => None,
         };
-        let spec = Arc::new(ToolSpec {
-            name: name.clone(),
-            description: tool.description().to_owned(),
-            input_schema,
-            options: tool.options(),
-            fingerprint: FingerprintCell::default(),
-        });
+        let definition = ToolDefinition::new(name.clone(), tool.description(), input_schema);
+        let spec = Arc::new(ToolSpec { definition: Arc::new(definition), options: tool.options() });
         // Computed here, once, rather than in the first model turn that offers it.
         spec.fingerprint();
         let key: Arc<str> = Arc::from(name.as_str());

@@ -45,33 +45,10 @@ impl DocumentType for ImageDocument {
     const TYPE: &'static str = IMAGE_DOCUMENT;
 }
 
-impl Message {
-    /// A user message with text and images, shown to the model after the text.
-    pub fn user_with_images(text: impl Into<String>, images: impl IntoIterator<Item = Image>) -> Self {
-        let mut message = Self::user(text);
-        message.content.extend(images.into_iter().map(|source| ContentBlock::Image { source, tool_use_id: None }));
-        message
-    }
-
-    /// Adds an image block (a user's image) to the message.
-    #[must_use]
-    pub fn with_image(mut self, image: Image) -> Self {
-        self.content.push(ContentBlock::Image { source: image, tool_use_id: None });
-        self
-    }
-
-    /// The images, in order, each with the call whose result it belongs to (`None`
-    /// for a user's image).
-    pub fn images(&self) -> impl Iterator<Item = (&Image, Option<&str>)> + '_ {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::Image { source, tool_use_id } => Some((source, tool_use_id.as_deref())),
-            _ => None,
-        })
-    }
-
+impl ToolCallResult {
     /// A user message carrying tool call results, each followed by the images its
     /// tool returned (blocks with the call's `tool_use_id`).
-    pub fn tool_call_results(results: &[ToolCallResult]) -> Self {
+    pub fn message(results: &[Self]) -> Message {
         let mut content = Vec::with_capacity(results.len() + results.iter().map(|r| r.images.len()).sum::<usize>());
         for result in results {
             content.push(ContentBlock::ToolResult(ToolResult::from(result)));
@@ -80,7 +57,7 @@ impl Message {
                 tool_use_id: Some(result.tool_use_id.clone()),
             }));
         }
-        Self { role: Role::User, content }
+        Message { role: Role::User, content }
     }
 }
 
@@ -126,21 +103,6 @@ impl crate::Agent {
             .iter()
             .map(|image| ContentBlock::Image { source: image.clone(), tool_use_id: None })
             .collect()
-    }
-}
-
-/// `image image/png` (`image image/png for call_1` for a tool's), or `image <url>`.
-pub(crate) fn fmt_image(f: &mut std::fmt::Formatter<'_>, image: &Image, call: Option<&str>) -> std::fmt::Result {
-    match image {
-        Image::Url { url } => write!(f, "image {url}")?,
-        other => match other.media_type() {
-            Some(media_type) => write!(f, "image {media_type}")?,
-            None => f.write_str("image")?,
-        },
-    }
-    match call {
-        Some(call) => write!(f, " for {call}"),
-        None => Ok(()),
     }
 }
 

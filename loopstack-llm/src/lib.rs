@@ -41,7 +41,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod agent;
-mod cache;
 mod call_result;
 pub mod context;
 pub mod delegate;
@@ -50,14 +49,11 @@ pub mod error;
 pub mod eval;
 pub mod generate;
 pub mod image;
-pub mod message;
-pub mod model;
+pub use loopstack_model::{message, model};
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
 mod recording;
-mod scripted;
-mod usage;
 pub mod workflow_tool;
 
 pub use agent::{
@@ -72,38 +68,26 @@ pub use generate::{
     GenerateOptions, GenerateResult, LlmGenerateText, LlmMessageDocument, ModelRef, Models, TurnExtras, conversation,
     conversation_named, save_message, turn_usage,
 };
+pub use loopstack_model::ScriptedModel;
 pub use recording::{RecordedTurn, Recording, ReplayError, ReplayModel, ReplayTools, RunExport};
-pub use scripted::ScriptedModel;
 pub use workflow_tool::WorkflowTool;
 
-pub use cache::{CacheBreakpoint, PromptCache};
 pub use context::{ContextPolicy, ContextWindow};
 pub use error::LlmError;
 pub use image::{Image, ImageDocument, ImageError, MediaType};
-pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
-pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
+pub use loopstack_model::message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
+pub use loopstack_model::model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
+pub use loopstack_model::{CacheBreakpoint, PromptCache, ToolDefinition};
 
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
-pub mod anthropic;
-#[cfg(feature = "http")]
-mod http;
+pub use loopstack_model::{Anthropic, anthropic};
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub mod openai;
+pub use loopstack_model::{OpenAi, openai};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
-pub mod sse;
-
-#[cfg(feature = "anthropic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
-pub use anthropic::Anthropic;
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
-pub use http::RetryPolicy;
-#[cfg(feature = "openai")]
-#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub use openai::OpenAi;
+pub use loopstack_model::{RetryPolicy, sse};
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

@@ -133,17 +133,5 @@ fn last_model_error(error: &AgentError) -> Option<&LlmError> {
 /// A failed turn's `error.type`: the kind of model error, low in cardinality as
 /// the conventions ask.
 fn error_type(error: &LlmError) -> &'static str {
-    match error {
-        LlmError::Authentication { .. } => "authentication",
-        LlmError::InvalidRequest { .. } => "invalid_request",
-        LlmError::RateLimited { .. } => "rate_limited",
-        LlmError::Overloaded { .. } => "overloaded",
-        LlmError::Server { .. } => "server",
-        LlmError::Timeout { .. } => "timeout",
-        LlmError::Connection { .. } => "connection",
-        LlmError::MalformedResponse { .. } => "malformed_response",
-        LlmError::Config { .. } => "config",
-        LlmError::Script { .. } => "script",
-        LlmError::Replay { .. } => "replay",
-    }
+    error.kind()
 }

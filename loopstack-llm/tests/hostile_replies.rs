@@ -207,7 +207,7 @@ async fn deep_arguments_in_streams_and_text_tool_calls_are_refused() {
     ])
     .await;
     let model = gpt(&server).text_tool_calls(true);
-    let spec = tools().spec("get_weather").unwrap().clone();
+    let spec = tools().spec("get_weather").unwrap().definition.clone();
     let request = hello("gpt-test").tools(vec![spec]);
     assert_refused(&model.chat(&request).await.unwrap(), 1);
     let response = model.chat(&request).await.unwrap();

@@ -39,7 +39,7 @@ fn request(user: &Image, chart: &Image) -> ChatRequest {
                 [user.clone(), Image::url("https://example.com/a.png").unwrap()],
             ),
             Message { role: Role::Assistant, content: vec![ContentBlock::ToolUse(call)] },
-            Message::tool_call_results(&[result]),
+            ToolCallResult::message(&[result]),
         ],
     )
 }

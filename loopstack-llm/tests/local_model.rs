@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::local_model::{self, CallStyle, LocalModel};
 use common::tool_spec;
 use futures::StreamExt as _;
-use loopstack_core::ToolSpec;
+use loopstack_core::ToolDefinition;
 use loopstack_llm::{
     ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, OpenAi, StopReason, StreamEvent, ToolResult,
     ToolUse,
@@ -18,7 +18,7 @@ use serde_json::json;
 
 const QUESTION: &str = "What is the weather in Oslo?";
 
-fn weather() -> Arc<ToolSpec> {
+fn weather() -> Arc<ToolDefinition> {
     tool_spec(
         "get_weather",
         "Retrieve weather information.",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{Reply, Server, openai_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
-use loopstack_core::ToolSpec;
+use loopstack_core::ToolDefinition;
 use loopstack_llm::model::ResponseSchema;
 use loopstack_llm::{
     ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, OpenAi, RetryPolicy, Role, StopReason,
@@ -27,7 +27,7 @@ fn hello() -> ChatRequest {
     ChatRequest::new("gpt-test", vec![Message::user("Hello")])
 }
 
-fn weather() -> Arc<ToolSpec> {
+fn weather() -> Arc<ToolDefinition> {
     tool_spec(
         "get_weather",
         "Gets the weather of a city.",

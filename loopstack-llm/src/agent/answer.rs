@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use loopstack_core::{RunId, Runtime, ToolSpec, schemars::JsonSchema};
+use loopstack_core::{RunId, Runtime, ToolDefinition, schemars::JsonSchema};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ pub const DEFAULT_ANSWER_RETRIES: u32 = 2;
 /// How an agent's final answer is checked; built once per answer type.
 pub(crate) struct AnswerFormat {
     /// The `respond` tool, for providers without structured output.
-    pub(crate) tool: Arc<ToolSpec>,
+    pub(crate) tool: Arc<ToolDefinition>,
     /// The schema the reply follows, for providers with structured output.
     pub(crate) schema: ResponseSchema,
     /// Whether the type is not an object and is wrapped as `{"answer": ...}`.
@@ -57,7 +57,7 @@ impl AnswerFormat {
         };
         let name: String =
             T::schema_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
-        let tool = ToolSpec::new(
+        let tool = ToolDefinition::new(
             RESPOND_TOOL,
             "Gives your final answer. Call it once, when you have everything you need; its arguments are the answer.",
             schema.clone(),

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use loopstack_core::{RegistryError, ToolSpec, is_valid_tool_name};
+use loopstack_core::{RegistryError, ToolDefinition, is_valid_tool_name};
 use serde_json::json;
 
 use super::{Agent, AgentState, AgentToolError};
@@ -18,7 +18,7 @@ pub const TRANSFER_PREFIX: &str = "transfer_to_";
 #[derive(Debug, Clone)]
 pub(super) struct Transfer {
     pub(super) target: String,
-    pub(super) spec: Arc<ToolSpec>,
+    pub(super) spec: Arc<ToolDefinition>,
 }
 
 /// The handoffs of an agent: the ones it offers itself, and every agent a run that
@@ -153,7 +153,7 @@ impl Agent {
             return Err(RegistryError::Duplicate { name: tool, existing: "a tool", new: "a handoff" }.into());
         }
         let schema = json!({"type": "object", "properties": {}});
-        let spec = Arc::new(ToolSpec::new(tool, description, schema));
+        let spec = Arc::new(ToolDefinition::new(tool, description, schema));
         self.handoffs.offered.push(Transfer { target: target.to_owned(), spec });
         Ok(())
     }

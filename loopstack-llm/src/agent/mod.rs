@@ -229,7 +229,7 @@ impl Agent {
         }
     }
 
-    crate::model::settings_setters!(s => s.options.settings);
+    loopstack_model::settings_setters!(s => s.options.settings);
 
     /// Adds `model_name` of `model` to the end of the turn's fallback chain (see
     /// [`GenerateOptions::fallback`] for when the chain moves on, what is recorded and

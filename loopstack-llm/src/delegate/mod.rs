@@ -117,7 +117,7 @@ pub fn save_results(
     conversation: Option<&str>,
 ) -> Result<(), serde_json::Error> {
     if results.iter().any(|r| !r.images.is_empty()) {
-        let message = Message::tool_call_results(results);
+        let message = ToolCallResult::message(results);
         return crate::image::save_with_images(cx, message, conversation, SaveOptions::new());
     }
     let message = Message::tool_results(results.iter().map(ToolResult::from));
@@ -303,13 +303,13 @@ impl LlmDelegateToolCalls {
         };
         if results.iter().any(|r| !r.images.is_empty()) {
             // Each image saved once, as a document the message refers to.
-            let mut full = Message::tool_call_results(results);
+            let mut full = ToolCallResult::message(results);
             let count = crate::image::store_images(cx, &mut full)?;
             let options = options.meta(crate::image::IMAGES_META, count);
             if results.iter().all(|r| r.content.len() <= max) {
                 cx.save_shared(Arc::new(full), options)?;
             } else {
-                let mut stored = Message::tool_call_results(&truncated(results, max));
+                let mut stored = ToolCallResult::message(&truncated(results, max));
                 crate::image::store_images(cx, &mut stored)?;
                 cx.save_shared_as(&stored, Arc::new(full), options)?;
             }

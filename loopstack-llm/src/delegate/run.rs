@@ -219,7 +219,7 @@ impl LlmDelegateToolCalls {
                 });
             }
             if !span.is_disabled() {
-                span.record("duration_ms", crate::usage::as_i64(duration.as_millis()));
+                span.record("duration_ms", loopstack_model::usage::as_i64(duration.as_millis()));
                 span.record("outcome", if output.is_error { "error" } else { "ok" });
             }
             if output.is_error {

@@ -330,7 +330,7 @@ impl Judge {
             request.response_schema = Some(ResponseSchema::new("verdict", schema));
             request
         } else {
-            let tool = loopstack_core::ToolSpec::new(VERDICT_TOOL, "Gives the verdict.", schema);
+            let tool = loopstack_model::ToolDefinition::new(VERDICT_TOOL, "Gives the verdict.", schema);
             request.tools(vec![Arc::new(tool)])
         }
     }

@@ -2,22 +2,12 @@
 
 use super::*;
 
-/// The type name of message documents.
-pub const MESSAGE_DOCUMENT: &str = "llm_message";
-/// The tag of the documents that make up a run's conversation.
-pub const CONVERSATION_TAG: &str = "conversation";
+pub use loopstack_core::__private::{CONVERSATION_TAG, MESSAGE_DOCUMENT};
 
 /// A conversation message saved as a run document (type `llm_message`, tagged
 /// `conversation`). The conversation sent to a model is the run's message documents
 /// in order.
 pub type LlmMessageDocument = Message;
-
-impl DocumentType for Message {
-    const TYPE: &'static str = MESSAGE_DOCUMENT;
-    fn default_tags() -> &'static [&'static str] {
-        &[CONVERSATION_TAG]
-    }
-}
 
 /// The prefix of the tag that names a conversation: the messages of conversation
 /// `critic` are tagged `conversation` and `conversation:critic`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use loopstack_core::{DocumentType, EventKind, RunContext, SaveOptions, ToolRegistry, ToolSpec};
+use loopstack_core::{EventKind, RunContext, SaveOptions, ToolRegistry};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
@@ -129,7 +129,7 @@ impl LlmGenerateText {
             .tools
             .iter()
             .map(|name| {
-                self.tools.spec(name).cloned().ok_or_else(|| AgentError::UnknownTool {
+                self.tools.spec(name).map(|s| s.definition.clone()).ok_or_else(|| AgentError::UnknownTool {
                     tool: name.clone(),
                     available: self.tools.names().map(str::to_owned).collect(),
                 })
@@ -233,8 +233,8 @@ impl LlmGenerateText {
                 .input_tokens
                 .saturating_add(usage.cache_read_input_tokens)
                 .saturating_add(usage.cache_creation_input_tokens);
-            span.record("gen_ai.usage.input_tokens", crate::usage::as_i64(input));
-            span.record("gen_ai.usage.output_tokens", crate::usage::as_i64(usage.output_tokens));
+            span.record("gen_ai.usage.input_tokens", loopstack_model::usage::as_i64(input));
+            span.record("gen_ai.usage.output_tokens", loopstack_model::usage::as_i64(usage.output_tokens));
             // Only what the provider reported: an empty field is not exported.
             for (field, count) in [
                 ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_input_tokens),
@@ -242,12 +242,12 @@ impl LlmGenerateText {
                 ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_output_tokens),
             ] {
                 if count > 0 {
-                    span.record(field, crate::usage::as_i64(count));
+                    span.record(field, loopstack_model::usage::as_i64(count));
                 }
             }
             span.record("gen_ai.response.finish_reasons", response.stop_reason.as_str());
             let latency = started.map_or(Duration::ZERO, |started| started.elapsed());
-            span.record("latency_ms", crate::usage::as_i64(latency.as_millis()));
+            span.record("latency_ms", loopstack_model::usage::as_i64(latency.as_millis()));
         }
         #[cfg(feature = "otel")]
         measure.answered(model.provider(), &request.model, &response.model, &response.usage);
@@ -426,6 +426,8 @@ async fn streamed(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext)
                 }
             }
             Some(Ok(StreamEvent::Done(response))) => return Ok(response),
+            // Events a provider may add later are not shown.
+            Some(Ok(_)) => {}
             Some(Err(e)) => break e,
             None => {
                 break LlmError::MalformedResponse {

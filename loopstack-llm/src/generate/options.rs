@@ -138,7 +138,7 @@ impl GenerateOptions {
         }
     }
 
-    crate::model::settings_setters!(s => s.settings);
+    loopstack_model::settings_setters!(s => s.settings);
 
     /// Replaces the settings.
     #[must_use]
@@ -200,7 +200,7 @@ impl GenerateOptions {
 pub struct TurnExtras {
     /// Tools offered besides the options' tools; the model's calls to them are
     /// the caller's to answer.
-    pub tools: Vec<Arc<ToolSpec>>,
+    pub tools: Vec<Arc<loopstack_model::ToolDefinition>>,
     /// The schema the reply's text must follow.
     pub response_schema: Option<ResponseSchema>,
     /// What of the conversation is sent, when not all of it (see

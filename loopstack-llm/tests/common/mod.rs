@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+use loopstack_core::{Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, ToolRegistry};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -344,7 +344,7 @@ impl Tool for SpecTool {
 }
 
 /// The spec of a tool with this name, description and input schema.
-pub fn tool_spec(name: &'static str, description: &'static str, schema: Value) -> Arc<ToolSpec> {
+pub fn tool_spec(name: &'static str, description: &'static str, schema: Value) -> Arc<ToolDefinition> {
     let tools = ToolRegistry::new().with(SpecTool { name, description, schema }).expect("a valid tool");
-    tools.spec(name).expect("registered").clone()
+    tools.spec(name).expect("registered").definition.clone()
 }

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::tool::ToolDefinition;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use loopstack_core::ToolSpec;
 
 use crate::cache::PromptCache;
 use crate::error::LlmError;
@@ -20,7 +20,7 @@ use crate::message::{ContentBlock, Message, StopReason, Usage};
 /// Serialized with its unset fields left out.
 ///
 /// ```
-/// use loopstack_llm::{ChatRequest, Message, ModelSettings};
+/// use loopstack_model::{ChatRequest, Message, ModelSettings};
 ///
 /// let settings = ModelSettings::new().system("Be brief.").max_tokens(256).stop_sequences(["###"]);
 /// let request = ChatRequest::new("gpt-4o-mini", vec![Message::user("Hi")]).settings(settings.clone()).temperature(0.0);
@@ -58,6 +58,8 @@ pub struct ModelSettings {
 
 /// The settings' setters, written once for [`ModelSettings`] and every type that
 /// embeds one: `settings_setters!(s => s.settings)` names where the settings are.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! settings_setters {
     ($this:ident => $place:expr) => {
         /// Sets the system prompt.
@@ -112,7 +114,6 @@ macro_rules! settings_setters {
         }
     };
 }
-pub(crate) use settings_setters;
 
 impl ModelSettings {
     /// No settings: each provider's defaults.
@@ -120,7 +121,7 @@ impl ModelSettings {
         Self::default()
     }
 
-    settings_setters!(s => s);
+    crate::settings_setters!(s => s);
 }
 
 /// What is sent to a model.
@@ -135,7 +136,7 @@ pub struct ChatRequest {
     /// the conversation without copying it.
     pub messages: Vec<Arc<Message>>,
     /// The tools offered in this turn.
-    pub tools: Vec<Arc<ToolSpec>>,
+    pub tools: Vec<Arc<ToolDefinition>>,
     /// A JSON Schema the reply's text must follow, for models with structured
     /// output ([`ChatModel::structured_output`]); others ignore it.
     pub response_schema: Option<ResponseSchema>,
@@ -175,7 +176,7 @@ impl ChatRequest {
 
     /// Sets the tools offered.
     #[must_use]
-    pub fn tools(mut self, tools: Vec<Arc<ToolSpec>>) -> Self {
+    pub fn tools(mut self, tools: Vec<Arc<ToolDefinition>>) -> Self {
         self.tools = tools;
         self
     }

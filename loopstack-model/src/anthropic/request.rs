@@ -156,33 +156,15 @@ fn encode_block(block: &ContentBlock) -> Option<Value> {
 mod tests {
     use std::sync::Arc;
 
-    use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+    use crate::ToolDefinition;
 
     use super::*;
     use crate::message::{ToolResult, ToolUse};
     use crate::{CacheBreakpoint, PromptCache};
 
-    struct Weather;
-
-    #[async_trait::async_trait]
-    impl Tool for Weather {
-        fn name(&self) -> &str {
-            "get_weather"
-        }
-        fn description(&self) -> &str {
-            "Gets the weather."
-        }
-        fn input_schema(&self) -> Value {
-            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
-        }
-        async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
-            Ok(ToolOutput::text("sunny"))
-        }
-    }
-
-    fn weather_spec() -> Arc<ToolSpec> {
-        let tools = ToolRegistry::new().with(Weather).unwrap();
-        tools.spec("get_weather").unwrap().clone()
+    fn weather_spec() -> Arc<ToolDefinition> {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        Arc::new(ToolDefinition::new("get_weather", "Gets the weather.", schema))
     }
 
     #[test]

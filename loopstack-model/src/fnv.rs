@@ -1,6 +1,6 @@
 //! FNV-1a, the one hash loopstack keeps in what it stores: a workflow table's hash
-//! ([`Definition::hash`](crate::Definition::hash), 64 bits), the ids of child runs
-//! ([`child_run_id`](crate::children::child_run_id), 128 bits) and the agent's
+//! (`loopstack::Definition::hash`, 64 bits), the ids of child runs
+//! (`loopstack::children::child_run_id`, 128 bits) and the agent's
 //! fingerprint of a turn's tool calls (32 bits). Unlike std's hasher its output is
 //! the same in every build and on every machine, which stored values need: a
 //! change here would make waiting runs look changed and re-run transitions start

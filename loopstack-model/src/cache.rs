@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 /// requests.
 ///
 /// ```
-/// use loopstack_llm::{CacheBreakpoint, ModelSettings, PromptCache};
+/// use loopstack_model::{CacheBreakpoint, ModelSettings, PromptCache};
 ///
 /// // The default: tools, system prompt, and the conversation up to the newest turn.
 /// assert_eq!(ModelSettings::new().prompt_cache, PromptCache::Auto);

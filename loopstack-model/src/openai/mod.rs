@@ -2,9 +2,9 @@
 //! (llama.cpp's `llama-server`, Ollama, vLLM).
 //!
 //! ```no_run
-//! use loopstack_llm::{ChatModel, ChatRequest, Message, OpenAi};
+//! use loopstack_model::{ChatModel, ChatRequest, Message, OpenAi};
 //!
-//! # async fn run() -> Result<(), loopstack_llm::LlmError> {
+//! # async fn run() -> Result<(), loopstack_model::LlmError> {
 //! // A local Ollama: no key, and small models may write tool calls as JSON text.
 //! let local = OpenAi::new().base_url("http://localhost:11434/v1").text_tool_calls(true);
 //! let request = ChatRequest::new("qwen2.5:3b", vec![Message::user("Hello!")]);

@@ -1,9 +1,9 @@
 //! The Anthropic Messages API provider.
 //!
 //! ```no_run
-//! use loopstack_llm::{Anthropic, ChatModel, ChatRequest, Message};
+//! use loopstack_model::{Anthropic, ChatModel, ChatRequest, Message};
 //!
-//! # async fn run() -> Result<(), loopstack_llm::LlmError> {
+//! # async fn run() -> Result<(), loopstack_model::LlmError> {
 //! let claude = Anthropic::from_env()?; // ANTHROPIC_API_KEY, optional ANTHROPIC_BASE_URL
 //! let request = ChatRequest::new("claude-sonnet-4-5", vec![Message::user("Hello!")]).system("Be brief.");
 //! let response = claude.chat(&request).await?;

@@ -8,7 +8,7 @@
 //! [`DEFAULT_MAX_IMAGE_BYTES`] decoded unless a limit of your own is given.
 //!
 //! ```
-//! use loopstack_core::image::{Image, ImageError, MediaType};
+//! use loopstack_model::image::{Image, ImageError, MediaType};
 //!
 //! // A 1x1 PNG: the media type comes from its bytes.
 //! let png = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d];
@@ -248,6 +248,21 @@ impl Image {
 fn decoded_len(data: &str) -> usize {
     let padding = data.bytes().rev().take(2).filter(|&b| b == b'=').count();
     (data.len() / 4 * 3).saturating_sub(padding)
+}
+
+/// `image image/png` (`image image/png for call_1` for a tool's), or `image <url>`.
+pub(crate) fn fmt_image(f: &mut std::fmt::Formatter<'_>, image: &Image, call: Option<&str>) -> std::fmt::Result {
+    match image {
+        Image::Url { url } => write!(f, "image {url}")?,
+        other => match other.media_type() {
+            Some(media_type) => write!(f, "image {media_type}")?,
+            None => f.write_str("image")?,
+        },
+    }
+    match call {
+        Some(call) => write!(f, " for {call}"),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ type ReplyFn = dyn Fn(&ChatRequest) -> Result<ChatResponse, LlmError> + Send + S
 /// Through the `loopstack` crate it is `loopstack::llm::ScriptedModel`.
 ///
 /// ```
-/// use loopstack_llm::{ChatModel, ChatRequest, Message, ScriptedModel, StopReason};
+/// use loopstack_model::{ChatModel, ChatRequest, Message, ScriptedModel, StopReason};
 /// use serde_json::json;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -44,7 +44,7 @@ type ReplyFn = dyn Fn(&ChatRequest) -> Result<ChatResponse, LlmError> + Send + S
 /// assert_eq!(second.message.text(), "It is mostly sunny in Berlin.");
 /// assert_eq!(model.requests().len(), 2);
 /// model.assert_finished();
-/// # Ok::<(), loopstack_llm::LlmError>(()) }).unwrap();
+/// # Ok::<(), loopstack_model::LlmError>(()) }).unwrap();
 /// ```
 #[derive(Clone)]
 pub struct ScriptedModel {

@@ -139,7 +139,8 @@ impl AddAssign for Usage {
 
 /// `n` as a span field: tracing-opentelemetry exports `u64` fields as strings and
 /// `i64` ones as integers, which is what trace backends sum and chart.
-pub(crate) fn as_i64<N: TryInto<i64>>(n: N) -> i64 {
+#[doc(hidden)]
+pub fn as_i64<N: TryInto<i64>>(n: N) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 

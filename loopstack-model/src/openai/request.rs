@@ -241,30 +241,13 @@ fn tool_result_text(result: &ToolResult) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use loopstack_core::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
+    use crate::ToolDefinition;
 
     use super::*;
 
-    struct Named(&'static str);
-
-    #[async_trait::async_trait]
-    impl Tool for Named {
-        fn name(&self) -> &str {
-            self.0
-        }
-        fn description(&self) -> &str {
-            "A tool."
-        }
-        fn input_schema(&self) -> Value {
-            json!({"type": "object", "properties": {"city": {"type": "string"}}})
-        }
-        async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
-            Ok(ToolOutput::text("ok"))
-        }
-    }
-
-    fn spec(name: &'static str) -> Arc<ToolSpec> {
-        ToolRegistry::new().with(Named(name)).unwrap().spec(name).unwrap().clone()
+    fn spec(name: &'static str) -> Arc<ToolDefinition> {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        Arc::new(ToolDefinition::new(name, "A tool.", schema))
     }
 
     #[test]

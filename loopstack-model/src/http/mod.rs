@@ -62,7 +62,7 @@ const USER_AGENT: &str = concat!("loopstack-llm/", env!("CARGO_PKG_VERSION"));
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use loopstack_llm::RetryPolicy;
+/// # use loopstack_model::RetryPolicy;
 /// let policy = RetryPolicy::new().max_retries(5).initial_backoff(Duration::from_secs(1));
 /// assert_eq!(policy.backoff(2), Duration::from_secs(4));
 /// assert_eq!(RetryPolicy::default().max_retries, 3);

@@ -158,7 +158,8 @@ pub(crate) fn nests_deeper_than(text: &[u8], limit: usize) -> bool {
 /// Whether a value nests arrays and objects deeper than `limit`; recurses at most
 /// `limit + 1` levels, however deep the value.
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
-pub(crate) fn value_deeper_than(value: &Value, limit: usize) -> bool {
+#[doc(hidden)]
+pub fn value_deeper_than(value: &Value, limit: usize) -> bool {
     match value {
         Value::Array(items) => limit == 0 || items.iter().any(|v| value_deeper_than(v, limit - 1)),
         Value::Object(map) => limit == 0 || map.values().any(|v| value_deeper_than(v, limit - 1)),
@@ -298,7 +299,7 @@ impl std::fmt::Display for Role {
 /// `[anthropic thinking]` for a provider's own block.
 ///
 /// ```
-/// use loopstack_llm::{ContentBlock, ToolUse};
+/// use loopstack_model::{ContentBlock, ToolUse};
 /// use serde_json::json;
 ///
 /// let call = ContentBlock::ToolUse(ToolUse::new("call_1", "get_weather", json!({"location": "Oslo"})));
@@ -390,7 +391,7 @@ impl Message {
 /// message without content prints as `assistant: (empty)`.
 ///
 /// ```
-/// use loopstack_llm::{ContentBlock, Message, Role, ToolResult, ToolUse};
+/// use loopstack_model::{ContentBlock, Message, Role, ToolResult, ToolUse};
 /// use serde_json::json;
 ///
 /// let call = ToolUse::new("call_1", "get_weather", json!({"location": "Oslo"}));
@@ -432,7 +433,8 @@ impl std::fmt::Display for Message {
 /// each with a new id that no call of the message has: `<id>_dup<n>`, `n` from 2 (a
 /// form Anthropic's id pattern accepts). Empty, without allocating, when the ids are
 /// unique.
-pub(crate) fn duplicate_ids(message: &Message) -> Vec<(usize, String)> {
+#[doc(hidden)]
+pub fn duplicate_ids(message: &Message) -> Vec<(usize, String)> {
     const PAIRWISE: usize = 32;
     let count = message.tool_uses().count();
     if count < 2 {
@@ -464,7 +466,8 @@ pub(crate) fn duplicate_ids(message: &Message) -> Vec<(usize, String)> {
 
 /// Gives the calls of `message` that repeat the id of an earlier call new ids (see
 /// [`duplicate_ids`]); returns the `(old, new)` ids.
-pub(crate) fn rename_duplicate_ids(message: &mut Message) -> Vec<(String, String)> {
+#[doc(hidden)]
+pub fn rename_duplicate_ids(message: &mut Message) -> Vec<(String, String)> {
     let renamed = duplicate_ids(message);
     if renamed.is_empty() {
         return Vec::new();
@@ -481,6 +484,31 @@ pub(crate) fn rename_duplicate_ids(message: &mut Message) -> Vec<(String, String
         }
     }
     changes
+}
+
+impl Message {
+    /// A user message with text and images, shown to the model after the text.
+    pub fn user_with_images(text: impl Into<String>, images: impl IntoIterator<Item = Image>) -> Self {
+        let mut message = Self::user(text);
+        message.content.extend(images.into_iter().map(|source| ContentBlock::Image { source, tool_use_id: None }));
+        message
+    }
+
+    /// Adds an image block (a user's image) to the message.
+    #[must_use]
+    pub fn with_image(mut self, image: Image) -> Self {
+        self.content.push(ContentBlock::Image { source: image, tool_use_id: None });
+        self
+    }
+
+    /// The images, in order, each with the call whose result it belongs to (`None`
+    /// for a user's image).
+    pub fn images(&self) -> impl Iterator<Item = (&Image, Option<&str>)> + '_ {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::Image { source, tool_use_id } => Some((source, tool_use_id.as_deref())),
+            _ => None,
+        })
+    }
 }
 
 #[cfg(test)]
