@@ -75,8 +75,12 @@ pub use workflow_tool::WorkflowTool;
 pub use context::{ContextPolicy, ContextWindow};
 pub use error::LlmError;
 pub use image::{Image, ImageDocument, ImageError, MediaType};
-pub use loopstack_model::message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
-pub use loopstack_model::model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
+pub use loopstack_model::message::{
+    ContentBlock, InvalidInput, Message, Reasoning, Role, StopReason, ToolResult, ToolUse, Usage,
+};
+pub use loopstack_model::model::{
+    ChatModel, ChatRequest, ChatResponse, ModelSettings, ReasoningEffort, ResponseSchema, StreamEvent,
+};
 pub use loopstack_model::{CacheBreakpoint, PromptCache, ToolDefinition};
 
 #[cfg(feature = "anthropic")]

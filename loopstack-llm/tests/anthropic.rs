@@ -9,8 +9,8 @@ use common::{Reply, Server, anthropic_sse, recorded_sleeps, tool_spec};
 use futures::StreamExt as _;
 use loopstack_llm::model::ResponseSchema;
 use loopstack_llm::{
-    Agent, Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, PromptCache, RetryPolicy,
-    Role, StopReason, StreamEvent, ToolResult, ToolUse, Usage,
+    Agent, Anthropic, ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, PromptCache, Reasoning,
+    RetryPolicy, Role, StopReason, StreamEvent, ToolResult, ToolUse, Usage,
 };
 use serde_json::{Value, json};
 
@@ -240,10 +240,11 @@ async fn decodes_thinking_and_parallel_tool_calls() {
     assert_eq!(
         response.message.content,
         vec![
-            ContentBlock::Provider {
-                provider: "anthropic".into(),
-                raw: json!({"type": "thinking", "thinking": "Two cities: two calls.", "signature": "c2lnbmF0dXJl"}),
-            },
+            ContentBlock::Reasoning(Reasoning::new(
+                "anthropic",
+                "Two cities: two calls.",
+                json!({"signature": "c2lnbmF0dXJl"})
+            )),
             ContentBlock::text("Checking both."),
             ContentBlock::ToolUse(ToolUse::new("toolu_01", "get_weather", json!({"city": "Paris"}))),
             ContentBlock::ToolUse(ToolUse::new("toolu_02", "get_weather", json!({"city": "Zürich", "units": ["°C"]}))),
@@ -286,6 +287,8 @@ async fn a_streamed_tool_reply_split_at_odd_byte_boundaries_equals_the_plain_rep
     assert_eq!(
         events,
         vec![
+            StreamEvent::ReasoningDelta { index: 0, text: "Two cities: ".into() },
+            StreamEvent::ReasoningDelta { index: 0, text: "two calls.".into() },
             StreamEvent::TextDelta { index: 1, text: "Checking both.".into() },
             StreamEvent::ToolUseStart { index: 2, id: "toolu_01".into(), name: "get_weather".into() },
             StreamEvent::ToolInputDelta { index: 2, partial_json: "{\"city\": \"Pa".into() },

@@ -41,8 +41,8 @@ pub mod usage;
 pub use cache::{CacheBreakpoint, PromptCache};
 pub use error::{BoxError, LlmError};
 pub use image::{Image, ImageError, MediaType};
-pub use message::{ContentBlock, InvalidInput, Message, Role, StopReason, ToolResult, ToolUse, Usage};
-pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ResponseSchema, StreamEvent};
+pub use message::{ContentBlock, InvalidInput, Message, Reasoning, Role, StopReason, ToolResult, ToolUse, Usage};
+pub use model::{ChatModel, ChatRequest, ChatResponse, ModelSettings, ReasoningEffort, ResponseSchema, StreamEvent};
 pub use scripted::ScriptedModel;
 pub use tool::ToolDefinition;
 

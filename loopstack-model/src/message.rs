@@ -167,6 +167,52 @@ pub fn value_deeper_than(value: &Value, limit: usize) -> bool {
     }
 }
 
+/// What a model reasoned before it answered: Anthropic's thinking blocks, OpenAI's
+/// reasoning items, Gemini's thoughts and thought signatures, Bedrock's reasoning
+/// content.
+///
+/// A provider refuses the next turn of a tool loop unless its reasoning comes back
+/// exactly as it was sent, so a reasoning block is saved with its message in the
+/// run's documents and sent back unchanged: a run resumed in another process, a
+/// replay and a fork continue where the provider expects. Only the provider that
+/// wrote it is sent it back; a fallback to another provider leaves it out, since no
+/// provider reads another's.
+///
+/// ```
+/// use loopstack_model::{ContentBlock, Reasoning};
+/// use serde_json::json;
+///
+/// let block = ContentBlock::Reasoning(Reasoning::new("anthropic", "The user wants Oslo.", json!({"signature": "EqQB"})));
+/// assert_eq!(block.to_string(), "[anthropic reasoning] The user wants Oslo.");
+/// let saved = serde_json::to_value(&block).unwrap();
+/// assert_eq!(saved, json!({
+///     "type": "reasoning", "text": "The user wants Oslo.", "provider": "anthropic", "data": {"signature": "EqQB"},
+/// }));
+/// assert_eq!(serde_json::from_value::<ContentBlock>(saved).unwrap(), block);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Reasoning {
+    /// The reasoning as the model showed it (a summary, on providers that summarize);
+    /// empty when it showed none (redacted or encrypted reasoning, a bare signature).
+    #[serde(default)]
+    pub text: String,
+    /// The provider that wrote it, as its [`ChatModel::provider`](crate::ChatModel::provider)
+    /// names itself; only that provider is sent it back.
+    pub provider: String,
+    /// What the provider needs back unchanged, in its own shape: a signature, an
+    /// encrypted item and its id, a thought signature. `null` when there is none.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub data: Value,
+}
+
+impl Reasoning {
+    /// Reasoning `provider` wrote, with what it needs back (`Value::Null` for nothing).
+    pub fn new(provider: impl Into<String>, text: impl Into<String>, data: Value) -> Self {
+        Self { text: text.into(), provider: provider.into(), data }
+    }
+}
+
 /// The result of a tool call, sent back to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
@@ -181,7 +227,8 @@ pub struct ToolResult {
 
 /// One block of a message's content.
 ///
-/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `image`, `provider`).
+/// Serialized with a `type` tag (`text`, `tool_use`, `tool_result`, `image`,
+/// `reasoning`, `provider`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -204,8 +251,12 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool_use_id: Option<String>,
     },
-    /// A provider's own block (Anthropic `thinking` and `redacted_thinking`, for
-    /// instance), kept as received so it can be sent back unchanged to the same provider.
+    /// What the model reasoned before it answered (see [`Reasoning`]): kept with the
+    /// message and sent back unchanged to the provider that wrote it.
+    Reasoning(Reasoning),
+    /// A provider's own block, kept as received so it can be sent back unchanged to
+    /// the same provider. (Messages saved before [`ContentBlock::Reasoning`] existed
+    /// hold Anthropic's `thinking` blocks this way.)
     Provider {
         /// The provider that produced it.
         provider: String,
@@ -228,6 +279,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             ToolUse,
             ToolResult,
             Image,
+            Reasoning,
             Provider,
         }
 
@@ -247,6 +299,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             provider: Option<String>,
             raw: Option<Value>,
             source: Option<Image>,
+            data: Option<Value>,
         }
 
         let f = Flat::deserialize(deserializer)?;
@@ -268,6 +321,11 @@ impl<'de> Deserialize<'de> for ContentBlock {
                 source: f.source.ok_or_else(|| D::Error::missing_field("source"))?,
                 tool_use_id: f.tool_use_id,
             },
+            Kind::Reasoning => Self::Reasoning(Reasoning {
+                text: f.text.unwrap_or_default(),
+                provider: need(f.provider, "provider")?,
+                data: f.data.unwrap_or(Value::Null),
+            }),
             Kind::Provider => {
                 Self::Provider { provider: need(f.provider, "provider")?, raw: f.raw.unwrap_or(Value::Null) }
             }
@@ -296,7 +354,8 @@ impl std::fmt::Display for Role {
 /// (the arguments as compact JSON, or as the model wrote them when they are not JSON),
 /// `tool result call_1: Sunny` (`tool error ...` for a failed call), `image image/png`
 /// (`image image/png for call_1` for a tool's, `image <url>` for one at a URL), and
-/// `[anthropic thinking]` for a provider's own block.
+/// `[anthropic reasoning] text` for reasoning (`[anthropic reasoning]` when none was
+/// shown), and `[anthropic thinking]` for a provider's own block.
 ///
 /// ```
 /// use loopstack_model::{ContentBlock, ToolUse};
@@ -318,6 +377,8 @@ impl std::fmt::Display for ContentBlock {
                 write!(f, "{kind} {}: {}", result.tool_use_id, result.content)
             }
             Self::Image { source, tool_use_id } => crate::image::fmt_image(f, source, tool_use_id.as_deref()),
+            Self::Reasoning(reasoning) if reasoning.text.is_empty() => write!(f, "[{} reasoning]", reasoning.provider),
+            Self::Reasoning(reasoning) => write!(f, "[{} reasoning] {}", reasoning.provider, reasoning.text),
             Self::Provider { provider, raw } => match raw.get("type").and_then(Value::as_str) {
                 Some(kind) => write!(f, "[{provider} {kind}]"),
                 None => write!(f, "[{provider} block]"),
@@ -363,6 +424,20 @@ impl Message {
             }
         }
         out
+    }
+
+    /// The reasoning shown in the message, its blocks' texts joined by blank lines;
+    /// empty when it shows none.
+    pub fn reasoning_text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Reasoning(r) if !r.text.is_empty() => Some(r.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n\n")
     }
 
     /// The tool calls, in order.

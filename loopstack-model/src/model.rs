@@ -2,13 +2,17 @@
 
 use std::sync::Arc;
 
-use crate::tool::ToolDefinition;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 
 use crate::cache::PromptCache;
 use crate::error::LlmError;
 use crate::message::{ContentBlock, Message, StopReason, Usage};
+use crate::tool::ToolDefinition;
 
 /// How a model is asked to answer: the settings a [`ChatRequest`] carries, and
 /// with it every model turn ([`GenerateOptions`](crate::GenerateOptions)) and agent
@@ -54,6 +58,104 @@ pub struct ModelSettings {
     /// (OpenAI's `prompt_cache_key`); providers without one ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache_key: Option<String>,
+    /// How hard the model thinks before it answers, on models that reason (see
+    /// [`ReasoningEffort`]); each provider maps it to its own setting, and one whose
+    /// model does not reason leaves it out. `None`: the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// The most tokens the model may spend reasoning, where the provider takes a
+    /// budget (Anthropic's and Bedrock's `budget_tokens`, Gemini 2.5's
+    /// `thinkingBudget`); providers that take only an effort derive none from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_budget: Option<u32>,
+    /// Options of one provider that have no common setting (a service tier, safety
+    /// settings, a guardrail), by provider name as [`ChatModel::provider`] gives it:
+    /// each provider merges the object under its own name into the top level of its
+    /// request body, over what it wrote, and ignores the others. Typed helpers in the
+    /// provider modules build them; this is also the raw JSON escape hatch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provider_options: BTreeMap<String, Value>,
+}
+
+/// How hard a model thinks before it answers ([`ModelSettings::reasoning_effort`]).
+///
+/// Mapped per provider: OpenAI's `reasoning.effort` (Responses) and
+/// `reasoning_effort` (Chat Completions) as named; Anthropic's extended thinking and
+/// Bedrock's reasoning configuration as a token budget (unless
+/// [`ModelSettings::reasoning_budget`] gives one: `Low` 1,024, `Medium` 4,096, `High`
+/// 16,384 tokens; `None` turns thinking off); Gemini's `thinkingLevel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ReasoningEffort {
+    /// No reasoning, on models that allow it.
+    None,
+    /// As little as the model allows.
+    Minimal,
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The effort's name on the wire: `none`, `minimal`, `low`, `medium`, `high`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+
+    /// The thinking budget in tokens a provider that takes only a budget uses for this
+    /// effort when [`ModelSettings::reasoning_budget`] gives none; `None` for no thinking.
+    pub fn default_budget(self) -> Option<u32> {
+        match self {
+            Self::None => None,
+            Self::Minimal | Self::Low => Some(1024),
+            Self::Medium => Some(4096),
+            Self::High => Some(16384),
+        }
+    }
+}
+
+impl ModelSettings {
+    /// Merges the options set for `provider` ([`ModelSettings::provider_options`])
+    /// into the top level of a request body, over what the provider wrote. Errors
+    /// with [`LlmError::Config`] when they are not a JSON object.
+    pub fn apply_provider_options(
+        &self,
+        provider: &'static str,
+        body: &mut serde_json::Map<String, Value>,
+    ) -> Result<(), LlmError> {
+        match self.provider_options.get(provider) {
+            None => Ok(()),
+            Some(Value::Object(options)) => {
+                body.extend(options.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Ok(())
+            }
+            Some(other) => Err(LlmError::Config {
+                provider,
+                message: format!("the provider options for `{provider}` must be a JSON object, not `{other}`"),
+            }),
+        }
+    }
+
+    /// The thinking budget a provider that takes a budget asks for: the budget set,
+    /// or the effort's [default](ReasoningEffort::default_budget); `None` when
+    /// neither is set or the effort is [`ReasoningEffort::None`].
+    pub fn thinking_budget(&self) -> Option<u32> {
+        match (self.reasoning_budget, self.reasoning_effort) {
+            (_, Some(ReasoningEffort::None)) => None,
+            (Some(budget), _) => Some(budget),
+            (None, effort) => effort.and_then(ReasoningEffort::default_budget),
+        }
+    }
 }
 
 /// The settings' setters, written once for [`ModelSettings`] and every type that
@@ -101,6 +203,47 @@ macro_rules! settings_setters {
         pub fn prompt_cache(mut self, cache: $crate::PromptCache) -> Self {
             let $this = &mut self;
             $place.prompt_cache = cache;
+            self
+        }
+
+        /// Sets how hard the model thinks (see
+        /// [`ReasoningEffort`](crate::ReasoningEffort)).
+        #[must_use]
+        pub fn reasoning_effort(mut self, effort: $crate::ReasoningEffort) -> Self {
+            let $this = &mut self;
+            $place.reasoning_effort = Some(effort);
+            self
+        }
+
+        /// Sets the most tokens the model may spend reasoning, where its provider takes
+        /// a budget.
+        #[must_use]
+        pub fn reasoning_budget(mut self, tokens: u32) -> Self {
+            let $this = &mut self;
+            $place.reasoning_budget = Some(tokens);
+            self
+        }
+
+        /// Sets options of one provider (by its name, such as `openai`) that have no
+        /// common setting; that provider merges them into the top level of its request
+        /// body, and a request fails with a configuration error when they are not a
+        /// JSON object. Setting one provider's options again merges two objects key by
+        /// key.
+        #[must_use]
+        pub fn provider_options(mut self, provider: impl Into<String>, options: serde_json::Value) -> Self {
+            let $this = &mut self;
+            match ($place.provider_options.entry(provider.into()), options) {
+                (std::collections::btree_map::Entry::Occupied(mut old), serde_json::Value::Object(new)) => {
+                    match old.get_mut() {
+                        serde_json::Value::Object(old) => old.extend(new),
+                        old => *old = serde_json::Value::Object(new),
+                    }
+                }
+                (std::collections::btree_map::Entry::Occupied(mut old), new) => *old.get_mut() = new,
+                (std::collections::btree_map::Entry::Vacant(slot), new) => {
+                    slot.insert(new);
+                }
+            }
             self
         }
 
@@ -231,6 +374,14 @@ pub enum StreamEvent {
         id: String,
         /// The tool's name.
         name: String,
+    },
+    /// Reasoning text was added to content block `index` (a
+    /// [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning)).
+    ReasoningDelta {
+        /// The content block's index.
+        index: usize,
+        /// The new text.
+        text: String,
     },
     /// A piece of a tool call's JSON arguments arrived.
     ToolInputDelta {

@@ -87,6 +87,10 @@ impl Anthropic {
     pub const DEFAULT_MAX_TOKENS: u32 = 4096;
     /// The request timeout when none is set: 10 minutes, as in Anthropic's SDKs.
     pub const DEFAULT_TIMEOUT: Duration = http::DEFAULT_TIMEOUT;
+    /// The `anthropic-beta` header sent when a request that thinks offers tools:
+    /// interleaved thinking, so the model reasons between tool calls too.
+    pub const INTERLEAVED_THINKING: &'static str = "interleaved-thinking-2025-05-14";
+
     /// The `anthropic-version` header sent.
     pub const API_VERSION: &'static str = "2023-06-01";
 
@@ -129,9 +133,13 @@ impl Anthropic {
     }
 
     fn call<'a>(&self, request: &'a ChatRequest, stream: bool) -> Result<Call<'a>, LlmError> {
-        let body = request::encode_request(request, self.default_max_tokens, stream);
+        let body = request::encode_request(request, self.default_max_tokens, stream)?;
         let mut call = self.http.call(&request.model, &body, stream)?;
         call.headers.insert("anthropic-version", HeaderValue::from_static(Self::API_VERSION));
+        if body.get("thinking").is_some_and(|t| t["type"] == "enabled") && !request.tools.is_empty() {
+            // Thinking between tool calls, not only before the first.
+            call.headers.insert("anthropic-beta", HeaderValue::from_static(Self::INTERLEAVED_THINKING));
+        }
         Ok(call)
     }
 }

@@ -8,7 +8,7 @@ use super::PROVIDER;
 use crate::error::LlmError;
 use crate::http::{self, malformed};
 use crate::message::{
-    ContentBlock, MAX_JSON_DEPTH, Message, Role, StopReason, ToolUse, Usage, nests_deeper_than, too_deep,
+    ContentBlock, MAX_JSON_DEPTH, Message, Reasoning, Role, StopReason, ToolUse, Usage, nests_deeper_than, too_deep,
 };
 use crate::model::ChatResponse;
 
@@ -105,8 +105,25 @@ fn decode_raw_block(raw: &str) -> Result<ContentBlock, String> {
                 None => ToolUse::new(id, name, json!({})),
             }))
         }
-        Some(_) => Ok(ContentBlock::Provider { provider: PROVIDER.into(), raw: parse_provider_json(raw)? }),
+        Some(_) => Ok(provider_block(parse_provider_json(raw)?)),
         None => Err("a content block has no `type`".into()),
+    }
+}
+
+/// A block of the API's own, as a content block: `thinking` (with its `signature`)
+/// and `redacted_thinking` (its `data`) are [`Reasoning`], everything else (server
+/// tools' calls and results, say) a [`ContentBlock::Provider`] block, sent back as
+/// received.
+pub(super) fn provider_block(raw: Value) -> ContentBlock {
+    let field = |name: &str| raw.get(name).and_then(Value::as_str);
+    match (field("type"), field("thinking"), field("signature"), field("data")) {
+        (Some("thinking"), Some(text), Some(signature), _) => {
+            ContentBlock::Reasoning(Reasoning::new(PROVIDER, text, json!({ "signature": signature })))
+        }
+        (Some("redacted_thinking"), _, _, Some(data)) => {
+            ContentBlock::Reasoning(Reasoning::new(PROVIDER, "", json!({ "redacted": data })))
+        }
+        _ => ContentBlock::Provider { provider: PROVIDER.into(), raw },
     }
 }
 
@@ -157,14 +174,8 @@ mod tests {
         assert_eq!(
             response.message.content,
             vec![
-                ContentBlock::Provider {
-                    provider: "anthropic".into(),
-                    raw: json!({"type": "thinking", "thinking": "t", "signature": "s"})
-                },
-                ContentBlock::Provider {
-                    provider: "anthropic".into(),
-                    raw: json!({"type": "redacted_thinking", "data": "abc"})
-                },
+                ContentBlock::Reasoning(Reasoning::new("anthropic", "t", json!({"signature": "s"}))),
+                ContentBlock::Reasoning(Reasoning::new("anthropic", "", json!({"redacted": "abc"}))),
                 ContentBlock::text("Hi"),
                 ContentBlock::ToolUse(ToolUse::new("tu_1", "get_weather", json!({"city": "Paris"}))),
             ]

@@ -10,8 +10,14 @@ use crate::message::{ContentBlock, Message, Role};
 use crate::model::ChatRequest;
 
 /// The JSON body of a Messages API request, with `cache_control` breakpoints where
-/// [`ModelSettings::prompt_cache`](crate::ModelSettings) puts them.
-pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, stream: bool) -> Value {
+/// [`ModelSettings::prompt_cache`](crate::ModelSettings) puts them, extended
+/// thinking as [`ModelSettings::thinking_budget`](crate::ModelSettings::thinking_budget)
+/// asks, and the request's provider options over it all.
+pub(super) fn encode_request(
+    request: &ChatRequest,
+    default_max_tokens: u32,
+    stream: bool,
+) -> Result<Value, crate::LlmError> {
     let settings = &request.settings;
     let (cache_tools, cache_system, cache_messages) = cache::breakpoints(
         &settings.prompt_cache,
@@ -21,7 +27,24 @@ pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, str
     );
     let mut body = Map::new();
     body.insert("model".into(), request.model.clone().into());
-    body.insert("max_tokens".into(), settings.max_tokens.unwrap_or(default_max_tokens).into());
+    let budget = settings.thinking_budget();
+    // The budget must stay under `max_tokens`: unless a limit is set, the default
+    // leaves room for an answer after the thinking.
+    let max_tokens = match (settings.max_tokens, budget) {
+        (Some(max), _) => max,
+        (None, Some(budget)) => default_max_tokens.max(budget.saturating_add(default_max_tokens)),
+        (None, None) => default_max_tokens,
+    };
+    body.insert("max_tokens".into(), max_tokens.into());
+    match (budget, settings.reasoning_effort) {
+        (Some(budget), _) => {
+            body.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": budget}));
+        }
+        (None, Some(crate::ReasoningEffort::None)) => {
+            body.insert("thinking".into(), json!({"type": "disabled"}));
+        }
+        (None, _) => {}
+    }
     if let Some(system) = &settings.system {
         let system = if cache_system {
             json!([{"type": "text", "text": system, "cache_control": ephemeral()}])
@@ -64,7 +87,8 @@ pub(super) fn encode_request(request: &ChatRequest, default_max_tokens: u32, str
     if stream {
         body.insert("stream".into(), true.into());
     }
-    Value::Object(body)
+    settings.apply_provider_options(PROVIDER, &mut body)?;
+    Ok(Value::Object(body))
 }
 
 /// A cache breakpoint's `cache_control` (the default five-minute lifetime).
@@ -147,8 +171,15 @@ fn encode_block(block: &ContentBlock) -> Option<Value> {
             "content": result.content,
             "is_error": result.is_error,
         }),
+        ContentBlock::Reasoning(reasoning) if reasoning.provider == PROVIDER => match &reasoning.data {
+            Value::Object(data) if data.contains_key("redacted") => {
+                json!({"type": "redacted_thinking", "data": data["redacted"]})
+            }
+            data => json!({"type": "thinking", "thinking": reasoning.text, "signature": data.get("signature")}),
+        },
         ContentBlock::Provider { provider, raw } if provider == PROVIDER => raw.clone(),
-        ContentBlock::Provider { .. } | ContentBlock::Image { .. } => return None,
+        // Another provider's reasoning and blocks: no provider reads another's.
+        ContentBlock::Reasoning(_) | ContentBlock::Provider { .. } | ContentBlock::Image { .. } => return None,
     })
 }
 
@@ -188,7 +219,7 @@ mod tests {
         .tools(vec![weather_spec()])
         .prompt_cache(PromptCache::At(vec![CacheBreakpoint::Message(1), CacheBreakpoint::Tools]))
         .prompt_cache_key("team-a");
-        let body = encode_request(&request, 4096, false);
+        let body = encode_request(&request, 4096, false).unwrap();
         assert_eq!(body["system"], "Be brief.", "no breakpoint asked for on the system prompt");
         assert_eq!(body["tools"][0]["cache_control"], json!({"type": "ephemeral"}));
         assert_eq!(
@@ -229,7 +260,7 @@ mod tests {
         .tools(vec![weather_spec()])
         .temperature(0.2)
         .stop_sequences(["END"]);
-        let body = encode_request(&request, 4096, false);
+        let body = encode_request(&request, 4096, false).unwrap();
         assert_eq!(
             body,
             json!({
@@ -265,7 +296,7 @@ mod tests {
             })
         );
         let minimal = ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(10).prompt_cache(PromptCache::Off);
-        let minimal = encode_request(&minimal, 4096, true);
+        let minimal = encode_request(&minimal, 4096, true).unwrap();
         assert_eq!(
             minimal,
             json!({"model": "m", "max_tokens": 10, "stream": true,

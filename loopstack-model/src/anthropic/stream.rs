@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::PROVIDER;
-use super::reply::{WireUsage, error_event};
+use super::reply::{WireUsage, error_event, provider_block};
 use crate::error::LlmError;
 use crate::http::{SseDecoder, malformed};
 use crate::message::{
@@ -107,9 +107,15 @@ impl Decoder {
                 out.push(StreamEvent::ToolUseStart { index, id: tool.id.clone(), name: tool.name.clone() });
                 Block::Tool { tool, json: String::new() }
             }
-            ContentBlock::Provider { raw, .. } => Block::Raw { value: raw, json: String::new() },
-            ContentBlock::ToolResult(_) | ContentBlock::Image { .. } => {
-                unreachable!("decode_block makes no tool results or images")
+            ContentBlock::Provider { raw, .. } => {
+                let thinking = raw.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty());
+                if let Some(text) = thinking {
+                    out.push(StreamEvent::ReasoningDelta { index, text: text.to_owned() });
+                }
+                Block::Raw { value: raw, json: String::new() }
+            }
+            ContentBlock::ToolResult(_) | ContentBlock::Image { .. } | ContentBlock::Reasoning(_) => {
+                unreachable!("decode_block makes no tool results, images or reasoning")
             }
         };
         // Blocks arrive in order; an index far beyond them is a broken stream, not a
@@ -145,7 +151,13 @@ impl Decoder {
                 }
             }
             (Block::Raw { json, .. }, "input_json_delta") => json.push_str(text_of("partial_json")),
-            (Block::Raw { value, .. }, "thinking_delta") => append_str(value, "thinking", text_of("thinking")),
+            (Block::Raw { value, .. }, "thinking_delta") => {
+                let piece = text_of("thinking");
+                append_str(value, "thinking", piece);
+                if !piece.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { index, text: piece.to_owned() });
+                }
+            }
             (Block::Raw { value, .. }, "signature_delta") => append_str(value, "signature", text_of("signature")),
             // citations_delta and deltas added later: not kept.
             _ => {}
@@ -225,9 +237,7 @@ impl SseDecoder for Decoder {
                 Block::Tool { tool, json } => {
                     ContentBlock::ToolUse(ToolUse::from_raw_arguments(tool.id, tool.name, &json))
                 }
-                Block::Raw { value, json } if json.trim().is_empty() => {
-                    ContentBlock::Provider { provider: PROVIDER.into(), raw: value }
-                }
+                Block::Raw { value, json } if json.trim().is_empty() => provider_block(value),
                 Block::Raw { mut value, json } => {
                     if nests_deeper_than(json.as_bytes(), MAX_JSON_DEPTH) {
                         return Err(
@@ -294,6 +304,8 @@ mod tests {
         assert_eq!(
             events,
             vec![
+                StreamEvent::ReasoningDelta { index: 0, text: "a".into() },
+                StreamEvent::ReasoningDelta { index: 0, text: "b".into() },
                 StreamEvent::TextDelta { index: 1, text: "Hi".into() },
                 StreamEvent::ToolUseStart { index: 2, id: "tu_1".into(), name: "w".into() },
                 StreamEvent::ToolInputDelta { index: 2, partial_json: "{\"ci".into() },
@@ -305,10 +317,7 @@ mod tests {
         assert_eq!(
             response.message.content,
             vec![
-                ContentBlock::Provider {
-                    provider: "anthropic".into(),
-                    raw: json!({"type": "thinking", "thinking": "ab", "signature": "sig"})
-                },
+                ContentBlock::Reasoning(crate::Reasoning::new("anthropic", "ab", json!({"signature": "sig"}))),
                 ContentBlock::text("Hi"),
                 ContentBlock::ToolUse(ToolUse::new("tu_1", "w", json!({"city": "Paris"}))),
                 ContentBlock::ToolUse(ToolUse::new("tu_2", "now", json!({}))),

@@ -26,6 +26,7 @@ use std::fmt;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
+use serde_json::Value;
 
 use self::reply::CallIds;
 use crate::error::LlmError;
@@ -240,7 +241,10 @@ impl OpenAi {
             structured_output: self.structured_output,
             text_tool_calls: self.text_tool_calls,
         };
-        let body = request::encode_request(request, stream, wire);
+        let mut body = request::encode_request(request, stream, wire);
+        if let Value::Object(fields) = &mut body {
+            request.settings.apply_provider_options(PROVIDER, fields)?;
+        }
         self.http.call(&request.model, &body, stream)
     }
 

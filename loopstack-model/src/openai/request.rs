@@ -70,6 +70,9 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool, wire: Wire) ->
     if let Some(key) = &request.settings.prompt_cache_key {
         body.insert("prompt_cache_key".into(), key.clone().into());
     }
+    if let Some(effort) = request.settings.reasoning_effort {
+        body.insert("reasoning_effort".into(), effort.as_str().into());
+    }
     if let Some(format) = request.response_schema.as_ref().filter(|_| wire.structured_output) {
         body.insert(
             "response_format".into(),
