@@ -61,12 +61,12 @@ pub enum CacheBreakpoint {
     Message(i64),
 }
 
-/// Anthropic's limit on breakpoints per request.
-#[cfg(feature = "anthropic")]
+/// Anthropic's (and Bedrock's) limit on breakpoints per request.
+#[cfg(any(feature = "anthropic", feature = "bedrock"))]
 pub(crate) const MAX_BREAKPOINTS: usize = 4;
 
 /// The breakpoints a request gets: tools and system first, then message indices.
-#[cfg(feature = "anthropic")]
+#[cfg(any(feature = "anthropic", feature = "bedrock"))]
 pub(crate) fn breakpoints(
     cache: &PromptCache,
     has_tools: bool,

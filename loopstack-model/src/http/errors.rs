@@ -40,8 +40,33 @@ impl RetryHints {
 pub(super) async fn response_failure(call: &Call<'_>, response: reqwest::Response) -> Failure {
     let status = response.status().as_u16();
     let hints = RetryHints::of(response.headers());
+    let aws_type = aws_error_type(response.headers());
     let body = read_bounded(response, MAX_ERROR_BODY_READ).await;
-    status_failure(call.provider, call.model, status, hints, &body)
+    let mut failure = status_failure(call.provider, call.model, status, hints, &body);
+    if let Some(kind) = aws_type {
+        prefix_message(&mut failure.error, &kind);
+    }
+    failure
+}
+
+/// The error type an AWS service names in `x-amzn-errortype` (`ThrottlingException`;
+/// what follows a `:` in it is dropped).
+fn aws_error_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("x-amzn-errortype")?.to_str().ok()?;
+    let kind = value.split(':').next()?.trim();
+    (!kind.is_empty()).then(|| kind.to_owned())
+}
+
+/// Puts `kind: ` before an API error's message.
+fn prefix_message(error: &mut LlmError, kind: &str) {
+    match error {
+        LlmError::Authentication { message, .. }
+        | LlmError::InvalidRequest { message, .. }
+        | LlmError::RateLimited { message, .. }
+        | LlmError::Overloaded { message, .. }
+        | LlmError::Server { message, .. } => *message = format!("{kind}: {message}"),
+        _ => {}
+    }
 }
 
 /// Whether a response is JSON (`application/json`, with or without parameters).
@@ -184,8 +209,8 @@ fn type_status(kind: &str) -> Option<u16> {
 }
 
 /// The API's error type and message from an error body: `{"error": {"type", "message"}}`
-/// (Anthropic, OpenAI), `{"error": "..."}` (Ollama), `{"message": "..."}` (vLLM) or
-/// `{"detail": "..."}`; otherwise the body text, shortened, or the status reason.
+/// (Anthropic, OpenAI), `{"error": "..."}` (Ollama), `{"message": "..."}` (vLLM, AWS;
+/// AWS also `{"Message": "..."}`) or `{"detail": "..."}`; otherwise the body text, shortened, or the status reason.
 pub(super) fn api_error_message(status: u16, body: &[u8]) -> (Option<String>, String) {
     if let Ok(value) = serde_json::from_slice::<Value>(body) {
         let error = value.get("error");
@@ -194,6 +219,7 @@ pub(super) fn api_error_message(status: u16, body: &[u8]) -> (Option<String>, St
             .and_then(|e| e.get("message"))
             .or(error.filter(|e| e.is_string()))
             .or_else(|| value.get("message"))
+            .or_else(|| value.get("Message"))
             .or_else(|| value.get("detail"))
             .and_then(Value::as_str);
         if let Some(message) = message {

@@ -248,6 +248,14 @@ pub(crate) struct Call<'a> {
     pub(crate) body: Bytes,
 }
 
+/// Signs each attempt of a call as it is sent (see [`Transport::signer`]).
+pub(crate) trait Signer: Send + Sync {
+    /// The headers that sign this attempt of `call`, added to its own: computed over
+    /// its exact method (`POST`), URL, headers and body bytes, at the time of the
+    /// attempt (AWS Signature Version 4 signs a timestamp, fresh on each retry).
+    fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError>;
+}
+
 /// A failed attempt and whether another may succeed.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -269,6 +277,8 @@ pub(crate) struct Transport {
     pub(crate) timeout: Duration,
     pub(crate) retry: RetryPolicy,
     pub(crate) sleep: Option<SleepHook>,
+    /// Signs each attempt just before it is sent (Bedrock's SigV4); `None`: sent as built.
+    pub(crate) signer: Option<Arc<dyn Signer>>,
 }
 
 impl fmt::Debug for Transport {
@@ -287,15 +297,20 @@ impl Transport {
             .user_agent(USER_AGENT)
             .build()
             .map_err(|e| Arc::from(format!("cannot build the HTTP client: {e}")));
-        Self { client, timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::new(), sleep: None }
+        Self { client, timeout: DEFAULT_TIMEOUT, retry: RetryPolicy::new(), sleep: None, signer: None }
     }
 
     fn client(&self, provider: &'static str) -> Result<&reqwest::Client, LlmError> {
         self.client.as_ref().map_err(|message| LlmError::Config { provider, message: message.to_string() })
     }
 
-    fn request(&self, client: &reqwest::Client, call: &Call<'_>) -> reqwest::RequestBuilder {
-        client.post(call.url.clone()).headers(call.headers.clone()).body(call.body.clone())
+    /// The request of one attempt of `call`, signed by the [`Signer`] if there is one.
+    fn request(&self, client: &reqwest::Client, call: &Call<'_>) -> Result<reqwest::RequestBuilder, Failure> {
+        let mut headers = call.headers.clone();
+        if let Some(signer) = &self.signer {
+            headers.extend(signer.sign(call).map_err(Failure::fatal)?);
+        }
+        Ok(client.post(call.url.clone()).headers(headers).body(call.body.clone()))
     }
 
     /// The deadline of an attempt starting now (a timeout too long to add is a year).
@@ -321,7 +336,7 @@ impl Transport {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let attempt = async {
-                let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
+                let response = self.request(client, call)?.send().await.map_err(|e| transport_failure(call, e))?;
                 if !response.status().is_success() {
                     return Err(response_failure(call, response).await);
                 }
@@ -341,12 +356,12 @@ impl Transport {
     /// the deadline of the attempt that got it (the timeout after that attempt
     /// started), retrying per the policy. A successful JSON response (not an event
     /// stream) is a failure: the error in its body, retried as its status would be.
-    async fn open(&self, call: &Call<'_>) -> Result<(reqwest::Response, tokio::time::Instant), LlmError> {
+    pub(crate) async fn open(&self, call: &Call<'_>) -> Result<(reqwest::Response, tokio::time::Instant), LlmError> {
         let client = self.client(call.provider)?;
         self.retrying(call, || async {
             let deadline = self.deadline();
             let attempt = async {
-                let response = self.request(client, call).send().await.map_err(|e| transport_failure(call, e))?;
+                let response = self.request(client, call)?.send().await.map_err(|e| transport_failure(call, e))?;
                 if !response.status().is_success() {
                     return Err(response_failure(call, response).await);
                 }

@@ -1,0 +1,1 @@
+//! Bedrock against a strict imitation of its API (being written).
