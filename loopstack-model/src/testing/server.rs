@@ -141,6 +141,20 @@ struct State {
     script: Mutex<VecDeque<Reply>>,
     handler: Option<Box<Handler>>,
     requests: Mutex<Vec<Request>>,
+    /// How many replies that wait for the client ([`Reply::stall`],
+    /// [`Reply::then_hang`], [`Reply::endless`]) ended because it hung up.
+    hangups: tokio::sync::watch::Sender<usize>,
+}
+
+impl State {
+    fn new(script: VecDeque<Reply>, handler: Option<Box<Handler>>) -> Self {
+        Self {
+            script: Mutex::new(script),
+            handler,
+            requests: Mutex::default(),
+            hangups: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 /// A local HTTP/1.1 server for tests of a provider: it answers each request with
@@ -157,14 +171,13 @@ impl Server {
     /// Starts a server answering with `script`, in order. Requests beyond the script get
     /// a 418 (not retried by the clients) saying so.
     pub async fn start(script: Vec<Reply>) -> Self {
-        Self::spawn(State { script: Mutex::new(script.into()), handler: None, requests: Mutex::default() }).await
+        Self::spawn(State::new(script.into(), None)).await
     }
 
     /// Starts a server answering each request with `handler`'s reply: an imitation
     /// of an API, which checks the request and answers in the API's shapes.
     pub async fn handle(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
-        Self::spawn(State { script: Mutex::default(), handler: Some(Box::new(handler)), requests: Mutex::default() })
-            .await
+        Self::spawn(State::new(VecDeque::new(), Some(Box::new(handler)))).await
     }
 
     async fn spawn(state: State) -> Self {
@@ -193,6 +206,19 @@ impl Server {
     /// How many replies of the script were not used.
     pub fn unused_replies(&self) -> usize {
         self.state.script.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// How many times the client hung up on a reply that waited for it to
+    /// ([`Reply::stall`], [`Reply::then_hang`], [`Reply::endless`]).
+    pub fn hangups(&self) -> usize {
+        *self.state.hangups.borrow()
+    }
+
+    /// Waits until the client has hung up on `n` replies that waited for it (see
+    /// [`Server::hangups`]), for at most `limit`; `false` if it had not by then.
+    pub async fn hung_up(&self, n: usize, limit: std::time::Duration) -> bool {
+        let mut hangups = self.state.hangups.subscribe();
+        tokio::time::timeout(limit, hangups.wait_for(|&seen| seen >= n)).await.is_ok_and(|r| r.is_ok())
     }
 }
 
@@ -243,7 +269,11 @@ async fn serve(mut socket: TcpStream, state: Arc<State>) {
         };
         state.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(request);
         let reply = reply.unwrap_or_else(|| Reply::raw(418, "text/plain", "test server: no scripted reply left"));
+        let waits = matches!(reply.mode, Mode::Stall | Mode::Hang | Mode::Endless);
         if write_reply(&mut socket, reply).await.is_err() {
+            if waits {
+                state.hangups.send_modify(|n| *n += 1);
+            }
             return;
         }
     }
