@@ -118,6 +118,7 @@ pub(super) fn status_failure(
     body: &[u8],
 ) -> Failure {
     let (kind, message) = api_error_message(status, body);
+    let hints = RetryHints { retry_after: hints.retry_after.or_else(|| retry_info(body)), ..hints };
     let error = classify(provider, model, status, kind.as_deref(), message, hints.retry_after);
     let retryable = is_retried_status(status) && !hints.refused;
     Failure { error, retryable, retry_after: hints.retry_after }
@@ -242,6 +243,19 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// The wait a Google API asked for in its error body: the `retryDelay` (`"37s"`,
+/// `"1.5s"`) of a `google.rpc.RetryInfo` among the error's `details`, which Google's
+/// APIs (Gemini, Vertex AI) send instead of a `retry-after` header.
+fn retry_info(body: &[u8]) -> Option<Duration> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let details = value.get("error")?.get("details")?.as_array()?;
+    let info = details
+        .iter()
+        .find(|d| d.get("@type").and_then(Value::as_str).is_some_and(|t| t.ends_with("google.rpc.RetryInfo")))?;
+    let seconds: f64 = info.get("retryDelay")?.as_str()?.trim().strip_suffix('s')?.parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::try_from_secs_f64(seconds).ok()).flatten()
+}
+
 /// The wait a server asked for: `retry-after-ms` (milliseconds) or `retry-after` (seconds).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| {
@@ -284,6 +298,29 @@ mod tests {
         assert_eq!(retry_after(&headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "-1")])), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn google_retry_info_in_the_body() {
+        let body = br#"{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded",
+            "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+                        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37.5s"}]}}"#;
+        let f = status_failure("gemini", "m", 429, RetryHints::default(), body);
+        assert_eq!(f.retry_after, Some(Duration::from_millis(37_500)));
+        assert!(matches!(f.error, LlmError::RateLimited { retry_after: Some(d), ref message, .. }
+            if d == Duration::from_millis(37_500) && message == "Quota exceeded"));
+        // A header wins; a delay that is no number of seconds is ignored.
+        let f = status_failure("gemini", "m", 429, hints(&[("retry-after", "2")]), body);
+        assert_eq!(f.retry_after, Some(Duration::from_secs(2)));
+        assert_eq!(
+            retry_info(br#"{"error": {"details": [{"@type": "x/google.rpc.RetryInfo", "retryDelay": "-1s"}]}}"#),
+            None
+        );
+        assert_eq!(
+            retry_info(br#"{"error": {"details": [{"@type": "x/google.rpc.RetryInfo", "retryDelay": "soon"}]}}"#),
+            None
+        );
+        assert_eq!(retry_info(b"not json"), None);
     }
 
     #[test]
