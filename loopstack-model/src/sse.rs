@@ -48,7 +48,7 @@ impl fmt::Display for SseError {
     }
 }
 
-fn fmt_bytes(n: usize) -> String {
+pub(crate) fn fmt_bytes(n: usize) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {

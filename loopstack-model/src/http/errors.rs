@@ -15,10 +15,8 @@ use crate::error::LlmError;
 /// The longest error body kept in an error message when the body is not the API's JSON.
 const MAX_ERROR_BODY: usize = 500;
 
-/// How much of an error response's body is read: 64 KiB. The API's JSON error is far
-/// smaller; the rest of a larger body (a proxy's page, or a broken server's endless
-/// one) is not read, so an error costs little memory and time whatever its size.
-const MAX_ERROR_BODY_READ: usize = 64 << 10;
+/// How much of an error response's body is read.
+const MAX_ERROR_BODY_READ: usize = super::MAX_ERROR_BODY_BYTES;
 
 /// What a response's headers say about retrying it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -165,15 +163,55 @@ fn classify(
 /// The typed error of an error object an API sent in place of an answer: in the body
 /// of a successful response (`{"type": "error", "error": {..}}` from Anthropic,
 /// `{"error": {..}}` from OpenAI-compatible servers; `error` is the inner object) or as
-/// an event of a stream. Its kind is that of the HTTP status the error stands for (see
-/// [`error_status`]): `overloaded_error` is [`LlmError::Overloaded`], a rate limit
-/// [`LlmError::RateLimited`], `api_error`, `server_error` and errors of unknown types
-/// [`LlmError::Server`] (all retryable), `invalid_request_error`
-/// [`LlmError::InvalidRequest`], and so on.
-pub(crate) fn body_error(provider: &'static str, model: &str, error: &Value) -> LlmError {
+/// an event of a stream. Its kind is that of the HTTP status the error stands for (as
+/// [`status_error`] makes it): its numeric `code` when that is an error status
+/// (llama.cpp and vLLM send one), else the status its `type` (or string `code`) has at
+/// Anthropic, OpenAI or llama.cpp. So `overloaded_error` is [`LlmError::Overloaded`],
+/// a rate limit (`rate_limit_error`, `rate_limit_exceeded`) [`LlmError::RateLimited`],
+/// `api_error`, `server_error` and errors of unknown types [`LlmError::Server`] with
+/// status 500 (all retryable), `authentication_error` [`LlmError::Authentication`],
+/// `invalid_request_error` [`LlmError::InvalidRequest`], and so on. The message is
+/// the object's `message`, or the object itself when it is a string (Ollama).
+///
+/// ```
+/// use loopstack_model::LlmError;
+/// use loopstack_model::http::body_error;
+/// use serde_json::json;
+///
+/// let error = body_error("echo", "echo-1", &json!({"type": "overloaded_error", "message": "Overloaded"}));
+/// assert!(matches!(error, LlmError::Overloaded { .. }));
+/// assert!(error.is_retryable());
+/// let error = body_error("echo", "echo-1", &json!({"code": 400, "message": "too long"}));
+/// assert!(matches!(error, LlmError::InvalidRequest { status: 400, .. }));
+/// ```
+pub fn body_error(provider: &'static str, model: &str, error: &Value) -> LlmError {
     let kind = error.get("type").and_then(Value::as_str);
     let message = error.get("message").and_then(Value::as_str).or_else(|| error.as_str()).unwrap_or("no message");
     classify(provider, model, error_status(error), kind, message.to_owned(), None)
+}
+
+/// The typed error of an unsuccessful HTTP `status` whose response had this `body`, as
+/// [`Client::chat`](super::Client::chat) and [`Client::stream`](super::Client::stream)
+/// return it: 401 and 403 are [`LlmError::Authentication`], 429
+/// [`LlmError::RateLimited`], 529 (and a 5xx whose error type is `overloaded_error`)
+/// [`LlmError::Overloaded`], 408, 409 and other 5xx [`LlmError::Server`], any other
+/// status [`LlmError::InvalidRequest`]. The message is the API's, from `{"error":
+/// {"type", "message"}}`, `{"error": "..."}`, `{"message": "..."}` or `{"detail":
+/// "..."}`, else the body's first 500 characters, else the status's reason. For a
+/// provider that learns a status some other way (inside an event, say). The client
+/// retries exactly the statuses whose errors are
+/// [retryable](LlmError::is_retryable).
+///
+/// ```
+/// use loopstack_model::LlmError;
+/// use loopstack_model::http::status_error;
+///
+/// let error = status_error("echo", "echo-1", 401, br#"{"error": {"message": "bad key"}}"#);
+/// assert!(matches!(error, LlmError::Authentication { status: 401, ref message, .. } if message == "bad key"));
+/// assert!(status_error("echo", "echo-1", 503, b"").is_retryable());
+/// ```
+pub fn status_error(provider: &'static str, model: &str, status: u16, body: &[u8]) -> LlmError {
+    status_failure(provider, model, status, RetryHints::default(), body).error
 }
 
 /// The HTTP status an error object stands for: its numeric `code` when that is an

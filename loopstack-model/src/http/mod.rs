@@ -1,17 +1,196 @@
-//! Shared HTTP plumbing of the providers: retries, SSE, error decoding.
+//! The HTTP toolkit providers are written with: a [`Client`] that sends a provider's
+//! requests with retries, bounded waits and typed [`LlmError`]s, and decodes its
+//! server-sent events through the provider's [`SseDecoder`].
 //!
-//! Each provider owns one [`Client`] (its settings and request path, see [`client`]),
-//! which owns one [`Transport`]: one `reqwest::Client` built once, the request timeout,
-//! the [`RetryPolicy`] and (for tests) a sleep hook. A provider turns a
-//! [`ChatRequest`](crate::ChatRequest) into a [`Call`] (URL, headers, JSON body) that the
-//! transport sends with [`Transport::post_json`] or [`Transport::post_sse`]; the
-//! [`errors`] module maps failed responses to typed [`LlmError`]s.
+//! The Anthropic and OpenAI providers of this crate are built from these parts, and a
+//! provider crate written outside this repository is built from the same ones: it
+//! depends on `loopstack-model` (with the `http` feature) alone, and on
+//! [`async-trait`](https://docs.rs/async-trait) to implement [`ChatModel`](crate::ChatModel).
+//!
+//! # The parts
+//!
+//! - [`Client`]: one provider's settings (base URL, API key, request timeout,
+//!   [`RetryPolicy`]) and its endpoint's path; it owns one HTTP connection pool, built
+//!   once and shared by its clones. [`Auth`] says how the API key is sent.
+//! - [`Call`]: one request, ready to be sent and sent again on retries: its URL,
+//!   headers and JSON body. [`Client::call`] builds one for the client's endpoint
+//!   (with the key, `content-type` and `accept` headers), [`Client::call_at`] for
+//!   another path of the same API; the provider adds its own headers to
+//!   [`Call::headers`].
+//! - Sending: [`Client::chat`] sends a call and hands the body of its successful
+//!   response to the provider's decoding function; [`Client::stream`] sends one and
+//!   feeds each event of its event stream to the provider's [`SseDecoder`], which
+//!   turns them into [`StreamEvent`]s and, at the end, the [`ChatResponse`]. Both
+//!   record the request as a `llm_request` [`tracing`](https://docs.rs/tracing) span
+//!   (provider, model, tokens, latency, retries).
+//! - Errors: a failed response becomes its [`LlmError`] by its HTTP status (see
+//!   [`status_error`]); an error object an API sends in place of an answer, in a 200
+//!   body or as an event, becomes the one its type stands for with [`body_error`];
+//!   a reply of the wrong shape is [`malformed`].
+//! - Bounds: an error body is read up to [`MAX_ERROR_BODY_BYTES`], a successful one up
+//!   to [`MAX_RESPONSE_BYTES`]; an event stream's lines and events are bounded by
+//!   [`SSE_MAX_LINE_BYTES`](crate::sse::SSE_MAX_LINE_BYTES) and
+//!   [`SSE_MAX_EVENT_BYTES`](crate::sse::SSE_MAX_EVENT_BYTES); and each attempt by the
+//!   client's timeout ([`DEFAULT_TIMEOUT`] unless set).
+//!
+//! # What the client does
+//!
+//! - **Retries**, per the [`RetryPolicy`]: after a connection error and after HTTP 408,
+//!   409, 429 and 5xx (honouring `retry-after`), and after a retryable error the
+//!   decoding function returned for a 200 body (an `overloaded_error` sent as the
+//!   body, say); never after another 4xx, a timeout or a malformed body. A stream is
+//!   retried only before its response started.
+//! - **Typed errors**: 401 and 403 are [`LlmError::Authentication`], 429
+//!   [`LlmError::RateLimited`] (with the server's `retry-after`), 529
+//!   [`LlmError::Overloaded`], 408, 409 and 5xx [`LlmError::Server`], any other 4xx
+//!   [`LlmError::InvalidRequest`]; the message is the API's (`{"error": {"message"}}`
+//!   and the other common shapes) or the start of the body. A stream request answered
+//!   with a JSON `{"error": ..}` instead of events is that error.
+//! - **Bounded waits**: the timeout is a deadline for each whole attempt: sending,
+//!   waiting, and reading the whole body or stream, whatever the server sends.
+//!   Connecting may take 10 s. Redirects are not followed (they would carry the key
+//!   to another host).
+//! - **Secrets**: the API key is a sensitive header value; it never appears in `Debug`
+//!   output, logs or errors.
+//!
+//! # Writing a provider
+//!
+//! A provider is a type holding a [`Client`], with builder methods that set its
+//! settings, implementing [`ChatModel`](crate::ChatModel): `chat` encodes the [`ChatRequest`](crate::ChatRequest) as JSON,
+//! builds a [`Call`] and sends it with [`Client::chat`] and a function decoding the
+//! reply; `stream` does the same with [`Client::stream`] and an [`SseDecoder`]. Here is
+//! a whole provider for a made-up API, `POST /v1/reply` with `{"model", "prompt",
+//! "stream"}`, which answers `{"text", "tokens": {"in", "out"}}` or streams `data:
+//! {"delta"}` events and a last `data: {"done": true, "tokens": ..}`:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use futures::stream::BoxStream;
+//! use loopstack_model::http::{Auth, Client, HeaderValue, SseDecoder, body_error, malformed};
+//! use loopstack_model::{
+//!     ChatModel, ChatRequest, ChatResponse, LlmError, Message, RetryPolicy, StopReason, StreamEvent, Usage,
+//! };
+//! use serde_json::{Value, json};
+//!
+//! const PROVIDER: &str = "echo";
+//!
+//! /// The Echo API.
+//! #[derive(Debug, Clone)]
+//! pub struct Echo {
+//!     http: Client,
+//! }
+//!
+//! impl Echo {
+//!     pub fn new(api_key: &str) -> Self {
+//!         // `authorization: Bearer <key>` on every call of `POST {base}/v1/reply`.
+//!         let mut http = Client::new(PROVIDER, "https://api.echo.example", "/v1/reply", Auth::bearer());
+//!         http.set_api_key(api_key);
+//!         Self { http }
+//!     }
+//!
+//!     pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+//!         self.http.set_base_url(base_url);
+//!         self
+//!     }
+//!
+//!     pub fn timeout(mut self, timeout: Duration) -> Self {
+//!         self.http.set_timeout(timeout);
+//!         self
+//!     }
+//!
+//!     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+//!         self.http.set_retry_policy(policy);
+//!         self
+//!     }
+//!
+//!     fn body(request: &ChatRequest, stream: bool) -> Value {
+//!         let prompt = request.messages.last().map(|m| m.text()).unwrap_or_default();
+//!         json!({"model": request.model, "prompt": prompt, "stream": stream})
+//!     }
+//! }
+//!
+//! fn usage(tokens: &Value) -> Usage {
+//!     let count = |name: &str| tokens.get(name).and_then(Value::as_u64).unwrap_or(0);
+//!     Usage { input_tokens: count("in"), output_tokens: count("out"), ..Usage::default() }
+//! }
+//!
+//! /// The body of a successful reply.
+//! fn decode(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
+//!     let value: Value = serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, e.to_string()))?;
+//!     if let Some(error) = value.get("error") {
+//!         // An error sent with a 200: typed (and retried) as the status it stands for.
+//!         return Err(body_error(PROVIDER, model, error));
+//!     }
+//!     let text = value.get("text").and_then(Value::as_str).ok_or_else(|| malformed(PROVIDER, model, "no `text`"))?;
+//!     Ok(ChatResponse::new(Message::assistant(text), StopReason::EndTurn, usage(&value["tokens"]), model))
+//! }
+//!
+//! /// The events of a streamed reply.
+//! struct Decoder {
+//!     model: String,
+//!     text: String,
+//!     usage: Option<Usage>,
+//! }
+//!
+//! impl SseDecoder for Decoder {
+//!     fn event(&mut self, _name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+//!         let value: Value =
+//!             serde_json::from_str(data).map_err(|e| malformed(PROVIDER, &self.model, e.to_string()))?;
+//!         if let Some(delta) = value.get("delta").and_then(Value::as_str) {
+//!             self.text.push_str(delta);
+//!             out.push(StreamEvent::TextDelta { index: 0, text: delta.to_owned() });
+//!         } else if value.get("done").is_some() {
+//!             self.usage = Some(usage(&value["tokens"]));
+//!         }
+//!         Ok(())
+//!     }
+//!
+//!     fn is_complete(&self) -> bool {
+//!         self.usage.is_some()
+//!     }
+//!
+//!     fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> Result<ChatResponse, LlmError> {
+//!         let usage = self.usage.ok_or_else(|| malformed(PROVIDER, &self.model, "the stream ended before `done`"))?;
+//!         let message = Message::assistant(std::mem::take(&mut self.text));
+//!         Ok(ChatResponse::new(message, StopReason::EndTurn, usage, &self.model))
+//!     }
+//! }
+//!
+//! #[async_trait::async_trait]
+//! impl ChatModel for Echo {
+//!     fn provider(&self) -> &'static str {
+//!         PROVIDER
+//!     }
+//!
+//!     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+//!         let call = self.http.call(&request.model, &Self::body(request, false), false);
+//!         self.http.chat(request, call, |body| decode(body, &request.model)).await
+//!     }
+//!
+//!     fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
+//!         let call = self.http.call(&request.model, &Self::body(request, true), true).map(|mut call| {
+//!             // A header of the provider's own.
+//!             call.headers.insert("echo-version", HeaderValue::from_static("2025-01-01"));
+//!             call
+//!         });
+//!         let decoder = Decoder { model: request.model.clone(), text: String::new(), usage: None };
+//!         self.http.stream(request, call, decoder)
+//!     }
+//! }
+//! ```
+//!
+//! Test it against an imitation of the API with `loopstack_model::testing::Server`
+//! (the `testing` feature): this crate's
+//! `tests/external_provider.rs` is such a provider and its tests, written with the
+//! public API alone.
 
 mod client;
 mod errors;
 
-pub(crate) use client::{Auth, Client, http_settings};
-pub(crate) use errors::body_error;
+pub(crate) use client::http_settings;
+pub use client::{Auth, Client};
+pub use errors::{body_error, status_error};
 
 use std::fmt;
 use std::future::Future;
@@ -22,8 +201,11 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use reqwest::Url;
-use reqwest::header::{HeaderMap, HeaderValue};
+/// A URL, as [`Call::url`] holds it (re-exported from `reqwest`, so that a provider
+/// needs no dependency of its own on it).
+pub use reqwest::Url;
+/// Header types, as [`Call::headers`] holds them (re-exported from `reqwest`).
+pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -36,8 +218,19 @@ use errors::{RetryHints, decode_failure, response_failure};
 
 /// The default request timeout: 10 minutes, as in Anthropic's and OpenAI's own SDKs. A
 /// non-streamed reply of a few thousand tokens, or any reply of a local model on a CPU,
-/// easily takes more than a minute.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// easily takes more than a minute. Set another with [`Client::set_timeout`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The largest body of a successful non-streamed response that is read: 64 MiB, far
+/// more than any reply of a model (a few MB with generated images in it). A larger body
+/// fails the call with [`LlmError::MalformedResponse`], without being read to its end
+/// nor retried, so no server can make a call take memory without bound.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// How much of an error response's body is read: 64 KiB. The API's JSON error is far
+/// smaller; the rest of a larger body (a proxy's page, or a broken server's endless
+/// one) is not read, so an error costs little memory and time whatever its size.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 
 /// How long establishing a TCP (and TLS) connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -177,9 +370,22 @@ pub(crate) fn non_empty(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> 
     lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
-/// `{base}{path}` where `path` starts with `/v1/`; a base ending in `/v1` (with or
-/// without a trailing slash) is accepted without doubling it.
-pub(crate) fn endpoint(provider: &'static str, base: &str, path: &str) -> Result<Url, LlmError> {
+/// The URL `{base}{path}`, where `path` starts with `/v1/`; a base ending in `/v1`
+/// (with or without a trailing slash) is accepted without doubling it, so users may
+/// give either form of a base URL. (The `/v1` at the end of the base is dropped
+/// whatever the path: a provider whose path has no `/v1/` builds its URL itself.)
+///
+/// # Errors
+/// [`LlmError::Config`] when the result is not a valid `http` or `https` URL.
+///
+/// ```
+/// use loopstack_model::http::endpoint;
+///
+/// let url = endpoint("echo", "http://localhost:8080/v1/", "/v1/reply").unwrap();
+/// assert_eq!(url.as_str(), "http://localhost:8080/v1/reply");
+/// assert!(endpoint("echo", "localhost:8080", "/v1/reply").is_err());
+/// ```
+pub fn endpoint(provider: &'static str, base: &str, path: &str) -> Result<Url, LlmError> {
     let config = |message: String| LlmError::Config { provider, message };
     let trimmed = base.trim().trim_end_matches('/');
     let trimmed = trimmed.strip_suffix("/v1").unwrap_or(trimmed);
@@ -190,13 +396,29 @@ pub(crate) fn endpoint(provider: &'static str, base: &str, path: &str) -> Result
     Ok(url)
 }
 
-/// The JSON value of an `f32` as people write it (`0.2`, not `0.20000000298023224`).
-pub(crate) fn f32_value(x: f32) -> Value {
+/// The JSON value of an `f32` as people write it (`0.2`, not `0.20000000298023224`),
+/// such as a request's temperature; `null` for NaN and the infinities.
+///
+/// ```
+/// assert_eq!(loopstack_model::http::f32_value(0.2).to_string(), "0.2");
+/// ```
+pub fn f32_value(x: f32) -> Value {
     x.to_string().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
 }
 
-/// A malformed-response error.
-pub(crate) fn malformed(provider: &'static str, model: &str, message: impl Into<String>) -> LlmError {
+/// The error of a response that does not have the shape the provider expects
+/// ([`LlmError::MalformedResponse`]): a body that is not JSON, a missing field, an
+/// event out of order. It is not retried.
+///
+/// ```
+/// use loopstack_model::LlmError;
+/// use loopstack_model::http::malformed;
+///
+/// let error = malformed("echo", "echo-1", "the reply has no `text`");
+/// assert!(matches!(error, LlmError::MalformedResponse { provider: "echo", .. }));
+/// assert!(!error.is_retryable());
+/// ```
+pub fn malformed(provider: &'static str, model: &str, message: impl Into<String>) -> LlmError {
     LlmError::MalformedResponse { provider, model: model.to_owned(), message: message.into() }
 }
 
@@ -239,13 +461,69 @@ where
     Arc::new(move |d| Box::pin(f(d)))
 }
 
-/// One provider request, ready to be sent (and sent again on retries).
-pub(crate) struct Call<'a> {
-    pub(crate) provider: &'static str,
-    pub(crate) model: &'a str,
-    pub(crate) url: Url,
-    pub(crate) headers: HeaderMap,
+/// One provider request, a `POST`, ready to be sent (and sent again, unchanged, on
+/// retries): its URL, headers and body.
+///
+/// [`Client::call`] builds the call of a client's endpoint; [`Call::json`] and
+/// [`Call::new`] build one for any URL. A provider adds headers of its own to
+/// [`Call::headers`] before sending it.
+///
+/// ```
+/// use loopstack_model::http::{Call, HeaderValue, Url};
+/// use serde_json::json;
+///
+/// let url = Url::parse("http://localhost:8080/v1/reply").unwrap();
+/// let mut call = Call::json("echo", "echo-1", url, &json!({"prompt": "Hi"}), false).unwrap();
+/// call.headers.insert("echo-version", HeaderValue::from_static("2025-01-01"));
+/// assert_eq!(call.headers["content-type"], "application/json");
+/// assert_eq!(call.body(), br#"{"prompt":"Hi"}"#);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Call<'a> {
+    /// The provider, named in the errors.
+    pub provider: &'static str,
+    /// The model, named in the errors.
+    pub model: &'a str,
+    /// Where the request goes.
+    pub url: Url,
+    /// The request's headers. Values holding secrets should be marked
+    /// [sensitive](HeaderValue::set_sensitive), as the API key's is.
+    pub headers: HeaderMap,
     pub(crate) body: Bytes,
+}
+
+impl<'a> Call<'a> {
+    /// A `POST` of `body` to `url`, without headers.
+    pub fn new(provider: &'static str, model: &'a str, url: Url, body: impl Into<Vec<u8>>) -> Self {
+        Self { provider, model, url, headers: HeaderMap::new(), body: Bytes::from(body.into()) }
+    }
+
+    /// A `POST` of `body` as JSON to `url`, with `content-type: application/json` and
+    /// `accept: application/json`, or `accept: text/event-stream` for a `stream`.
+    ///
+    /// # Errors
+    /// [`LlmError::MalformedResponse`] if `body` cannot be written as JSON (it always
+    /// can; the error is there for `serde_json`'s signature).
+    pub fn json(
+        provider: &'static str,
+        model: &'a str,
+        url: Url,
+        body: &Value,
+        stream: bool,
+    ) -> Result<Self, LlmError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| malformed(provider, model, e.to_string()))?;
+        let mut call = Self::new(provider, model, url, bytes);
+        call.headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let accept = if stream { "text/event-stream" } else { "application/json" };
+        call.headers.insert(reqwest::header::ACCEPT, HeaderValue::from_static(accept));
+        Ok(call)
+    }
+
+    /// The body sent (for a provider that signs its requests, say).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
 }
 
 /// Signs each attempt of a call as it is sent (see [`Transport::signer`]).
@@ -343,8 +621,16 @@ impl Transport {
                 let hints = RetryHints::of(response.headers());
                 // The server accepted and answered the request (and billed it): a body
                 // cut off now is not sent again, so one call is never paid for twice.
-                let body =
-                    response.bytes().await.map_err(|e| Failure { retryable: false, ..transport_failure(call, e) })?;
+                let body = read_body(response, MAX_RESPONSE_BYTES)
+                    .await
+                    .map_err(|e| Failure { retryable: false, ..transport_failure(call, e) })?;
+                let Some(body) = body else {
+                    let message = format!(
+                        "the response body is larger than the {} allowed",
+                        crate::sse::fmt_bytes(MAX_RESPONSE_BYTES)
+                    );
+                    return Err(Failure::fatal(malformed(call.provider, call.model, message)));
+                };
                 decode(&body).map_err(|error| decode_failure(error, hints))
             };
             tokio::time::timeout(self.timeout, attempt).await.unwrap_or_else(|_| Err(self.timeout_failure(call)))
@@ -561,10 +847,29 @@ struct Reading<'a, D> {
     deadline: tokio::time::Instant,
 }
 
-/// A provider's decoder of streamed events into [`StreamEvent`]s and a [`ChatResponse`].
-pub(crate) trait SseDecoder: Send {
-    /// Handles one event (`name` is the SSE `event:` field, `message` when absent),
-    /// pushing what to yield onto `out`.
+/// A provider's decoder of the server-sent events of one streamed response into
+/// [`StreamEvent`]s and, at the end, the [`ChatResponse`]; handed to
+/// [`Client::stream`], one per request.
+///
+/// The client reads the stream and calls [`event`](SseDecoder::event) for each event
+/// (comments, `id` and `retry` fields are skipped), in order. After each event it asks
+/// [`is_complete`](SseDecoder::is_complete); once that is true, or the body ended, it
+/// calls [`finish`](SseDecoder::finish) once and yields its response as
+/// [`StreamEvent::Done`]. An error from `event` or `finish` ends the stream with that
+/// error, after the events pushed before it. The stream is not retried once it
+/// started, so an error event the API sends mid-stream (see [`body_error`]) ends it.
+///
+/// The events `event` pushes should add up to the response `finish` returns: the text
+/// of [`StreamEvent::TextDelta`]s at an index is the text of that content block, as
+/// [`ChatModel::stream`](crate::ChatModel::stream) promises. See the
+/// [module's example](self#writing-a-provider).
+pub trait SseDecoder: Send {
+    /// Handles one event (`name` is the SSE `event:` field, `message` when absent;
+    /// `data` its `data:` lines joined by `\n`), pushing what to yield onto `out`.
+    ///
+    /// # Errors
+    /// The error that ends the stream: [`malformed`] for an event of the wrong shape,
+    /// [`body_error`] for an error event.
     fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
 
     /// Whether the provider said the response is complete (`message_stop`, `[DONE]`).
@@ -572,7 +877,27 @@ pub(crate) trait SseDecoder: Send {
 
     /// The final response, once the provider said it is complete or the body ended;
     /// may push last events onto `out` (they are yielded before [`StreamEvent::Done`]).
+    ///
+    /// # Errors
+    /// The error that ends the stream, such as [`malformed`] when the body ended
+    /// before the provider said the response is complete.
     fn finish(&mut self, out: &mut Vec<StreamEvent>) -> Result<ChatResponse, LlmError>;
+}
+
+/// The body of a successful response if it is at most `limit` bytes long, else `None`
+/// (what was read is dropped, the rest not read).
+async fn read_body(mut response: reqwest::Response, limit: usize) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
 }
 
 fn transport_failure(call: &Call<'_>, error: reqwest::Error) -> Failure {
