@@ -23,6 +23,16 @@
 //! assert_eq!(reply.message.text(), "Sunny.");
 //! # Ok::<(), loopstack_model::LlmError>(()) }).unwrap();
 //! ```
+//!
+//! # Writing a provider
+//!
+//! A provider is a type implementing [`ChatModel`]. One that speaks HTTP is built
+//! with the toolkit this crate's own providers use, public under the `http` feature:
+//! the `http` module's `Client` sends a provider's requests with retries, bounded
+//! waits and typed errors, and decodes its server-sent events through the provider's
+//! `SseDecoder`; the module's docs walk through a whole provider. The `testing`
+//! feature adds `testing::Server`, a local HTTP server to imitate the provider's API
+//! in its tests. A provider crate depends on this crate alone, not on the runtime.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -53,7 +63,7 @@ pub mod anthropic;
 #[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
 pub mod bedrock;
 #[cfg(feature = "http")]
-#[doc(hidden)]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 #[cfg(feature = "gemini")]
 #[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
