@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use loopstack::RunQuery;
 use loopstack::llm::{
-    Agent, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Price, Prices, Role, ScriptedModel, StopReason,
-    ToolUse, Usage,
+    Agent, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Price, Prices, Reasoning, Role, ScriptedModel,
+    StopReason, ToolUse, Usage,
 };
 use loopstack::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -128,9 +128,15 @@ fn weather_model() -> ScriptedModel {
             .filter(|c| !c.is_empty())
             .unwrap_or_else(|| "Berlin".to_owned());
         let call = ToolUse::new("call_0", tool, serde_json::json!({ "location": city }));
+        // What the model thought first: a reasoning model's turn shows it, folded.
+        let thought = format!("The user asks about {city}; get_weather knows its weather.");
         let message = Message {
             role: Role::Assistant,
-            content: vec![ContentBlock::text("Let me look that up."), ContentBlock::ToolUse(call)],
+            content: vec![
+                ContentBlock::Reasoning(Reasoning::new("scripted", thought, serde_json::Value::Null)),
+                ContentBlock::text("Let me look that up."),
+                ContentBlock::ToolUse(call),
+            ],
         };
         Ok(ChatResponse::new(message, StopReason::ToolUse, Usage::new(143, 22), "scripted-weather"))
     })

@@ -396,6 +396,18 @@ async fn studio_starts_a_run_answers_its_wait_through_the_form_and_follows_it_to
     .await;
     until(
         client,
+        "streamed reasoning",
+        "document.querySelector('.live-activity').textContent.includes('the model is reasoning')",
+    )
+    .await;
+    until(
+        client,
+        "the turn's reasoning, folded under it",
+        "[...document.querySelectorAll('.bubble.assistant:not(.streaming) details.reasoning:not([open])')].some((d) => d.textContent.includes('The user asks about Oslo; get_weather knows its weather.'))",
+    )
+    .await;
+    until(
+        client,
         "a tool call forming as the model writes it",
         "document.querySelector('.live-activity').textContent.includes('the model is calling get_weather')",
     )

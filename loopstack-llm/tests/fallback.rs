@@ -196,3 +196,53 @@ async fn a_summary_falls_back_like_a_turn() {
     let after = first.requests().into_iter().rev().find(|r| r.messages[0].content.len() > 1).expect("a compacted turn");
     assert!(after.messages[0].text().contains("the summary"), "{:?}", after.messages[0]);
 }
+
+/// Reasoning stays with the provider that wrote it: Anthropic thinks (signed) and
+/// calls a tool, then is overloaded; the OpenAI model that answers instead is sent the
+/// call and its result but not the thinking, which it could not read. The thinking is
+/// still in the run's conversation, so a later Anthropic turn is sent it unchanged.
+#[tokio::test]
+async fn a_fallback_leaves_out_the_reasoning_of_another_provider() {
+    use common::{Reply, Server};
+    use loopstack_llm::{Anthropic, ContentBlock, OpenAi, Reasoning, RetryPolicy};
+    use serde_json::json;
+
+    let thinking = json!({"type": "thinking", "thinking": "Paris: call the tool.", "signature": "c2ln"});
+    let claude = Server::start(vec![
+        Reply::json(200, json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "stop_reason": "tool_use",
+            "content": [thinking, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}],
+            "usage": {"input_tokens": 10, "output_tokens": 20},
+        })),
+        Reply::json(529, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+    ])
+    .await;
+    let gpt = Server::start(vec![Reply::json(200, json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Sunny in Paris."}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 5},
+    }))])
+    .await;
+    let anthropic = Anthropic::new("key").base_url(claude.url()).retry_policy(RetryPolicy::disabled());
+    let openai = OpenAi::new().api_key("key").base_url(gpt.url()).retry_policy(RetryPolicy::disabled());
+    let agent = Agent::new(anthropic, "claude-test", tools()).fallback(openai, "gpt-test");
+
+    let runtime = Runtime::new();
+    let reply = agent.ask(&runtime, "Weather in Paris?").await.unwrap();
+    assert_eq!(reply.text, "Sunny in Paris.");
+
+    // OpenAI saw the call and its result, and no trace of the thinking.
+    let sent = &gpt.requests()[0].body;
+    let assistant = sent["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["tool_calls"][0]["id"], "toolu_1");
+    assert!(!sent.to_string().contains("Paris: call the tool."), "{sent}");
+    assert!(!sent.to_string().contains("c2ln"), "{sent}");
+
+    // The conversation keeps the reasoning for the provider that wrote it.
+    let docs = runtime.store().documents(reply.run_id).await.unwrap();
+    let kept = docs.iter().filter_map(|d| d.read::<Message>().ok()).flat_map(|m| m.content).find_map(|b| match b {
+        ContentBlock::Reasoning(r) => Some(r),
+        _ => None,
+    });
+    assert_eq!(kept, Some(Reasoning::new("anthropic", "Paris: call the tool.", json!({"signature": "c2ln"}))));
+}

@@ -15,8 +15,8 @@ use crate::message::{ContentBlock, Message, StopReason, Usage};
 use crate::tool::ToolDefinition;
 
 /// How a model is asked to answer: the settings a [`ChatRequest`] carries, and
-/// with it every model turn ([`GenerateOptions`](crate::GenerateOptions)) and agent
-/// ([`Agent`](crate::Agent)). Each of those embeds one and has the same setters
+/// with it every model turn (`loopstack_llm::GenerateOptions`) and agent
+/// (`loopstack_llm::Agent`). Each of those embeds one and has the same setters
 /// (`system`, `max_tokens`, `temperature`, `stop_sequences`, `prompt_cache`,
 /// `prompt_cache_key`, `settings`), which set
 /// the fields here; a provider reads them from [`ChatRequest::settings`].
@@ -376,7 +376,7 @@ pub enum StreamEvent {
         name: String,
     },
     /// Reasoning text was added to content block `index` (a
-    /// [`ContentBlock::Reasoning`](crate::ContentBlock::Reasoning)).
+    /// [`ContentBlock::Reasoning`]).
     ReasoningDelta {
         /// The content block's index.
         index: usize,
@@ -435,6 +435,9 @@ pub fn replay(response: ChatResponse) -> Vec<StreamEvent> {
     for (index, block) in response.message.content.iter().enumerate() {
         match block {
             ContentBlock::Text { text } => events.push(StreamEvent::TextDelta { index, text: text.clone() }),
+            ContentBlock::Reasoning(r) if !r.text.is_empty() => {
+                events.push(StreamEvent::ReasoningDelta { index, text: r.text.clone() });
+            }
             ContentBlock::ToolUse(t) => {
                 events.push(StreamEvent::ToolUseStart { index, id: t.id.clone(), name: t.name.clone() });
                 let partial_json = match &t.invalid_input {

@@ -71,7 +71,10 @@ export function bubble(doc, tools, images) {
     details.push("after " + meta.fallbacks.map((f) => f.model + " failed").join(", "));
   }
   if (meta.stop_reason) details.push(meta.stop_reason);
-  if (meta.usage) details.push(meta.usage.input_tokens + " in / " + meta.usage.output_tokens + " out");
+  if (meta.usage) {
+    const thought = meta.usage.reasoning_output_tokens ? " (" + meta.usage.reasoning_output_tokens + " reasoning)" : "";
+    details.push(meta.usage.input_tokens + " in / " + meta.usage.output_tokens + " out" + thought);
+  }
   const b = h("div", { class: "bubble " + (onlyResults ? "tools" : role), "data-role": role, "data-agent": meta.agent || "" },
     h("div", { class: "who" }, h("span", { text: who }), h("span", { class: "muted", text: "step " + doc.step + (details.length ? " \u00b7 " + details.join(" \u00b7 ") : "") })));
   for (const block of blocks) {
@@ -88,6 +91,11 @@ export function bubble(doc, tools, images) {
         h("pre", { text: content })));
     } else if (block.type === "image") {
       b.appendChild(picture(block, tools, images || new Map()));
+    } else if (block.type === "reasoning") {
+      // Folded: what the model thought before it answered (kept for its provider).
+      b.appendChild(h("details", { class: "reasoning", "data-provider": block.provider },
+        h("summary", { text: "reasoning" + (block.text ? "" : " (not shown by " + block.provider + ")") }),
+        h("div", { class: "text", text: block.text || "" })));
     } else {
       b.appendChild(json(block));
     }

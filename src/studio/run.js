@@ -166,6 +166,7 @@ export function liveEvent(view, event) {
       // A new step: what the model writes now belongs to it.
       view.step = event.step;
       if (view.streaming && view.streaming.step !== event.step) view.streaming = null;
+      if (view.thinking && view.thinking.step !== event.step) view.thinking = null;
       view.forming = null;
       line("\u25b6 " + event.transition + ": " + event.from + " \u2192 " + event.to);
       for (const g of document.querySelectorAll(".diagram .edge.running")) g.classList.remove("running");
@@ -183,6 +184,20 @@ export function liveEvent(view, event) {
         if (chat) chat.appendChild(bubble);
       }
       view.streaming.text.textContent += event.text;
+      break;
+    }
+    case "reasoning_delta": {
+      // What the model thinks before it answers: folded, under the turn being written.
+      if (!view.thinking || view.thinking.step !== view.step) {
+        line("\u2026 the model is reasoning (step " + view.step + ")");
+        const text = h("div", { class: "text" });
+        const fold = h("details", { class: "reasoning" }, h("summary", { text: "reasoning\u2026" }), text);
+        const bubble = h("div", { class: "bubble assistant streaming", "data-streaming": "" }, h("div", { class: "who", text: "assistant \u00b7 reasoning\u2026" }), fold);
+        view.thinking = { bubble, text, step: view.step };
+        const chat = document.getElementById("conversation");
+        if (chat) chat.appendChild(bubble);
+      }
+      view.thinking.text.textContent += event.text;
       break;
     }
     case "tool_call_delta": {
@@ -209,7 +224,7 @@ export function liveEvent(view, event) {
       line((event.error ? "\u2717 " : "\u2713 ") + event.name + " in " + event.duration + " ms" + (event.error ? ": " + event.error : ""), event.error ? "bad" : "");
       break;
     case "usage":
-      line("tokens: " + event.input_tokens + " in, " + event.output_tokens + " out (" + event.model + ")");
+      line("tokens: " + event.input_tokens + " in, " + event.output_tokens + " out" + (event.reasoning_output_tokens ? " (" + event.reasoning_output_tokens + " reasoning)" : "") + " (" + event.model + ")");
       break;
     case "custom":
       line(event.name + ": " + JSON.stringify(event.data));

@@ -128,6 +128,12 @@ pub enum EventKind {
         /// The text.
         text: String,
     },
+    /// A piece of what a model reasoned before it answered, as the provider streamed
+    /// it (on models that show their reasoning, or a summary of it).
+    ReasoningDelta {
+        /// The text.
+        text: String,
+    },
     /// A piece of a tool call's arguments, as the model writes them in a streamed
     /// reply: the first piece of each call (with empty `partial_json`) says the call
     /// began; joined in order, the pieces are the call's arguments as JSON text. The
@@ -176,6 +182,9 @@ pub enum EventKind {
         /// Input tokens written to the provider's prompt cache.
         #[serde(default)]
         cache_creation_input_tokens: u64,
+        /// Output tokens spent reasoning (counted in `output_tokens` too).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reasoning_output_tokens: u64,
     },
     /// Something a step reports that has no kind of its own.
     Custom {
@@ -460,4 +469,8 @@ mod tests {
         assert!(matches!(event.kind, EventKind::TransitionStarted { step: 3, .. }), "{event:?}");
         assert!(events.try_recv().is_none(), "the events before it were sent to nobody");
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -260,6 +260,7 @@ impl LlmGenerateText {
             output_tokens: response.usage.output_tokens,
             cache_read_input_tokens: response.usage.cache_read_input_tokens,
             cache_creation_input_tokens: response.usage.cache_creation_input_tokens,
+            reasoning_output_tokens: response.usage.reasoning_output_tokens,
         });
         #[cfg(feature = "metrics")]
         if let Some(metrics) = cx.runtime().metrics() {
@@ -412,6 +413,7 @@ async fn streamed(model: &dyn ChatModel, request: &ChatRequest, cx: &RunContext)
     let error = loop {
         match stream.next().await {
             Some(Ok(StreamEvent::TextDelta { text, .. })) => cx.emit(|| EventKind::TextDelta { text }),
+            Some(Ok(StreamEvent::ReasoningDelta { text, .. })) => cx.emit(|| EventKind::ReasoningDelta { text }),
             Some(Ok(StreamEvent::ToolUseStart { index, id, name })) => {
                 cx.emit(|| EventKind::ToolCallDelta {
                     call_id: id.clone(),
