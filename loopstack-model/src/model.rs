@@ -435,6 +435,9 @@ pub fn replay(response: ChatResponse) -> Vec<StreamEvent> {
     for (index, block) in response.message.content.iter().enumerate() {
         match block {
             ContentBlock::Text { text } => events.push(StreamEvent::TextDelta { index, text: text.clone() }),
+            ContentBlock::Reasoning(r) if !r.text.is_empty() => {
+                events.push(StreamEvent::ReasoningDelta { index, text: r.text.clone() });
+            }
             ContentBlock::ToolUse(t) => {
                 events.push(StreamEvent::ToolUseStart { index, id: t.id.clone(), name: t.name.clone() });
                 let partial_json = match &t.invalid_input {
