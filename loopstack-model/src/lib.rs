@@ -43,6 +43,7 @@ pub mod fnv;
 pub mod image;
 pub mod message;
 pub mod model;
+pub mod options;
 mod scripted;
 mod tool;
 #[doc(hidden)]
@@ -93,3 +94,6 @@ pub use gemini::Gemini;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use openai::OpenAi;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub use openai::{Azure as AzureOpenAi, Responses as OpenAiResponses};

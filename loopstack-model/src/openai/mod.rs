@@ -17,10 +17,15 @@
 // body, `stream` a streamed response, and `text_tools` reads tool calls a model wrote
 // as text.
 
+mod azure;
 mod reply;
 mod request;
+mod responses;
 mod stream;
 mod text_tools;
+
+pub use azure::Azure;
+pub use responses::Responses;
 
 use std::fmt;
 use std::time::Duration;
@@ -28,6 +33,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use self::azure::Route;
 use self::reply::CallIds;
 use crate::error::LlmError;
 use crate::http::{self, Auth, Call, Client, http_settings};
@@ -87,6 +93,10 @@ const PATH: &str = "/v1/chat/completions";
 #[must_use = "a model does nothing until it is called"]
 pub struct OpenAi {
     http: Client,
+    /// `openai`, or `azure` when [`Azure`] built it.
+    provider: &'static str,
+    /// Azure's URLs, when [`Azure`] built it.
+    route: Option<Route>,
     text_tool_calls: bool,
     completion_tokens_field: Option<bool>,
     structured_output: bool,
@@ -95,6 +105,7 @@ pub struct OpenAi {
 impl fmt::Debug for OpenAi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("OpenAi");
+        d.field("provider", &self.provider);
         self.http.debug_fields(&mut d);
         d.field("text_tool_calls", &self.text_tool_calls).field("structured_output", &self.structured_output).finish()
     }
@@ -115,17 +126,27 @@ impl OpenAi {
     /// A model at [`OpenAi::DEFAULT_BASE_URL`] with no API key; set one with
     /// [`OpenAi::api_key`], or point [`OpenAi::base_url`] at a local server.
     pub fn new() -> Self {
+        let http =
+            Client::new(PROVIDER, Self::DEFAULT_BASE_URL, PATH, Auth { header: "authorization", prefix: "Bearer " });
         Self {
-            http: Client::new(
-                PROVIDER,
-                Self::DEFAULT_BASE_URL,
-                PATH,
-                Auth { header: "authorization", prefix: "Bearer " },
-            ),
+            http,
+            provider: PROVIDER,
+            route: None,
             text_tool_calls: false,
             completion_tokens_field: None,
             structured_output: true,
         }
+    }
+
+    /// A model of `provider` sending its calls through `http` to Azure's URLs (`route`),
+    /// with the output limit as `max_completion_tokens`.
+    fn with_client(provider: &'static str, http: Client, route: Option<Route>) -> Self {
+        Self { provider, route, completion_tokens_field: Some(true), ..Self::new() }.with_http(http)
+    }
+
+    fn with_http(mut self, http: Client) -> Self {
+        self.http = http;
+        self
     }
 
     /// A model configured from the environment: `OPENAI_API_KEY` and
@@ -243,9 +264,16 @@ impl OpenAi {
         };
         let mut body = request::encode_request(request, stream, wire);
         if let Value::Object(fields) = &mut body {
-            request.settings.apply_provider_options(PROVIDER, fields)?;
+            if let Some(route) = &self.route {
+                route.set_model(fields);
+            }
+            request.settings.apply_provider_options(self.provider, fields)?;
         }
-        self.http.call(&request.model, &body, stream)
+        let mut call = self.http.call(&request.model, &body, stream)?;
+        if let Some(route) = &self.route {
+            call.url = route.chat_url(self.provider, &self.http.base_url, &request.model)?;
+        }
+        Ok(call)
     }
 
     /// The tools whose JSON-text calls are accepted, if that is on.
@@ -257,7 +285,7 @@ impl OpenAi {
 #[async_trait::async_trait]
 impl ChatModel for OpenAi {
     fn provider(&self) -> &'static str {
-        PROVIDER
+        self.provider
     }
 
     /// On unless turned off with [`OpenAi::structured_output`].
@@ -267,10 +295,11 @@ impl ChatModel for OpenAi {
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let text_tools = self.text_tools(request);
+        let provider = self.provider;
         self.http
             .chat(request, self.call(request, false), |body| {
                 let mut ids = CallIds::new(&request.messages);
-                let mut response = reply::decode_response(body, &request.model, &mut ids)?;
+                let mut response = reply::decode_response(body, provider, &request.model, &mut ids)?;
                 text_tools::apply_text_tool_calls(&mut response, &text_tools, &mut ids);
                 Ok(response)
             })
@@ -278,7 +307,12 @@ impl ChatModel for OpenAi {
     }
 
     fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
-        let decoder = stream::Decoder::new(&request.model, self.text_tools(request), CallIds::new(&request.messages));
+        let decoder = stream::Decoder::new(
+            self.provider,
+            &request.model,
+            self.text_tools(request),
+            CallIds::new(&request.messages),
+        );
         self.http.stream(request, self.call(request, true), decoder)
     }
 }

@@ -6,7 +6,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::PROVIDER;
 use crate::error::LlmError;
 use crate::http::{self, malformed};
 use crate::message::{ContentBlock, Message, Role, StopReason, ToolUse, Usage};
@@ -193,14 +192,19 @@ pub(super) fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReas
 /// `ids`. A body with an `error` (which some servers send with a success status) is
 /// the error of the HTTP status it stands for ([`http::body_error`]), retried as that
 /// status would be.
-pub(super) fn decode_response(body: &[u8], model: &str, ids: &mut CallIds<'_>) -> Result<ChatResponse, LlmError> {
+pub(super) fn decode_response(
+    body: &[u8],
+    provider: &'static str,
+    model: &str,
+    ids: &mut CallIds<'_>,
+) -> Result<ChatResponse, LlmError> {
     let wire: WireResponse =
-        serde_json::from_slice(body).map_err(|e| malformed(PROVIDER, model, format!("invalid JSON: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| malformed(provider, model, format!("invalid JSON: {e}")))?;
     if let Some(error) = &wire.error {
-        return Err(http::body_error(PROVIDER, model, error));
+        return Err(http::body_error(provider, model, error));
     }
-    let choices = wire.choices.ok_or_else(|| malformed(PROVIDER, model, "missing field `choices`"))?;
-    let choice = choices.into_iter().next().ok_or_else(|| malformed(PROVIDER, model, "no choices"))?;
+    let choices = wire.choices.ok_or_else(|| malformed(provider, model, "missing field `choices`"))?;
+    let choice = choices.into_iter().next().ok_or_else(|| malformed(provider, model, "no choices"))?;
     let mut content = Vec::new();
     let text = content_text(choice.message.content.as_ref());
     if !text.is_empty() {
@@ -215,7 +219,7 @@ pub(super) fn decode_response(body: &[u8], model: &str, ids: &mut CallIds<'_>) -
         content.push(ContentBlock::ToolUse(tool_use(id, call.function.name, call.function.arguments.as_deref())));
     }
     let has_tool_calls = content.iter().any(|b| matches!(b, ContentBlock::ToolUse(_)));
-    let finish_reason = choice.finish_reason.ok_or_else(|| malformed(PROVIDER, model, "missing finish_reason"))?;
+    let finish_reason = choice.finish_reason.ok_or_else(|| malformed(provider, model, "missing finish_reason"))?;
     Ok(ChatResponse {
         message: Message { role: Role::Assistant, content },
         stop_reason: stop_reason(&finish_reason, has_tool_calls),
@@ -230,7 +234,7 @@ mod tests {
     use super::*;
 
     fn decode(body: &[u8], model: &str) -> Result<ChatResponse, LlmError> {
-        decode_response(body, model, &mut CallIds::new(&[]))
+        decode_response(body, "openai", model, &mut CallIds::new(&[]))
     }
 
     #[test]
@@ -293,7 +297,8 @@ mod tests {
             role: Role::Assistant,
             content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
         })];
-        let response = decode_response(body.to_string().as_bytes(), "m", &mut CallIds::new(&earlier)).unwrap();
+        let response =
+            decode_response(body.to_string().as_bytes(), "openai", "m", &mut CallIds::new(&earlier)).unwrap();
         let ids: Vec<&str> = response.message.tool_uses().map(|t| t.id.as_str()).collect();
         assert_eq!(ids, ["call_1", "call_2", "call_3"]);
 

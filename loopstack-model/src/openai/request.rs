@@ -410,7 +410,7 @@ mod tests {
 /// properties as required and allows no others (an `Option` field that schemars
 /// leaves out of `required` does not). Others are sent with `strict: false`, as a
 /// guide the answer's check still enforces.
-fn strict_ok(schema: &Value) -> bool {
+pub(super) fn strict_ok(schema: &Value) -> bool {
     match schema {
         Value::Object(map) => {
             if let Some(Value::Object(props)) = map.get("properties") {

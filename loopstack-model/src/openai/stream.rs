@@ -6,7 +6,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::PROVIDER;
 use super::reply::{CallIds, WireUsage, content_text, stop_reason};
 use super::text_tools::apply_text_tool_calls;
 use crate::error::LlmError;
@@ -65,6 +64,7 @@ struct ToolAcc {
 /// numbered in the order they first appear (text first, as in the non-streamed reply,
 /// unless a server sends tool calls before text).
 pub(super) struct Decoder<'a> {
+    provider: &'static str,
     model: String,
     /// The tools whose calls written as text are accepted.
     text_tools: Vec<&'a str>,
@@ -86,9 +86,11 @@ pub(super) struct Decoder<'a> {
 }
 
 impl<'a> Decoder<'a> {
-    /// A decoder accepting calls of `text_tools` written as text, with ids from `ids`.
-    pub(super) fn new(model: &str, text_tools: Vec<&'a str>, ids: CallIds<'a>) -> Self {
+    /// A decoder of `provider` accepting calls of `text_tools` written as text, with
+    /// ids from `ids`.
+    pub(super) fn new(provider: &'static str, model: &str, text_tools: Vec<&'a str>, ids: CallIds<'a>) -> Self {
         Self {
+            provider,
             model: model.to_owned(),
             text_tools,
             ids,
@@ -106,7 +108,7 @@ impl<'a> Decoder<'a> {
     }
 
     fn malformed(&self, message: impl Into<String>) -> LlmError {
-        malformed(PROVIDER, &self.model, message)
+        malformed(self.provider, &self.model, message)
     }
 
     fn text_delta(&mut self, piece: String, out: &mut Vec<StreamEvent>) {
@@ -182,7 +184,7 @@ impl SseDecoder for Decoder<'_> {
         if name == "error" {
             let value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
             let error = value.get("error").unwrap_or(&value);
-            return Err(http::body_error(PROVIDER, &self.model, error));
+            return Err(http::body_error(self.provider, &self.model, error));
         }
         if data.trim() == "[DONE]" {
             self.done = true;
@@ -190,7 +192,7 @@ impl SseDecoder for Decoder<'_> {
         }
         let chunk: WireChunk = serde_json::from_str(data).map_err(|e| self.malformed(format!("invalid chunk: {e}")))?;
         if let Some(error) = &chunk.error {
-            return Err(http::body_error(PROVIDER, &self.model, error));
+            return Err(http::body_error(self.provider, &self.model, error));
         }
         if self.id.is_none() {
             self.id = chunk.id;
@@ -274,7 +276,7 @@ mod tests {
     use crate::message::StopReason;
 
     fn run_stream(chunks: &[&str], text_tools: Vec<&str>) -> (Vec<StreamEvent>, Result<ChatResponse, LlmError>) {
-        let mut decoder = Decoder::new("gpt-x", text_tools, CallIds::new(&[]));
+        let mut decoder = Decoder::new("openai", "gpt-x", text_tools, CallIds::new(&[]));
         let mut out = Vec::new();
         for chunk in chunks {
             if let Err(e) = decoder.event("message", chunk, &mut out) {
@@ -406,7 +408,7 @@ mod tests {
         let (_, r) = run_stream(&[r#"{"error": {"message": "slow down", "type": "rate_limit_exceeded"}}"#], vec![]);
         assert!(matches!(r, Err(LlmError::RateLimited { .. })));
         // llama.cpp's `error:` line, read as an `error` event, with or without a wrapper.
-        let mut decoder = Decoder::new("gpt-x", vec![], CallIds::new(&[]));
+        let mut decoder = Decoder::new("openai", "gpt-x", vec![], CallIds::new(&[]));
         let error = r#"{"code": 400, "message": "too long", "type": "exceed_context_size_error"}"#;
         let r = decoder.event("error", error, &mut Vec::new());
         assert!(matches!(r, Err(LlmError::InvalidRequest { status: 400, ref message, .. }) if message == "too long"));
@@ -430,7 +432,7 @@ mod tests {
             role: Role::Assistant,
             content: vec![ContentBlock::ToolUse(ToolUse::new("call_0", "w", json!({})))],
         })];
-        let mut decoder = Decoder::new("gpt-x", vec![], CallIds::new(&earlier));
+        let mut decoder = Decoder::new("openai", "gpt-x", vec![], CallIds::new(&earlier));
         let mut out = Vec::new();
         for chunk in [
             json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "w", "arguments": "{}"}}]}}]}),
