@@ -100,7 +100,7 @@
 //!
 //! In this repository each provider's imitation lives in
 //! `loopstack-model/tests/conformance/<provider>.rs` with its test, declared by a
-//! `mod` line in `tests/conformance.rs`; run them with
+//! `mod` line in `tests/conformance/main.rs`; run them with
 //! `cargo test -p loopstack-model --all-features --test conformance`.
 
 mod cases;
