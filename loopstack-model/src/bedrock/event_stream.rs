@@ -206,12 +206,12 @@ fn decode_headers(mut bytes: &[u8]) -> Result<Vec<(String, String)>, FrameError>
             .to_owned();
         let value_type = take(&mut bytes, 1)?[0];
         let fixed = match value_type {
-            0 | 1 => 0,      // true, false
-            2 => 1,          // byte
-            3 => 2,          // short
-            4 => 4,          // integer
-            5 | 8 => 8,      // long, timestamp
-            9 => 16,         // UUID
+            0 | 1 => 0, // true, false
+            2 => 1,     // byte
+            3 => 2,     // short
+            4 => 4,     // integer
+            5 | 8 => 8, // long, timestamp
+            9 => 16,    // UUID
             6 | 7 => {
                 // Bytes, string: a u16 length first.
                 let len = take(&mut bytes, 2)?;
@@ -275,7 +275,8 @@ mod tests {
 
     #[test]
     fn decodes_messages_fed_in_any_pieces() {
-        let mut body = encode(&[(":event-type", "messageStart"), (":message-type", "event")], br#"{"role":"assistant"}"#);
+        let mut body =
+            encode(&[(":event-type", "messageStart"), (":message-type", "event")], br#"{"role":"assistant"}"#);
         body.extend(encode(&[], b""));
         body.extend(encode(&[(":event-type", "contentBlockDelta")], "{\"t\":\"é\"}".as_bytes()));
         for piece in [1, 2, 5, 12, 13, 1000] {

@@ -401,7 +401,8 @@ struct SigV4 {
 
 impl Signer for SigV4 {
     fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError> {
-        let fail = |what: &str| LlmError::Config { provider: PROVIDER, message: format!("cannot sign the request: {what}") };
+        let fail =
+            |what: &str| LlmError::Config { provider: PROVIDER, message: format!("cannot sign the request: {what}") };
         let Credentials { access_key_id, secret_access_key, session_token } = &self.credentials;
         let identity = aws_credential_types::Credentials::new(
             access_key_id.as_str(),
@@ -481,10 +482,11 @@ mod tests {
 
     #[test]
     fn env_configuration() {
-        let err = Bedrock::from_lookup(&lookup(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")]))
-            .unwrap_err();
+        let err =
+            Bedrock::from_lookup(&lookup(&[("AWS_ACCESS_KEY_ID", "A"), ("AWS_SECRET_ACCESS_KEY", "S")])).unwrap_err();
         assert!(matches!(err, LlmError::Config { provider: "bedrock", ref message } if message.contains("AWS_REGION")));
-        let err = Bedrock::from_lookup(&lookup(&[("AWS_REGION", "us-east-1"), ("AWS_ACCESS_KEY_ID", "A")])).unwrap_err();
+        let err =
+            Bedrock::from_lookup(&lookup(&[("AWS_REGION", "us-east-1"), ("AWS_ACCESS_KEY_ID", "A")])).unwrap_err();
         assert!(matches!(err, LlmError::Config { ref message, .. } if message.contains("AWS_SECRET_ACCESS_KEY")));
 
         let model = Bedrock::from_lookup(&lookup(&[

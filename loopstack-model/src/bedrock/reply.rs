@@ -206,7 +206,10 @@ mod tests {
                 ContentBlock::Reasoning(Reasoning::new("bedrock", "", json!({"redacted": "cmVkYWN0ZWQ="}))),
                 ContentBlock::text("Let me look."),
                 ContentBlock::ToolUse(ToolUse::new("tooluse_1", "get_weather", json!({"city": "Oslo"}))),
-                ContentBlock::Provider { provider: "bedrock".into(), raw: json!({"citationsContent": {"content": [{"text": "x"}]}}) },
+                ContentBlock::Provider {
+                    provider: "bedrock".into(),
+                    raw: json!({"citationsContent": {"content": [{"text": "x"}]}})
+                },
             ]
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);

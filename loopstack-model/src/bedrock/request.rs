@@ -26,7 +26,10 @@ impl ModelFamily {
     /// an ARN that names one.
     pub(super) fn of(model: &str) -> Self {
         let model = model.to_ascii_lowercase();
-        Self { anthropic: model.contains("anthropic.") || model.contains("claude"), nova: model.contains("amazon.nova") }
+        Self {
+            anthropic: model.contains("anthropic.") || model.contains("claude"),
+            nova: model.contains("amazon.nova"),
+        }
     }
 }
 
@@ -200,7 +203,9 @@ fn image(image: &Image) -> Value {
             let format = media_type.as_str().trim_start_matches("image/");
             json!({"image": {"format": format, "source": {"bytes": &**data}}})
         }
-        Image::Url { url } => json!({ "text": format!("[an image at {url}, not shown: Bedrock takes image bytes only]") }),
+        Image::Url { url } => {
+            json!({ "text": format!("[an image at {url}, not shown: Bedrock takes image bytes only]") })
+        }
         _ => json!({"text": "[an image that was not loaded]"}),
     }
 }
@@ -251,7 +256,10 @@ mod tests {
         // A model not known to cache gets no cache points unless they are set by hand.
         let llama = ChatRequest::new("meta.llama3-70b-instruct-v1:0", vec![Message::user("Hi")]).system("S");
         let body = encode_request(&llama, 4096).unwrap();
-        assert_eq!(body, json!({"messages": [{"role": "user", "content": [{"text": "Hi"}]}], "system": [{"text": "S"}]}));
+        assert_eq!(
+            body,
+            json!({"messages": [{"role": "user", "content": [{"text": "Hi"}]}], "system": [{"text": "S"}]})
+        );
         let by_hand = llama.prompt_cache(PromptCache::At(vec![CacheBreakpoint::System]));
         let body = encode_request(&by_hand, 4096).unwrap();
         assert_eq!(body["system"], json!([{"text": "S"}, {"cachePoint": {"type": "default"}}]));
@@ -269,7 +277,10 @@ mod tests {
             .prompt_cache(PromptCache::Off)
             .reasoning_effort(ReasoningEffort::Medium);
         let body = encode_request(&request, 4096).unwrap();
-        assert_eq!(body["additionalModelRequestFields"], json!({"thinking": {"type": "enabled", "budget_tokens": 4096}}));
+        assert_eq!(
+            body["additionalModelRequestFields"],
+            json!({"thinking": {"type": "enabled", "budget_tokens": 4096}})
+        );
         assert_eq!(body["inferenceConfig"], json!({"maxTokens": 8192}));
         let off = request.clone().reasoning_effort(ReasoningEffort::None);
         let body = encode_request(&off, 4096).unwrap();
@@ -282,14 +293,16 @@ mod tests {
         // Other models: no thinking field (provider options carry theirs).
         let nova = ChatRequest::new("amazon.nova-pro-v1:0", vec![Message::user("Hi")])
             .reasoning_effort(ReasoningEffort::High)
-            .provider_options("bedrock", json!({"additionalModelRequestFields": {"reasoningConfig": {"type": "enabled"}}}))
+            .provider_options(
+                "bedrock",
+                json!({"additionalModelRequestFields": {"reasoningConfig": {"type": "enabled"}}}),
+            )
             .provider_options("openai", json!({"service_tier": "flex"}));
         let body = encode_request(&nova, 4096).unwrap();
         assert_eq!(body["additionalModelRequestFields"], json!({"reasoningConfig": {"type": "enabled"}}));
         assert!(body.get("service_tier").is_none() && body.get("inferenceConfig").is_none());
-        let bad = ChatRequest::new(CLAUDE, vec![Message::user("Hi")]).settings(
-            ModelSettings::new().provider_options("bedrock", json!("guardrail")),
-        );
+        let bad = ChatRequest::new(CLAUDE, vec![Message::user("Hi")])
+            .settings(ModelSettings::new().provider_options("bedrock", json!("guardrail")));
         assert!(matches!(encode_request(&bad, 4096), Err(LlmError::Config { provider: "bedrock", .. })));
     }
 

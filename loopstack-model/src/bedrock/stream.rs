@@ -116,8 +116,7 @@ impl Decoder {
             "metadata" => {
                 let value = payload(self)?;
                 let usage = value.get("usage").ok_or_else(|| self.malformed("metadata has no usage"))?;
-                let usage =
-                    WireUsage::deserialize(usage).map_err(|e| self.malformed(format!("invalid usage: {e}")))?;
+                let usage = WireUsage::deserialize(usage).map_err(|e| self.malformed(format!("invalid usage: {e}")))?;
                 self.usage = usage.usage();
                 self.complete = true;
             }
@@ -215,7 +214,8 @@ impl Decoder {
         if !self.started {
             return Err(self.malformed("the stream had no messageStart"));
         }
-        let stop_reason = self.stop_reason.take().ok_or_else(|| self.malformed("the stream ended before messageStop"))?;
+        let stop_reason =
+            self.stop_reason.take().ok_or_else(|| self.malformed("the stream ended before messageStop"))?;
         let content = std::mem::take(&mut self.blocks)
             .into_iter()
             .map(|block| match block {
@@ -304,7 +304,8 @@ async fn step<'a>(
         }
         State::Reading(reading) => reading,
     };
-    let timeout = |model: &str| LlmError::Timeout { provider: PROVIDER, model: model.to_owned(), after: transport.timeout };
+    let timeout =
+        |model: &str| LlmError::Timeout { provider: PROVIDER, model: model.to_owned(), after: transport.timeout };
     let mut out = Vec::new();
     loop {
         // Checked before each read too: a body that is always ready would never let
@@ -328,8 +329,11 @@ async fn step<'a>(
                 }
             }
             Some(Err(e)) => {
-                let error =
-                    LlmError::Connection { provider: PROVIDER, model: reading.decoder.model.clone(), source: Box::new(e) };
+                let error = LlmError::Connection {
+                    provider: PROVIDER,
+                    model: reading.decoder.model.clone(),
+                    source: Box::new(e),
+                };
                 return fail_after(out, error);
             }
             // The body ended: inside a message, it was cut off.
@@ -393,19 +397,37 @@ mod tests {
             event("messageStart", json!({"role": "assistant"})),
             event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "a"}}})),
             event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "b"}}})),
-            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig"}}})),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig"}}}),
+            ),
             event("contentBlockStop", json!({"contentBlockIndex": 0})),
             event("contentBlockDelta", json!({"contentBlockIndex": 1, "delta": {"text": "Hi"}})),
             event("contentBlockStop", json!({"contentBlockIndex": 1})),
-            event("contentBlockStart", json!({"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "t1", "name": "w"}}})),
+            event(
+                "contentBlockStart",
+                json!({"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "t1", "name": "w"}}}),
+            ),
             event("contentBlockDelta", json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "{\"ci"}}})),
-            event("contentBlockDelta", json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "ty\": \"Oslo\"}"}}})),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "ty\": \"Oslo\"}"}}}),
+            ),
             event("contentBlockStop", json!({"contentBlockIndex": 2})),
-            event("contentBlockStart", json!({"contentBlockIndex": 3, "start": {"toolUse": {"toolUseId": "t2", "name": "now"}}})),
+            event(
+                "contentBlockStart",
+                json!({"contentBlockIndex": 3, "start": {"toolUse": {"toolUseId": "t2", "name": "now"}}}),
+            ),
             event("contentBlockStop", json!({"contentBlockIndex": 3})),
-            event("contentBlockDelta", json!({"contentBlockIndex": 4, "delta": {"reasoningContent": {"redactedContent": "cmVk"}}})),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 4, "delta": {"reasoningContent": {"redactedContent": "cmVk"}}}),
+            ),
             event("messageStop", json!({"stopReason": "tool_use"})),
-            event("metadata", json!({"usage": {"inputTokens": 5, "outputTokens": 9, "totalTokens": 14, "cacheWriteInputTokens": 3}, "metrics": {"latencyMs": 1}})),
+            event(
+                "metadata",
+                json!({"usage": {"inputTokens": 5, "outputTokens": 9, "totalTokens": 14, "cacheWriteInputTokens": 3}, "metrics": {"latencyMs": 1}}),
+            ),
         ]);
         assert_eq!(
             events,
@@ -431,7 +453,10 @@ mod tests {
             ]
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);
-        assert_eq!(response.usage, Usage { input_tokens: 5, output_tokens: 9, cache_creation_input_tokens: 3, ..Usage::default() });
+        assert_eq!(
+            response.usage,
+            Usage { input_tokens: 5, output_tokens: 9, cache_creation_input_tokens: 3, ..Usage::default() }
+        );
     }
 
     #[test]
@@ -446,7 +471,9 @@ mod tests {
             payload: br#"{"message":"slow down"}"#.to_vec(),
         };
         let (_, r) = run(&[start.clone(), exception("throttlingException")]);
-        assert!(matches!(r, Err(LlmError::RateLimited { ref message, .. }) if message == "throttlingException: slow down"));
+        assert!(
+            matches!(r, Err(LlmError::RateLimited { ref message, .. }) if message == "throttlingException: slow down")
+        );
         let (_, r) = run(&[start.clone(), exception("modelStreamErrorException")]);
         assert!(matches!(r, Err(LlmError::Server { .. })));
         let (_, r) = run(&[start.clone(), exception("validationException")]);
@@ -460,13 +487,17 @@ mod tests {
             payload: vec![],
         };
         let (_, r) = run(&[start.clone(), error]);
-        assert!(matches!(r, Err(LlmError::Server { status: 500, ref message, .. }) if message == "InternalFailure: boom"));
+        assert!(
+            matches!(r, Err(LlmError::Server { status: 500, ref message, .. }) if message == "InternalFailure: boom")
+        );
         // A block index far beyond the blocks so far is refused, not allocated.
         let (_, r) = run(&[
             start.clone(),
             event("contentBlockDelta", json!({"contentBlockIndex": 1_000_000_000_000u64, "delta": {"text": "x"}})),
         ]);
-        assert!(matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("arrived before")));
+        assert!(
+            matches!(r, Err(LlmError::MalformedResponse { ref message, .. }) if message.contains("arrived before"))
+        );
         // A delta of another kind than its block.
         let (_, r) = run(&[
             start.clone(),
