@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use loopstack_model::http::{Auth, Client, HeaderValue, MAX_RESPONSE_BYTES, SseDecoder, body_error, malformed};
+use loopstack_model::http::{
+    Auth, Call, Client, HeaderMap, HeaderValue, MAX_RESPONSE_BYTES, Signer, SseDecoder, body_error, malformed,
+};
 use loopstack_model::testing::{Reply, Request, Server};
 use loopstack_model::{
     ChatModel, ChatRequest, ChatResponse, LlmError, Message, RetryPolicy, Role, StopReason, StreamEvent, Usage,
@@ -479,4 +481,49 @@ fn settings_come_from_the_environment() {
     let mut client = Client::new(PROVIDER, Parrot::DEFAULT_BASE_URL, "/v1/complete", Auth::new("x parrot key", ""));
     client.set_api_key("k");
     assert!(matches!(client.call("parrot-1", &json!({}), false), Err(LlmError::Config { .. })));
+}
+
+/// A signature of the body (a real API would use an HMAC with a secret).
+fn checksum(body: &[u8]) -> String {
+    let sum = body.iter().fold(0u32, |sum, &b| sum.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!("{sum:08x}")
+}
+
+/// Signs each attempt, numbering them: the imitation sees a fresh signature on each.
+struct Checksum(AtomicUsize);
+
+impl Signer for Checksum {
+    fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError> {
+        let attempt = self.0.fetch_add(1, Ordering::SeqCst);
+        let mut headers = HeaderMap::new();
+        let value = format!("{}; attempt={attempt}", checksum(call.body()));
+        let value = HeaderValue::from_str(&value)
+            .map_err(|e| LlmError::Config { provider: PROVIDER, message: e.to_string() })?;
+        headers.insert("parrot-signature", value);
+        Ok(headers)
+    }
+}
+
+#[tokio::test]
+async fn a_signer_signs_each_attempt() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let server = Server::handle(move |request| {
+        let signature = request.header("parrot-signature").unwrap_or_default();
+        if !signature.starts_with(&format!("{}; ", checksum(&request.raw_body))) {
+            return api_error(401, "authentication_error", "bad signature");
+        }
+        if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            return api_error(503, "unavailable_error", "warming up");
+        }
+        parrot_api(request)
+    })
+    .await;
+    let mut model = parrot(&server);
+    model.http.set_signer(Some(Arc::new(Checksum(AtomicUsize::new(0)))));
+    assert_eq!(model.chat(&request("signed")).await.unwrap().message.text(), "signed");
+    let signatures: Vec<String> =
+        server.requests().iter().map(|r| r.header("parrot-signature").unwrap_or_default().to_owned()).collect();
+    assert_eq!(signatures.len(), 2);
+    assert!(signatures[0].ends_with("attempt=0") && signatures[1].ends_with("attempt=1"), "{signatures:?}");
 }

@@ -157,6 +157,13 @@ impl Client {
         self.transport.retry = policy;
     }
 
+    /// Sets the [`Signer`](super::Signer) that signs each attempt of each call just
+    /// before it is sent (its headers added to the call's), or `None` to send calls as
+    /// built.
+    pub fn set_signer(&mut self, signer: Option<std::sync::Arc<dyn super::Signer>>) {
+        self.transport.signer = signer;
+    }
+
     /// Sets the API key from the environment variable `key` and the base URL from `base`
     /// (each when set and not empty, surrounding spaces trimmed), reading variables
     /// through `lookup`: `&|name| std::env::var(name).ok()` for the process's

@@ -197,7 +197,8 @@ pub fn body_error(provider: &'static str, model: &str, error: &Value) -> LlmErro
 /// [`LlmError::Overloaded`], 408, 409 and other 5xx [`LlmError::Server`], any other
 /// status [`LlmError::InvalidRequest`]. The message is the API's, from `{"error":
 /// {"type", "message"}}`, `{"error": "..."}`, `{"message": "..."}` or `{"detail":
-/// "..."}`, else the body's first 500 characters, else the status's reason. For a
+/// "..."}`, else the body's first 500 characters, else the status's reason; a
+/// rate limit's wait is a Google `RetryInfo`'s `retryDelay` in the body. For a
 /// provider that learns a status some other way (inside an event, say). The client
 /// retries exactly the statuses whose errors are
 /// [retryable](LlmError::is_retryable).

@@ -11,7 +11,8 @@
 //!
 //! - [`Client`]: one provider's settings (base URL, API key, request timeout,
 //!   [`RetryPolicy`]) and its endpoint's path; it owns one HTTP connection pool, built
-//!   once and shared by its clones. [`Auth`] says how the API key is sent.
+//!   once and shared by its clones. [`Auth`] says how the API key is sent; a
+//!   [`Signer`] signs each attempt, for an API that wants signed requests.
 //! - [`Call`]: one request, ready to be sent and sent again on retries: its URL,
 //!   headers and JSON body. [`Client::call`] builds one for the client's endpoint
 //!   (with the key, `content-type` and `accept` headers), [`Client::call_at`] for
@@ -526,11 +527,40 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Signs each attempt of a call as it is sent (see [`Transport::signer`]).
-pub(crate) trait Signer: Send + Sync {
+/// Signs each attempt of a call as it is sent, for an API whose requests carry a
+/// signature instead of (or besides) an API key, such as AWS Signature Version 4
+/// (this crate's Bedrock provider). Set one with [`Client::set_signer`].
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use loopstack_model::LlmError;
+/// use loopstack_model::http::{Auth, Call, Client, HeaderMap, HeaderValue, Signer};
+///
+/// /// Sends the body's length and a fresh timestamp (a real signer hashes them with a secret).
+/// struct Stamp;
+///
+/// impl Signer for Stamp {
+///     fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError> {
+///         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+///         let mut headers = HeaderMap::new();
+///         headers.insert("x-body-length", HeaderValue::from(call.body().len()));
+///         headers.insert("x-date", HeaderValue::from(now.as_secs()));
+///         Ok(headers)
+///     }
+/// }
+///
+/// let mut client = Client::new("stamped", "https://api.stamped.example", "/v1/reply", Auth::bearer());
+/// client.set_signer(Some(Arc::new(Stamp)));
+/// ```
+pub trait Signer: Send + Sync {
     /// The headers that sign this attempt of `call`, added to its own: computed over
     /// its exact method (`POST`), URL, headers and body bytes, at the time of the
     /// attempt (AWS Signature Version 4 signs a timestamp, fresh on each retry).
+    ///
+    /// # Errors
+    /// The error the call fails with, not retried (a [`LlmError::Config`] for
+    /// credentials that cannot sign, say).
     fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError>;
 }
 
