@@ -247,6 +247,15 @@ macro_rules! settings_setters {
             self
         }
 
+        /// Sets typed options of one provider (see [`options`](crate::options)):
+        /// filed under the provider they are for and merged, key by key, with options
+        /// set for it before.
+        #[must_use]
+        pub fn for_provider(self, options: impl $crate::options::ProviderOptions) -> Self {
+            let provider = options.provider();
+            self.provider_options(provider, serde_json::Value::Object(options.into_fields()))
+        }
+
         /// Sets the key that groups requests for the provider's prompt cache (OpenAI's
         /// `prompt_cache_key`; ignored by providers without one).
         #[must_use]
