@@ -1,5 +1,7 @@
 //! The OpenAI Chat Completions provider, also for OpenAI-compatible local servers
-//! (llama.cpp's `llama-server`, Ollama, vLLM).
+//! (llama.cpp's `llama-server`, Ollama, vLLM); the OpenAI Responses provider
+//! ([`Responses`], in [`responses`]); and Azure OpenAI ([`Azure`], in [`azure`]),
+//! which builds either for an Azure resource.
 //!
 //! ```no_run
 //! use loopstack_model::{ChatModel, ChatRequest, Message, OpenAi};
@@ -17,10 +19,10 @@
 // body, `stream` a streamed response, and `text_tools` reads tool calls a model wrote
 // as text.
 
-mod azure;
+pub mod azure;
 mod reply;
 mod request;
-mod responses;
+pub mod responses;
 mod stream;
 mod text_tools;
 
