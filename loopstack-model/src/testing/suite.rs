@@ -20,6 +20,10 @@ pub const API_KEY: &str = "conformance-test-key-0123456789";
 /// The model every request of the suite names ([`Seen::model`]).
 pub const MODEL: &str = "conformance-model";
 
+/// The longest one case may take: it normally takes milliseconds (seconds when the
+/// model's retries really sleep); beyond, it fails as hanging.
+const CASE_LIMIT: Duration = Duration::from_secs(120);
+
 /// What the imitation answers one request with: a provider-neutral turn that the
 /// [`Imitation`] writes in its API's shapes.
 #[derive(Debug, Clone, PartialEq)]
@@ -294,7 +298,7 @@ pub enum Capability {
 
 impl Capability {
     /// Every capability.
-    pub const ALL: &'static [Capability] = &[
+    pub const ALL: &'static [Self] = &[
         Self::Streaming,
         Self::ParallelCalls,
         Self::CallIds,
@@ -419,7 +423,7 @@ pub enum Case {
 
 impl Case {
     /// Every case, in the order [`ProviderSuite::run`] runs them.
-    pub const ALL: &'static [Case] = &[
+    pub const ALL: &'static [Self] = &[
         Self::Text,
         Self::Streaming,
         Self::ToolCalls,
@@ -601,8 +605,9 @@ impl ProviderSuite {
         self
     }
 
-    /// Runs the cases in turn, each against a fresh imitation server, and reports
-    /// how each went; [`Report::assert_passed`] fails the test if one failed.
+    /// Runs the cases in turn, each against a fresh imitation server and within two
+    /// minutes, and reports how each went; [`Report::assert_passed`] fails the test
+    /// if one failed. Needs a Tokio runtime with its time driver (`#[tokio::test]`).
     pub async fn run(self) -> Report {
         let cases = self.only.clone().unwrap_or_else(|| Case::ALL.to_vec());
         let ctx = Context { imitation: self.imitation.clone(), factory: self.factory.clone(), lacks: self.lacks };
@@ -611,9 +616,10 @@ impl ProviderSuite {
         for case in cases {
             let outcome = match case.needs().iter().find_map(|&c| ctx.lacking(c)) {
                 Some(why) => Outcome::Skipped(why.to_owned()),
-                None => match cases::run(case, &ctx).await {
-                    Ok(()) => Outcome::Passed,
-                    Err(why) => Outcome::Failed(why),
+                None => match tokio::time::timeout(CASE_LIMIT, cases::run(case, &ctx)).await {
+                    Ok(Ok(())) => Outcome::Passed,
+                    Ok(Err(why)) => Outcome::Failed(why),
+                    Err(_) => Outcome::Failed(format!("the case did not finish within {CASE_LIMIT:?}")),
                 },
             };
             report.outcomes.push((case, outcome));
@@ -682,7 +688,7 @@ fn answer(imitation: &dyn Imitation, script: &Script, request: &Request) -> Repl
     };
     let seen = match imitation.read(request) {
         Ok(seen) => seen,
-        Err(why) => return refuse(format!("the imitation refused request {}: {why}", lock(&script.seen).len() + 1)),
+        Err(why) => return refuse(format!("the imitation refused request {}: {why}", *script.arrived.borrow())),
     };
     lock(&script.seen).push(seen.clone());
     let Some(turn) = lock(&script.turns).pop_front() else {
