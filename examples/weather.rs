@@ -14,6 +14,12 @@
 //! cargo run --example weather -- --mcp "npx -y @modelcontextprotocol/server-everything" --mcp-url http://127.0.0.1:3001/mcp
 //! ANTHROPIC_API_KEY=... cargo run --example weather -- --provider anthropic
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai --model gpt-4o-mini
+//! OPENAI_API_KEY=... cargo run --example weather -- --provider openai-responses --model gpt-5-mini
+//! AZURE_OPENAI_ENDPOINT=... AZURE_OPENAI_API_KEY=... cargo run --example weather -- --provider azure --model DEPLOYMENT
+//! GEMINI_API_KEY=... cargo run --example weather --features gemini -- --provider gemini
+//! GOOGLE_CLOUD_PROJECT=... GOOGLE_CLOUD_LOCATION=... GOOGLE_CLOUD_ACCESS_TOKEN=$(gcloud auth print-access-token) \
+//!     cargo run --example weather --features gemini -- --provider vertex
+//! AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... cargo run --example weather --features bedrock -- --provider bedrock
 //! OPENAI_BASE_URL=http://localhost:11434/v1 cargo run --example weather -- --provider openai --model llama3.2
 //! # a small local model that writes its tool calls as text (llama.cpp's server, Ollama):
 //! OPENAI_BASE_URL=http://localhost:8080/v1 cargo run --example weather -- --provider openai --model qwen2.5-coder-1.5b \
@@ -221,14 +227,20 @@ struct Args {
 }
 
 const USAGE: &str = "\
-usage: weather [--provider anthropic|openai|scripted] [--model NAME] [--question TEXT]
+usage: weather [--provider PROVIDER] [--model NAME] [--question TEXT]
                [--system TEXT] [--temperature T] [--text-tool-calls] [--stream]
                [--db PATH|memory] [--resume RUN_ID] [--mermaid] [--image PATH]
                [--mcp 'COMMAND ARGS...']... [--mcp-url URL]... [--fallback PROVIDER:MODEL]...
 
-  --provider         scripted (default, offline), anthropic (ANTHROPIC_API_KEY) or
-                     openai (OPENAI_API_KEY, OPENAI_BASE_URL for local servers)
-  --model            the model name (claude-sonnet-4-5, gpt-4o-mini by default)
+  --provider         scripted (default, offline); anthropic (ANTHROPIC_API_KEY);
+                     openai, Chat Completions (OPENAI_API_KEY, OPENAI_BASE_URL for
+                     local servers); openai-responses (the same variables); azure and
+                     azure-responses (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_API_KEY,
+                     OPENAI_API_VERSION); gemini (GEMINI_API_KEY) and vertex
+                     (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION,
+                     GOOGLE_CLOUD_ACCESS_TOKEN), with the `gemini` feature; bedrock
+                     (AWS_REGION and the AWS credentials), with the `bedrock` feature
+  --model            the model name (each provider's default below)
   --question         what to ask (default: How is the weather in Berlin?)
   --system           a system prompt
   --temperature      the sampling temperature
@@ -280,8 +292,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         match flag.as_str() {
             "--provider" => {
                 parsed.provider = value()?;
-                if !["scripted", "anthropic", "openai"].contains(&parsed.provider.as_str()) {
-                    return Err(format!("unknown provider `{}`; use anthropic, openai or scripted", parsed.provider));
+                if !PROVIDERS.contains(&parsed.provider.as_str()) {
+                    return Err(format!("unknown provider `{}`; use {}", parsed.provider, PROVIDERS.join(", ")));
                 }
             }
             "--model" => parsed.model = Some(value()?),
@@ -303,10 +315,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
                 let Some((provider, model)) = v.split_once(':').filter(|(p, m)| !p.is_empty() && !m.is_empty()) else {
                     return Err(format!("--fallback `{v}` is not PROVIDER:MODEL, such as openai:gpt-4o-mini"));
                 };
-                if !["scripted", "anthropic", "openai"].contains(&provider) {
-                    return Err(format!(
-                        "--fallback: unknown provider `{provider}`; use anthropic, openai or scripted"
-                    ));
+                if !PROVIDERS.contains(&provider) {
+                    return Err(format!("--fallback: unknown provider `{provider}`; use {}", PROVIDERS.join(", ")));
                 }
                 parsed.fallbacks.push((provider.to_owned(), model.to_owned()));
             }
@@ -327,7 +337,7 @@ fn model_for(args: &Args) -> Result<(Models, &'static str), Box<dyn std::error::
     for (provider, _) in &args.fallbacks {
         if !models.contains(provider) {
             let (other, _) = provider_model(args, provider)?;
-            for name in ["scripted", "anthropic", "openai"].into_iter().filter(|n| other.contains(n)) {
+            for name in PROVIDERS.iter().filter(|n| other.contains(n)) {
                 models.insert(name.to_owned(), other.get(name)?.clone())?;
             }
         }
@@ -335,7 +345,12 @@ fn model_for(args: &Args) -> Result<(Models, &'static str), Box<dyn std::error::
     Ok((models, default))
 }
 
+/// The providers `--provider` and `--fallback` take.
+const PROVIDERS: [&str; 9] =
+    ["scripted", "anthropic", "openai", "openai-responses", "azure", "azure-responses", "gemini", "vertex", "bedrock"];
+
 fn provider_model(args: &Args, provider: &str) -> Result<(Models, &'static str), Box<dyn std::error::Error>> {
+    use loopstack::llm::{AzureOpenAi, OpenAiResponses};
     Ok(match provider {
         "scripted" => (Models::new().with(scripted_weather_model()), "scripted-weather"),
         "anthropic" => (Models::new().with(loopstack::llm::anthropic::Anthropic::from_env()?), "claude-sonnet-4-5"),
@@ -346,8 +361,31 @@ fn provider_model(args: &Args, provider: &str) -> Result<(Models, &'static str),
             }
             (Models::new().with(openai), "gpt-4o-mini")
         }
-        other => return Err(format!("unknown provider `{other}`; use anthropic, openai or scripted").into()),
+        "openai-responses" => (Models::new().with(OpenAiResponses::from_env()?), "gpt-5-mini"),
+        // On Azure a model is a deployment of the resource: `--model` names it.
+        "azure" => (Models::new().with(AzureOpenAi::from_env()?.chat()), "gpt-4o-mini"),
+        "azure-responses" => (Models::new().with(AzureOpenAi::from_env()?.responses()), "gpt-5-mini"),
+        #[cfg(feature = "gemini")]
+        "gemini" => (Models::new().with(loopstack::llm::Gemini::from_env()?), "gemini-2.5-flash"),
+        #[cfg(feature = "gemini")]
+        "vertex" => (Models::new().with(loopstack::llm::Gemini::vertex_from_env()?), "gemini-2.5-flash"),
+        #[cfg(feature = "bedrock")]
+        "bedrock" => {
+            (Models::new().with(loopstack::llm::Bedrock::from_env()?), "us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+        }
+        #[cfg(not(feature = "gemini"))]
+        "gemini" | "vertex" => return Err(needs_feature(provider, "gemini")),
+        #[cfg(not(feature = "bedrock"))]
+        "bedrock" => return Err(needs_feature(provider, "bedrock")),
+        other => return Err(format!("unknown provider `{other}`; use {}", PROVIDERS.join(", ")).into()),
     })
+}
+
+/// The error for a provider this build left out.
+#[allow(dead_code)] // Not called when every provider's feature is on.
+fn needs_feature(provider: &str, feature: &str) -> Box<dyn std::error::Error> {
+    format!("`{provider}` needs the `{feature}` feature: cargo run --example weather --features {feature} -- --provider {provider}")
+        .into()
 }
 
 /// `get_weather`, and the tools of the MCP servers of `--mcp` and `--mcp-url`.

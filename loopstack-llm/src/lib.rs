@@ -81,14 +81,20 @@ pub use loopstack_model::message::{
 pub use loopstack_model::model::{
     ChatModel, ChatRequest, ChatResponse, ModelSettings, ReasoningEffort, ResponseSchema, StreamEvent,
 };
-pub use loopstack_model::{CacheBreakpoint, PromptCache, ToolDefinition};
+pub use loopstack_model::{CacheBreakpoint, PromptCache, ToolDefinition, options};
 
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub use loopstack_model::{Anthropic, anthropic};
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub use loopstack_model::{OpenAi, openai};
+pub use loopstack_model::{AzureOpenAi, OpenAi, OpenAiResponses, openai};
+#[cfg(feature = "gemini")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
+pub use loopstack_model::{Gemini, gemini};
+#[cfg(feature = "bedrock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
+pub use loopstack_model::{Bedrock, bedrock};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
 pub use loopstack_model::{RetryPolicy, sse};
