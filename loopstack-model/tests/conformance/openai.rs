@@ -394,7 +394,7 @@ async fn the_suite_fails_a_provider_that_breaks_the_contract() {
         }
     }
 
-    use loopstack_model::testing::{Case, Imitation as _, Outcome};
+    use loopstack_model::testing::{Case, Outcome};
     let model = |key: &'static str| {
         move |setup: &loopstack_model::testing::Setup| {
             let model = OpenAi::new().api_key(key).base_url(&setup.base_url).retry_policy(setup.retry_policy());
