@@ -452,3 +452,10 @@ pub use loopstack_core::__private;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide to models and providers (docs/providers.md), its examples compiled as
+/// doc tests; they name every provider, so they need the `gemini` and `bedrock`
+/// features (CI runs them with both).
+#[cfg(all(doctest, feature = "gemini", feature = "bedrock"))]
+#[doc = include_str!("../docs/providers.md")]
+struct ProvidersGuideDoctests;
