@@ -39,7 +39,8 @@
 //!    limit, tools, response schema, whether reasoning was asked for, and each
 //!    message's [`Part`]s: text, images, calls, results, reasoning with the token it
 //!    carries). `reply` writes [`Turn::Answer`] as the API answers, plain or
-//!    streamed; [`Turn::Hang`] as the stream's start up to its first text then
+//!    streamed (a stream best sent in odd [`Reply::pieces`], so that events
+//!    split across reads are exercised); [`Turn::Hang`] as the stream's start up to its first text then
 //!    [`Reply::then_hang`]; and each [`Failure`] as the API sends it: its status,
 //!    error body with [`Failure::message`], `retry-after` header; a body missing
 //!    required fields for [`Failure::Malformed`]; the answer (or the stream up to
@@ -47,7 +48,8 @@
 //! 2. Build the model from the [`Setup`]: its base URL, key, retries
 //!    ([`Setup::retry_policy`]) and, if the provider has a sleep hook,
 //!    [`Setup::sleep`] (otherwise declare it lacks [`Capability::RecordedSleeps`]).
-//! 3. Declare what it lacks, with why, and run it in a test:
+//! 3. Declare what it lacks ([`Capability`]; the suite assumes every one unless
+//!    told), with why, and run it in a test:
 //!
 //! ```no_run
 //! use std::sync::Arc;
