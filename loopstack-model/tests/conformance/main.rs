@@ -13,7 +13,14 @@
 #[cfg(feature = "anthropic")]
 mod anthropic;
 #[cfg(feature = "openai")]
+mod azure;
+#[cfg(feature = "openai")]
 mod openai;
+#[cfg(feature = "openai")]
+mod openai_responses;
+#[cfg(feature = "openai")]
+#[path = "../support/responses_api.rs"]
+mod responses_api;
 
 use serde_json::Value;
 

@@ -39,7 +39,7 @@ const PARAMETERS: &[&str] = &[
     "service_tier",
 ];
 
-struct ChatCompletions;
+pub(super) struct ChatCompletions;
 
 fn read_content(content: &Value, at: &str) -> Result<Vec<Part>, String> {
     match content {

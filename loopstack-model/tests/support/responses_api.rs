@@ -20,10 +20,35 @@ use serde_json::{Value, json};
 
 /// A 400 in the API's error shape.
 pub fn invalid(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Reply {
-    Reply::json(
-        400,
-        json!({"error": {"message": message.into(), "type": "invalid_request_error", "param": param, "code": code}}),
-    )
+    refuse(message, param, code).reply()
+}
+
+/// A request the API refuses: the status and error body it answers with.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The HTTP status.
+    pub status: u16,
+    /// The error body, `{"error": {"message", "type", "param", "code"}}`.
+    pub body: Value,
+}
+
+impl Refusal {
+    /// The reply the API sends.
+    pub fn reply(self) -> Reply {
+        Reply::json(self.status, self.body)
+    }
+
+    /// What the API says is wrong, with the status.
+    pub fn message(&self) -> String {
+        format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
+    }
+}
+
+/// A 400 refusal in the API's error shape.
+fn refuse(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Refusal {
+    let body =
+        json!({"error": {"message": message.into(), "type": "invalid_request_error", "param": param, "code": code}});
+    Refusal { status: 400, body }
 }
 
 /// What a reasoning item the imitation issued was, and the call it preceded.
@@ -78,28 +103,38 @@ impl ResponsesApi {
         move |request| self.answer(request)
     }
 
-    fn answer(&self, request: &Request) -> Reply {
+    /// Records a reasoning item as issued by the API (before the call `call_id`, if
+    /// any), so that it is accepted back unchanged.
+    pub fn issue(&self, item: Value, call_id: Option<String>) {
+        let id = item["id"].as_str().unwrap_or_default().to_owned();
+        self.state.lock().unwrap().reasoning.insert(id, Issued { item, call_id });
+    }
+
+    /// Checks a request as the API does (route, key, content type, body), or the
+    /// refusal it answers with.
+    pub fn check_request(&self, request: &Request) -> Result<(), Refusal> {
         if request.method != "POST" || request.path != self.path {
             let message = format!("Invalid URL ({} {})", request.method, request.path);
-            return Reply::json(
-                404,
-                json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}),
-            );
+            let body =
+                json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}});
+            return Err(Refusal { status: 404, body });
         }
         if request.header(self.auth.0) != Some(self.auth.1.as_str())
             || self.no_header.is_some_and(|h| request.header(h).is_some())
         {
-            return Reply::json(
-                401,
-                json!({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
-                                  "param": null, "code": "invalid_api_key"}}),
-            );
+            let body = json!({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
+                                        "param": null, "code": "invalid_api_key"}});
+            return Err(Refusal { status: 401, body });
         }
         if !request.header("content-type").is_some_and(|c| c.starts_with("application/json")) {
-            return invalid("Expected a JSON body (content-type application/json).", None, None);
+            return Err(refuse("Expected a JSON body (content-type application/json).", None, None));
         }
-        if let Err(reply) = self.check(&request.body) {
-            return reply;
+        self.check(&request.body)
+    }
+
+    fn answer(&self, request: &Request) -> Reply {
+        if let Err(refusal) = self.check_request(request) {
+            return refusal.reply();
         }
         let mut state = self.state.lock().unwrap();
         if let Some(fault) = state.faults.pop_front() {
@@ -115,7 +150,7 @@ impl ResponsesApi {
     }
 
     /// Checks a request body as the API does.
-    fn check(&self, body: &Value) -> Result<(), Reply> {
+    fn check(&self, body: &Value) -> Result<(), Refusal> {
         const KNOWN: &[&str] = &[
             "model",
             "input",
@@ -145,15 +180,15 @@ impl ResponsesApi {
             "background",
             "prompt",
         ];
-        let body = body.as_object().ok_or_else(|| invalid("The body must be a JSON object.", None, None))?;
+        let body = body.as_object().ok_or_else(|| refuse("The body must be a JSON object.", None, None))?;
         if let Some(key) = body.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            return Err(invalid(format!("Unknown parameter: '{key}'."), Some(key), Some("unknown_parameter")));
+            return Err(refuse(format!("Unknown parameter: '{key}'."), Some(key), Some("unknown_parameter")));
         }
         let missing = |name: &str| {
-            invalid(format!("Missing required parameter: '{name}'."), Some(name), Some("missing_required_parameter"))
+            refuse(format!("Missing required parameter: '{name}'."), Some(name), Some("missing_required_parameter"))
         };
         let wrong = |name: &str, what: &str| {
-            invalid(format!("Invalid type for '{name}': expected {what}."), Some(name), Some("invalid_type"))
+            refuse(format!("Invalid type for '{name}': expected {what}."), Some(name), Some("invalid_type"))
         };
         if !body.get("model").ok_or_else(|| missing("model"))?.is_string() {
             return Err(wrong("model", "a string"));
@@ -174,7 +209,7 @@ impl ResponsesApi {
             match max.as_u64() {
                 Some(n) if n >= 16 => {}
                 Some(_) => {
-                    return Err(invalid(
+                    return Err(refuse(
                         "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16.",
                         Some("max_output_tokens"),
                         Some("integer_below_min_value"),
@@ -191,7 +226,7 @@ impl ResponsesApi {
             let ok =
                 include.as_array().is_some_and(|a| a.iter().all(|i| i.as_str().is_some_and(|i| known.contains(&i))));
             if !ok {
-                return Err(invalid("Invalid value for 'include'.", Some("include"), Some("invalid_value")));
+                return Err(refuse("Invalid value for 'include'.", Some("include"), Some("invalid_value")));
             }
         }
         if let Some(reasoning) = body.get("reasoning") {
@@ -200,7 +235,7 @@ impl ResponsesApi {
             if !effort.is_some_and(|e| ["none", "minimal", "low", "medium", "high"].contains(&e))
                 || summary.is_some_and(|s| !s.as_str().is_some_and(|s| ["auto", "concise", "detailed"].contains(&s)))
             {
-                return Err(invalid("Invalid value for 'reasoning'.", Some("reasoning"), Some("invalid_value")));
+                return Err(refuse("Invalid value for 'reasoning'.", Some("reasoning"), Some("invalid_value")));
             }
         }
         if let Some(text) = body.get("text") {
@@ -210,7 +245,7 @@ impl ResponsesApi {
                 && format["schema"].is_object()
                 && format.get("strict").is_none_or(Value::is_boolean);
             if !ok {
-                return Err(invalid("Invalid 'text.format'.", Some("text.format"), Some("invalid_value")));
+                return Err(refuse("Invalid 'text.format'.", Some("text.format"), Some("invalid_value")));
             }
         }
         if let Some(tools) = body.get("tools") {
@@ -225,14 +260,14 @@ impl ResponsesApi {
                     || tool.get("strict").is_some_and(|s| !s.is_boolean())
                     || tool.get("description").is_some_and(|d| !d.is_string())
                 {
-                    return Err(invalid(format!("Invalid tool at 'tools[{i}]'."), Some(&format!("tools[{i}]")), None));
+                    return Err(refuse(format!("Invalid tool at 'tools[{i}]'."), Some(&format!("tools[{i}]")), None));
                 }
             }
         }
         self.check_input(input, body.get("store") == Some(&Value::Bool(true)))
     }
 
-    fn check_input(&self, input: &[Value], store: bool) -> Result<(), Reply> {
+    fn check_input(&self, input: &[Value], store: bool) -> Result<(), Refusal> {
         let state = self.state.lock().unwrap();
         let mut calls: Vec<&str> = Vec::new();
         // The reasoning items seen so far, by id.
@@ -241,7 +276,7 @@ impl ResponsesApi {
             let param = format!("input[{i}]");
             let field = |name: &str| {
                 item.get(name).and_then(Value::as_str).ok_or_else(|| {
-                    invalid(
+                    refuse(
                         format!("Missing required parameter: '{param}.{name}'."),
                         Some(&param),
                         Some("missing_required_parameter"),
@@ -255,7 +290,7 @@ impl ResponsesApi {
                         "user" | "system" | "developer" => &["input_text", "input_image", "input_file"],
                         "assistant" => &["output_text", "refusal"],
                         _ => {
-                            return Err(invalid(
+                            return Err(refuse(
                                 format!("Invalid value: '{role}'."),
                                 Some(&format!("{param}.role")),
                                 Some("invalid_value"),
@@ -284,7 +319,7 @@ impl ResponsesApi {
                             })
                         });
                     if !parts_ok {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!("Invalid content at '{param}.content'."),
                             Some(&param),
                             Some("invalid_value"),
@@ -302,7 +337,7 @@ impl ResponsesApi {
                     {
                         let id = before.item["id"].as_str().unwrap_or_default();
                         if !reasoning_seen.contains(&id) {
-                            return Err(invalid(
+                            return Err(refuse(
                                 format!(
                                     "Item '{call_id}' of type 'function_call' was provided without its required 'reasoning' item: '{id}'."
                                 ),
@@ -316,14 +351,14 @@ impl ResponsesApi {
                 "function_call_output" => {
                     let call_id = field("call_id")?;
                     if !item["output"].is_string() && !item["output"].is_array() {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!("Missing required parameter: '{param}.output'."),
                             Some(&param),
                             None,
                         ));
                     }
                     if !calls.contains(&call_id) {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!("No tool call found for function call output with call_id {call_id}."),
                             Some(&param),
                             None,
@@ -333,14 +368,14 @@ impl ResponsesApi {
                 "reasoning" => {
                     let id = field("id")?;
                     if !item["summary"].is_array() {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!("Missing required parameter: '{param}.summary'."),
                             Some(&param),
                             None,
                         ));
                     }
                     if item.get("content").is_some_and(|c| c.as_array().is_none_or(|c| !c.is_empty())) {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!(
                                 "Invalid '{param}.content': array too long. Expected an array with maximum length 0."
                             ),
@@ -349,21 +384,21 @@ impl ResponsesApi {
                         ));
                     }
                     let Some(issued) = state.reasoning.get(id) else {
-                        return Err(Reply::json(
-                            404,
-                            json!({"error": {"message": format!("Item with id '{id}' not found."), "type": "invalid_request_error", "param": "input", "code": null}}),
-                        ));
+                        return Err(Refusal {
+                            status: 404,
+                            body: json!({"error": {"message": format!("Item with id '{id}' not found."), "type": "invalid_request_error", "param": "input", "code": null}}),
+                        });
                     };
                     if !store && item.get("encrypted_content").is_none() {
-                        return Err(Reply::json(
-                            404,
-                            json!({"error": {"message": format!("Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input."), "type": "invalid_request_error", "param": "input", "code": null}}),
-                        ));
+                        return Err(Refusal {
+                            status: 404,
+                            body: json!({"error": {"message": format!("Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input."), "type": "invalid_request_error", "param": "input", "code": null}}),
+                        });
                     }
                     if item.get("encrypted_content").is_some_and(|e| *e != issued.item["encrypted_content"])
                         || item["summary"] != issued.item["summary"]
                     {
-                        return Err(invalid(
+                        return Err(refuse(
                             format!("The encrypted content for item {id} could not be verified."),
                             Some(&param),
                             Some("invalid_encrypted_content"),
@@ -372,7 +407,7 @@ impl ResponsesApi {
                     reasoning_seen.push(id);
                 }
                 other => {
-                    return Err(invalid(
+                    return Err(refuse(
                         format!("Invalid value: '{other}'."),
                         Some(&format!("{param}.type")),
                         Some("invalid_value"),
