@@ -14,6 +14,11 @@
 mod anthropic;
 #[cfg(feature = "openai")]
 mod azure;
+#[cfg(feature = "gemini")]
+mod gemini;
+#[cfg(feature = "gemini")]
+#[path = "../support/gemini_api.rs"]
+mod gemini_api;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]

@@ -40,7 +40,32 @@ pub(crate) struct Read {
 
 /// An error in Google's shape.
 pub(crate) fn error(code: u16, status: &str, message: &str) -> Reply {
-    Reply::json(code, json!({"error": {"code": code, "message": message, "status": status}}))
+    refusal(code, status, message).reply()
+}
+
+/// A request the API refuses: the status and error body it answers with.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// The HTTP status.
+    pub(crate) status: u16,
+    /// The error body, `{"error": {"code", "message", "status"}}`.
+    pub(crate) body: Value,
+}
+
+impl Refusal {
+    /// The reply the API sends.
+    pub(crate) fn reply(self) -> Reply {
+        Reply::json(self.status, self.body)
+    }
+
+    /// What the API says is wrong, with the status.
+    pub(crate) fn message(&self) -> String {
+        format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
+    }
+}
+
+fn refusal(code: u16, status: &str, message: &str) -> Refusal {
+    Refusal { status: code, body: json!({"error": {"code": code, "message": message, "status": status}}) }
 }
 
 /// A 400 `INVALID_ARGUMENT`.
@@ -67,34 +92,39 @@ impl Api {
 
     /// Reads a request, or the error reply the API would send.
     pub(crate) fn read(&self, request: &Request) -> Result<Read, Reply> {
+        self.check(request).map_err(Refusal::reply)
+    }
+
+    /// Reads a request, or the API's refusal of it.
+    pub(crate) fn check(&self, request: &Request) -> Result<Read, Refusal> {
         if request.method != "POST" {
-            return Err(error(405, "METHOD_NOT_ALLOWED", "only POST"));
+            return Err(refusal(405, "METHOD_NOT_ALLOWED", "only POST"));
         }
         let (model, stream) = self
             .path(&request.path)
-            .ok_or_else(|| error(404, "NOT_FOUND", &format!("no such path: {}", request.path)))?;
+            .ok_or_else(|| refusal(404, "NOT_FOUND", &format!("no such path: {}", request.path)))?;
         match &self.vertex {
             None => {
                 if request.header("authorization").is_some() {
-                    return Err(error(401, "UNAUTHENTICATED", "the Gemini API takes its key as x-goog-api-key"));
+                    return Err(refusal(401, "UNAUTHENTICATED", "the Gemini API takes its key as x-goog-api-key"));
                 }
                 if request.header("x-goog-api-key") != Some(self.key.as_str()) {
                     // As the Gemini API answers a wrong key.
-                    return Err(Reply::json(
-                        400,
-                        json!({"error": {"code": 400,
+                    return Err(Refusal {
+                        status: 400,
+                        body: json!({"error": {"code": 400,
                         "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT",
                         "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
                                      "domain": "googleapis.com"}]}}),
-                    ));
+                    });
                 }
             }
             Some(_) => {
                 if request.header("x-goog-api-key").is_some() {
-                    return Err(error(401, "UNAUTHENTICATED", "Vertex AI takes an OAuth access token"));
+                    return Err(refusal(401, "UNAUTHENTICATED", "Vertex AI takes an OAuth access token"));
                 }
                 if request.header("authorization") != Some(format!("Bearer {}", self.key).as_str()) {
-                    return Err(error(
+                    return Err(refusal(
                         401,
                         "UNAUTHENTICATED",
                         "Request had invalid authentication credentials. Expected OAuth 2 access token.",
@@ -103,10 +133,10 @@ impl Api {
             }
         }
         if !request.header("content-type").is_some_and(|t| t.starts_with("application/json")) {
-            return Err(invalid("the body must be application/json"));
+            return Err(refusal(400, "INVALID_ARGUMENT", "the body must be application/json"));
         }
         let body = request.body.clone();
-        self.check_body(&body).map_err(|m| invalid(format!("Invalid request: {m}")))?;
+        self.check_body(&body).map_err(|m| refusal(400, "INVALID_ARGUMENT", &format!("Invalid request: {m}")))?;
         Ok(Read { model, stream, body })
     }
 
