@@ -112,7 +112,8 @@ impl Thought {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Failure {
-    /// The key is refused (HTTP 401, with the API's error body).
+    /// The key is refused (HTTP 401, with the API's error body; 403 for APIs that
+    /// refuse credentials so, such as Bedrock).
     Authentication,
     /// The request is refused (HTTP 400, with the API's error body).
     InvalidRequest,
@@ -294,6 +295,10 @@ pub enum Capability {
     /// A hook receiving each retry delay instead of sleeping ([`Setup::sleep`]):
     /// without it the retry cases sleep for real and do not check the delays.
     RecordedSleeps,
+    /// The API says how long to wait after a rate limit (a `retry-after` header, a
+    /// retry delay in the body): without it a rate limit carries no wait and is
+    /// retried after a backoff.
+    RetryAfter,
 }
 
 impl Capability {
@@ -309,6 +314,7 @@ impl Capability {
         Self::CacheWriteTokens,
         Self::ReasoningTokens,
         Self::RecordedSleeps,
+        Self::RetryAfter,
     ];
 }
 
@@ -393,14 +399,14 @@ pub enum Case {
     ReasoningRoundTrip,
     /// Cache and reasoning token counts are mapped to [`Usage`], plain and streamed.
     Usage,
-    /// A refused key: [`LlmError::Authentication`](crate::LlmError::Authentication),
-    /// not retried.
+    /// A refused key: [`LlmError::Authentication`](crate::LlmError::Authentication)
+    /// (HTTP 401, or 403), not retried.
     AuthenticationError,
     /// A refused request: [`LlmError::InvalidRequest`](crate::LlmError::InvalidRequest),
     /// not retried.
     InvalidRequestError,
     /// Too many requests: [`LlmError::RateLimited`](crate::LlmError::RateLimited)
-    /// with the wait asked for, retryable.
+    /// with the wait asked for (none without [`Capability::RetryAfter`]), retryable.
     RateLimitedError,
     /// Overloaded: [`LlmError::Overloaded`](crate::LlmError::Overloaded) (or
     /// [`LlmError::Server`](crate::LlmError::Server) for APIs that say so with a

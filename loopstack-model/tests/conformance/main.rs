@@ -14,6 +14,11 @@
 mod anthropic;
 #[cfg(feature = "openai")]
 mod azure;
+#[cfg(feature = "bedrock")]
+mod bedrock;
+#[cfg(feature = "bedrock")]
+#[path = "../support/bedrock_api.rs"]
+mod bedrock_api;
 #[cfg(feature = "gemini")]
 mod gemini;
 #[cfg(feature = "gemini")]
