@@ -92,10 +92,11 @@ fn encode_message(message: &Message, wire: Wire, out: &mut Vec<Value>) {
             for block in &message.content {
                 let item = match block {
                     ContentBlock::Text { text } if text.is_empty() => continue,
-                    ContentBlock::Text { text } => json!({
-                        "type": "message", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text}],
-                    }),
+                    // Earlier text of the model's as an input message with string
+                    // content (`EasyInputMessage`): an `output_text` part is an output
+                    // message's, whose published schema requires its `annotations` and
+                    // `logprobs`, and the message its `id` and `status`.
+                    ContentBlock::Text { text } => json!({"type": "message", "role": "assistant", "content": text}),
                     ContentBlock::ToolUse(call) => function_call(call),
                     ContentBlock::Reasoning(reasoning) if reasoning.provider == wire.provider => {
                         match reasoning_item(reasoning, wire.store) {
@@ -258,7 +259,7 @@ mod tests {
                 "input": [
                     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Oslo?"}]},
                     {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Think."}], "encrypted_content": "enc1"},
-                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+                    {"type": "message", "role": "assistant", "content": "Checking."},
                     {"type": "function_call", "call_id": "call_1", "name": "w", "arguments": "{\"city\":\"Oslo\"}"},
                     {"type": "function_call", "call_id": "call_2", "name": "w", "arguments": "{bad"},
                     {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
