@@ -416,21 +416,17 @@ pub mod metrics;
 
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub mod serve;
+#[doc(inline)]
+pub use loopstack_server::serve;
 
 #[cfg(feature = "mcp-server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp-server")))]
-pub mod mcp_server;
+#[doc(inline)]
+pub use loopstack_server::mcp_server;
 
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
-
-#[cfg(feature = "serve")]
-mod studio;
-
-#[cfg(any(feature = "cli", feature = "serve", feature = "mcp-server"))]
-mod views;
 
 /// The names most code needs: `use loopstack::prelude::*;`.
 ///

@@ -49,12 +49,12 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             }
             let page = runtime.store().list_runs(&query).await?;
             if json {
-                let runs: Vec<Value> = page.runs.iter().map(crate::views::run).collect();
+                let runs: Vec<Value> = page.runs.iter().map(loopstack_server::views::run).collect();
                 out = json!({ "runs": runs, "next": page.next }).to_string() + "\n";
             } else {
                 let now = loopstack_core::Timestamp::now();
                 for run in &page.runs {
-                    let holder = crate::views::Holder::of(run, now);
+                    let holder = loopstack_server::views::Holder::of(run, now);
                     let status = if holder.is_some_and(|h| h.stalled) { "stalled" } else { run.status.as_str() };
                     let _ = write!(
                         out,
@@ -314,7 +314,7 @@ pub(super) async fn schedule(runtime: &Runtime, action: &ScheduleCommand, json: 
         ScheduleCommand::List => {
             let schedules = runtime.schedules().await?;
             if json {
-                let list: Vec<Value> = schedules.iter().map(crate::views::schedule).collect();
+                let list: Vec<Value> = schedules.iter().map(loopstack_server::views::schedule).collect();
                 return Ok(json!({ "schedules": list }).to_string() + "\n");
             }
             if schedules.is_empty() {
@@ -337,7 +337,7 @@ pub(super) async fn schedule(runtime: &Runtime, action: &ScheduleCommand, json: 
         }
     };
     if json {
-        out = crate::views::schedule(&changed).to_string() + "\n";
+        out = loopstack_server::views::schedule(&changed).to_string() + "\n";
     } else {
         let _ = writeln!(out, "{}", schedule_line(&changed));
     }
@@ -380,7 +380,7 @@ pub(super) async fn decide(
     json: bool,
 ) -> Result<String, CliError> {
     let record = runtime.store().load_run(run_id).await?;
-    let waits = crate::views::Waits::of(runtime, &record)?;
+    let waits = loopstack_server::views::Waits::of(runtime, &record)?;
     let pending = match waits.as_ref().and_then(|w| w.pending.as_ref()) {
         Some(pending) if !pending.is_empty() => pending,
         _ => return Err(CliError::NotAwaitingApproval { run_id, why: standing(runtime, &record, waits.as_ref()) }),
@@ -411,7 +411,7 @@ pub(super) async fn decide(
 pub(super) fn standing(
     runtime: &Runtime,
     record: &loopstack_core::RunRecord,
-    waits: Option<&crate::views::Waits>,
+    waits: Option<&loopstack_server::views::Waits>,
 ) -> String {
     if record.status != RunStatus::Waiting {
         return format!("it is {} at {}", record.status.as_str(), record.place);

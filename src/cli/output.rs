@@ -19,7 +19,7 @@ pub(super) async fn outcome_text(
         None => None,
     };
     if json {
-        let mut value = crate::views::run(&record.summary());
+        let mut value = loopstack_server::views::run(&record.summary());
         value["waiting_for"] = json!(waiting_for);
         if let Some(pending) = &pending {
             value["pending_calls"] = json!(pending);
@@ -37,8 +37,14 @@ pub(super) async fn outcome_text(
                 if signals.is_empty() { "a timer".to_owned() } else { signals.join(", ") }
             );
             if let Some(pending) = pending.filter(|p| !p.is_empty()) {
-                let outcome = crate::views::is_outcome_place(place);
-                crate::views::pending_lines(&mut out, run_id, &pending, outcome, crate::views::Answer::Cli);
+                let outcome = loopstack_server::views::is_outcome_place(place);
+                loopstack_server::views::pending_lines(
+                    &mut out,
+                    run_id,
+                    &pending,
+                    outcome,
+                    loopstack_server::views::Answer::Cli,
+                );
             }
             out
         }
@@ -57,18 +63,18 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
     let history = store.history(run_id).await?;
     let takeovers = store.takeovers(run_id).await?;
     let documents = store.documents(run_id).await?;
-    let state = crate::views::raw(&record.state);
-    let waits = crate::views::Waits::of(runtime, &record)?;
+    let state = loopstack_server::views::raw(&record.state);
+    let waits = loopstack_server::views::Waits::of(runtime, &record)?;
     if json {
-        let mut value = crate::views::run(&record.summary());
+        let mut value = loopstack_server::views::run(&record.summary());
         if let Some(waits) = &waits {
             value["waits_for"] = waits.json();
         }
-        value["history"] = history.iter().map(crate::views::step).collect();
-        value["takeovers"] = takeovers.iter().map(crate::views::takeover).collect();
+        value["history"] = history.iter().map(loopstack_server::views::step).collect();
+        value["takeovers"] = takeovers.iter().map(loopstack_server::views::takeover).collect();
         value["state"] = state;
-        value["documents"] = documents.iter().map(|d| crate::views::document(d)).collect();
-        if let Some(fork) = crate::views::fork(record.forked_from, &documents) {
+        value["documents"] = documents.iter().map(|d| loopstack_server::views::document(d)).collect();
+        if let Some(fork) = loopstack_server::views::fork(record.forked_from, &documents) {
             value["fork"] = fork;
         }
         return Ok(value.to_string() + "\n");
@@ -83,7 +89,7 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
         record.version,
         record.step
     );
-    if let Some(holder) = crate::views::Holder::of(&record.summary(), loopstack_core::Timestamp::now()) {
+    if let Some(holder) = loopstack_server::views::Holder::of(&record.summary(), loopstack_core::Timestamp::now()) {
         let until = holder.until.map_or_else(|| "no end".to_owned(), |t| t.to_string());
         if holder.stalled {
             let _ = writeln!(
@@ -102,11 +108,14 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
         let _ = writeln!(out, "parent: {parent}");
     }
     if let Some(forked_from) = record.forked_from {
-        let _ =
-            writeln!(out, "{}", crate::views::fork_line(forked_from, crate::views::fork_record(&documents).as_ref()));
+        let _ = writeln!(
+            out,
+            "{}",
+            loopstack_server::views::fork_line(forked_from, loopstack_server::views::fork_record(&documents).as_ref())
+        );
     }
     if let Some(waits) = &waits {
-        crate::views::waits_text(&mut out, run_id, waits, crate::views::Answer::Cli);
+        loopstack_server::views::waits_text(&mut out, run_id, waits, loopstack_server::views::Answer::Cli);
     } else if record.status == RunStatus::Waiting {
         let _ = writeln!(
             out,
@@ -119,12 +128,12 @@ pub(super) async fn show(runtime: &Runtime, run_id: RunId, json: bool) -> Result
     let mut takeovers = takeovers.iter().peekable();
     for s in &history {
         while let Some(t) = takeovers.next_if(|t| t.at < s.at) {
-            let _ = writeln!(out, "       {} {}", t.at, crate::views::takeover_line(t));
+            let _ = writeln!(out, "       {} {}", t.at, loopstack_server::views::takeover_line(t));
         }
         let _ = writeln!(out, "  {:>3}. {} {} -> {} ({})", s.step, s.at, s.from, s.to, s.transition);
     }
     for t in takeovers {
-        let _ = writeln!(out, "       {} {}", t.at, crate::views::takeover_line(t));
+        let _ = writeln!(out, "       {} {}", t.at, loopstack_server::views::takeover_line(t));
     }
     let messages: Vec<_> =
         documents.iter().filter(|d| d.doc_type == loopstack_llm::generate::MESSAGE_DOCUMENT).collect();

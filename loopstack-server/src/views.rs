@@ -2,16 +2,13 @@
 //! steps and documents as JSON (one shape for all), what a run waits for in words,
 //! and how a drive is kept from being dropped halfway.
 
-#[cfg(any(feature = "cli", feature = "mcp-server"))]
 use std::fmt::Write as _;
 
 use loopstack_core::serde_json::{self, Value, json};
-#[cfg(any(feature = "cli", feature = "serve"))]
 use loopstack_core::{Document, RunSummary, StepRecord};
 
 /// A run's row: id, workflow and its version, status, place, step, parent, times, error.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn run(run: &RunSummary) -> Value {
+pub fn run(run: &RunSummary) -> Value {
     let holder = Holder::of(run, loopstack_core::Timestamp::now());
     json!({
         "run_id": run.run_id,
@@ -37,20 +34,18 @@ pub(crate) fn run(run: &RunSummary) -> Value {
 /// Who drives a running run: the worker or process named in its lease, until when
 /// it holds it, and whether that lease ran out (the holder died or stopped: the run
 /// is stalled until a worker takes it over).
-#[cfg(any(feature = "cli", feature = "serve"))]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Holder<'a> {
-    pub(crate) owner: &'a str,
+pub struct Holder<'a> {
+    pub owner: &'a str,
     /// When it took the run.
-    pub(crate) since: loopstack_core::Timestamp,
-    pub(crate) until: Option<loopstack_core::Timestamp>,
-    pub(crate) stalled: bool,
+    pub since: loopstack_core::Timestamp,
+    pub until: Option<loopstack_core::Timestamp>,
+    pub stalled: bool,
 }
 
-#[cfg(any(feature = "cli", feature = "serve"))]
 impl<'a> Holder<'a> {
     /// The holder of `run` at `now`, if it is running under a lease.
-    pub(crate) fn of(run: &'a RunSummary, now: loopstack_core::Timestamp) -> Option<Self> {
+    pub fn of(run: &'a RunSummary, now: loopstack_core::Timestamp) -> Option<Self> {
         if run.status != loopstack_core::RunStatus::Running {
             return None;
         }
@@ -65,8 +60,7 @@ impl<'a> Holder<'a> {
 }
 
 /// A schedule: its id, workflow, input, when it is due, its policy and its last run.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
+pub fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
     use loopstack_core::schedule::Recurrence;
     let (cron, timezone, every_ms) = match &s.recurrence {
         Recurrence::Cron { expr, timezone } => (Some(expr.as_str()), Some(timezone.as_deref().unwrap_or("UTC")), None),
@@ -96,17 +90,12 @@ pub(crate) fn schedule(s: &loopstack_core::ScheduleRecord) -> Value {
 
 /// What a fork's edits changed, from its `loopstack_fork` document
 /// ([`ForkRecord`](loopstack_core::ForkRecord)): the latest, for a fork of a fork.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn fork_record(documents: &[std::sync::Arc<Document>]) -> Option<loopstack_core::ForkRecord> {
+pub fn fork_record(documents: &[std::sync::Arc<Document>]) -> Option<loopstack_core::ForkRecord> {
     documents.iter().rev().find(|d| d.doc_type == loopstack_core::fork::FORK_DOCUMENT).and_then(|d| d.read().ok())
 }
 
 /// "forked from RUN at step N", and "with: ..." what its edits changed.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn fork_line(
-    forked_from: (loopstack_core::RunId, u64),
-    record: Option<&loopstack_core::ForkRecord>,
-) -> String {
+pub fn fork_line(forked_from: (loopstack_core::RunId, u64), record: Option<&loopstack_core::ForkRecord>) -> String {
     let (source, step) = forked_from;
     match record.filter(|r| r.source == source) {
         Some(r) if !r.changes.is_empty() => {
@@ -118,8 +107,7 @@ pub(crate) fn fork_line(
 
 /// A fork's origin and edits, `{"run_id", "step", "text", "changes"}`, for `show
 /// --json` and the API; `None` for a run that is no fork.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn fork(
+pub fn fork(
     forked_from: Option<(loopstack_core::RunId, u64)>,
     documents: &[std::sync::Arc<Document>],
 ) -> Option<Value> {
@@ -134,29 +122,25 @@ pub(crate) fn fork(
 }
 
 /// One step of a run's history.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn step(s: &StepRecord) -> Value {
+pub fn step(s: &StepRecord) -> Value {
     json!({ "step": s.step, "transition": s.transition, "from": s.from, "to": s.to, "at": s.at.to_string() })
 }
 
 /// A takeover of a run: when, from whom (and until when its lease held), by whom.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn takeover(t: &loopstack_core::Takeover) -> Value {
+pub fn takeover(t: &loopstack_core::Takeover) -> Value {
     json!({
         "at": t.at.to_string(), "from": t.from, "lease_until": t.lease_until.to_string(), "by": t.by, "epoch": t.epoch,
     })
 }
 
 /// A takeover as a line of a run's history.
-#[cfg(feature = "cli")]
-pub(crate) fn takeover_line(t: &loopstack_core::Takeover) -> String {
+pub fn takeover_line(t: &loopstack_core::Takeover) -> String {
     let by = t.by.as_deref().map(|by| format!(" by {by}")).unwrap_or_default();
     format!("taken over{by} from {}, whose lease ran to {}", t.from, t.lease_until)
 }
 
 /// A document version with its content as JSON.
-#[cfg(any(feature = "cli", feature = "serve"))]
-pub(crate) fn document(d: &Document) -> Value {
+pub fn document(d: &Document) -> Value {
     json!({
         "seq": d.seq, "type": d.doc_type, "key": d.key, "version": d.version, "tags": d.tags,
         "step": d.step, "metadata": d.metadata, "content": d.value().unwrap_or(Value::Null),
@@ -165,33 +149,32 @@ pub(crate) fn document(d: &Document) -> Value {
 
 /// Stored JSON (a state, a payload) as a value; `null` for text that is not JSON,
 /// which the stores never hold.
-pub(crate) fn raw(raw: &serde_json::value::RawValue) -> Value {
+pub fn raw(raw: &serde_json::value::RawValue) -> Value {
     serde_json::from_str(raw.get()).unwrap_or(Value::Null)
 }
 
 /// What a waiting run waits for, by this build's table of its workflow: the
 /// signals its place takes, the tool calls it waits to have decided (a run of an
 /// agent, of any name, at `awaiting_approval`), and its timer.
-pub(crate) struct Waits {
+pub struct Waits {
     /// The wait transitions that leave its place.
-    pub(crate) signals: Vec<&'static loopstack_core::TransitionDef>,
+    pub signals: Vec<&'static loopstack_core::TransitionDef>,
     /// The calls waiting for a person's decision, when it is an agent's run that
     /// waits for them.
-    pub(crate) pending: Option<Vec<loopstack_llm::PendingCall>>,
+    pub pending: Option<Vec<loopstack_llm::PendingCall>>,
     /// Whether those calls are at-most-once calls whose outcome is unknown (the run
     /// waits at `awaiting_outcome`) rather than calls to approve.
-    #[cfg_attr(not(any(feature = "cli", feature = "mcp-server")), allow(dead_code))]
-    pub(crate) outcome_unknown: bool,
+    pub outcome_unknown: bool,
     /// The timed transitions that leave its place.
-    pub(crate) timers: Vec<&'static loopstack_core::TransitionDef>,
+    pub timers: Vec<&'static loopstack_core::TransitionDef>,
     /// When the first of them is due.
-    pub(crate) wake_at: Option<loopstack_core::Timestamp>,
+    pub wake_at: Option<loopstack_core::Timestamp>,
 }
 
 impl Waits {
     /// What `record` waits for; `None` when it does not wait, or its workflow is
     /// not registered here (its table is unknown).
-    pub(crate) fn of(
+    pub fn of(
         runtime: &loopstack_core::Runtime,
         record: &loopstack_core::RunRecord,
     ) -> Result<Option<Self>, loopstack_core::RunError> {
@@ -211,7 +194,7 @@ impl Waits {
 
     /// As JSON: `signals` (name, target place, payload schema and its shape in
     /// words), `pending_calls` (when it waits for decisions) and `timer`.
-    pub(crate) fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         let signals: Vec<Value> = self
             .signals
             .iter()
@@ -241,26 +224,22 @@ impl Waits {
 }
 
 /// Who reads what a run waits for, and so how answering it is written.
-#[cfg(any(feature = "cli", feature = "mcp-server"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub enum Answer {
     /// A person at the command line: `signal RUN NAME PAYLOAD`, `approve RUN`.
-    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     Cli,
     /// An MCP client: the tools `loopstack_signal` and `loopstack_decide`.
-    #[cfg_attr(not(feature = "mcp-server"), allow(dead_code))]
     Mcp,
 }
 
 /// Whether an agent's run at `place` waits for the outcome of at-most-once calls.
-pub(crate) fn is_outcome_place(place: &str) -> bool {
+pub fn is_outcome_place(place: &str) -> bool {
     place == loopstack_llm::AgentPlace::AwaitingOutcome.as_str()
 }
 
 /// The calls waiting for a decision, one line each, indented; `outcome_unknown`
 /// when they are at-most-once calls whose outcome is unknown.
-#[cfg(any(feature = "cli", feature = "mcp-server"))]
-pub(crate) fn pending_lines(
+pub fn pending_lines(
     out: &mut String,
     run_id: loopstack_core::RunId,
     pending: &[loopstack_llm::PendingCall],
@@ -301,8 +280,7 @@ pub(crate) fn pending_lines(
 
 /// What a waiting run waits for, in words: its pending tool calls, each signal
 /// with its payload's shape, and its timer.
-#[cfg(any(feature = "cli", feature = "mcp-server"))]
-pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits, how: Answer) {
+pub fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits, how: Answer) {
     let _ = writeln!(out, "\nwaits for:");
     if let Some(pending) = waits.pending.as_ref().filter(|p| !p.is_empty()) {
         pending_lines(out, run_id, pending, waits.outcome_unknown, how);
@@ -337,8 +315,7 @@ pub(crate) fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits:
 }
 
 /// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
-#[cfg(any(feature = "cli", feature = "mcp-server"))]
-pub(crate) fn words(duration: std::time::Duration) -> String {
+pub fn words(duration: std::time::Duration) -> String {
     let ms = duration.as_millis();
     if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
@@ -359,8 +336,7 @@ pub(crate) fn words(duration: std::time::Duration) -> String {
 
 /// Drives a run in a task of its own: a caller that goes away (an HTTP client, an
 /// MCP client that cancels) drops the answer, not the drive halfway.
-#[cfg(any(feature = "serve", feature = "mcp-server"))]
-pub(crate) async fn detached<F, Fut>(
+pub async fn detached<F, Fut>(
     runtime: &loopstack_core::Runtime,
     f: F,
 ) -> Result<loopstack_core::RunOutcome, loopstack_core::RunError>
@@ -380,7 +356,7 @@ where
 /// `{decisions: [{call_id: string, approved: boolean, reason?: string | null, result?: string | null}]}`.
 /// Optional properties end in `?`; references are followed (`root` holds the
 /// definitions), to a depth.
-pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
+pub fn shape(schema: &Value, root: &Value, depth: usize) -> String {
     if depth > 8 {
         return "...".to_owned();
     }
@@ -449,7 +425,6 @@ pub(crate) fn shape(schema: &Value, root: &Value, depth: usize) -> String {
 mod tests {
     use super::*;
 
-    #[cfg(any(feature = "cli", feature = "mcp-server"))]
     #[test]
     fn durations_read_as_a_person_says_them() {
         use std::time::Duration;
@@ -459,7 +434,6 @@ mod tests {
         assert_eq!(words(Duration::ZERO), "0s");
     }
 
-    #[cfg(any(feature = "cli", feature = "mcp-server"))]
     #[test]
     fn a_timer_whose_delay_the_workflow_gives_is_named_by_its_method() {
         use loopstack_core::{Definition, END, START, Timestamp, TransitionDef};

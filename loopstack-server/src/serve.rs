@@ -1,5 +1,5 @@
 //! An HTTP API for the runs of your binary, and Studio, the web page over it
-//! (feature `serve`, on by default): the command line's `serve`, or [`router`] to
+//! (feature `serve`): the command line's `serve`, or [`router`] to
 //! mount in an axum app of your own.
 //!
 //! Studio, at `/`, lists runs (filtered by workflow, status and place, a page at a
@@ -32,11 +32,11 @@
 //! | `POST /api/schedules/{id}/pause`, `/resume` | pauses it, or resumes it next due at its first time from now |
 //! | `DELETE /api/schedules/{id}` | deletes it (its runs stay) |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
-//! | `GET /metrics` | the [metrics](crate::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
+//! | `GET /metrics` | the [metrics](loopstack_core::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
 //! | `GET /healthz` | 200 while the process serves; no token needed |
 //! | `GET /readyz` | 200 when the store answers a cheap query within 5 s, else 503 with `{"error": reason}`; no token needed |
 //!
-//! With feature `mcp-server` (on by default) it also answers MCP at `/mcp`, over
+//! With feature `mcp-server` it also answers MCP at `/mcp`, over
 //! streamable HTTP: the registered workflows and agents as tools
 //! ([`mcp_server`](crate::mcp_server)), under the same token, Host and Origin
 //! rules as every endpoint.

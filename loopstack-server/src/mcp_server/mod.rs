@@ -1,6 +1,6 @@
 //! The registered workflows and agents as the tools of an
-//! [MCP](https://modelcontextprotocol.io) server (feature `mcp-server`, on by
-//! default, on the official `rmcp` crate): the command line's `mcp` serves them over
+//! [MCP](https://modelcontextprotocol.io) server (feature `mcp-server`, on the
+//! official `rmcp` crate): the command line's `mcp` serves them over
 //! stdio, and [`serve`](crate::serve) (with feature `serve`) over streamable HTTP at
 //! `/mcp`, under the HTTP API's token, Host and Origin rules.
 //!
@@ -35,10 +35,14 @@
 //! nothing. The runtime's secrets never appear in a result.
 //!
 //! ```no_run
+//! # mod loopstack { // the facade's paths, for this crate's doc test
+//! #     pub use loopstack_server::mcp_server;
+//! #     pub mod prelude { pub use loopstack_core::Runtime; }
+//! # }
 //! use loopstack::mcp_server::McpHandler;
 //! use loopstack::prelude::*;
 //!
-//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = Runtime::new(); // .register(..) your workflows and agents
 //! // stdio, as `my-app mcp` does: stdout carries only the protocol.
 //! loopstack::mcp_server::serve_stdio(McpHandler::new(runtime).server_info("my-app", "1.0.0")).await?;
