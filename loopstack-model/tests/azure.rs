@@ -2,20 +2,17 @@
 //! strict imitations of Azure's URLs (the v1 API and the deployment URLs of an
 //! `api-version`), its `api-key` header and Microsoft Entra ID bearer tokens.
 
-#[path = "support/responses_api.rs"]
-mod responses_api;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use loopstack_model::openai::Azure;
+use loopstack_model::testing::imitation::responses_api::{ResponsesApi, invalid};
 use loopstack_model::testing::{Reply, Request, Server};
 use loopstack_model::{
     ChatModel, ChatRequest, ChatResponse, ContentBlock, LlmError, Message, Reasoning, ReasoningEffort, StopReason,
     StreamEvent, ToolDefinition, ToolResult, Usage,
 };
-use responses_api::{ResponsesApi, invalid};
 use serde_json::{Value, json};
 
 const KEY: &str = "azure-key-0123456789abcdef";

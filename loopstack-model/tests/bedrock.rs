@@ -6,9 +6,6 @@
 //! event-stream frames it encodes itself with their CRC32s), and fails with each error
 //! class the reference lists.
 
-#[path = "support/bedrock_api.rs"]
-mod bedrock_api;
-
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -22,7 +19,7 @@ use loopstack_model::{
 };
 use serde_json::{Value, json};
 
-use bedrock_api::{
+use loopstack_model::testing::imitation::bedrock_api::{
     ACCESS_KEY, API_KEY, Auth, REGION, SECRET_KEY, SESSION_TOKEN, check_auth, check_request, crc32, error_reply,
     exception_frame, sigv4, stream_events,
 };

@@ -1,5 +1,5 @@
 //! The Gemini provider against a strict imitation of the Gemini API and Vertex AI
-//! (`tests/support/gemini_api.rs`), written from their published REST reference.
+//! (`loopstack_model::testing::imitation::gemini_api`), written from their published REST reference.
 //!
 //! `cargo test -p loopstack-model --features gemini,testing --test gemini`
 
@@ -14,10 +14,7 @@ use loopstack_model::{
 };
 use serde_json::{Value, json};
 
-#[path = "support/gemini_api.rs"]
-mod gemini_api;
-
-use gemini_api::{Api, SKIP, answer, error, response};
+use loopstack_model::testing::imitation::gemini_api::{self, Api, SKIP, answer, error, response};
 
 const KEY: &str = "gemini-test-key";
 const MODEL: &str = "gemini-3-flash-preview";

@@ -1,20 +1,17 @@
 //! The OpenAI Responses provider against a strict imitation of the API
-//! (`support/responses_api.rs`): the stateless reasoning round trip in a tool loop,
+//! (`loopstack_model::testing::imitation::responses_api`): the stateless reasoning round trip in a tool loop,
 //! streaming, images, structured output, usage, and each class of error.
-
-#[path = "support/responses_api.rs"]
-mod responses_api;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use loopstack_model::testing::imitation::responses_api::{self, ResponsesApi, events, invalid};
 use loopstack_model::testing::{Reply, Server};
 use loopstack_model::{
     ChatModel, ChatRequest, ChatResponse, ContentBlock, Image, LlmError, Message, OpenAiResponses, Reasoning,
     ReasoningEffort, ResponseSchema, RetryPolicy, Role, StopReason, StreamEvent, ToolDefinition, ToolResult, Usage,
 };
-use responses_api::{ResponsesApi, events, invalid};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-responses";

@@ -100,12 +100,13 @@
 //! and fails the test listing every failed case with what it expected. To run some
 //! cases alone, [`ProviderSuite::only`].
 //!
-//! In this repository each provider's imitation lives in
-//! `loopstack-model/tests/conformance/<provider>.rs` with its test, declared by a
-//! `mod` line in `tests/conformance/main.rs`; run them with
+//! Each provider of this crate has its imitation in [`imitation`] (usable to test
+//! an agent offline against the real wire) and its test in
+//! `loopstack-model/tests/conformance/<provider>.rs`; run them with
 //! `cargo test -p loopstack-model --all-features --test conformance`.
 
 mod cases;
+pub mod imitation;
 mod server;
 mod suite;
 

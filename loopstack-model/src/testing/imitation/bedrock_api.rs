@@ -10,27 +10,35 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use loopstack_model::testing::{Reply, Request};
+use crate::testing::{Reply, Request};
 use serde_json::{Value, json};
 
-pub(crate) const REGION: &str = "us-west-2";
-pub(crate) const ACCESS_KEY: &str = "AKIDEXAMPLE";
-pub(crate) const SECRET_KEY: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
-pub(crate) const SESSION_TOKEN: &str = "FwoGZXIvYXdzEXAMPLETOKEN";
-pub(crate) const API_KEY: &str = "ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl";
+/// The region of the test credentials.
+pub const REGION: &str = "us-west-2";
+/// The test access key id (AWS's documented example).
+pub const ACCESS_KEY: &str = "AKIDEXAMPLE";
+/// The test secret access key (AWS's documented example).
+pub const SECRET_KEY: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+/// The test session token.
+pub const SESSION_TOKEN: &str = "FwoGZXIvYXdzEXAMPLETOKEN";
+/// The test Bedrock API key.
+pub const API_KEY: &str = "ABSKQmVkcm9ja0FQSUtleS1leGFtcGxl";
 
 // ---------------------------------------------------------------------------------
 // SigV4, recomputed independently from the published algorithm.
 
-pub(crate) mod sigv4 {
+/// SigV4, recomputed independently from the published algorithm.
+pub mod sigv4 {
     use hmac::{Hmac, KeyInit as _, Mac as _};
     use sha2::{Digest as _, Sha256};
 
-    pub(crate) fn hex(bytes: &[u8]) -> String {
+    /// Lowercase hex of these bytes.
+    pub fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    /// The SHA-256 of these bytes, in lowercase hex.
+    pub fn sha256_hex(bytes: &[u8]) -> String {
         hex(&Sha256::digest(bytes))
     }
 
@@ -52,12 +60,12 @@ pub(crate) mod sigv4 {
 
     /// The canonical URI of a path as sent: each segment encoded once more (every
     /// service but S3 signs the path double-encoded).
-    pub(crate) fn canonical_uri(path: &str) -> String {
+    pub fn canonical_uri(path: &str) -> String {
         path.split('/').map(uri_encode).collect::<Vec<_>>().join("/")
     }
 
     /// The signature of a request: `headers` are the signed ones, lower-case, sorted.
-    pub(crate) fn signature(
+    pub fn signature(
         secret: &str,
         amz_date: &str,
         scope: &str,
@@ -89,7 +97,7 @@ pub(crate) mod sigv4 {
 }
 
 /// Seconds since the epoch of an `x-amz-date` (`20250102T030405Z`).
-pub(crate) fn amz_date_seconds(date: &str) -> Option<i64> {
+pub fn amz_date_seconds(date: &str) -> Option<i64> {
     let b = date.as_bytes();
     if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
         return None;
@@ -109,15 +117,18 @@ pub(crate) fn amz_date_seconds(date: &str) -> Option<i64> {
 
 /// How a request must be authorized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Auth {
+pub enum Auth {
     /// SigV4 with the test credentials, with or without the session token.
-    SigV4 { token: bool },
+    SigV4 {
+        /// Whether the session token must be sent (`x-amz-security-token`).
+        token: bool,
+    },
     /// A Bedrock API key: this one.
     Bearer(&'static str),
 }
 
 /// Checks a request's authorization as Bedrock does.
-pub(crate) fn check_auth(auth: Auth, req: &Request) -> Result<(), String> {
+pub fn check_auth(auth: Auth, req: &Request) -> Result<(), String> {
     let authorization = req.header("authorization").ok_or("no Authorization header")?;
     let Auth::SigV4 { token } = auth else {
         return match authorization.strip_prefix("Bearer ") {
@@ -182,7 +193,8 @@ pub(crate) fn check_auth(auth: Auth, req: &Request) -> Result<(), String> {
 // ---------------------------------------------------------------------------------
 // AWS event-stream frames, encoded with a CRC32 written here.
 
-pub(crate) fn crc32(bytes: &[u8]) -> u32 {
+/// The CRC32 (IEEE) of these bytes, as event-stream frames carry it.
+pub fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &byte in bytes {
         crc ^= u32::from(byte);
@@ -193,7 +205,9 @@ pub(crate) fn crc32(bytes: &[u8]) -> u32 {
     !crc
 }
 
-pub(crate) fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+/// An AWS event-stream frame of these headers (string-valued) and payload, with
+/// its prelude and message CRCs.
+pub fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     let mut head = Vec::new();
     for (name, value) in headers {
         head.push(u8::try_from(name.len()).unwrap());
@@ -213,7 +227,7 @@ pub(crate) fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
 }
 
 /// An event, with the `p` padding field Bedrock adds to each.
-pub(crate) fn event(kind: &str, mut payload: Value) -> Vec<u8> {
+pub fn event(kind: &str, mut payload: Value) -> Vec<u8> {
     payload["p"] = json!("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ");
     frame(
         &[(":event-type", kind), (":content-type", "application/json"), (":message-type", "event")],
@@ -221,7 +235,9 @@ pub(crate) fn event(kind: &str, mut payload: Value) -> Vec<u8> {
     )
 }
 
-pub(crate) fn exception_frame(kind: &str, message: &str) -> Vec<u8> {
+/// An exception frame of this kind and message, as ConverseStream sends an error
+/// mid-stream.
+pub fn exception_frame(kind: &str, message: &str) -> Vec<u8> {
     frame(
         &[(":exception-type", kind), (":content-type", "application/json"), (":message-type", "exception")],
         json!({ "message": message }).to_string().as_bytes(),
@@ -229,13 +245,13 @@ pub(crate) fn exception_frame(kind: &str, message: &str) -> Vec<u8> {
 }
 
 /// `text` in two pieces (at a character boundary), or one when too short.
-pub(crate) fn halves(text: &str) -> Vec<&str> {
+pub fn halves(text: &str) -> Vec<&str> {
     let mid = (0..=text.len() / 2).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     if mid == 0 { vec![text] } else { vec![&text[..mid], &text[mid..]] }
 }
 
 /// The ConverseStream events of an answer: its blocks as starts, deltas and stops.
-pub(crate) fn stream_events(content: &[Value], stop: &str, usage: &Value) -> Vec<Vec<u8>> {
+pub fn stream_events(content: &[Value], stop: &str, usage: &Value) -> Vec<Vec<u8>> {
     let mut events = vec![event("messageStart", json!({"role": "assistant"}))];
     for (i, block) in content.iter().enumerate() {
         let delta = |delta: Value| event("contentBlockDelta", json!({"contentBlockIndex": i, "delta": delta}));
@@ -262,14 +278,16 @@ pub(crate) fn stream_events(content: &[Value], stop: &str, usage: &Value) -> Vec
     events
 }
 
-pub(crate) fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
+/// An error reply of this status, `x-amzn-errortype` and message, as Bedrock
+/// answers one.
+pub fn error_reply(status: u16, kind: &str, message: &str) -> Reply {
     Reply::json(status, json!({ "message": message }))
         .header("x-amzn-errortype", &format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"))
         .header("x-amzn-requestid", "req-err")
 }
 
 /// Decodes a URI label (`%3A` and the like).
-pub(crate) fn decode_label(label: &str) -> Result<String, String> {
+pub fn decode_label(label: &str) -> Result<String, String> {
     let bytes = label.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -286,7 +304,9 @@ pub(crate) fn decode_label(label: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "the model id is not UTF-8".into())
 }
 
-pub(crate) fn only_keys(value: &Value, allowed: &[&str], what: &str) -> Result<(), String> {
+/// Refuses an object with a key not among `allowed` (or a value that is not an
+/// object), as Bedrock's validation does.
+pub fn only_keys(value: &Value, allowed: &[&str], what: &str) -> Result<(), String> {
     let object = value.as_object().ok_or_else(|| format!("{what} must be an object"))?;
     match object.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(key) => Err(format!("extraneous key [{key}] is not permitted in {what}")),
@@ -303,20 +323,21 @@ fn member<'a>(block: &'a Value, what: &str) -> Result<(&'a str, &'a Value), Stri
     }
 }
 
-pub(crate) fn cache_point(value: &Value) -> Result<(), String> {
+/// Checks a `cachePoint` block: `{"type": "default"}`.
+pub fn cache_point(value: &Value) -> Result<(), String> {
     (value == &json!({"type": "default"})).then_some(()).ok_or_else(|| format!("a bad cachePoint {value}"))
 }
 
 /// Checks a request as the Converse reference describes it; `Ok(stream)`. Each
 /// `reasoningContent` and `toolUse` block sent back must be one of `issued`.
-pub(crate) fn check_request(req: &Request, issued: &[Value]) -> Result<bool, String> {
+pub fn check_request(req: &Request, issued: &[Value]) -> Result<bool, String> {
     check_converse(req, issued, true)
 }
 
 /// [`check_request`], the `toolUse` blocks checked against `issued` only when
 /// `tool_uses_issued` (a conversation may carry calls written elsewhere, as Bedrock
 /// allows; reasoning is always checked, as the model verifies its signature).
-pub(crate) fn check_converse(req: &Request, issued: &[Value], tool_uses_issued: bool) -> Result<bool, String> {
+pub fn check_converse(req: &Request, issued: &[Value], tool_uses_issued: bool) -> Result<bool, String> {
     if req.method != "POST" {
         return Err(format!("method {}", req.method));
     }
@@ -496,7 +517,8 @@ pub(crate) fn check_converse(req: &Request, issued: &[Value], tool_uses_issued: 
     Ok(stream)
 }
 
-pub(crate) fn check_image(image: &Value) -> Result<(), String> {
+/// Checks an image block: its format and its base64 bytes.
+pub fn check_image(image: &Value) -> Result<(), String> {
     use base64::Engine as _;
     only_keys(image, &["format", "source"], "an image")?;
     if !matches!(image["format"].as_str(), Some("png" | "jpeg" | "gif" | "webp")) {

@@ -8,58 +8,58 @@
 
 #![allow(dead_code)]
 
+use crate::testing::{Reply, Request};
 use base64::Engine as _;
-use loopstack_model::testing::{Reply, Request};
 use serde_json::{Map, Value, json};
 
 /// The signature Google documents for history the model did not write.
-pub(crate) const SKIP: &str = "skip_thought_signature_validator";
+pub const SKIP: &str = "skip_thought_signature_validator";
 
 /// Which API, and its credentials.
 #[derive(Debug, Clone)]
-pub(crate) struct Api {
+pub struct Api {
     /// `Some((project, location))` for Vertex AI.
-    pub(crate) vertex: Option<(String, String)>,
+    pub vertex: Option<(String, String)>,
     /// The API key (Gemini API) or access token (Vertex AI) accepted.
-    pub(crate) key: String,
+    pub key: String,
     /// The thought signatures this API issued: only these (and the documented skip
     /// values) are accepted back.
-    pub(crate) issued: Vec<String>,
+    pub issued: Vec<String>,
 }
 
 /// What a request asked for, once read.
 #[derive(Debug, Clone)]
-pub(crate) struct Read {
+pub struct Read {
     /// The model, from the path.
-    pub(crate) model: String,
+    pub model: String,
     /// Whether it was `streamGenerateContent?alt=sse`.
-    pub(crate) stream: bool,
+    pub stream: bool,
     /// The body.
-    pub(crate) body: Value,
+    pub body: Value,
 }
 
 /// An error in Google's shape.
-pub(crate) fn error(code: u16, status: &str, message: &str) -> Reply {
+pub fn error(code: u16, status: &str, message: &str) -> Reply {
     refusal(code, status, message).reply()
 }
 
 /// A request the API refuses: the status and error body it answers with.
 #[derive(Debug, Clone)]
-pub(crate) struct Refusal {
+pub struct Refusal {
     /// The HTTP status.
-    pub(crate) status: u16,
+    pub status: u16,
     /// The error body, `{"error": {"code", "message", "status"}}`.
-    pub(crate) body: Value,
+    pub body: Value,
 }
 
 impl Refusal {
     /// The reply the API sends.
-    pub(crate) fn reply(self) -> Reply {
+    pub fn reply(self) -> Reply {
         Reply::json(self.status, self.body)
     }
 
     /// What the API says is wrong, with the status.
-    pub(crate) fn message(&self) -> String {
+    pub fn message(&self) -> String {
         format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
     }
 }
@@ -69,34 +69,34 @@ fn refusal(code: u16, status: &str, message: &str) -> Refusal {
 }
 
 /// A 400 `INVALID_ARGUMENT`.
-pub(crate) fn invalid(message: impl Into<String>) -> Reply {
+pub fn invalid(message: impl Into<String>) -> Reply {
     error(400, "INVALID_ARGUMENT", &message.into())
 }
 
 impl Api {
     /// The Gemini API with this key.
-    pub(crate) fn gemini(key: &str) -> Self {
+    pub fn gemini(key: &str) -> Self {
         Self { vertex: None, key: key.into(), issued: Vec::new() }
     }
 
     /// Vertex AI for this project and location, with this token.
-    pub(crate) fn vertex(project: &str, location: &str, token: &str) -> Self {
+    pub fn vertex(project: &str, location: &str, token: &str) -> Self {
         Self { vertex: Some((project.into(), location.into())), key: token.into(), issued: Vec::new() }
     }
 
     /// Accepts these signatures back.
-    pub(crate) fn issued<S: Into<String>>(mut self, signatures: impl IntoIterator<Item = S>) -> Self {
+    pub fn issued<S: Into<String>>(mut self, signatures: impl IntoIterator<Item = S>) -> Self {
         self.issued.extend(signatures.into_iter().map(Into::into));
         self
     }
 
     /// Reads a request, or the error reply the API would send.
-    pub(crate) fn read(&self, request: &Request) -> Result<Read, Reply> {
+    pub fn read(&self, request: &Request) -> Result<Read, Reply> {
         self.check(request).map_err(Refusal::reply)
     }
 
     /// Reads a request, or the API's refusal of it.
-    pub(crate) fn check(&self, request: &Request) -> Result<Read, Refusal> {
+    pub fn check(&self, request: &Request) -> Result<Read, Refusal> {
         if request.method != "POST" {
             return Err(refusal(405, "METHOD_NOT_ALLOWED", "only POST"));
         }
@@ -410,7 +410,7 @@ impl Api {
 
 /// Checks a function's parameters against the OpenAPI `Schema` subset: known fields
 /// only, a type of the `Type` enum, a non-empty `properties` for `OBJECT`.
-pub(crate) fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
+pub fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
     only(
         schema,
         &[
@@ -488,7 +488,7 @@ fn only(object: &Value, known: &[&str], at: &str) -> Result<(), String> {
 }
 
 /// A `GenerateContentResponse` with one candidate of these parts.
-pub(crate) fn response(parts: Value, finish: &str, usage: Value) -> Value {
+pub fn response(parts: Value, finish: &str, usage: Value) -> Value {
     json!({
         "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
         "usageMetadata": usage,
@@ -498,14 +498,14 @@ pub(crate) fn response(parts: Value, finish: &str, usage: Value) -> Value {
 }
 
 /// A whole answer, as a body or as the API's event stream.
-pub(crate) fn answer(response: &Value, stream: bool) -> Reply {
+pub fn answer(response: &Value, stream: bool) -> Reply {
     if stream { Reply::sse(sse(response)) } else { Reply::json(200, response.clone()) }
 }
 
 /// The event stream of a response, as `streamGenerateContent?alt=sse` sends it: each
 /// text (and thought) part in pieces, the part's signature on its last piece; each
 /// function call whole; the finish reason and usage with the last part.
-pub(crate) fn sse(response: &Value) -> String {
+pub fn sse(response: &Value) -> String {
     let candidate = &response["candidates"][0];
     let parts = candidate["content"]["parts"].as_array().cloned().unwrap_or_default();
     let mut chunks: Vec<Value> = Vec::new();

@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use loopstack_model::testing::{Reply, Request};
+use crate::testing::{Reply, Request};
 use serde_json::{Value, json};
 
 /// A 400 in the API's error shape.
