@@ -1,6 +1,6 @@
 //! The agent on every provider: each provider of `loopstack-model`, pointed at the
 //! strict imitation of its API (`loopstack_model::testing::imitation`), runs the
-//! agent through a tool loop, a call needing approval, a typed answer (structured
+//! agent through a tool loop (plain and streamed), a call needing approval, a typed answer (structured
 //! output where the provider has it, the `respond` tool otherwise), a user's image,
 //! prompt caching (the breakpoints Anthropic and Bedrock mark, the cache reads every
 //! provider reports), a fallback to another provider after an overload, compaction
@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use loopstack_core::{Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use loopstack_core::{EventKind, Runtime, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use loopstack_llm::{
     Agent, AgentStatus, ChatModel, ContextPolicy, Image, Limit, RetryPolicy, Role, ToolDecisions, ToolUse, Usage,
 };
@@ -383,6 +383,36 @@ async fn tool_loop(p: &Provider) {
     assert_ne!(results[0].1, Some(true), "{}", p.name);
 }
 
+/// The tool loop streamed, as it is when someone follows the run's events: each
+/// request asks for a stream, the answer's text arrives in pieces, and the call is
+/// reported as it starts.
+async fn streamed(p: &Provider) {
+    let turns = vec![call("call_s1", "get_weather", json!({"city": "Oslo"})), text("Mostly sunny in Oslo today.")];
+    let (_server, script, model) = imitate(p, turns, retries()).await;
+    let agent = Agent::new(model, p.model_name, tools());
+    let runtime = Runtime::new();
+    let mut events = runtime.subscribe();
+    let reply = script.ok(p.name, agent.ask(&runtime, "Weather in Oslo?").await);
+    assert_eq!(reply.text, "Mostly sunny in Oslo today.", "{}", p.name);
+    script.finished(p.name);
+    assert!(script.seen().iter().all(|s| s.stream), "{}: a request did not stream", p.name);
+    let kinds: Vec<EventKind> =
+        std::iter::from_fn(|| events.try_recv()).map(|e| e.expect("no lag").kind.clone()).collect();
+    let deltas: Vec<&str> = kinds
+        .iter()
+        .filter_map(|k| if let EventKind::TextDelta { text } = k { Some(text.as_str()) } else { None })
+        .collect();
+    assert!(deltas.len() > 1, "{}: the text came in one piece: {deltas:?}", p.name);
+    assert_eq!(deltas.concat(), reply.text, "{}", p.name);
+    let started: Vec<&str> = kinds
+        .iter()
+        .filter_map(|k| if let EventKind::ToolCallStarted { name, .. } = k { Some(name.as_str()) } else { None })
+        .collect();
+    assert_eq!(started, ["get_weather"], "{}", p.name);
+    let results = results_in(&script.seen()[1]);
+    assert!(results.len() == 1 && results[0].0.contains("Mostly sunny in Oslo, 14C."), "{}: {results:?}", p.name);
+}
+
 /// A call of a tool that needs approval waits for it; approved, it runs.
 async fn approval(p: &Provider) {
     let turns = vec![call("call_r1", "reset_password", json!({"user": "ada"})), text("Ada's password is reset.")];
@@ -578,6 +608,10 @@ macro_rules! on_every_provider {
             #[tokio::test]
             async fn tool_loop() {
                 super::tool_loop(&super::$provider()).await;
+            }
+            #[tokio::test]
+            async fn streamed() {
+                super::streamed(&super::$provider()).await;
             }
             #[tokio::test]
             async fn approval() {
