@@ -62,6 +62,11 @@
 //! the test scripts each answer. What an imitation does not read into
 //! [`Seen`](super::Seen) (Anthropic's `cache_control`, Bedrock's `cachePoint`) a
 //! test reads from the request's body.
+//!
+//! The imitations of the APIs that check their own tokens coming back (the
+//! Responses API's reasoning items, Gemini's thought signatures, Bedrock's reasoning
+//! blocks) remember what they issued: use one per conversation, behind its own
+//! server.
 
 // The imitations fill a `Seen` field by field as they read a request, the way an
 // imitation outside this crate must (`Seen` is non-exhaustive).
