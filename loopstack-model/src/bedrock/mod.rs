@@ -39,11 +39,13 @@
 // body, `event_stream` reads the binary framing of a streamed response and `stream`
 // its events.
 
+pub mod credentials;
 mod event_stream;
 mod reply;
 mod request;
 mod stream;
 
+pub use credentials::{CredentialsProvider, DefaultCredentialsChain};
 pub use event_stream::EVENT_STREAM_MAX_MESSAGE_BYTES;
 
 use std::fmt;
@@ -58,8 +60,9 @@ use reqwest::Url;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tracing::Instrument as _;
 
+use self::credentials::Cache;
 use crate::error::LlmError;
-use crate::http::{self, ApiKey, Call, Signer, Transport, malformed};
+use crate::http::{self, ApiKey, Call, Signer, SleepHook, Transport, malformed};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent};
 
 const PROVIDER: &str = "bedrock";
@@ -68,19 +71,39 @@ const PROVIDER: &str = "bedrock";
 /// name `bedrock`).
 const SIGNING_NAME: &str = "bedrock";
 
-/// AWS credentials: an access key, its secret, and the session token of temporary
-/// credentials. Neither the secret nor the token appears in `Debug` output.
+/// AWS credentials: an access key, its secret, and the session token and expiry of
+/// temporary credentials. Neither the secret nor the token appears in `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     access_key_id: String,
     secret_access_key: String,
     session_token: Option<String>,
+    expiry: Option<SystemTime>,
 }
 
 impl Credentials {
     /// Long-term credentials: an access key id and its secret access key.
     pub fn new(access_key_id: impl Into<String>, secret_access_key: impl Into<String>) -> Self {
-        Self { access_key_id: access_key_id.into(), secret_access_key: secret_access_key.into(), session_token: None }
+        Self {
+            access_key_id: access_key_id.into(),
+            secret_access_key: secret_access_key.into(),
+            session_token: None,
+            expiry: None,
+        }
+    }
+
+    /// Sets when temporary credentials expire: a [`CredentialsProvider`]'s are asked for
+    /// again [`REFRESH_BEFORE_EXPIRY`](credentials::REFRESH_BEFORE_EXPIRY) before, and
+    /// expired ones sign nothing.
+    #[must_use]
+    pub fn expires_at(mut self, expiry: SystemTime) -> Self {
+        self.expiry = Some(expiry);
+        self
+    }
+
+    /// When the credentials expire (`None`: they do not).
+    pub fn expiry(&self) -> Option<SystemTime> {
+        self.expiry
     }
 
     /// Adds the session token of temporary credentials (sent as `x-amz-security-token`).
@@ -102,6 +125,7 @@ impl fmt::Debug for Credentials {
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &"<redacted>")
             .field("session_token", &self.session_token.as_ref().map(|_| "<redacted>"))
+            .field("expiry", &self.expiry)
             .finish()
     }
 }
@@ -126,8 +150,8 @@ enum Auth {
 ///
 /// | setting | default | setter |
 /// |---|---|---|
-/// | region | `AWS_REGION`, else `AWS_DEFAULT_REGION`, in [`Bedrock::from_env`] | [`Bedrock::region`] |
-/// | credentials | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | [`Bedrock::credentials`] |
+/// | region | `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the profile's `region`, in [`Bedrock::from_env`] | [`Bedrock::region`] |
+/// | credentials | the [default chain](credentials): environment, profile files, container endpoint, EC2 instance metadata | [`Bedrock::credentials`], [`Bedrock::credentials_provider`] |
 /// | Bedrock API key (instead of credentials) | `AWS_BEARER_TOKEN_BEDROCK` | [`Bedrock::api_key`] |
 /// | endpoint | `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, else `AWS_ENDPOINT_URL`, else `https://bedrock-runtime.{region}.amazonaws.com` | [`Bedrock::endpoint_url`] |
 /// | request timeout | 10 minutes | [`Bedrock::timeout`] |
@@ -137,9 +161,15 @@ enum Auth {
 /// Each attempt is signed anew (SigV4 signs its time): the headers `host`,
 /// `content-type`, `accept` and `x-amz-date` (and `x-amz-security-token` with a session
 /// token) and the body's SHA-256, for the service `bedrock` in the region.
-/// Credentials come from the arguments or the environment variables above only: no
-/// profile files, SSO or instance roles are read (resolve those with the AWS SDK and
-/// pass the result to [`Credentials`]).
+/// The credentials are asked for before each call and after each retry delay, and
+/// cached: a provider's temporary credentials are fetched again
+/// [`REFRESH_BEFORE_EXPIRY`](credentials::REFRESH_BEFORE_EXPIRY) before they expire,
+/// one fetch at a time; expired credentials fail the call with [`LlmError::Config`].
+/// [`Bedrock::from_env`] uses the [default chain](credentials) of the AWS SDKs
+/// (environment variables, the shared profile files, the ECS/EKS container endpoint,
+/// EC2's IMDSv2); SSO, `credential_process` and assumed roles are not followed
+/// (resolve those with the AWS SDK and pass them as [`Credentials`] or your own
+/// [`CredentialsProvider`]).
 ///
 /// How requests map: the system prompt is a `system` text block, the tools `toolSpec`s,
 /// [`ToolResult`](crate::ToolResult)s `toolResult` blocks (status `error` or
@@ -182,6 +212,9 @@ pub struct Bedrock {
     transport: Transport,
     region: String,
     auth: Auth,
+    /// The retry delay set by [`Bedrock::__sleep_with`] (the transport's own wraps it
+    /// with a refresh of the credentials).
+    sleep: Option<SleepHook>,
     endpoint_url: Option<String>,
     default_max_tokens: u32,
 }
@@ -189,7 +222,7 @@ pub struct Bedrock {
 impl fmt::Debug for Bedrock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let auth: &dyn fmt::Debug = match &self.auth {
-            Auth::SigV4(signer) => &signer.credentials,
+            Auth::SigV4(signer) => &signer.cache,
             Auth::ApiKey(key) => key,
         };
         f.debug_struct("Bedrock")
@@ -212,17 +245,21 @@ impl Bedrock {
 
     /// A model in `region` (such as `us-east-1`) signing its requests with `credentials`.
     pub fn new(region: impl Into<String>, credentials: Credentials) -> Self {
-        let region = region.into();
-        let signer = Arc::new(SigV4 { credentials, region: region.clone() });
-        let mut transport = Transport::new();
-        transport.signer = Some(signer.clone());
         Self {
-            transport,
-            region,
-            auth: Auth::SigV4(signer),
+            transport: Transport::new(),
+            region: region.into(),
+            auth: Auth::ApiKey(ApiKey::new("")),
+            sleep: None,
             endpoint_url: None,
             default_max_tokens: Self::DEFAULT_MAX_TOKENS,
         }
+        .credentials(credentials)
+    }
+
+    /// A model in `region` signing its requests with the credentials `provider` gives
+    /// (cached, and asked again before they expire).
+    pub fn with_credentials_provider(region: impl Into<String>, provider: impl CredentialsProvider + 'static) -> Self {
+        Self::new(region, Credentials::new("", "")).credentials_provider(provider)
     }
 
     /// A model in `region` sending a Bedrock API key (`Authorization: Bearer <key>`)
@@ -232,38 +269,48 @@ impl Bedrock {
     }
 
     /// A model configured from the environment, as the AWS SDKs read it: the region
-    /// from `AWS_REGION` (or `AWS_DEFAULT_REGION`); a Bedrock API key from
-    /// `AWS_BEARER_TOKEN_BEDROCK`, else credentials from `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY` and (optional) `AWS_SESSION_TOKEN`; the endpoint from
+    /// from `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the `region` of the profile
+    /// (`AWS_PROFILE`, else `default`) in the shared config file; a Bedrock API key
+    /// from `AWS_BEARER_TOKEN_BEDROCK`, else credentials from the
+    /// [default chain](credentials) (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+    /// `AWS_SESSION_TOKEN`, the profile files, the container endpoint, EC2's instance
+    /// metadata), resolved on the first call; the endpoint from
     /// `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, else `AWS_ENDPOINT_URL` (neither when
     /// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is `true`).
     ///
     /// # Errors
-    /// [`LlmError::Config`] when the region or the credentials are missing, or the
-    /// endpoint URL is invalid.
+    /// [`LlmError::Config`] when the region is missing, only one of
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` is set, a profile file cannot be
+    /// read or `AWS_PROFILE` names no profile (when the region comes from it), or the
+    /// endpoint URL is invalid. Finding no credentials fails the first call with
+    /// [`LlmError::Config`], naming each source tried and why it had none.
     pub fn from_env() -> Result<Self, LlmError> {
         Self::from_lookup(&|name| std::env::var(name).ok())
     }
 
     fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
         let config = |message: &str| LlmError::Config { provider: PROVIDER, message: message.to_owned() };
-        let region = http::non_empty(lookup, "AWS_REGION")
+        let api_key = http::non_empty(lookup, "AWS_BEARER_TOKEN_BEDROCK");
+        let chain = DefaultCredentialsChain::from_vars(lookup);
+        let chain = match (chain, &api_key) {
+            (Ok(chain), _) => Some(chain),
+            (Err(_), Some(_)) => None,
+            (Err(error), None) => return Err(error),
+        };
+        let region = match http::non_empty(lookup, "AWS_REGION")
             .or_else(|| http::non_empty(lookup, "AWS_DEFAULT_REGION"))
-            .ok_or_else(|| config("neither AWS_REGION nor AWS_DEFAULT_REGION is set"))?;
-        let mut model = if let Some(key) = http::non_empty(lookup, "AWS_BEARER_TOKEN_BEDROCK") {
-            Self::with_api_key(region, key)
-        } else {
-            let (Some(id), Some(secret)) =
-                (http::non_empty(lookup, "AWS_ACCESS_KEY_ID"), http::non_empty(lookup, "AWS_SECRET_ACCESS_KEY"))
-            else {
-                return Err(config(
-                    "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for \
-                     temporary credentials), or a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK",
-                ));
-            };
-            let mut credentials = Credentials::new(id, secret);
-            credentials.session_token = http::non_empty(lookup, "AWS_SESSION_TOKEN");
-            Self::new(region, credentials)
+        {
+            Some(region) => region,
+            None => {
+                chain.as_ref().map(DefaultCredentialsChain::profile_region).transpose()?.flatten().ok_or_else(|| {
+                    config("no region: neither AWS_REGION nor AWS_DEFAULT_REGION is set, nor the profile's `region`")
+                })?
+            }
+        };
+        let mut model = match (api_key, chain) {
+            (Some(key), _) => Self::with_api_key(region, key),
+            (None, Some(chain)) => Self::with_credentials_provider(region, chain),
+            (None, None) => unreachable!("a chain that failed to build returned its error"),
         };
         let ignore = http::non_empty(lookup, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"));
@@ -282,17 +329,55 @@ impl Bedrock {
     pub fn region(mut self, region: impl Into<String>) -> Self {
         self.region = region.into();
         if let Auth::SigV4(signer) = &self.auth {
-            let credentials = signer.credentials.clone();
-            self = self.credentials(credentials);
+            let cache = signer.cache.clone();
+            self = self.sign_with(cache);
         }
         self
     }
 
-    /// Sets the credentials requests are signed with (in place of an API key).
-    pub fn credentials(mut self, credentials: Credentials) -> Self {
-        let signer = Arc::new(SigV4 { credentials, region: self.region.clone() });
+    /// Sets the credentials requests are signed with (in place of an API key or a
+    /// provider).
+    pub fn credentials(self, credentials: Credentials) -> Self {
+        self.sign_with(Arc::new(Cache::fixed(credentials)))
+    }
+
+    /// Sets where the credentials requests are signed with come from (in place of an
+    /// API key or fixed credentials): asked on the first call, then again
+    /// [`REFRESH_BEFORE_EXPIRY`](credentials::REFRESH_BEFORE_EXPIRY) before the ones
+    /// it gave expire.
+    pub fn credentials_provider(self, provider: impl CredentialsProvider + 'static) -> Self {
+        self.sign_with(Arc::new(Cache::new(Arc::new(provider))))
+    }
+
+    fn sign_with(mut self, cache: Arc<Cache>) -> Self {
+        let signer = Arc::new(SigV4 { cache, region: self.region.clone() });
         self.transport.signer = Some(signer.clone());
         self.auth = Auth::SigV4(signer);
+        self.set_sleep()
+    }
+
+    /// The transport's retry delay: the one set by the test hook (else a Tokio sleep),
+    /// then a refresh of the credentials, so each attempt signs with fresh ones.
+    fn set_sleep(mut self) -> Self {
+        let cache = match &self.auth {
+            Auth::SigV4(signer) => signer.cache.clone(),
+            Auth::ApiKey(_) => {
+                self.transport.sleep = self.sleep.clone();
+                return self;
+            }
+        };
+        let sleep = self.sleep.clone();
+        self.transport.sleep = Some(http::sleep_hook(move |delay| {
+            let (cache, sleep) = (cache.clone(), sleep.clone());
+            async move {
+                match sleep {
+                    Some(hook) => hook(delay).await,
+                    None => tokio::time::sleep(delay).await,
+                }
+                // A failure shows when the attempt is signed (with credentials expired).
+                let _ = cache.refresh().await;
+            }
+        }));
         self
     }
 
@@ -301,7 +386,15 @@ impl Bedrock {
     pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
         self.transport.signer = None;
         self.auth = Auth::ApiKey(ApiKey::new(api_key));
-        self
+        self.set_sleep()
+    }
+
+    /// Fetches the credentials if they are not cached or will soon expire.
+    async fn refresh_credentials(&self) -> Result<(), LlmError> {
+        match &self.auth {
+            Auth::SigV4(signer) => signer.cache.refresh().await,
+            Auth::ApiKey(_) => Ok(()),
+        }
     }
 
     /// Sets the endpoint, such as a VPC endpoint's, a proxy's or a local imitation's
@@ -338,8 +431,8 @@ impl Bedrock {
         F: Fn(Duration) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.transport.sleep = Some(http::sleep_hook(sleep));
-        self
+        self.sleep = Some(http::sleep_hook(sleep));
+        self.set_sleep()
     }
 
     /// The URL of a call of `model`.
@@ -392,10 +485,11 @@ fn encode_label(label: &str) -> String {
     out
 }
 
-/// Signs each attempt with SigV4 for `bedrock` in the region.
+/// Signs each attempt with SigV4 for `bedrock` in the region, with the cached
+/// credentials (refreshed before the call and after each retry delay).
 #[derive(Debug)]
 struct SigV4 {
-    credentials: Credentials,
+    cache: Arc<Cache>,
     region: String,
 }
 
@@ -403,12 +497,12 @@ impl Signer for SigV4 {
     fn sign(&self, call: &Call<'_>) -> Result<HeaderMap, LlmError> {
         let fail =
             |what: &str| LlmError::Config { provider: PROVIDER, message: format!("cannot sign the request: {what}") };
-        let Credentials { access_key_id, secret_access_key, session_token } = &self.credentials;
+        let Credentials { access_key_id, secret_access_key, session_token, expiry } = &self.cache.signing()?;
         let identity = aws_credential_types::Credentials::new(
             access_key_id.as_str(),
             secret_access_key.as_str(),
             session_token.clone(),
-            None,
+            *expiry,
             "loopstack",
         )
         .into();
@@ -455,6 +549,7 @@ impl ChatModel for Bedrock {
         let started = Instant::now();
         let result = async {
             let call = self.call(request, false)?;
+            self.refresh_credentials().await?;
             self.transport.post_json(&call, |body| reply::decode_response(body, &request.model)).await
         }
         .instrument(span.clone())
@@ -465,10 +560,18 @@ impl ChatModel for Bedrock {
 
     fn stream<'a>(&'a self, request: &'a ChatRequest) -> BoxStream<'a, Result<StreamEvent, LlmError>> {
         let span = http::request_span(PROVIDER, &request.model, true);
-        match self.call(request, true) {
-            Ok(call) => stream::read(&self.transport, call, stream::Decoder::new(&request.model), span),
-            Err(error) => futures::stream::once(async { Err(error) }).boxed(),
-        }
+        let call = match self.call(request, true) {
+            Ok(call) => call,
+            Err(error) => return futures::stream::once(async { Err(error) }).boxed(),
+        };
+        let mut events = Some(stream::read(&self.transport, call, stream::Decoder::new(&request.model), span));
+        futures::stream::once(self.refresh_credentials())
+            .flat_map(move |ready| match (ready, events.take()) {
+                (Ok(()), Some(events)) => events,
+                (Err(error), _) => futures::stream::once(async { Err(error) }).boxed(),
+                (Ok(()), None) => futures::stream::empty().boxed(),
+            })
+            .boxed()
     }
 }
 
@@ -498,7 +601,8 @@ mod tests {
         .unwrap();
         assert_eq!(model.region, "eu-west-1");
         let Auth::SigV4(signer) = &model.auth else { panic!("signed") };
-        assert_eq!(signer.credentials, Credentials::new("AKIDEXAMPLE", "very-secret").session_token("session-secret"));
+        let chain = format!("{:?}", signer.cache);
+        assert!(chain.contains("DefaultCredentialsChain") && chain.contains("AKIDEXAMPLE"), "{chain}");
         assert!(model.transport.signer.is_some());
         assert_eq!(
             model.url("anthropic.claude-3-5-haiku-20241022-v1:0", false).unwrap().as_str(),
