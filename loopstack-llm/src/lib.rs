@@ -89,12 +89,12 @@ pub use loopstack_model::{Anthropic, anthropic};
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use loopstack_model::{AzureOpenAi, OpenAi, OpenAiResponses, openai};
-#[cfg(feature = "gemini")]
-#[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
-pub use loopstack_model::{Gemini, gemini};
 #[cfg(feature = "bedrock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
 pub use loopstack_model::{Bedrock, bedrock};
+#[cfg(feature = "gemini")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
+pub use loopstack_model::{Gemini, gemini};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
 pub use loopstack_model::{RetryPolicy, sse};

@@ -377,6 +377,22 @@ pub(crate) fn value_deeper_than(value: &Value, depth: usize, limit: usize) -> bo
     }
 }
 
+/// The type name of a conversation's message documents (`loopstack_llm`'s
+/// `MESSAGE_DOCUMENT`).
+pub const MESSAGE_DOCUMENT: &str = "llm_message";
+/// The tag of the documents that make up a run's conversation (`loopstack_llm`'s
+/// `CONVERSATION_TAG`).
+pub const CONVERSATION_TAG: &str = "conversation";
+
+/// A model's message saved as a run document: here, beside [`DocumentType`], since
+/// the message belongs to the model layer below the runtime.
+impl DocumentType for loopstack_model::Message {
+    const TYPE: &'static str = MESSAGE_DOCUMENT;
+    fn default_tags() -> &'static [&'static str] {
+        &[CONVERSATION_TAG]
+    }
+}
+
 mod write;
 
 #[cfg(test)]
@@ -473,21 +489,5 @@ mod tests {
         // As many bytes as room left, or one more.
         assert!(!nests_deeper_than(b"[[[", 0, 3));
         assert!(nests_deeper_than(b"[[[[", 0, 3));
-    }
-}
-
-/// The type name of a conversation's message documents (`loopstack_llm`'s
-/// `MESSAGE_DOCUMENT`).
-pub const MESSAGE_DOCUMENT: &str = "llm_message";
-/// The tag of the documents that make up a run's conversation (`loopstack_llm`'s
-/// `CONVERSATION_TAG`).
-pub const CONVERSATION_TAG: &str = "conversation";
-
-/// A model's message saved as a run document: here, beside [`DocumentType`], since
-/// the message belongs to the model layer below the runtime.
-impl DocumentType for loopstack_model::Message {
-    const TYPE: &'static str = MESSAGE_DOCUMENT;
-    fn default_tags() -> &'static [&'static str] {
-        &[CONVERSATION_TAG]
     }
 }

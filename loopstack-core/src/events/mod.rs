@@ -442,6 +442,10 @@ impl std::fmt::Debug for RunEvents {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,8 +473,4 @@ mod tests {
         assert!(matches!(event.kind, EventKind::TransitionStarted { step: 3, .. }), "{event:?}");
         assert!(events.try_recv().is_none(), "the events before it were sent to nobody");
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
