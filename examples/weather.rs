@@ -11,8 +11,8 @@
 //! cargo run --example weather -- --resume RUN_ID               # resume a run whose process died
 //! cargo run --example weather -- --db memory                   # keep nothing
 //! # the tools of MCP servers too: a command (stdio, repeatable) or a URL (streamable HTTP)
-//! cargo run --example weather -- --mcp "npx -y @modelcontextprotocol/server-everything" --mcp-url http://127.0.0.1:3001/mcp
-//! ANTHROPIC_API_KEY=... cargo run --example weather -- --provider anthropic
+//! cargo run --example weather --features mcp -- --mcp "npx -y @modelcontextprotocol/server-everything" --mcp-url http://127.0.0.1:3001/mcp
+//! ANTHROPIC_API_KEY=... cargo run --example weather --features anthropic -- --provider anthropic
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai --model gpt-4o-mini
 //! OPENAI_API_KEY=... cargo run --example weather -- --provider openai-responses --model gpt-5-mini
 //! AZURE_OPENAI_ENDPOINT=... AZURE_OPENAI_API_KEY=... cargo run --example weather -- --provider azure --model DEPLOYMENT
@@ -232,7 +232,8 @@ usage: weather [--provider PROVIDER] [--model NAME] [--question TEXT]
                [--db PATH|memory] [--resume RUN_ID] [--mermaid] [--image PATH]
                [--mcp 'COMMAND ARGS...']... [--mcp-url URL]... [--fallback PROVIDER:MODEL]...
 
-  --provider         scripted (default, offline); anthropic (ANTHROPIC_API_KEY);
+  --provider         scripted (default, offline); anthropic (ANTHROPIC_API_KEY,
+                     with the `anthropic` feature);
                      openai, Chat Completions (OPENAI_API_KEY, OPENAI_BASE_URL for
                      local servers); openai-responses (the same variables); azure and
                      azure-responses (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_API_KEY,
@@ -252,9 +253,9 @@ usage: weather [--provider PROVIDER] [--model NAME] [--question TEXT]
   --image            show the model this image (PNG, JPEG, GIF or WebP, at most 5 MB)
                      with the question
   --mcp              also give the agent the tools of the MCP server this command
-                     line starts (stdio; repeatable)
+                     line starts (stdio; repeatable; with the `mcp` feature)
   --mcp-url          also give the agent the tools of the MCP server at this URL
-                     (streamable HTTP; repeatable)
+                     (streamable HTTP; repeatable; with the `mcp` feature)
   --fallback         when the model is rate limited, overloaded, failing or timing
                      out, ask this one instead (anthropic:claude-haiku-4-5,
                      openai:gpt-4o-mini ...; repeatable, tried in order)
@@ -353,6 +354,7 @@ fn provider_model(args: &Args, provider: &str) -> Result<(Models, &'static str),
     use loopstack::llm::{AzureOpenAi, OpenAiResponses};
     Ok(match provider {
         "scripted" => (Models::new().with(scripted_weather_model()), "scripted-weather"),
+        #[cfg(feature = "anthropic")]
         "anthropic" => (Models::new().with(loopstack::llm::anthropic::Anthropic::from_env()?), "claude-sonnet-4-5"),
         "openai" => {
             let mut openai = loopstack::llm::openai::OpenAi::from_env()?;
@@ -373,6 +375,8 @@ fn provider_model(args: &Args, provider: &str) -> Result<(Models, &'static str),
         "bedrock" => {
             (Models::new().with(loopstack::llm::Bedrock::from_env()?), "us.anthropic.claude-sonnet-4-5-20250929-v1:0")
         }
+        #[cfg(not(feature = "anthropic"))]
+        "anthropic" => return Err(needs_feature(provider, "anthropic")),
         #[cfg(not(feature = "gemini"))]
         "gemini" | "vertex" => return Err(needs_feature(provider, "gemini")),
         #[cfg(not(feature = "bedrock"))]
@@ -390,8 +394,22 @@ fn needs_feature(provider: &str, feature: &str) -> Box<dyn std::error::Error> {
 
 /// `get_weather`, and the tools of the MCP servers of `--mcp` and `--mcp-url`.
 async fn tools_for(args: &Args) -> Result<ToolRegistry, Box<dyn std::error::Error>> {
+    let tools = ToolRegistry::new().with(GetWeather)?;
+    #[cfg(not(feature = "mcp"))]
+    if !args.mcp.is_empty() || !args.mcp_urls.is_empty() {
+        return Err(
+            "`--mcp` and `--mcp-url` need the `mcp` feature: cargo run --example weather --features mcp -- ...".into(),
+        );
+    }
+    #[cfg(feature = "mcp")]
+    let tools = mcp_tools(args, tools).await?;
+    Ok(tools)
+}
+
+/// `tools`, and the tools of the MCP servers of `--mcp` and `--mcp-url`.
+#[cfg(feature = "mcp")]
+async fn mcp_tools(args: &Args, mut tools: ToolRegistry) -> Result<ToolRegistry, Box<dyn std::error::Error>> {
     use loopstack::mcp::{McpRegistryExt as _, McpServer};
-    let mut tools = ToolRegistry::new().with(GetWeather)?;
     let commands = args.mcp.iter().map(|line| McpServer::command_line(line));
     let urls = args.mcp_urls.iter().map(|url| Ok(McpServer::http(url)));
     for server in commands.chain(urls) {

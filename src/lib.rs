@@ -35,13 +35,15 @@
 //! - Models and the agent loop: [`llm`] (messages, the Anthropic and OpenAI providers,
 //!   [`llm::ScriptedModel`], `LlmGenerateText`, `LlmDelegateToolCalls`, [`llm::Agent`]).
 //!
-//! Features: `macros` (default) for the two macros; `anthropic` and `openai` (default)
-//! for the HTTP providers, which pull in reqwest with rustls; `sqlite` (default) and
-//! `postgres` for the durable stores; `cli` (default) for [`cli`], a command line for
-//! your binary (clap), `serve` (default) for [`serve`], an HTTP API for the runs
-//! (axum), `mcp` (default) for [`mcp`], the tools of MCP servers (rmcp), and
-//! `mcp-server` (default) for [`mcp_server`], the registered workflows and agents
-//! as an MCP server's tools. A build that needs neither turns the defaults off.
+//! Features: the default ones are lean, what a small app needs: `macros` for the two
+//! macros, `sqlite` for the durable store and `openai` for one HTTP provider (reqwest
+//! with rustls). The rest is opt-in: `anthropic` (and `gemini`, `bedrock`) for the
+//! other providers; `postgres` for the store many workers share; `cli` for [`cli`], a
+//! command line for your binary (clap); `serve` for [`serve`], an HTTP API for the
+//! runs with Studio (axum), `mcp` for [`mcp`], the tools of MCP servers (rmcp), and
+//! `mcp-server` for [`mcp_server`], the registered workflows and agents as an MCP
+//! server's tools (both servers in the `loopstack-server` crate); `metrics` and
+//! `otel` for Prometheus metrics and OpenTelemetry traces.
 //!
 //! # A workflow
 //!
@@ -444,8 +446,9 @@ pub mod prelude {
 #[doc(hidden)]
 pub use loopstack_core::__private;
 
-/// The README's examples, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doc tests (they use features off by
+/// default: the command line, the MCP client and both providers).
+#[cfg(all(doctest, feature = "cli", feature = "mcp", feature = "anthropic", feature = "openai"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

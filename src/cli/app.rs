@@ -98,6 +98,7 @@ pub struct App {
     default_db: String,
     db_env: Option<String>,
     /// Whether the register closure takes the MCP servers' tools ([`App::run_mcp`]).
+    #[cfg(feature = "mcp")]
     pub(super) takes_mcp: bool,
     /// The MCP servers the app declares in code ([`App::mcp_server`]).
     #[cfg(feature = "mcp")]
@@ -122,6 +123,7 @@ impl App {
             about: None,
             default_db: DEFAULT_DB.to_owned(),
             db_env: None,
+            #[cfg(feature = "mcp")]
             takes_mcp: false,
             #[cfg(feature = "mcp")]
             mcp_servers: Vec::new(),

@@ -1,5 +1,5 @@
 //! A command line for your own binary: register your workflows and agents once,
-//! and operate their runs from a shell (feature `cli`, on by default).
+//! and operate their runs from a shell (feature `cli`).
 //!
 //! ```no_run
 //! use loopstack::prelude::*;
