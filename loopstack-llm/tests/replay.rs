@@ -297,3 +297,44 @@ async fn a_fork_with_edits_replays_under_its_own_prompt() {
     let Err(ReplayError::Diverged(diff)) = replay.replay(&source_prompt, &Runtime::new()).await else { panic!() };
     assert!(diff.contains("- poetic") && diff.contains("+ plain"), "{diff}");
 }
+
+/// A run whose model reasoned before its call: the reasoning (text and the
+/// provider's opaque data) survives the export and the file, and the replay's second
+/// request must carry it exactly as the recorded one did, or it departs.
+#[tokio::test]
+async fn reasoning_is_recorded_and_replayed_with_its_turn() {
+    use loopstack_llm::{ContentBlock, Reasoning};
+    let thought = Reasoning::new("anthropic", "Oslo: one call.", json!({"signature": "c2lnbmVk"}));
+    let script = ScriptedModel::new();
+    let mut call = script.tool_call_response("get_weather", json!({"location": "Oslo"}));
+    call.message.content.insert(0, ContentBlock::Reasoning(thought.clone()));
+    let model = script.reply(call).text("Oslo: 4 C, rain.");
+    let (tools, _) = weather("4 C, rain");
+    let runtime = Runtime::new();
+    let reply = agent(model, tools, SYSTEM).ask(&runtime, "Weather in Oslo?").await.unwrap();
+    let export = RunExport::of(runtime.store().as_ref(), reply.run_id).await.unwrap();
+    let path = std::env::temp_dir().join(format!("loopstack-replay-reasoning-{}.json", reply.run_id));
+    std::fs::write(&path, export.to_json()).unwrap();
+
+    let recording = Recording::from_export(&RunExport::load(&path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let reasoning = |messages: &[loopstack_llm::Message]| {
+        messages.iter().flat_map(|m| &m.content).find_map(|b| match b {
+            ContentBlock::Reasoning(r) => Some(r.clone()),
+            _ => None,
+        })
+    };
+    let turns = recording.turns();
+    assert_eq!(reasoning(&turns[1].messages), Some(thought.clone()), "the second turn was sent the reasoning");
+
+    let model = recording.model();
+    let (live, calls) = weather("unused");
+    let tools = recording.tools(&live).registry().unwrap();
+    let replay_runtime = Runtime::new();
+    let replayed = model.replay(&agent(model.clone(), tools, SYSTEM), &replay_runtime).await.unwrap();
+    assert_eq!((replayed.text.as_str(), model.served(), calls.load(Ordering::Relaxed)), ("Oslo: 4 C, rain.", 2, 0));
+    // The replay's own run keeps the reasoning with the call, as the recorded one did.
+    let docs = replay_runtime.store().documents(replayed.run_id).await.unwrap();
+    let messages: Vec<loopstack_llm::Message> = docs.iter().filter_map(|d| d.read().ok()).collect();
+    assert_eq!(reasoning(&messages), Some(thought));
+}

@@ -78,8 +78,9 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_input_tokens: u64,
     /// Of the output tokens, those the model spent reasoning before it answered,
-    /// where the provider counts them apart (OpenAI's reasoning models; left out
-    /// when zero).
+    /// where the provider counts them apart (OpenAI's reasoning models, Gemini's
+    /// thoughts; left out when zero). They are priced as output: a cost is computed
+    /// from `output_tokens`, which includes them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_output_tokens: u64,
 }
