@@ -7,7 +7,7 @@
 //! speaks each wire correctly: it asks for the weather, gets a call of
 //! `get_weather`, and answers from its result.
 //!
-//! Gemini and Bedrock run when the test is built with their features
+//! Gemini (with Vertex AI) and Bedrock run when the test is built with their features
 //! (`cargo test --features gemini,bedrock --test weather_providers`, as `.ci/run` does).
 
 use std::process::Command;
@@ -119,12 +119,20 @@ fn run_example(provider: &str, model: &str, mode: Mode, env: &[(&str, String)]) 
         "GEMINI_API_KEY",
         "GOOGLE_API_KEY",
         "GEMINI_BASE_URL",
+        "GOOGLE_CLOUD_ACCESS_TOKEN",
+        "GOOGLE_CLOUD_PROJECT",
+        "GOOGLE_CLOUD_LOCATION",
+        "GOOGLE_VERTEX_BASE_URL",
         "AWS_BEARER_TOKEN_BEDROCK",
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
         "AWS_SESSION_TOKEN",
         "AWS_PROFILE",
         "AWS_ENDPOINT_URL",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
     ] {
         command.env_remove(var);
     }
@@ -223,6 +231,21 @@ async fn the_weather_example_speaks_every_providers_wire() {
     every_mode("gemini", "gemini-test", loopstack_model::testing::imitation::gemini::GeminiApi::default, |url| {
         vec![("GEMINI_API_KEY", key()), ("GEMINI_BASE_URL", url.to_owned())]
     })
+    .await;
+    #[cfg(feature = "gemini")]
+    every_mode(
+        "vertex",
+        "gemini-test",
+        || loopstack_model::testing::imitation::gemini::GeminiApi::vertex("my-project", "us-central1"),
+        |url| {
+            vec![
+                ("GOOGLE_CLOUD_ACCESS_TOKEN", key()),
+                ("GOOGLE_CLOUD_PROJECT", "my-project".to_owned()),
+                ("GOOGLE_CLOUD_LOCATION", "us-central1".to_owned()),
+                ("GOOGLE_VERTEX_BASE_URL", url.to_owned()),
+            ]
+        },
+    )
     .await;
     #[cfg(feature = "bedrock")]
     every_mode("bedrock", "bedrock-test", loopstack_model::testing::imitation::bedrock::Converse::default, |url| {

@@ -19,11 +19,22 @@ use serde_json::{Value, json};
 
 use super::gemini_api::{Api, SKIP, error, sse};
 
-/// The Gemini API for the suite; it remembers the signatures it issued, as the API
+/// The Gemini API (or Vertex AI, [`GeminiApi::vertex`]) for the suite; it remembers the signatures it issued, as the API
 /// verifies its own.
 #[derive(Default)]
 pub struct GeminiApi {
     issued: Mutex<Vec<String>>,
+    /// `Some((project, location))`: Vertex AI's paths and bearer token instead.
+    vertex: Option<(String, String)>,
+}
+
+impl GeminiApi {
+    /// Vertex AI's `generateContent` for this project and location
+    /// (`/v1/projects/{project}/locations/{location}/publishers/google/models/...`),
+    /// with [`API_KEY`] as the OAuth access token (`Authorization: Bearer`).
+    pub fn vertex(project: &str, location: &str) -> Self {
+        Self { issued: Mutex::default(), vertex: Some((project.into(), location.into())) }
+    }
 }
 
 fn encode(token: &str) -> String {
@@ -83,7 +94,11 @@ fn read_parts(parts: &[Value], at: &str) -> Result<Vec<Part>, String> {
 impl Imitation for GeminiApi {
     fn read(&self, request: &Request) -> Result<Seen, String> {
         let issued = self.issued.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let read = Api::gemini(API_KEY).issued(issued).check(request).map_err(|refusal| refusal.message())?;
+        let api = match &self.vertex {
+            Some((project, location)) => Api::vertex(project, location, API_KEY),
+            None => Api::gemini(API_KEY),
+        };
+        let read = api.issued(issued).check(request).map_err(|refusal| refusal.message())?;
         let body = &read.body;
         let mut seen = Seen::default();
         seen.model = read.model;
