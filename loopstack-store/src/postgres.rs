@@ -58,6 +58,13 @@ async fn in_schema(
     done.map(|_| options)
 }
 
+/// Whether PostgreSQL aborted the statement to break a deadlock (SQLSTATE 40P01).
+fn is_deadlock(e: &loopstack_core::StoreError) -> bool {
+    let loopstack_core::StoreError::Backend(e) = e else { return false };
+    let database = e.downcast_ref::<sqlx::Error>().and_then(sqlx::Error::as_database_error);
+    database.and_then(|d| d.code()).is_some_and(|code| code == "40P01")
+}
+
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.sql.debug_as("PostgresStore", f)
@@ -96,8 +103,19 @@ impl PostgresStore {
     /// PostgresStore::drop_schema(url, "test_refunds").await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// A connection still writing to the schema (a runtime's task that has not ended
+    /// yet) can deadlock with the drop, which takes each table's exclusive lock in
+    /// turn; PostgreSQL then aborts one of the two, and the drop is tried again (up
+    /// to 5 times) once the other has gone through.
     pub async fn drop_schema(url: &str, schema: &str) -> Result<(), loopstack_core::StoreError> {
-        in_schema(url, schema, |s| format!("DROP SCHEMA IF EXISTS {s} CASCADE")).await.map(drop)
+        let mut tries = 1;
+        loop {
+            match in_schema(url, schema, |s| format!("DROP SCHEMA IF EXISTS {s} CASCADE")).await {
+                Err(e) if tries < 5 && is_deadlock(&e) => tries += 1,
+                done => return done.map(drop),
+            }
+        }
     }
 
     /// Connects with options and a pool of your own.
