@@ -37,6 +37,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cache;
+#[cfg(any(feature = "openai", feature = "gemini"))]
+mod call_ids;
 pub mod error;
 #[doc(hidden)]
 pub mod fnv;

@@ -2,7 +2,6 @@
 //! blocks (one [`Assembler`] for a whole body and for the chunks of a stream), and a
 //! non-streamed body.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -10,6 +9,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::THOUGHT_SIGNATURE;
+use crate::call_ids::CallIds;
 use crate::error::LlmError;
 use crate::http::{self, malformed};
 use crate::message::{
@@ -413,55 +413,4 @@ pub(super) fn decode_response(
     }
     assembler.feed(wire, &mut Vec::new())?;
     assembler.finish(&mut Vec::new())
-}
-
-/// The ids of the calls of one reply that come without one: the call at position `n`
-/// gets `call_<c + n>`, where `c` counts the calls already in the conversation, or the
-/// next number that no call or result of the conversation and no other call of the
-/// reply uses. So an id never repeats one of an earlier turn.
-struct CallIds<'a> {
-    conversation: &'a [Arc<Message>],
-    earlier: Option<(usize, HashSet<&'a str>)>,
-    reply: HashSet<String>,
-}
-
-impl<'a> CallIds<'a> {
-    fn new(conversation: &'a [Arc<Message>]) -> Self {
-        Self { conversation, earlier: None, reply: HashSet::new() }
-    }
-
-    /// The id Gemini gave the call at `position` (noted as taken), or a new one.
-    fn or_new(&mut self, id: Option<String>, position: usize) -> String {
-        if let Some(id) = id.filter(|id| !id.is_empty()) {
-            self.reply.insert(id.clone());
-            return id;
-        }
-        let conversation = self.conversation;
-        let (calls, used) = self.earlier.get_or_insert_with(|| {
-            let mut used = HashSet::new();
-            let mut calls = 0;
-            for block in conversation.iter().flat_map(|m| &m.content) {
-                match block {
-                    ContentBlock::ToolUse(call) => {
-                        calls += 1;
-                        used.insert(call.id.as_str());
-                    }
-                    ContentBlock::ToolResult(result) => {
-                        used.insert(result.tool_use_id.as_str());
-                    }
-                    _ => {}
-                }
-            }
-            (calls, used)
-        });
-        let mut n = *calls + position;
-        loop {
-            let id = format!("call_{n}");
-            if !used.contains(id.as_str()) && !self.reply.contains(&id) {
-                self.reply.insert(id.clone());
-                return id;
-            }
-            n += 1;
-        }
-    }
 }

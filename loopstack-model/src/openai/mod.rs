@@ -36,7 +36,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use self::azure::Route;
-use self::reply::CallIds;
+use crate::call_ids::CallIds;
 use crate::error::LlmError;
 use crate::http::{self, Auth, Call, Client, http_settings};
 use crate::model::{ChatModel, ChatRequest, ChatResponse, StreamEvent};

@@ -6,8 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::reply::{CallIds, WireUsage, content_text, stop_reason};
+use super::reply::{WireUsage, content_text, stop_reason};
 use super::text_tools::apply_text_tool_calls;
+use crate::call_ids::CallIds;
 use crate::error::LlmError;
 use crate::http::{self, SseDecoder, malformed};
 use crate::message::{ContentBlock, Message, Role, ToolUse, Usage};

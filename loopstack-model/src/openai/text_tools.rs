@@ -5,7 +5,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use super::reply::{CallIds, tool_use};
+use super::reply::tool_use;
+use crate::call_ids::CallIds;
 use crate::message::{ContentBlock, StopReason};
 use crate::model::ChatResponse;
 
