@@ -74,7 +74,7 @@ impl ToolUse {
 
     /// A tool call from parsed arguments, refused like [`ToolUse::from_raw_arguments`]
     /// refuses text when they nest deeper than [`MAX_JSON_DEPTH`].
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    #[cfg_attr(not(feature = "anthropic"), allow(dead_code))] // (the one provider that sends parsed input)
     pub(crate) fn checked(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
         if value_deeper_than(&input, MAX_JSON_DEPTH) {
             // The value came from a parser with a depth limit (serde_json's 128), so

@@ -286,9 +286,11 @@ impl Client {
     }
 }
 
-/// The builder methods both HTTP providers have, over their `http: Client` field:
-/// `base_url`, `timeout`, `retry_policy` and the hidden test hook `__sleep_with`.
-/// Expanded inside the provider's `impl` block.
+/// The builder methods the HTTP providers (all but Bedrock, whose base URL is its
+/// region's) have, over their `http: Client` field: `base_url`, `timeout`,
+/// `retry_policy` and the hidden test hook `__sleep_with`. Expanded inside the
+/// provider's `impl` block.
+#[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini"))]
 macro_rules! http_settings {
     () => {
         /// Sets the base URL, such as a proxy's or a local server's, with or without a
@@ -324,4 +326,5 @@ macro_rules! http_settings {
     };
 }
 
+#[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini"))]
 pub(crate) use http_settings;

@@ -189,6 +189,7 @@
 mod client;
 mod errors;
 
+#[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini"))]
 pub(crate) use client::http_settings;
 pub use client::{Auth, Client};
 pub use errors::{body_error, status_error};
@@ -453,7 +454,8 @@ pub(crate) fn record_outcome(span: &tracing::Span, started: Instant, result: Res
 /// A test hook receiving each retry delay instead of sleeping.
 pub(crate) type SleepHook = Arc<dyn Fn(Duration) -> BoxFuture<'static, ()> + Send + Sync>;
 
-/// Wraps a closure as a [`SleepHook`].
+/// Wraps a closure as a [`SleepHook`] (for the providers' `__sleep_with`).
+#[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini", feature = "bedrock"))]
 pub(crate) fn sleep_hook<F, Fut>(f: F) -> SleepHook
 where
     F: Fn(Duration) -> Fut + Send + Sync + 'static,
