@@ -43,26 +43,7 @@ pub fn error(code: u16, status: &str, message: &str) -> Reply {
     refusal(code, status, message).reply()
 }
 
-/// A request the API refuses: the status and error body it answers with.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    /// The HTTP status.
-    pub status: u16,
-    /// The error body, `{"error": {"code", "message", "status"}}`.
-    pub body: Value,
-}
-
-impl Refusal {
-    /// The reply the API sends.
-    pub fn reply(self) -> Reply {
-        Reply::json(self.status, self.body)
-    }
-
-    /// What the API says is wrong, with the status.
-    pub fn message(&self) -> String {
-        format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
-    }
-}
+pub use super::Refusal;
 
 fn refusal(code: u16, status: &str, message: &str) -> Refusal {
     Refusal { status: code, body: json!({"error": {"code": code, "message": message, "status": status}}) }

@@ -102,6 +102,29 @@ pub mod openai_responses;
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod responses_api;
 
+/// A request an imitation refuses, as the API would: the status and the error body in
+/// the API's shape (`{"error": {"code", "message", "status"}}` for Google's,
+/// `{"error": {"message", "type", "param", "code"}}` for OpenAI's).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The HTTP status.
+    pub status: u16,
+    /// The error body.
+    pub body: Value,
+}
+
+impl Refusal {
+    /// The reply the API sends.
+    pub fn reply(self) -> crate::testing::Reply {
+        crate::testing::Reply::json(self.status, self.body)
+    }
+
+    /// What the API says is wrong, with the status.
+    pub fn message(&self) -> String {
+        format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
+    }
+}
+
 /// `text` in about `n` pieces, cut at character boundaries (a piece may be a
 /// multi-byte character's only), as APIs stream text.
 pub fn pieces(text: &str, n: usize) -> Vec<String> {

@@ -23,26 +23,7 @@ pub fn invalid(message: impl Into<String>, param: Option<&str>, code: Option<&st
     refuse(message, param, code).reply()
 }
 
-/// A request the API refuses: the status and error body it answers with.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    /// The HTTP status.
-    pub status: u16,
-    /// The error body, `{"error": {"message", "type", "param", "code"}}`.
-    pub body: Value,
-}
-
-impl Refusal {
-    /// The reply the API sends.
-    pub fn reply(self) -> Reply {
-        Reply::json(self.status, self.body)
-    }
-
-    /// What the API says is wrong, with the status.
-    pub fn message(&self) -> String {
-        format!("{} {}", self.status, self.body["error"]["message"].as_str().unwrap_or_default())
-    }
-}
+pub use super::Refusal;
 
 /// A 400 refusal in the API's error shape.
 fn refuse(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Refusal {
