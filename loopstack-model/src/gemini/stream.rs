@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::reply::{Assembler, WireResponse};
 use crate::error::LlmError;
 use crate::http::{self, SseDecoder};
@@ -32,9 +30,7 @@ impl SseDecoder for Decoder<'_> {
     /// its `code`.
     fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         if name == "error" {
-            let value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
-            let error = value.get("error").unwrap_or(&value);
-            return Err(http::body_error(self.provider, &self.model, error));
+            return Err(http::event_error(self.provider, &self.model, data));
         }
         let chunk: WireResponse =
             serde_json::from_str(data).map_err(|e| self.assembler.malformed(format!("invalid chunk: {e}")))?;
@@ -57,7 +53,7 @@ impl SseDecoder for Decoder<'_> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::message::{ContentBlock, Reasoning, StopReason, ToolUse};

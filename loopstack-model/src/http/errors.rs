@@ -190,6 +190,14 @@ pub fn body_error(provider: &'static str, model: &str, error: &Value) -> LlmErro
     classify(provider, model, error_status(error), kind, message.to_owned(), None)
 }
 
+/// The error of an SSE `error` event's data: its `error` object (or the whole data,
+/// or the data as text when it is not JSON) read by [`body_error`].
+#[cfg(any(feature = "openai", feature = "gemini"))]
+pub(crate) fn event_error(provider: &'static str, model: &str, data: &str) -> LlmError {
+    let value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
+    body_error(provider, model, value.get("error").unwrap_or(&value))
+}
+
 /// The typed error of an unsuccessful HTTP `status` whose response had this `body`, as
 /// [`Client::chat`](super::Client::chat) and [`Client::stream`](super::Client::stream)
 /// return it: 401 and 403 are [`LlmError::Authentication`], 429

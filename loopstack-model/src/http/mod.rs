@@ -192,6 +192,8 @@ mod errors;
 #[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini"))]
 pub(crate) use client::http_settings;
 pub use client::{Auth, Client};
+#[cfg(any(feature = "openai", feature = "gemini"))]
+pub(crate) use errors::event_error;
 pub use errors::{body_error, status_error};
 
 use std::fmt;

@@ -183,9 +183,7 @@ impl SseDecoder for Decoder<'_> {
     /// the error of the HTTP status it stands for ([`http::body_error`]).
     fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         if name == "error" {
-            let value = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
-            let error = value.get("error").unwrap_or(&value);
-            return Err(http::body_error(self.provider, &self.model, error));
+            return Err(http::event_error(self.provider, &self.model, data));
         }
         if data.trim() == "[DONE]" {
             self.done = true;
