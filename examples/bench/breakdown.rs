@@ -10,10 +10,12 @@
 //!   its step-0 checkpoint and the prompt; per transition a fenced checkpoint insert,
 //!   the fenced run update and the transition's documents; at the end the query for
 //!   pending signals to reject), on the store's schema (its indexes and foreign keys);
-//! - the driver: rusqlite (on this thread; the store's driver, which runs them on
-//!   a thread of its own), sqlx through a pool of 4 (as the store had it before) or
-//!   sqlx on one connection held for the whole replay (no pool);
-//! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU).
+//! - `synchronous`: FULL (the store's) or OFF (no fsync: what is left is CPU);
+//!
+//! each through rusqlite on this thread (the store's driver, which runs them on a
+//! thread of its own). Until sqlx's SQLite driver left the workspace (only one SQLite
+//! may be linked, and the store's is rusqlite), sqlx through a pool and on one held
+//! connection were measured too: docs/benchmarks.md keeps those figures.
 //!
 //! The store itself (`SqliteStore` under the agent, as in W4) is the last two lines,
 //! in the same process, as opened and with its connection switched to
@@ -28,8 +30,6 @@ use std::time::Instant;
 use loopstack::RunId;
 use loopstack_store::SqliteStore;
 use serde_json::json;
-use sqlx::Row as _;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::agent::Framework;
 use crate::measure::{Subject as _, round};
@@ -88,45 +88,29 @@ struct Recorded {
     documents: Vec<DocumentRow>,
 }
 
-async fn record(pool: &SqlitePool, run_id: RunId) -> Result<Recorded, sqlx::Error> {
-    let run = sqlx::query("SELECT workflow, definition_hash, version, lease_owner FROM runs WHERE run_id = $1")
-        .bind(run_id.0)
-        .fetch_one(pool)
-        .await?;
-    let run = (run.try_get(0)?, run.try_get(1)?, run.try_get(2)?, run.try_get(3)?);
-    let rows = sqlx::query(
+fn record(conn: &rusqlite::Connection, run_id: RunId) -> rusqlite::Result<Recorded> {
+    let id = run_id.0.as_bytes();
+    let run = conn.query_row(
+        "SELECT workflow, definition_hash, version, lease_owner FROM runs WHERE run_id = ?1",
+        [id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let mut stmt = conn.prepare(
         "SELECT step, transition, to_place, state, state_patch FROM checkpoints \
-         WHERE run = (SELECT id FROM runs WHERE run_id = $1) ORDER BY step",
-    )
-    .bind(run_id.0)
-    .fetch_all(pool)
-    .await?;
-    let checkpoints = rows
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
-        .collect::<Result<_, sqlx::Error>>()?;
-    let rows = sqlx::query(
+         WHERE run = (SELECT id FROM runs WHERE run_id = ?1) ORDER BY step",
+    )?;
+    let checkpoints = stmt
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut stmt = conn.prepare(
         "SELECT seq, version, doc_type, doc_key, tags, metadata, content, step FROM documents \
-         WHERE run = (SELECT id FROM runs WHERE run_id = $1) ORDER BY step, seq",
-    )
-    .bind(run_id.0)
-    .fetch_all(pool)
-    .await?;
-    let documents = rows
-        .iter()
-        .map(|r| {
-            Ok((
-                r.try_get(0)?,
-                r.try_get(1)?,
-                r.try_get(2)?,
-                r.try_get(3)?,
-                r.try_get(4)?,
-                r.try_get(5)?,
-                r.try_get(6)?,
-                r.try_get(7)?,
-            ))
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+         WHERE run = (SELECT id FROM runs WHERE run_id = ?1) ORDER BY step, seq",
+    )?;
+    let documents = stmt
+        .query_map([id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
     Ok(Recorded { run, checkpoints, documents })
 }
 
@@ -259,37 +243,6 @@ fn rusqlite_run(conn: &mut rusqlite::Connection, replay: &Replay, id: &[u8]) -> 
     Ok(())
 }
 
-async fn sqlx_run<'c, C>(conn: C, replay: &Replay, id: uuid::Uuid) -> Result<(), sqlx::Error>
-where
-    C: sqlx::Acquire<'c, Database = sqlx::Sqlite>,
-{
-    let mut conn = conn.acquire().await?;
-    for statements in replay {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        for (sql, values) in statements {
-            let mut q = sqlx::query(sql);
-            for v in values {
-                q = match v {
-                    V::Id => q.bind(id),
-                    V::I(n) => q.bind(*n),
-                    V::T(s) => q.bind(s.clone()),
-                    V::B(b) => q.bind(*b),
-                };
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-    }
-    Ok(())
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Driver {
-    Rusqlite,
-    SqlxPool,
-    SqlxConnection,
-}
-
 /// A fresh file with the writes' tables: the store's schema (created by the store,
 /// which is then closed) or the baseline's two tables.
 async fn fresh(dir: &std::path::Path, name: &str, store_schema: bool) -> Result<std::path::PathBuf, String> {
@@ -311,91 +264,36 @@ struct Variant<'r> {
     driver: &'static str,
     full: bool,
     replay: &'r Replay,
-    conn: Conn,
+    conn: rusqlite::Connection,
     /// Microseconds per run, one figure a round.
     rounds: Vec<f64>,
-}
-
-enum Conn {
-    Rusqlite(rusqlite::Connection),
-    Pool(SqlitePool),
-    Held(SqlitePool, sqlx::pool::PoolConnection<sqlx::Sqlite>),
 }
 
 impl<'r> Variant<'r> {
     async fn open(
         dir: &std::path::Path,
         (writes, replay): (&'static str, &'r Replay),
-        driver: Driver,
         full: bool,
     ) -> Result<Variant<'r>, String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
-        let name = match driver {
-            Driver::Rusqlite => "rusqlite",
-            Driver::SqlxPool => "sqlx pool",
-            Driver::SqlxConnection => "sqlx connection",
-        };
-        let file = format!("{writes}-{}-{}", name.replace(' ', "-"), if full { "full" } else { "off" });
+        let file = format!("{writes}-rusqlite-{}", if full { "full" } else { "off" });
         let path = fresh(dir, &file, writes == "store").await?;
-        let conn = match driver {
-            Driver::Rusqlite => {
-                let conn = crate::plain::open_sqlite(&path)?;
-                // As sqlx connects: foreign keys on.
-                conn.pragma_update(None, "foreign_keys", "ON").map_err(|x| e(&x))?;
-                if !full {
-                    conn.pragma_update(None, "synchronous", "OFF").map_err(|x| e(&x))?;
-                }
-                Conn::Rusqlite(conn)
-            }
-            Driver::SqlxPool | Driver::SqlxConnection => {
-                // The store's options (sqlite.rs), `synchronous` as asked.
-                let options = SqliteConnectOptions::new()
-                    .filename(&path)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(if full { SqliteSynchronous::Full } else { SqliteSynchronous::Off })
-                    .busy_timeout(std::time::Duration::from_secs(30));
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(4)
-                    .idle_timeout(None)
-                    .max_lifetime(None)
-                    .connect_with(options)
-                    .await
-                    .map_err(|x| e(&x))?;
-                if driver == Driver::SqlxConnection {
-                    let held = pool.acquire().await.map_err(|x| e(&x))?;
-                    Conn::Held(pool, held)
-                } else {
-                    Conn::Pool(pool)
-                }
-            }
-        };
-        Ok(Variant { writes, driver: name, full, replay, conn, rounds: Vec::new() })
+        let conn = crate::plain::open_sqlite(&path)?;
+        // As the store connects: foreign keys on.
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(|x| e(&x))?;
+        if !full {
+            conn.pragma_update(None, "synchronous", "OFF").map_err(|x| e(&x))?;
+        }
+        Ok(Variant { writes, driver: "rusqlite", full, replay, conn, rounds: Vec::new() })
     }
 
     /// Replays `n` runs; microseconds per run.
-    async fn runs(&mut self, n: usize) -> Result<f64, String> {
-        let e = |e: &dyn std::fmt::Display| e.to_string();
+    fn runs(&mut self, n: usize) -> Result<f64, String> {
         let started = Instant::now();
         for _ in 0..n {
-            let id = RunId::new().0;
-            match &mut self.conn {
-                Conn::Rusqlite(conn) => rusqlite_run(conn, self.replay, id.as_bytes()).map_err(|x| e(&x))?,
-                Conn::Pool(pool) => sqlx_run(&*pool, self.replay, id).await.map_err(|x| e(&x))?,
-                Conn::Held(_, conn) => sqlx_run(&mut **conn, self.replay, id).await.map_err(|x| e(&x))?,
-            }
+            rusqlite_run(&mut self.conn, self.replay, RunId::new().0.as_bytes()).map_err(|x| x.to_string())?;
         }
         Ok(started.elapsed().as_secs_f64() * 1e6 / n as f64)
-    }
-
-    async fn close(self) {
-        match self.conn {
-            Conn::Rusqlite(_) => {}
-            Conn::Pool(pool) => pool.close().await,
-            Conn::Held(pool, held) => {
-                drop(held);
-                pool.close().await;
-            }
-        }
     }
 }
 
@@ -427,12 +325,11 @@ async fn breakdown(args: &Args) -> Result<(), String> {
     let result = async {
         // The store under the agent, as W4 measures it; its first run is the recording.
         let store = SqliteStore::open(dir.join("loopstack.db")).await.map_err(|x| e(&x))?;
-        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(dir.join("loopstack.db")))
-            .await
-            .map_err(|x| e(&x))?;
+        let reader = crate::plain::open_sqlite(&dir.join("loopstack.db"))?;
         let fw = Framework::durable(Workload::W4, Arc::new(store));
         let reply = fw.agent.ask(&fw.runtime, crate::agent::QUESTION).await.map_err(|x| e(&x))?;
-        let recorded = record(&pool, reply.run_id).await.map_err(|x| e(&x))?;
+        let recorded = record(&reader, reply.run_id).map_err(|x| e(&x))?;
+        drop(reader);
         for _ in 0..args.warmup {
             fw.run_one().await?;
         }
@@ -452,19 +349,17 @@ async fn breakdown(args: &Args) -> Result<(), String> {
         let base_writes = recorded.baseline_replay();
         let mut variants = Vec::new();
         for writes in [("baseline", &base_writes), ("store", &store_writes)] {
-            for driver in [Driver::Rusqlite, Driver::SqlxPool, Driver::SqlxConnection] {
-                for full in [true, false] {
-                    let mut variant = Variant::open(&dir, writes, driver, full).await?;
-                    variant.runs(20).await?; // warm up
-                    variants.push(variant);
-                }
+            for full in [true, false] {
+                let mut variant = Variant::open(&dir, writes, full).await?;
+                variant.runs(20)?; // warm up
+                variants.push(variant);
             }
         }
         let per_round = (args.n / ROUNDS).max(1);
         let (mut loopstack, mut loopstack_off) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             for variant in &mut variants {
-                let us = variant.runs(per_round).await?;
+                let us = variant.runs(per_round)?;
                 variant.rounds.push(us);
             }
             let started = Instant::now();
@@ -491,7 +386,6 @@ async fn breakdown(args: &Args) -> Result<(), String> {
         for variant in variants {
             let sync = if variant.full { "full" } else { "off" };
             println!("{}", line(variant.writes, variant.driver, sync, median(&variant.rounds), variant.replay));
-            variant.close().await;
         }
         // The same statements through the store, with the framework's own work.
         println!("{}", line("loopstack", "SqliteStore", "full", median(&loopstack), &store_writes));

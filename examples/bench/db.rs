@@ -17,7 +17,6 @@ use crate::measure::Subject;
 #[derive(Clone)]
 pub(crate) struct Db {
     pub(crate) kind: DbKind,
-    pub(crate) sqlite: Option<sqlx::SqlitePool>,
     pub(crate) postgres: Option<sqlx::PgPool>,
     /// The framework's store (absent for the baseline).
     pub(crate) store: Option<Arc<dyn Store>>,
@@ -37,7 +36,7 @@ pub(crate) const BASELINE_POSTGRES: &[&str] = &[
 impl Db {
     pub(crate) async fn open(kind: DbKind, baseline: bool) -> Result<Self, String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
-        let mut db = Self { kind, sqlite: None, postgres: None, store: None, dir: None, schema: None };
+        let mut db = Self { kind, postgres: None, store: None, dir: None, schema: None };
         match kind {
             DbKind::Sqlite => {
                 let dir = std::env::temp_dir().join(format!("loopstack-bench-{}", RunId::new()));
@@ -45,22 +44,12 @@ impl Db {
                 let path = dir.join("bench.db");
                 if baseline {
                     // The same settings the store uses: WAL, synchronous=FULL.
-                    let options = sqlx::sqlite::SqliteConnectOptions::new()
-                        .filename(&path)
-                        .create_if_missing(true)
-                        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-                        .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
-                    let pool = sqlx::SqlitePool::connect_with(options).await.map_err(|x| e(&x))?;
+                    let conn = crate::plain::open_sqlite(&path)?;
                     for sql in BASELINE_SQLITE {
-                        sqlx::query(sql).execute(&pool).await.map_err(|x| e(&x))?;
+                        conn.execute(sql, []).map_err(|x| e(&x))?;
                     }
-                    db.sqlite = Some(pool);
                 } else {
-                    let store = SqliteStore::open(&path).await.map_err(|x| e(&x))?;
-                    // A pool of its own on the store's file, to read its size.
-                    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
-                    db.sqlite = Some(sqlx::SqlitePool::connect_with(options).await.map_err(|x| e(&x))?);
-                    db.store = Some(Arc::new(store));
+                    db.store = Some(Arc::new(SqliteStore::open(&path).await.map_err(|x| e(&x))?));
                 }
                 db.dir = Some(dir);
             }
@@ -70,7 +59,7 @@ impl Db {
                 let store = PostgresStore::connect_schema(&url, &schema).await.map_err(|x| e(&x))?;
                 if baseline {
                     for sql in BASELINE_POSTGRES {
-                        sqlx::query(sql).execute(store.pool()).await.map_err(|x| e(&x))?;
+                        sqlx::query(*sql).execute(store.pool()).await.map_err(|x| e(&x))?;
                     }
                 } else {
                     db.store = Some(Arc::new(store.clone()));
@@ -84,7 +73,6 @@ impl Db {
 
     /// Rows in all tables, and bytes on disk.
     pub(crate) async fn size(&self) -> Result<(i64, i64), String> {
-        let e = |e: sqlx::Error| e.to_string();
         let tables: &[&str] = if self.store.is_some() {
             // The event log's tables too: a run nobody follows writes no row there.
             &["runs", "checkpoints", "documents", "signals", "events", "event_listeners"]
@@ -95,20 +83,24 @@ impl Db {
         let count = format!("SELECT {count} AS n");
         match self.kind {
             DbKind::Sqlite => {
-                let pool = self.sqlite.as_ref().expect("a sqlite pool");
-                let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await.map_err(e)?;
+                // A connection of its own on the file, once the runs are done.
+                let path = self.dir.as_ref().expect("a sqlite file").join("bench.db");
+                let conn = crate::plain::open_sqlite(&path)?;
+                let e = |e: rusqlite::Error| e.to_string();
+                let rows: i64 = conn.query_row(&count, [], |r| r.get(0)).map_err(e)?;
                 // Move the WAL into the main file first, so the file size counts it.
-                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(pool).await.map_err(e)?;
-                let bytes: i64 =
-                    sqlx::query_scalar("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
-                        .fetch_one(pool)
-                        .await
-                        .map_err(e)?;
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(e)?;
+                let bytes: i64 = conn
+                    .query_row("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()", [], |r| {
+                        r.get(0)
+                    })
+                    .map_err(e)?;
                 Ok((rows, bytes))
             }
             DbKind::Postgres | DbKind::Memory => {
+                let e = |e: sqlx::Error| e.to_string();
                 let pool = self.postgres.as_ref().expect("a postgres pool");
-                let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await.map_err(e)?;
+                let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count)).fetch_one(pool).await.map_err(e)?;
                 let bytes: i64 = sqlx::query_scalar(
                     "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::BIGINT FROM pg_class c \
                      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'",
@@ -128,15 +120,15 @@ impl Db {
             return;
         }
         if let (Some(pool), Some(schema)) = (&self.postgres, &self.schema) {
-            let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(pool).await;
         }
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
 
-    /// One plain sqlx transaction: update the run row (or create it) and insert new
-    /// documents.
+    /// One plain sqlx transaction on PostgreSQL: update the run row (or create it)
+    /// and insert new documents.
     async fn sqlx_step(
         &self,
         run_id: uuid::Uuid,
@@ -144,44 +136,36 @@ impl Db {
         state: &str,
         docs: &[(i64, String)],
     ) -> Result<(), String> {
-        macro_rules! step_tx {
-            ($pool:expr) => {{
-                let e = |e: sqlx::Error| e.to_string();
-                let mut tx = $pool.begin().await.map_err(e)?;
-                if step == 0 {
-                    sqlx::query("INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)")
-                        .bind(run_id)
-                        .bind(step)
-                        .bind(state)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(e)?;
-                } else {
-                    sqlx::query("UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1")
-                        .bind(run_id)
-                        .bind(step)
-                        .bind(state)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(e)?;
-                }
-                for (seq, content) in docs {
-                    sqlx::query("INSERT INTO bench_documents (run_id, seq, content) VALUES ($1, $2, $3)")
-                        .bind(run_id)
-                        .bind(*seq)
-                        .bind(content.as_str())
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(e)?;
-                }
-                tx.commit().await.map_err(e)
-            }};
+        let e = |e: sqlx::Error| e.to_string();
+        let pool = self.postgres.as_ref().ok_or("sqlx writes only to PostgreSQL here")?;
+        let mut tx = pool.begin().await.map_err(e)?;
+        if step == 0 {
+            sqlx::query("INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)")
+                .bind(run_id)
+                .bind(step)
+                .bind(state)
+                .execute(&mut *tx)
+                .await
+                .map_err(e)?;
+        } else {
+            sqlx::query("UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(step)
+                .bind(state)
+                .execute(&mut *tx)
+                .await
+                .map_err(e)?;
         }
-        match (&self.sqlite, &self.postgres) {
-            (Some(pool), _) => step_tx!(pool),
-            (None, Some(pool)) => step_tx!(pool),
-            (None, None) => Err("no database".to_owned()),
+        for (seq, content) in docs {
+            sqlx::query("INSERT INTO bench_documents (run_id, seq, content) VALUES ($1, $2, $3)")
+                .bind(run_id)
+                .bind(*seq)
+                .bind(content.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(e)?;
         }
+        tx.commit().await.map_err(e)
     }
 }
 

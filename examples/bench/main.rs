@@ -28,11 +28,12 @@
 //!   local server): runs/s, microseconds per run, and rows and bytes the database grew
 //!   by per run. Its baselines write, per step, one plain transaction that updates a
 //!   run row and inserts the step's new documents, at the same durability settings
-//!   (SQLite WAL with synchronous=FULL; PostgreSQL synchronous commit): through sqlx
-//!   (`--baseline`) and through the plain drivers, rusqlite and tokio-postgres
-//!   (`--plain`, the lower bound). `--compare` runs all three. `--breakdown` (SQLite)
-//!   replays the store's own statements through sqlx and rusqlite, to say where the
-//!   store's time goes (see `breakdown.rs`).
+//!   (SQLite WAL with synchronous=FULL; PostgreSQL synchronous commit): through the
+//!   plain drivers, rusqlite and tokio-postgres (`--plain`, the lower bound), and on
+//!   PostgreSQL through sqlx too (`--baseline`, the driver the store runs on).
+//!   `--compare` runs them all. `--breakdown` (SQLite) replays the store's own
+//!   statements through rusqlite, to say where the store's time goes (see
+//!   `breakdown.rs`).
 //! - W5: worker processes (`--workers 1,2,4`, each `--concurrency 8` runs at once) on
 //!   one PostgreSQL database drain `--n` queued agent runs (1,000 by default): runs per
 //!   second, against the same number of processes of a plain `FOR UPDATE SKIP LOCKED`
@@ -187,6 +188,11 @@ fn parse_args() -> Result<Args, String> {
     if store == DbKind::Memory && workload != Workload::W6 {
         return Err("--store memory is for W6 only".to_owned());
     }
+    if workload == Workload::W4 && store == DbKind::Sqlite && side == Side::Baseline {
+        return Err(
+            "W4's sqlx baseline is PostgreSQL's (--store postgres); on SQLite use --plain (rusqlite)".to_owned()
+        );
+    }
     let (dn, dw) = workload.defaults();
     Ok(Args {
         workload,
@@ -209,8 +215,11 @@ fn parse_args() -> Result<Args, String> {
 /// another machine's work on the host slows one process, not the comparison.
 fn compare(args: &Args) -> ExitCode {
     let exe = std::env::current_exe().expect("own path");
-    // The sqlx baseline first, as before; W4 adds the plain drivers.
-    let sides: &[Side] = if args.workload == Workload::W4 {
+    // The sqlx baseline first, as before; W4 adds the plain drivers (on SQLite the
+    // only baseline: the store's driver is rusqlite).
+    let sides: &[Side] = if args.workload == Workload::W4 && args.store == DbKind::Sqlite {
+        &[Side::Plain, Side::Loopstack]
+    } else if args.workload == Workload::W4 {
         &[Side::Baseline, Side::Plain, Side::Loopstack]
     } else {
         &[Side::Baseline, Side::Loopstack]

@@ -109,7 +109,9 @@ impl Opened {
         if let Some(schema) = &self.schema
             && let Ok(pool) = sqlx::PgPool::connect(&crate::postgres_url()).await
         {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&pool).await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                .execute(&pool)
+                .await;
         }
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);

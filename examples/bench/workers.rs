@@ -297,7 +297,10 @@ async fn drain(args: &Args, side: &str, workers: usize) -> Result<Value, String>
             count_sql =
                 format!("SELECT count(*) FROM {schema}.runs WHERE status IN ('completed', 'failed', 'cancelled')");
         } else {
-            sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.map_err(|x| e(&x))?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+                .execute(&admin)
+                .await
+                .map_err(|x| e(&x))?;
             let client = crate::plain::pg_connect(&schema).await?;
             for sql in QUEUE_TABLES {
                 client.batch_execute(sql).await.map_err(|x| e(&x))?;
@@ -330,7 +333,10 @@ async fn drain(args: &Args, side: &str, workers: usize) -> Result<Value, String>
         }
         let timeout = Duration::from_secs(60 + n as u64 / 10);
         loop {
-            let done: i64 = sqlx::query_scalar(&count_sql).fetch_one(&admin).await.map_err(|x| e(&x))?;
+            let done: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql.as_str()))
+                .fetch_one(&admin)
+                .await
+                .map_err(|x| e(&x))?;
             if done as usize >= n {
                 break;
             }
@@ -344,7 +350,7 @@ async fn drain(args: &Args, side: &str, workers: usize) -> Result<Value, String>
         let sum = |k: &str| lines.iter().filter_map(|l| l[k].as_u64()).sum::<u64>();
         let completed: i64 = if side == "loopstack" {
             let sql = format!("SELECT count(*) FROM {schema}.runs WHERE status = 'completed'");
-            sqlx::query_scalar(&sql).fetch_one(&admin).await.map_err(|x| e(&x))?
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&admin).await.map_err(|x| e(&x))?
         } else {
             n as i64
         };
@@ -374,7 +380,8 @@ async fn drain(args: &Args, side: &str, workers: usize) -> Result<Value, String>
     }
     .await;
     if std::env::var_os("LOOPSTACK_BENCH_KEEP").is_none() {
-        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&admin).await;
+        let _ =
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))).execute(&admin).await;
     }
     admin.close().await;
     result

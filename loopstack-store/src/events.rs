@@ -87,7 +87,7 @@ mod sqlx_log {
     where
         D: Dialect,
         for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
-        for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+        D::Arguments: sqlx::IntoArguments<D>,
         for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
         usize: sqlx::ColumnIndex<D::Row>,
         for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
@@ -128,7 +128,9 @@ mod sqlx_log {
             sql.push_str(" RETURNING id");
             let mut tx = self.pool.begin().await.map_err(backend)?;
             D::begin_append(&mut tx).await?;
-            let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(backend)?;
+            // Only placeholders were written into `sql`; the values are bound.
+            let insert = sqlx::query_scalar_with(sqlx::AssertSqlSafe(sql), args);
+            let ids: Vec<i64> = insert.fetch_all(&mut *tx).await.map_err(backend)?;
             let newest = ids.into_iter().max().unwrap_or(0);
             D::end_append(&mut tx, newest).await?;
             tx.commit().await.map_err(backend)?;

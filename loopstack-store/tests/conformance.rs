@@ -14,6 +14,11 @@ use loopstack_core::testing::StoreSuite;
 use loopstack_core::*;
 use loopstack_store::{PostgresStore, SqliteStore};
 
+// sqlx 0.8's SQLite migrator, which wrote the previous store's files (this file
+// uses only part of it).
+#[allow(dead_code)]
+mod sqlx08;
+
 fn json_raw(value: Value) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(&value).unwrap()
 }
@@ -144,7 +149,7 @@ async fn a_schema_is_dropped_though_a_connection_still_writing_deadlocks_with_it
         let pool = store.pool().clone();
         let mut writer = pool.begin().await.unwrap();
         let lock = |table: &str| format!("LOCK TABLE {schema}.{table} IN ROW EXCLUSIVE MODE");
-        sqlx::query(&lock(first)).execute(&mut *writer).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(lock(first))).execute(&mut *writer).await.unwrap();
         let drop = tokio::spawn({
             let (url, schema) = (url.clone(), schema.clone());
             async move { PostgresStore::drop_schema(&url, &schema).await }
@@ -161,7 +166,7 @@ async fn a_schema_is_dropped_though_a_connection_still_writing_deadlocks_with_it
         }
         // Either this lock waits on the drop (a deadlock: one of the two is aborted) or
         // the drop had not reached this table yet.
-        let _ = sqlx::query(&lock(second)).execute(&mut *writer).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(lock(second))).execute(&mut *writer).await;
         let _ = writer.rollback().await;
         drop.await.unwrap().unwrap_or_else(|e| panic!("{first} then {second}: the drop failed: {e}"));
         let left: i64 = sqlx::query_scalar("SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1")
@@ -197,16 +202,12 @@ const OLD_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, 
 const OLD_CHECKPOINT: &str = "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
     VALUES ((SELECT id FROM runs WHERE run_id = $1), 0, '', 'start', '{\"old\":true}', 0)";
 
-/// Writes `0001_runs.sql` of `dialect` into a directory of its own, for a migrator
+/// Writes PostgreSQL's `0001_runs.sql` into a directory of its own, for a migrator
 /// that knows only the first schema.
-fn first_migration(dir: &std::path::Path, dialect: &str) -> std::path::PathBuf {
-    let sql = match dialect {
-        "sqlite" => include_str!("../migrations/sqlite/0001_runs.sql"),
-        _ => include_str!("../migrations/postgres/0001_runs.sql"),
-    };
-    let migrations = dir.join(format!("migrations-{dialect}"));
+fn first_postgres_migration(dir: &std::path::Path) -> std::path::PathBuf {
+    let migrations = dir.join("migrations-postgres");
     std::fs::create_dir_all(&migrations).unwrap();
-    std::fs::write(migrations.join("0001_runs.sql"), sql).unwrap();
+    std::fs::write(migrations.join("0001_runs.sql"), include_str!("../migrations/postgres/0001_runs.sql")).unwrap();
     migrations
 }
 
@@ -228,14 +229,13 @@ async fn an_old_run_reads_back_after_the_upgrade(store: &dyn Store, old: RunId, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_database_of_the_first_schema_is_migrated() {
     let dir = tempdir("upgrade");
-    let migrations = first_migration(&dir, "sqlite");
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.join("runs.db")).create_if_missing(true);
-    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-    sqlx::migrate::Migrator::new(migrations.as_path()).await.unwrap().run(&pool).await.unwrap();
+    let mut conn = sqlx08::open(&dir.join("runs.db"));
+    let first = sqlx08::migrations(&[("0001_runs.sql", include_str!("../migrations/sqlite/0001_runs.sql"))]);
+    sqlx08::run(&mut conn, &first).unwrap();
     let (old, parent) = (RunId::new(), RunId::new());
-    sqlx::query(OLD_RUN).bind(old.0).bind(parent.0).execute(&pool).await.unwrap();
-    sqlx::query(OLD_CHECKPOINT).bind(old.0).execute(&pool).await.unwrap();
-    pool.close().await;
+    conn.execute(OLD_RUN, [old.0, parent.0]).unwrap();
+    conn.execute(OLD_CHECKPOINT, [old.0]).unwrap();
+    drop(conn);
     let store = SqliteStore::open(dir.join("runs.db")).await.unwrap();
     an_old_run_reads_back_after_the_upgrade(&store, old, parent).await;
     std::fs::remove_dir_all(dir).unwrap();
@@ -246,12 +246,12 @@ async fn a_postgres_database_of_the_first_schema_is_migrated() {
     use std::str::FromStr as _;
     let (url, schema) = pg_schema("upgrade");
     let dir = tempdir("upgrade");
-    let migrations = first_migration(&dir, "postgres");
+    let migrations = first_postgres_migration(&dir);
     let options = sqlx::postgres::PgConnectOptions::from_str(&url).unwrap();
     let pool = sqlx::PgPool::connect_with(options.clone()).await.unwrap_or_else(|e| {
         panic!("PostgreSQL at {url} is needed for this test (`.ci/run` starts it; set LOOPSTACK_DATABASE_URL): {e}")
     });
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.unwrap();
     pool.close().await;
     let pool = sqlx::PgPool::connect_with(options.options([("search_path", &*schema)])).await.unwrap();
     sqlx::migrate::Migrator::new(migrations.as_path()).await.unwrap().run(&pool).await.unwrap();

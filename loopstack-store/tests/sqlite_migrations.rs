@@ -1,12 +1,14 @@
-//! The SQLite store on files the previous implementation (sqlx's migrator) wrote:
+//! The SQLite store on files the previous implementation (sqlx 0.8's migrator) wrote:
 //! its bookkeeping (`_sqlx_migrations`, one row per migration with the SHA-384 of
 //! its SQL) is read and kept, so the store applies only what is missing, and a file
-//! the store created stays one sqlx's migrator accepts.
+//! the store created stays one sqlx's migrator accepts. That migrator is `sqlx08`,
+//! which does on rusqlite what sqlx 0.8's did.
+
+mod sqlx08;
 
 use loopstack_core::serde_json::json;
 use loopstack_core::*;
 use loopstack_store::SqliteStore;
-use sqlx::Row as _;
 
 /// The SQLite migrations as the previous store embedded them: file names give
 /// sqlx's migrator the same versions and descriptions (`0002_parent_signal.sql`:
@@ -31,61 +33,27 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// A directory with the first `n` migrations, for sqlx's migrator.
-fn migrations(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
-    let dir = dir.join(format!("migrations-{n}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, sql) in &MIGRATIONS[..n] {
-        std::fs::write(dir.join(name), sql).unwrap();
-    }
-    dir
-}
-
-async fn sqlx_pool(path: &std::path::Path) -> sqlx::SqlitePool {
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-    sqlx::SqlitePool::connect_with(options).await.unwrap()
-}
-
-/// `(version, description, success, checksum)` of each applied migration.
-async fn bookkeeping(pool: &sqlx::SqlitePool) -> Vec<(i64, String, bool, Vec<u8>)> {
-    sqlx::query("SELECT version, description, success, checksum FROM _sqlx_migrations ORDER BY version")
-        .fetch_all(pool)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_sqlx_migrated_to_6_gets_only_the_migrations_after_6() {
     let dir = tempdir("sqlx-migrated");
     let path = dir.join("runs.db");
-    let pool = sqlx_pool(&path).await;
-    let six = migrations(&dir, 6);
-    sqlx::migrate::Migrator::new(six.as_path()).await.unwrap().run(&pool).await.unwrap();
-    let before = bookkeeping(&pool).await;
+    let mut conn = sqlx08::open(&path);
+    sqlx08::run(&mut conn, &sqlx08::migrations(&MIGRATIONS[..6])).unwrap();
+    let before = sqlx08::bookkeeping(&conn);
     assert_eq!(before.len(), 6);
     // A run that store wrote, with its row and first checkpoint.
     let old = RunId::new();
-    sqlx::query(
+    conn.execute(
         "INSERT INTO runs (run_id, workflow, status, place, step, definition_hash, epoch, place_since, created_at, \
          updated_at) VALUES ($1, 'old', 'waiting', 'start', 0, 'h', 1, 0, 0, 0)",
+        [old.0],
     )
-    .bind(old.0)
-    .execute(&pool)
-    .await
     .unwrap();
-    sqlx::query(
+    conn.execute(
         "INSERT INTO checkpoints (run, step, transition, to_place, state, at) \
          VALUES ((SELECT id FROM runs WHERE run_id = $1), 0, '', 'start', '{\"old\":true}', 0)",
+        [old.0],
     )
-    .bind(old.0)
-    .execute(&pool)
-    .await
     .unwrap();
 
     let store = SqliteStore::open(&path).await.unwrap();
@@ -97,23 +65,20 @@ async fn a_file_sqlx_migrated_to_6_gets_only_the_migrations_after_6() {
     assert_eq!(store.inbox(old).await.unwrap().pending.len(), 1);
 
     // Migrations 1-6 kept as sqlx wrote them; the rest added as sqlx would have.
-    let after = bookkeeping(&pool).await;
+    let after = sqlx08::bookkeeping(&conn);
     assert_eq!(after.len(), MIGRATIONS.len());
     assert_eq!(after[..6], before[..]);
-    let all = migrations(&dir, MIGRATIONS.len());
-    let migrator = sqlx::migrate::Migrator::new(all.as_path()).await.unwrap();
-    let expected: Vec<_> =
-        migrator.iter().map(|m| (m.version, m.description.to_string(), true, m.checksum.to_vec())).collect();
-    assert_eq!(after[6..], expected[6..]);
+    let all = sqlx08::migrations(MIGRATIONS);
+    assert_eq!(after[6..], sqlx08::expected(&all)[6..]);
     // sqlx's migrator finds nothing to do on it (no error, no change).
-    migrator.run(&pool).await.unwrap();
-    assert_eq!(bookkeeping(&pool).await, after);
+    sqlx08::run(&mut conn, &all).unwrap();
+    assert_eq!(sqlx08::bookkeeping(&conn), after);
     // Opened again, the store applies nothing twice.
     drop(store);
     let again = SqliteStore::open(&path).await.unwrap();
     assert_eq!(again.load_run(old).await.unwrap().run_id, old);
-    assert_eq!(bookkeeping(&pool).await, after);
-    pool.close().await;
+    assert_eq!(sqlx08::bookkeeping(&conn), after);
+    drop(conn);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -126,15 +91,12 @@ async fn a_file_the_store_created_is_one_sqlx_migrator_accepts() {
         .create_run(NewRun::new(RunId::new(), "w", "h", serde_json::value::to_raw_value(&json!({})).unwrap()))
         .await;
     run.unwrap();
-    let pool = sqlx_pool(&path).await;
-    let all = migrations(&dir, MIGRATIONS.len());
-    let migrator = sqlx::migrate::Migrator::new(all.as_path()).await.unwrap();
-    let expected: Vec<_> =
-        migrator.iter().map(|m| (m.version, m.description.to_string(), true, m.checksum.to_vec())).collect();
-    assert_eq!(bookkeeping(&pool).await, expected);
-    migrator.run(&pool).await.unwrap();
-    assert_eq!(bookkeeping(&pool).await, expected);
-    pool.close().await;
+    let mut conn = sqlx08::open(&path);
+    let all = sqlx08::migrations(MIGRATIONS);
+    assert_eq!(sqlx08::bookkeeping(&conn), sqlx08::expected(&all));
+    sqlx08::run(&mut conn, &all).unwrap();
+    assert_eq!(sqlx08::bookkeeping(&conn), sqlx08::expected(&all));
+    drop(conn);
     drop(store);
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -144,23 +106,31 @@ async fn a_file_with_an_applied_migration_this_build_lacks_or_changed_is_refused
     let dir = tempdir("sqlx-mismatch");
     let path = dir.join("runs.db");
     drop(SqliteStore::open(&path).await.unwrap());
-    let pool = sqlx_pool(&path).await;
+    let mut conn = sqlx08::open(&path);
+    let all = sqlx08::migrations(MIGRATIONS);
     // A newer build's migration.
-    sqlx::query(
+    conn.execute(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (1000, 'future', TRUE, x'00', 0)",
+        [],
     )
-    .execute(&pool)
-    .await
     .unwrap();
     let opened = SqliteStore::open(&path).await;
     assert!(matches!(opened, Err(StoreError::Backend(_))), "{opened:?}");
+    assert_eq!(sqlx08::run(&mut conn, &all), Err(sqlx08::Refused::VersionMissing(1000)));
     // Migration 2 applied with other SQL.
-    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 1000").execute(&pool).await.unwrap();
-    sqlx::query("UPDATE _sqlx_migrations SET checksum = x'00' WHERE version = 2").execute(&pool).await.unwrap();
+    conn.execute("DELETE FROM _sqlx_migrations WHERE version = 1000", []).unwrap();
+    conn.execute("UPDATE _sqlx_migrations SET checksum = x'00' WHERE version = 2", []).unwrap();
     let opened = SqliteStore::open(&path).await;
     assert!(matches!(opened, Err(StoreError::Backend(_))), "{opened:?}");
-    pool.close().await;
+    assert_eq!(sqlx08::run(&mut conn, &all), Err(sqlx08::Refused::VersionMismatch(2)));
+    // A migration that failed half-way.
+    conn.execute("UPDATE _sqlx_migrations SET checksum = ?1, success = FALSE WHERE version = 2", [&all[1].checksum])
+        .unwrap();
+    let opened = SqliteStore::open(&path).await;
+    assert!(matches!(opened, Err(StoreError::Backend(_))), "{opened:?}");
+    assert_eq!(sqlx08::run(&mut conn, &all), Err(sqlx08::Refused::Dirty(2)));
+    drop(conn);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -170,15 +140,13 @@ async fn a_file_with_an_applied_migration_this_build_lacks_or_changed_is_refused
 async fn a_schedule_stored_before_overlap_policies_keeps_allowing_overlap() {
     let dir = tempdir("overlap-migrated");
     let path = dir.join("runs.db");
-    let pool = sqlx_pool(&path).await;
-    let eight = migrations(&dir, 8);
-    sqlx::migrate::Migrator::new(eight.as_path()).await.unwrap().run(&pool).await.unwrap();
-    sqlx::query(
+    let mut conn = sqlx08::open(&path);
+    sqlx08::run(&mut conn, &sqlx08::migrations(&MIGRATIONS[..8])).unwrap();
+    conn.execute(
         "INSERT INTO schedules (id, workflow, input, recurrence, missed, grace_ms, paused, next_due, created_at, \
          updated_at) VALUES ('old', 'w', '{}', '{\"every\":{\"millis\":60000}}', 'skip', 60000, FALSE, 60000, 0, 0)",
+        [],
     )
-    .execute(&pool)
-    .await
     .unwrap();
 
     let store = SqliteStore::open(&path).await.unwrap();
@@ -197,7 +165,7 @@ async fn a_schedule_stored_before_overlap_policies_keeps_allowing_overlap() {
     );
     store.create_schedule(&new).await.unwrap();
     assert_eq!(store.load_schedule("new").await.unwrap().overlap, schedule::Overlap::Skip);
-    pool.close().await;
+    drop(conn);
     drop(store);
     std::fs::remove_dir_all(dir).unwrap();
 }

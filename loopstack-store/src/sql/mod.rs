@@ -241,7 +241,7 @@ impl MigrationSource<'static> for Embedded {
                         version,
                         Cow::Borrowed(description),
                         MigrationType::Simple,
-                        Cow::Borrowed(sql),
+                        sqlx::SqlStr::from_static(sql),
                         false,
                     )
                 })

@@ -21,7 +21,7 @@ impl<D> SqlStore<D>
 where
     D: Dialect,
     for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
-    for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+    D::Arguments: sqlx::IntoArguments<D>,
     for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
     for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
     for<'r> bool: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
@@ -219,7 +219,8 @@ where
         }
         sql += " ORDER BY run_id DESC LIMIT ";
         sql += &next();
-        let mut select = sqlx::query(&sql);
+        // Only placeholders were written into `sql`; the values are bound.
+        let mut select = sqlx::query(sqlx::AssertSqlSafe(sql));
         if let Some(workflow) = &query.workflow {
             select = select.bind(workflow.as_str());
         }

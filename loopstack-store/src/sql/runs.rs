@@ -25,7 +25,7 @@ impl<D> SqlStore<D>
 where
     D: Dialect,
     for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
-    for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+    D::Arguments: sqlx::IntoArguments<D>,
     for<'s> &'s str: sqlx::ColumnIndex<D::Row> + sqlx::Encode<'s, D> + sqlx::Type<D>,
     for<'r> i64: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
     for<'r> bool: sqlx::Encode<'r, D> + sqlx::Decode<'r, D> + sqlx::Type<D>,
