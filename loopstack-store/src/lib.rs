@@ -27,11 +27,10 @@
 //! `_sqlx_migrations` table, so files and schemas written by earlier versions open
 //! as they are.
 //!
-//! What it costs (`cargo run --release --example bench -- --workload W4 --compare`,
-//! the weather agent loop, six checkpointed transitions a run): on SQLite 2.2 to 2.7
-//! times the CPU of plain rusqlite writing the same steps (half that of plain sqlx),
-//! and about 2 KB of database a run; on PostgreSQL, where a commit is one statement,
-//! 0.7 to 0.9 times plain tokio-postgres's CPU, and about 3.2 KB.
+//! What it costs against the plain drivers writing the same steps is the overhead
+//! benchmark's W4 (`cargo run --release --example bench -- --workload W4 --compare`;
+//! its figures are in the repository's `docs/benchmarks.md`): a checkpointed agent
+//! run is about 2 KB of SQLite and 3 KB of PostgreSQL.
 //!
 //! ```
 //! use loopstack_core::{RunQuery, RunStatus, Store};

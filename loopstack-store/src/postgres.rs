@@ -438,8 +438,8 @@ mod tests {
     }
 
     /// The claim over many parked runs reads the few runs that can move (here one,
-    /// with a pending signal), not every waiting run. It used to read them all: 61 ms
-    /// an idle poll over 100,000 (W6). (40,000 of them: what the claim reads besides
+    /// with a pending signal), not every waiting run. It used to read them all, so an
+    /// idle poll grew with the parked runs. (40,000 of them: what the claim reads besides
     /// the runs, such as the catalog pages a new connection reads for the run table's
     /// trigger, stays a few dozen pages, well under a tenth of the table.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,8 +486,8 @@ mod tests {
     }
 
     /// A burst of queued runs: the claim compares each run with its list of ids once,
-    /// not with every id of it. It compared 500,000 pairs for 1,000 queued runs, 48 ms
-    /// a claim: W5's workers drove 18 runs a second each.
+    /// not with every id of it. It compared every pair, so a claim grew with the square
+    /// of the queue and a burst of queued runs starved the workers.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_claim_over_many_queued_runs_compares_each_once() {
         let (store, schema) = unanalyzed("claim_queued").await;

@@ -331,9 +331,8 @@ pub(super) struct Batch<'a> {
 
 /// Whether a call runs in a task of its own: when it is made from a task of a
 /// multi-thread runtime, where the caller's timeout can then fire on another worker
-/// while the tool blocks its thread. The spawn costs about 10 us a call on an idle
-/// runtime (waking a parked worker; measured with the overhead benchmark's W1 driven
-/// from a task: 9.8 -> 19.7 us a run), nothing next to a real tool. Outside a task
+/// while the tool blocks its thread. The spawn wakes a parked worker: microseconds a
+/// call, nothing next to a real tool. Outside a task
 /// (the future `block_on` runs, such as the body of `#[tokio::main]`) the hand-off
 /// would cost a cross-thread round trip per call, and on a current-thread runtime a
 /// blocked thread holds up everything anyway: there the call runs inline.

@@ -5,7 +5,7 @@
 //!
 //! PostgreSQL (`sqlx::Postgres`, in `crate::postgres`) is the one implementation.
 //! The SQLite store left sqlx for rusqlite, where one connection on a thread of its
-//! own took W4 from 4.5 ms of CPU a run to 0.6 (`examples/bench`); it shares the SQL
+//! own spares each store call a pool and an async hand-off per statement; it shares the SQL
 //! ([`queries`](super::queries), filling the same statement macros with its words),
 //! the row decoding and the state patches, not this trait.
 

@@ -10,8 +10,7 @@
 /// That the run has not ended (`completed`, `failed`, `cancelled` or `stopped`): a
 /// fenced write never touches a run that has. Comparisons, not `NOT IN (..)`: SQLite builds
 /// a temporary B-tree for a list of more than two values at every execution of the
-/// statement, which cost each commit two of them: a quarter of the instructions of
-/// a W4 run (`examples/bench`; callgrind, 317 M before and 236 M after for 300 runs).
+/// statement, and a commit runs two such statements.
 macro_rules! unfinished {
     () => {
         "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled' AND status <> 'stopped'"
@@ -238,8 +237,8 @@ pub(crate) const COMMIT_RUN: &str = concat!(
 /// run row's step and place, and nothing of what its indexes hold. SQLite rewrites
 /// an index's entry whenever an `UPDATE` sets a column the index holds or its `WHERE`
 /// reads, even to the value it had: [`COMMIT_RUN`], which sets `status` and
-/// `lease_until`, wrote `runs_leased`'s page at every step (a fifth of a W4 run's
-/// WAL frames). No row when the run is not `running` (then [`COMMIT_RUN`] decides).
+/// `lease_until`, wrote `runs_leased`'s page at every step, for nothing. No row when
+/// the run is not `running` (then [`COMMIT_RUN`] decides).
 #[cfg(feature = "sqlite")]
 pub(crate) const COMMIT_STEP: &str = "UPDATE runs SET step = $4, place = $5, updated_at = $6, place_since = $6 \
             WHERE run_id = $1 AND epoch = $2 AND step = $3 AND status = 'running'";
