@@ -668,11 +668,15 @@ mod tests {
     }
 
     #[test]
-    fn the_diagram_matches_the_readme() {
+    fn the_diagram_matches_the_readme_and_the_tutorial() {
         let wf = workflow(ScriptedModel::new());
-        let readme = include_str!("../README.md");
-        let diagram = wf.mermaid();
-        assert!(readme.contains(&format!("```mermaid\n{diagram}```")), "README diagram is stale:\n{diagram}");
+        let diagram = format!("```mermaid\n{}```", wf.mermaid());
+        for (file, text) in [
+            ("README.md", include_str!("../README.md")),
+            ("docs/src/tutorial.md", include_str!("../docs/src/tutorial.md")),
+        ] {
+            assert!(text.contains(&diagram), "the diagram in {file} is stale:\n{diagram}");
+        }
     }
 
     #[test]

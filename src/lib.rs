@@ -446,15 +446,98 @@ pub mod prelude {
 #[doc(hidden)]
 pub use loopstack_core::__private;
 
-/// The README's examples, compiled and run as doc tests (they use features off by
-/// default: the command line, the MCP client and both providers).
-#[cfg(all(doctest, feature = "cli", feature = "mcp", feature = "anthropic", feature = "openai"))]
+/// The README's examples, compiled and run as doc tests (`.ci/readme/run` also builds
+/// them in a fresh crate with the README's dependency block).
+#[cfg(all(doctest, feature = "macros"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// The guide to models and providers (docs/providers.md), its examples compiled as
-/// doc tests; they name every provider, so they need the `gemini` and `bedrock`
-/// features (CI runs them with both).
-#[cfg(all(doctest, feature = "gemini", feature = "bedrock"))]
-#[doc = include_str!("../docs/providers.md")]
-struct ProvidersGuideDoctests;
+// The book (docs/, an mdBook): each chapter's examples compiled and run as doc
+// tests, one struct per chapter, behind the features its examples use. CI runs
+// them with every feature (`cargo test --doc -p loopstack --all-features`).
+
+/// docs/src/introduction.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/introduction.md")]
+struct BookIntroductionDoctests;
+
+/// docs/src/tutorial.md: the weather agent, step by step.
+#[cfg(all(doctest, feature = "macros", feature = "sqlite", feature = "openai"))]
+#[doc = include_str!("../docs/src/tutorial.md")]
+struct BookTutorialDoctests;
+
+/// docs/src/tools.md.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/tools.md")]
+struct BookToolsDoctests;
+
+/// docs/src/workflows.md.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/workflows.md")]
+struct BookWorkflowsDoctests;
+
+/// docs/src/testing.md.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/testing.md")]
+struct BookTestingDoctests;
+
+/// docs/src/runs.md: stores, workers, versions, schedules, live events.
+#[cfg(all(doctest, feature = "macros", feature = "sqlite"))]
+#[doc = include_str!("../docs/src/runs.md")]
+struct BookRunsDoctests;
+
+/// docs/src/agent.md.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/agent.md")]
+struct BookAgentDoctests;
+
+/// docs/src/approvals.md; its last example is a command line.
+#[cfg(all(doctest, feature = "macros", feature = "cli"))]
+#[doc = include_str!("../docs/src/approvals.md")]
+struct BookApprovalsDoctests;
+
+/// docs/src/agents-together.md.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/agents-together.md")]
+struct BookAgentsTogetherDoctests;
+
+/// docs/src/mcp.md: the MCP client, and command lines that use or serve it.
+#[cfg(all(doctest, feature = "macros", feature = "mcp", feature = "cli", feature = "anthropic", feature = "openai"))]
+#[doc = include_str!("../docs/src/mcp.md")]
+struct BookMcpDoctests;
+
+/// docs/src/providers.md; its examples name every provider.
+#[cfg(all(doctest, feature = "anthropic", feature = "openai", feature = "gemini", feature = "bedrock"))]
+#[doc = include_str!("../docs/src/providers.md")]
+struct BookProvidersDoctests;
+
+/// docs/src/operating.md: the command line and the OpenTelemetry export.
+#[cfg(all(doctest, feature = "macros", feature = "cli", feature = "otel"))]
+#[doc = include_str!("../docs/src/operating.md")]
+struct BookOperatingDoctests;
+
+/// docs/src/deploy.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/deploy.md")]
+struct BookDeployDoctests;
+
+/// docs/src/evals.md: evals, replay and forks.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../docs/src/evals.md")]
+struct BookEvalsDoctests;
+
+/// docs/src/features.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/features.md")]
+struct BookFeaturesDoctests;
+
+/// docs/src/settings.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/src/settings.md")]
+struct BookSettingsDoctests;
+
+/// docs/benchmarks.md, the book's chapter on what the framework costs
+/// (docs/src/benchmarks.md includes it).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/benchmarks.md")]
+struct BookBenchmarksDoctests;

@@ -87,7 +87,7 @@ async fn a_paused_budget_survives_a_restart(open: impl AsyncFn() -> Arc<dyn Stor
     assert_eq!((record.status, &*record.place, record.error), (RunStatus::Stopped, "budget_spent", Some(reason)));
 }
 
-/// The queue-style scripted model the README teaches, built anew in the "new process":
+/// The queue-style scripted model the book teaches (docs/src/testing.md), built anew in the "new process":
 /// the resumed run gets the reply of the turn it reached, not the first one again.
 async fn a_queue_scripted_model_resumes_at_the_runs_turn(open: impl AsyncFn() -> Arc<dyn Store>) {
     let queue =

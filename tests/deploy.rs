@@ -1,4 +1,4 @@
-//! The deployment files in `deploy/` (see docs/deploy.md), checked as far as this
+//! The deployment files in `deploy/` (see docs/src/deploy.md), checked as far as this
 //! machine can: the systemd unit verifies with `systemd-analyze` and its command
 //! line runs; the Kubernetes manifests' command lines run, their probes' paths
 //! answer 200, and their grace periods outlast the drain timeout they give. (The

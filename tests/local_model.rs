@@ -9,7 +9,7 @@
 //! LOOPSTACK_LOCAL_MODEL_URL=http://127.0.0.1:8080/v1 cargo test --test local_model -- --ignored
 //! ```
 //!
-//! Each question is asked with the README's local-model command and must be answered:
+//! Each question is asked with the book's local-model command (docs/src/providers.md) and must be answered:
 //! exit status 0, and an answer that says what the question asked. The test is
 //! `#[ignore]`d, so a plain `cargo test` reports it as ignored rather than passing it
 //! unrun; asked for with `--ignored`, it fails without the variable.
@@ -18,10 +18,10 @@ use std::process::Command;
 
 mod common;
 
-/// The README's system prompt for small local models.
+/// The book's system prompt for small local models (docs/src/providers.md).
 const SYSTEM: &str = "You answer weather questions. Call get_weather once for each city, then answer in one sentence.";
 
-/// Runs the weather example's README command with `question`: its exit status and output.
+/// Runs the weather example's command from the book with `question`: its exit status and output.
 fn ask(url: &str, question: &str) -> (Option<i32>, String) {
     let out = Command::new(common::example("weather"))
         .args(["--provider", "openai", "--model", "qwen2.5-coder-1.5b", "--text-tool-calls"])
