@@ -389,8 +389,12 @@ pub mod store {
 }
 
 /// The LLM layer: messages, providers, the scripted model, tool delegation and the
-/// agent loop.
-pub use loopstack_llm as llm;
+/// agent loop; the `loopstack-llm` crate (what its docs call `loopstack_llm::X` is
+/// `loopstack::llm::X` here).
+pub mod llm {
+    #[doc(inline)]
+    pub use loopstack_llm::*;
+}
 
 /// Evals: an agent on a dataset of cases, each a run in the store, scored and
 /// reported; `loopstack_llm::eval`.
