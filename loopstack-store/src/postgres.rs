@@ -138,7 +138,7 @@ impl PostgresStore {
     }
 
     /// Sets how long a follower of the event log waits for a notification before it
-    /// reads the log anyway ([`POSTGRES_FALLBACK_POLL`](crate::POSTGRES_FALLBACK_POLL)
+    /// reads the log anyway (`loopstack_store::POSTGRES_FALLBACK_POLL`, 1 s,
     /// unless set): the bound on how late it sees events whose notification was lost
     /// while the listening connection reconnected. Shorter costs a read of the log
     /// that often per idle follower; tests that must see the notification itself
