@@ -359,8 +359,10 @@ impl Sender {
             .recv()
             .map_err(|e| OtelError::Thread(e.to_string()))?
             .map_err(|e| OtelError::Thread(e.to_string()))?;
-        let client =
-            reqwest::Client::builder().timeout(timeout).build().map_err(|e| OtelError::Exporter(e.to_string()))?;
+        let client = loopstack_model::http::client_builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| OtelError::Exporter(e.to_string()))?;
         Ok(Self {
             client: ExportClient { client, handle: Arc::new(handle) },
             stop: Mutex::new(Some(stop_tx)),

@@ -140,7 +140,7 @@ async fn start(bin: PathBuf) -> Server {
         .spawn()
         .unwrap();
     let server = Server { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
-    let client = reqwest::Client::new();
+    let client = loopstack_model::http::client_builder().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let answer = client.get(format!("{}/v1/projects", server.url)).send().await;
@@ -155,7 +155,7 @@ async fn start(bin: PathBuf) -> Server {
 /// The spans Phoenix holds (OTLP-shaped: typed attribute values), once `done` holds
 /// of them; Phoenix writes what it receives in batches.
 async fn spans(url: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let client = reqwest::Client::new();
+    let client = loopstack_model::http::client_builder().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let body: Value = client

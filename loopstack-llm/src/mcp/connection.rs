@@ -193,7 +193,7 @@ impl Connection {
                         value.set_sensitive(true);
                         map.append(key, value);
                     }
-                    let client = reqwest::Client::builder().default_headers(map).build().map_err(|e| {
+                    let client = loopstack_model::http::client_builder().default_headers(map).build().map_err(|e| {
                         McpError::Handshake { server: server.clone(), message: format!("no HTTP client: {e}") }
                     })?;
                     let mut config =

@@ -135,7 +135,7 @@ impl DefaultCredentialsChain {
             Some(IMDS_ENDPOINT.to_owned())
         };
         // No proxy (the metadata addresses are link-local) and no redirects.
-        let client = reqwest::Client::builder()
+        let client = crate::http::client_builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()

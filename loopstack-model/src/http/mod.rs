@@ -188,6 +188,7 @@
 
 mod client;
 mod errors;
+mod tls;
 
 #[cfg(any(feature = "anthropic", feature = "openai", feature = "gemini"))]
 pub(crate) use client::http_settings;
@@ -195,6 +196,7 @@ pub use client::{Auth, Client};
 #[cfg(any(feature = "openai", feature = "gemini"))]
 pub(crate) use errors::event_error;
 pub use errors::{body_error, status_error};
+pub use tls::client_builder;
 
 use std::fmt;
 use std::future::Future;
@@ -603,7 +605,7 @@ impl Transport {
     /// Builds the one `reqwest::Client` of a model. Redirects are not followed: an API
     /// does not redirect, and following one would send the key to another host.
     pub(crate) fn new() -> Self {
-        let client = reqwest::Client::builder()
+        let client = client_builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(USER_AGENT)
