@@ -139,23 +139,13 @@ impl Db {
         let e = |e: sqlx::Error| e.to_string();
         let pool = self.postgres.as_ref().ok_or("sqlx writes only to PostgreSQL here")?;
         let mut tx = pool.begin().await.map_err(e)?;
-        if step == 0 {
-            sqlx::query("INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)")
-                .bind(run_id)
-                .bind(step)
-                .bind(state)
-                .execute(&mut *tx)
-                .await
-                .map_err(e)?;
+        // The run row: made at step 0, updated after (the same three values either way).
+        let run = if step == 0 {
+            "INSERT INTO bench_runs (run_id, step, state) VALUES ($1, $2, $3)"
         } else {
-            sqlx::query("UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1")
-                .bind(run_id)
-                .bind(step)
-                .bind(state)
-                .execute(&mut *tx)
-                .await
-                .map_err(e)?;
-        }
+            "UPDATE bench_runs SET step = $2, state = $3 WHERE run_id = $1"
+        };
+        sqlx::query(run).bind(run_id).bind(step).bind(state).execute(&mut *tx).await.map_err(e)?;
         for (seq, content) in docs {
             sqlx::query("INSERT INTO bench_documents (run_id, seq, content) VALUES ($1, $2, $3)")
                 .bind(run_id)
