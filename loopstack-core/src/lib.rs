@@ -85,6 +85,9 @@ pub use error::{BoxError, Result, RunError, StoreError};
 pub use events::{EventKind, LogEvents, RunEvent, RunEvents};
 pub use fork::{ForkEdits, ForkError, ForkRecord, ForkSettings, MessageEdit};
 pub use futures::future::BoxFuture;
+// Shown as a re-export: inlined here, its docs' links to the rest of
+// loopstack-model (`ChatRequest`) had no page to point to.
+#[doc(no_inline)]
 pub use loopstack_model::ToolDefinition;
 pub use registry::{RegistryError, ToolRegistry, ToolSpec};
 pub use runtime::{
