@@ -41,7 +41,7 @@ impl Db {
             DbKind::Sqlite => {
                 let dir = std::env::temp_dir().join(format!("loopstack-bench-{}", RunId::new()));
                 std::fs::create_dir_all(&dir).map_err(|x| e(&x))?;
-                let path = dir.join("bench.db");
+                let path = sqlite_file(&dir);
                 if baseline {
                     // The same settings the store uses: WAL, synchronous=FULL.
                     let conn = crate::plain::open_sqlite(&path)?;
@@ -84,7 +84,7 @@ impl Db {
         match self.kind {
             DbKind::Sqlite => {
                 // A connection of its own on the file, once the runs are done.
-                let path = self.dir.as_ref().expect("a sqlite file").join("bench.db");
+                let path = sqlite_file(self.dir.as_ref().expect("a sqlite directory"));
                 let conn = crate::plain::open_sqlite(&path)?;
                 let e = |e: rusqlite::Error| e.to_string();
                 let rows: i64 = conn.query_row(&count, [], |r| r.get(0)).map_err(e)?;
@@ -157,6 +157,11 @@ impl Db {
         }
         tx.commit().await.map_err(e)
     }
+}
+
+/// The SQLite file of a W4 run in `dir`.
+pub(crate) fn sqlite_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("bench.db")
 }
 
 /// Writes one step of the baseline loop: in one transaction, the run row (created at

@@ -17,7 +17,7 @@ const INSERT_DOC: &str = "INSERT INTO bench_documents (run_id, seq, content) VAL
 pub(crate) async fn writer(db: &Db) -> Result<Arc<dyn StepWriter>, String> {
     match db.kind {
         DbKind::Sqlite => {
-            let path = db.dir.as_ref().ok_or("no database file")?.join("bench.db");
+            let path = crate::db::sqlite_file(db.dir.as_ref().ok_or("no database directory")?);
             Ok(Arc::new(PlainSqlite(Mutex::new(open_sqlite(&path)?))))
         }
         _ => {

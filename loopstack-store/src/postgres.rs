@@ -53,7 +53,7 @@ async fn in_schema(
     }
     let options = PgConnectOptions::from_str(url).map_err(crate::sql::backend)?;
     let setup = PgPool::connect_with(options.clone()).await.map_err(crate::sql::backend)?;
-    // The one statement built at run time: `schema` was checked above.
+    // `schema` is written into the statement: it was checked above.
     let done = sqlx::query(sqlx::AssertSqlSafe(sql(schema))).execute(&setup).await.map_err(crate::sql::backend);
     setup.close().await;
     done.map(|_| options)
@@ -138,7 +138,7 @@ impl PostgresStore {
     }
 
     /// Sets how long a follower of the event log waits for a notification before it
-    /// reads the log anyway (`loopstack_store::POSTGRES_FALLBACK_POLL`, 1 s,
+    /// reads the log anyway (`loopstack_store::POSTGRES_FALLBACK_POLL`
     /// unless set): the bound on how late it sees events whose notification was lost
     /// while the listening connection reconnected. Shorter costs a read of the log
     /// that often per idle follower; tests that must see the notification itself

@@ -392,7 +392,7 @@ impl loopstack_core::Store for SqliteStore {
         self.call(move |c, _| log::last_event_id(c)).await
     }
 
-    /// Waits for an append by this process, or `SQLITE_EVENT_POLL` (100 ms).
+    /// Waits for an append by this process, or `loopstack_store::SQLITE_EVENT_POLL`.
     async fn wait_events(&self, after: u64, max: Duration) -> Result<(), StoreError> {
         self.inner.events.wait(after, max.min(crate::events::SQLITE_EVENT_POLL)).await;
         Ok(())
