@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, Content, ErrorData, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerInfo, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt as _};
@@ -94,11 +94,8 @@ impl Faults {
 }
 
 impl ServerHandler for Faults {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo {
-            capabilities: ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build(),
-            ..ServerInfo::default()
-        }
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
     }
 
     async fn list_tools(
@@ -108,17 +105,19 @@ impl ServerHandler for Faults {
     ) -> Result<ListToolsResult, ErrorData> {
         // The page asked for: 0 without a cursor, else the one after the cursor's.
         let page = request.and_then(|r| r.cursor).map_or(0, |c| c.parse::<u64>().unwrap_or_default() + 1);
-        let next = |cursor: u64| ListToolsResult { next_cursor: Some(cursor.to_string()), ..Default::default() };
+        let page_of = |tools: Vec<Tool>, cursor: u64| {
+            let mut result = ListToolsResult::with_all_items(tools);
+            result.next_cursor = Some(cursor.to_string());
+            result
+        };
         Ok(match self.listing {
             Listing::Plainly | Listing::Colliding => ListToolsResult::with_all_items(self.tools()),
             Listing::Never => std::future::pending().await,
-            Listing::EndlessPages => {
-                ListToolsResult { tools: vec![Tool::new("echo", "Echoes.", no_args())], ..next(page) }
-            }
-            Listing::RepeatedCursor => next(0),
+            Listing::EndlessPages => page_of(vec![Tool::new("echo", "Echoes.", no_args())], page),
+            Listing::RepeatedCursor => page_of(Vec::new(), 0),
             Listing::WidePages => {
                 let tools = (0..1000).map(|i| Tool::new(format!("wide_{}", page * 1000 + i), "Wide.", no_args()));
-                ListToolsResult { tools: tools.collect(), ..next(page) }
+                page_of(tools.collect(), page)
             }
         })
     }
@@ -127,37 +126,49 @@ impl ServerHandler for Faults {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await.map(Into::into)
+    }
+}
+
+impl Faults {
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         let arg = |name: &str| args.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
         match &*request.name {
-            "echo" => Ok(CallToolResult::success(vec![Content::text(arg("text"))])),
+            "echo" => Ok(CallToolResult::success(vec![ContentBlock::text(arg("text"))])),
             "weather" => Ok(CallToolResult::structured(json!({"city": arg("city"), "temperature": 21}))),
-            "fail" => Ok(CallToolResult::error(vec![Content::text("the disk is full")])),
+            "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("the disk is full")])),
             "reject" => Err(ErrorData::invalid_params("the fault server rejects this call", None)),
             "sleep" => {
                 context.ct.cancelled().await;
                 self.cancelled.fetch_add(1, Ordering::SeqCst);
-                Ok(CallToolResult::error(vec![Content::text("cancelled")]))
+                Ok(CallToolResult::error(vec![ContentBlock::text("cancelled")]))
             }
             "cancelled" => {
-                Ok(CallToolResult::success(vec![Content::text(self.cancelled.load(Ordering::SeqCst).to_string())]))
+                Ok(CallToolResult::success(vec![ContentBlock::text(self.cancelled.load(Ordering::SeqCst).to_string())]))
             }
             "die" => std::process::exit(3),
             "meta" => {
-                let mut meta = context.meta.0.clone();
+                let mut meta = context.meta.0.0.clone();
                 if let Some(own) = request.meta {
-                    meta.extend(own.0);
+                    meta.extend(own.0.0);
                 }
                 Ok(CallToolResult::structured(Value::Object(meta)))
             }
-            "pid" => Ok(CallToolResult::success(vec![Content::text(std::process::id().to_string())])),
+            "pid" => Ok(CallToolResult::success(vec![ContentBlock::text(std::process::id().to_string())])),
             "grow" | "shrink" => {
                 self.grown.store(&*request.name == "grow", Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;
-                Ok(CallToolResult::success(vec![Content::text("done")]))
+                Ok(CallToolResult::success(vec![ContentBlock::text("done")]))
             }
-            "extra" if self.grown.load(Ordering::SeqCst) => Ok(CallToolResult::success(vec![Content::text("extra")])),
+            "extra" if self.grown.load(Ordering::SeqCst) => {
+                Ok(CallToolResult::success(vec![ContentBlock::text("extra")]))
+            }
             other => Err(ErrorData::invalid_params(format!("no tool named {other}"), None)),
         }
     }

@@ -1,11 +1,12 @@
 //! The MCP client against servers we did not write and one we did.
 //!
-//! The reference server `@modelcontextprotocol/server-everything` (from npm, run by
-//! Node.js) is spoken to over stdio and over streamable HTTP. `.ci/mcp-servers`
-//! installs it, pinned, under `target/mcp-servers/` (`.ci/run` does that), or
-//! `LOOPSTACK_MCP_EVERYTHING` names its `dist/index.js`. Without Node.js or the
-//! package those tests are skipped, saying so and how to install them; where `CI`
-//! is set they fail instead.
+//! The reference servers `@modelcontextprotocol/server-everything` and
+//! `server-filesystem` (from npm, run by Node.js) are spoken to over stdio, and the
+//! first over streamable HTTP too. `.ci/mcp-servers` installs them, pinned, under
+//! `target/mcp-servers/` (`.ci/run` does that), or `LOOPSTACK_MCP_SERVERS` names a
+//! folder whose `node_modules` has them. Without Node.js or the packages those tests
+//! are skipped, saying so and how to install them; where `CI` is set they fail
+//! instead.
 //!
 //! The faults (an error result, a JSON-RPC error, a timeout, a server that dies
 //! during a call, one that never starts or cannot be started again) are played by
@@ -30,8 +31,8 @@ mod common;
 /// A bound that only ends a broken run of a test, never a speed goal.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The pinned version `.ci/mcp-servers` installs.
-const EVERYTHING_VERSION: &str = "2026.8.31";
+/// The pinned version of the reference servers `.ci/mcp-servers` installs.
+const REFERENCE_VERSION: &str = "2026.8.31";
 
 async fn patiently<F: Future>(what: &str, future: F) -> F::Output {
     tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took over {PATIENCE:?}"))
@@ -46,13 +47,18 @@ fn faults() -> McpServer {
     McpServer::stdio(fault_server(), Vec::<String>::new()).name("faults")
 }
 
-/// `dist/index.js` of the reference server, or `None` (the test is skipped) when
-/// Node.js or the package is missing outside CI.
+/// `dist/index.js` of the reference server everything.
 fn everything() -> Option<PathBuf> {
-    let script = std::env::var_os("LOOPSTACK_MCP_EVERYTHING").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("target/mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-    });
+    reference_server("server-everything")
+}
+
+/// `dist/index.js` of reference server `name` (`server-everything`), or `None` (the
+/// test is skipped) when Node.js or the package is missing outside CI.
+fn reference_server(name: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("LOOPSTACK_MCP_SERVERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-servers"));
+    let script = dir.join("node_modules/@modelcontextprotocol").join(name).join("dist/index.js");
     let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     if node && script.exists() {
         return Some(script);
@@ -62,13 +68,13 @@ fn everything() -> Option<PathBuf> {
     assert!(
         !ci,
         "the MCP reference-server tests need {missing} where CI is set: run `.ci/mcp-servers` (as .ci/run does), \
-         or set LOOPSTACK_MCP_EVERYTHING to server-everything's dist/index.js"
+         or set LOOPSTACK_MCP_SERVERS to a folder whose node_modules has @modelcontextprotocol/{name}"
     );
     // Straight to the terminal: the harness hides the output of tests that pass.
     let _ = writeln!(
         std::io::stderr(),
         "skipped: the MCP reference-server test needs {missing}; install Node.js 20 or later and run \
-         `.ci/mcp-servers` (npm installs @modelcontextprotocol/server-everything@{EVERYTHING_VERSION} under \
+         `.ci/mcp-servers` (npm installs @modelcontextprotocol/{name}@{REFERENCE_VERSION} under \
          target/mcp-servers), then `cargo test --test mcp`"
     );
     None
@@ -88,6 +94,9 @@ async fn the_reference_server_over_stdio() {
         .approve("get-env");
     let mut registry = ToolRegistry::new();
     let mcp = patiently("connecting", registry.add_mcp(server)).await.unwrap();
+    // The reference server (TypeScript SDK) answers no `server/discover`: the
+    // `initialize` handshake, at the newest revision that has one.
+    assert_eq!(mcp.protocol_version().as_deref(), Some("2025-11-25"));
     let names = mcp.tool_names();
     for tool in ["ev_echo", "ev_get-sum", "ev_get-structured-content", "ev_get-env"] {
         assert!(names.iter().any(|n| n == tool), "{tool} is not among {names:?}");
@@ -199,6 +208,7 @@ async fn the_reference_server_over_streamable_http() {
     let mut registry = ToolRegistry::new();
     let tools = patiently("connecting", registry.add_mcp(mcp)).await.unwrap();
     assert_eq!(tools.tool_names(), ["echo", "get-sum"]);
+    assert_eq!(tools.protocol_version().as_deref(), Some("2025-11-25"));
     let cx = ToolContext::new("call_1", "echo");
     let out = patiently("echo", registry.call("echo", json!({"message": "over http"}), &cx)).await.unwrap();
     assert_eq!(text(&out), "Echo: over http");
@@ -421,7 +431,9 @@ async fn a_restart_that_never_lists_the_tools_is_a_timeout_for_the_call() {
 #[tokio::test(flavor = "multi_thread")]
 async fn each_call_carries_its_idempotency_key_in_meta() {
     let mut registry = ToolRegistry::new();
-    registry.add_mcp(faults().allow(["meta"])).await.unwrap();
+    let tools = registry.add_mcp(faults().allow(["meta"])).await.unwrap();
+    // rmcp's server answers `server/discover`: each request says its revision.
+    assert_eq!(tools.protocol_version().as_deref(), Some("2026-07-28"));
     let run = RunId::new();
     let cx = ToolContext::new("call_7", "meta").with_run_id(run).with_step(3);
     let out = patiently("meta", registry.call("meta", json!({}), &cx)).await.unwrap();
@@ -557,4 +569,41 @@ async fn an_http_server_that_restarted_is_connected_again() {
     let out = patiently("echo after the restart", registry.call("echo", json!({"message": "three"}), &cx)).await;
     assert_eq!(text(&out.unwrap()), "Echo: three");
     assert_eq!(tools.starts(), 2);
+}
+
+/// The reference file server answers a read with the file's text and, as structured
+/// content, `{"content": text}`: the model reads the text, a program the value.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_read_reaches_the_model_as_text_and_a_program_as_a_value() {
+    let Some(script) = reference_server("server-filesystem") else { return };
+    let dir = std::env::temp_dir().join(format!("loopstack-mcp-files-{}", RunId::new()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The server resolves symbolic links in its allowed folders; so does the test.
+    let dir = dir.canonicalize().unwrap();
+    let notes = "line one\nline two: \"quoted\"\n";
+    std::fs::write(dir.join("notes.txt"), notes).unwrap();
+    let server = McpServer::stdio("node", [script.as_os_str(), dir.as_os_str()])
+        .name("files")
+        .prefix("fs_")
+        .allow(["read_text_file", "write_file"]);
+    let mut registry = ToolRegistry::new();
+    patiently("connecting", registry.add_mcp(server)).await.unwrap();
+
+    let path = dir.join("notes.txt").display().to_string();
+    let cx = ToolContext::new("call_1", "fs_read_text_file");
+    let read = patiently("read", registry.call("fs_read_text_file", json!({ "path": path }), &cx)).await.unwrap();
+    assert!(!read.is_error, "{read:?}");
+    assert_eq!(text(&read), notes, "the model reads the file, not JSON around it");
+    assert_eq!(read.value(), Some(&json!({ "content": notes })));
+    // As the call's result: the text the model is sent, and the value beside it.
+    let result = loopstack::llm::ToolCallResult::new("call_1", "fs_read_text_file", read);
+    assert_eq!(result.content, notes);
+    assert_eq!(result.value, Some(json!({ "content": notes })));
+
+    let written = dir.join("out.txt").display().to_string();
+    let write = registry.call("fs_write_file", json!({ "path": written, "content": "hello" }), &cx);
+    let write = patiently("write", write).await.unwrap();
+    assert!(text(&write).starts_with("Successfully wrote"), "{write:?}");
+    assert_eq!(std::fs::read_to_string(dir.join("out.txt")).unwrap(), "hello");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

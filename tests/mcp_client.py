@@ -2,8 +2,12 @@
 
 Run by tests/mcp_server.rs, which asserts on the one JSON object this prints:
 
-    python tests/mcp_client.py stdio COMMAND [ARGS...]   # starts the server itself
-    python tests/mcp_client.py http URL TOKEN            # a server already listening
+    python tests/mcp_client.py [--discover] stdio COMMAND [ARGS...]   # starts the server itself
+    python tests/mcp_client.py [--discover] http URL TOKEN            # a server already listening
+
+It starts with the `initialize` handshake, or with `--discover` with
+`server/discover` (the 2026-07-28 revision: each request then carries its version,
+and HTTP needs no session).
 
 It lists the tools, calls `greet` (which ends at once), `review` (which waits for a
 signal), answers it with `loopstack_signal` (a wrong signal and a payload that does
@@ -30,12 +34,19 @@ def result(res):
     return {"is_error": bool(res.is_error), "text": "\n".join(texts), "structured": res.structured_content}
 
 
-async def session_steps(session):
+async def session_steps(session, discover):
     out = {}
-    init = await session.initialize()
-    out["server"] = {"name": init.server_info.name, "protocol": init.protocol_version}
+    if discover:
+        await session.discover()
+    else:
+        await session.initialize()
+    name = session.server_info.name if session.server_info else None
+    out["server"] = {"name": name, "protocol": session.protocol_version}
     listed = await session.list_tools()
-    out["tools"] = {t.name: {"description": t.description, "input_schema": t.input_schema} for t in listed.tools}
+    out["tools"] = {
+        t.name: {"description": t.description, "input_schema": t.input_schema, "output_schema": t.output_schema}
+        for t in listed.tools
+    }
 
     out["greet"] = result(await session.call_tool("greet", {"name": "ada"}))
 
@@ -94,20 +105,24 @@ def status(url, headers):
 
 
 async def main():
-    mode = sys.argv[1]
+    args = sys.argv[1:]
+    discover = args[0] == "--discover"
+    if discover:
+        args = args[1:]
+    mode = args[0]
     if mode == "stdio":
-        params = StdioServerParameters(command=sys.argv[2], args=sys.argv[3:])
+        params = StdioServerParameters(command=args[1], args=args[2:])
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
-                out = await session_steps(session)
+                out = await session_steps(session, discover)
     elif mode == "http":
-        url, token = sys.argv[2], sys.argv[3]
+        url, token = args[1], args[2]
         import httpx2
 
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
             async with streamable_http_client(url, http_client=client) as (read, write):
                 async with ClientSession(read, write) as session:
-                    out = await session_steps(session)
+                    out = await session_steps(session, discover)
         out["refused"] = {
             "no_token": status(url, {}),
             "wrong_token": status(url, {"Authorization": "Bearer not-the-token"}),

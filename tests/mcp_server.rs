@@ -85,6 +85,12 @@ fn assert_session(out: &Value) {
     assert_eq!(tools["greet"]["input_schema"]["required"], serde_json::json!(["name"]));
     assert_eq!(tools["desk"]["input_schema"]["properties"]["input"]["type"], "string");
     assert_eq!(tools["desk"]["input_schema"]["required"], serde_json::json!(["input"]));
+    // Every tool declares the shape of its structured content, which the SDK checks
+    // each result against (a result that did not fit would fail its call).
+    for name in ["greet", "review", "desk", "loopstack_signal", "loopstack_decide"] {
+        let schema = &tools[name]["output_schema"];
+        assert_eq!(schema["required"], serde_json::json!(["run_id", "workflow", "status"]), "{name}: {schema}");
+    }
 
     // A run that ends: its output, structured and as text.
     let greet = &out["greet"];
@@ -148,14 +154,23 @@ fn assert_session(out: &Value) {
     assert!(missing["text"].as_str().unwrap().contains("01890a5d-ac96-774b-bcce-b302099a8057"), "{missing}");
 }
 
+/// The ways the Python SDK starts a session, each with the revision it speaks then:
+/// the `initialize` handshake (the newest revision that has one), and
+/// `server/discover` (2026-07-28, each request carrying its version).
+const HANDSHAKES: [(Option<&str>, &str); 2] = [(None, "2025-11-25"), (Some("--discover"), "2026-07-28")];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_over_stdio() {
     let Some(python) = python() else { return };
     let server = common::example_with("mcp_server", &["mcp-server", "cli"]);
-    let args = vec!["stdio".to_owned(), server.display().to_string(), "--db".into(), "memory".into(), "mcp".into()];
-    let out = client(python, args).await;
-    assert_eq!(out["server"]["name"], "mcp-desk"); // the app's name
-    assert_session(&out);
+    for (handshake, version) in HANDSHAKES {
+        let mut args: Vec<String> = handshake.map(str::to_owned).into_iter().collect();
+        args.extend(["stdio".to_owned(), server.display().to_string(), "--db".into(), "memory".into(), "mcp".into()]);
+        let out = client(python.clone(), args).await;
+        assert_eq!(out["server"]["name"], "mcp-desk", "{handshake:?}"); // the app's name
+        assert_eq!(out["server"]["protocol"], version, "{handshake:?}");
+        assert_session(&out);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -170,18 +185,28 @@ async fn the_python_sdk_over_http_with_a_token() {
         runtime.clone(),
         loopstack::serve::ServeOptions::new().token(token),
     ));
-    let out = client(python, vec!["http".into(), url, token.into()]).await;
+    for (handshake, version) in HANDSHAKES {
+        let mut args: Vec<String> = handshake.map(str::to_owned).into_iter().collect();
+        args.extend(["http".to_owned(), url.clone(), token.into()]);
+        let out = client(python.clone(), args).await;
+        assert_eq!(out["server"]["protocol"], version, "{handshake:?}");
+        assert_session(&out);
+        check_refusals(&out);
+    }
     server.abort();
-    assert_session(&out);
-    // The API's rules: a token, the right one, and no page of another origin.
+    // The runs are the runtime's, as the HTTP API and Studio see them: three a session.
+    let runs = runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap();
+    assert_eq!(runs.runs.len(), 6);
+}
+
+/// The HTTP API's rules over `/mcp`: a token, the right one, and no page of another
+/// origin.
+fn check_refusals(out: &Value) {
     let refused = &out["refused"];
     assert_eq!(refused["no_token"], 401, "{refused}");
     assert_eq!(refused["wrong_token"], 401, "{refused}");
     assert_eq!(refused["other_origin"], 403, "{refused}");
     assert_eq!(refused["same_origin"], 200, "{refused}");
-    // The runs are the runtime's, as the HTTP API and Studio see them.
-    let runs = runtime.store().list_runs(&loopstack::RunQuery::new()).await.unwrap();
-    assert_eq!(runs.runs.len(), 3);
 }
 
 /// Runs `program args` on a blocking thread (a server it talks to may be on this
@@ -418,19 +443,23 @@ fn initialize(version: &str) -> String {
 const INITIALIZED: &str = r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#;
 const LIST_TOOLS: &str = r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#;
 
-/// The versions of the protocol the server speaks, newest first (as rmcp 0.15 does).
-const SPOKEN: [&str; 2] = ["2025-03-26", "2024-11-05"];
+/// The versions of the protocol the server speaks with an `initialize` handshake,
+/// newest first; 2026-07-28 has none (each request says its version).
+const SPOKEN: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+const STATELESS: &str = "2026-07-28";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mcp_over_http_answers_a_version_it_speaks_and_refuses_a_header_of_one_it_does_not() {
     let address = serve_desk().await;
-    for asked in ["1999-01-01", "", "2025-03-26", "2024-11-05", "9999-12-31"] {
+    for asked in ["1999-01-01", "", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", STATELESS, "9999-12-31"] {
         let answer = mcp_http(&address, "POST", &[], &initialize(asked)).await;
         assert_eq!(answer.status, 200, "{asked:?}: {}", answer.body);
         let version = answer.message()["result"]["protocolVersion"].as_str().unwrap().to_owned();
-        assert!(SPOKEN.contains(&version.as_str()), "asked {asked:?}, answered {version:?}");
         if SPOKEN.contains(&asked) {
             assert_eq!(version, asked, "a version it speaks is the one answered");
+        } else {
+            // Asked for one it does not speak over `initialize`: the newest it does.
+            assert_eq!(version, SPOKEN[0], "asked {asked:?}");
         }
     }
 
@@ -447,6 +476,93 @@ async fn mcp_over_http_answers_a_version_it_speaks_and_refuses_a_header_of_one_i
         assert_eq!(refused.status, 400, "{unspoken:?}: {}", refused.body);
         assert!(refused.body.contains("MCP-Protocol-Version"), "{}", refused.body);
     }
+}
+
+/// Our own client and server speak the newest revision to each other: over HTTP
+/// statelessly (no session), over stdio with `server/discover` instead of the
+/// `initialize` handshake.
+#[tokio::test(flavor = "multi_thread")]
+async fn our_client_and_server_speak_the_stateless_revision() {
+    use loopstack::mcp::{McpServer, McpTools};
+    use loopstack::{ToolContent, ToolContext, ToolRegistry};
+
+    let token = "stateless-test-token-0123456789";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let options = loopstack::serve::ServeOptions::new().token(token);
+    tokio::spawn(loopstack::serve::serve(listener, desk::register(loopstack::Runtime::new()), options));
+    let desk = common::example_with("mcp_server", &["mcp-server", "cli"]);
+    let servers = [
+        McpServer::http(url).bearer(token).name("desk-http"),
+        McpServer::stdio(desk, ["--db", "memory", "mcp"]).name("desk-stdio"),
+    ];
+    for server in servers {
+        let server = server.allow(["greet"]).connect_timeout(ANSWER_WITHIN);
+        let mut registry = ToolRegistry::new();
+        let tools: McpTools = McpTools::connect(server).await.unwrap();
+        assert_eq!(tools.protocol_version().as_deref(), Some(STATELESS), "{}", tools.server_name());
+        tools.register(&mut registry).unwrap();
+        let cx = ToolContext::new("call_1", "greet");
+        let call = registry.call("greet", serde_json::json!({ "name": "Ada" }), &cx);
+        let out = tokio::time::timeout(ANSWER_WITHIN, call).await.expect("an answer in time").unwrap();
+        assert!(!out.is_error, "{out:?}");
+        // The model reads the run's output; a program reads the whole answer.
+        let ToolContent::Text(text) = &out.content else { panic!("not text: {out:?}") };
+        assert!(text.contains("Hello, Ada!"), "{text}");
+        let answer = out.value().expect("the structured answer");
+        assert_eq!(answer["status"], "completed", "{answer}");
+        assert_eq!(answer["output"]["greeting"], "Hello, Ada!", "{answer}");
+    }
+}
+
+/// A request of the stateless revision: its version in the header and in `_meta`,
+/// no session.
+fn stateless(id: u32, method: &str, params: Value) -> String {
+    let mut params = params;
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string()
+}
+
+/// The headers of a stateless request: the version, and the method and name the
+/// body holds (so that a proxy can route it without reading the body).
+fn stateless_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut headers = vec![("MCP-Protocol-Version", STATELESS), ("Mcp-Method", method)];
+    headers.extend(name.map(|name| ("Mcp-Name", name)));
+    headers
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_over_http_serves_the_stateless_revision_without_a_session() {
+    let address = serve_desk().await;
+    let headers = stateless_headers("server/discover", None);
+    let discovered =
+        mcp_http(&address, "POST", &headers, &stateless(1, "server/discover", serde_json::json!({}))).await;
+    assert_eq!(discovered.status, 200, "{}", discovered.body);
+    let versions = &discovered.message()["result"]["supportedVersions"];
+    assert!(versions.as_array().is_some_and(|v| v.contains(&serde_json::json!(STATELESS))), "{}", discovered.body);
+
+    let headers = stateless_headers("tools/list", None);
+    let listed = mcp_http(&address, "POST", &headers, &stateless(2, "tools/list", serde_json::json!({}))).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.header("mcp-session-id").is_none(), "no session: {}", listed.head);
+    let tools = listed.message();
+    let names: Vec<&str> =
+        tools["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"greet"), "{names:?}");
+
+    let call = stateless(3, "tools/call", serde_json::json!({ "name": "greet", "arguments": { "name": "Ada" } }));
+    let called = mcp_http(&address, "POST", &stateless_headers("tools/call", Some("greet")), &call).await;
+    assert_eq!(called.status, 200, "{}", called.body);
+    let result = &called.message()["result"];
+    assert_eq!(result["structuredContent"]["status"], "completed", "{result}");
+    assert_eq!(result["structuredContent"]["output"]["greeting"], "Hello, Ada!", "{result}");
+
+    // A request whose headers do not say what its body does is refused.
+    let refused = mcp_http(&address, "POST", &stateless_headers("tools/call", Some("review")), &call).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
 }
 
 #[tokio::test(flavor = "multi_thread")]

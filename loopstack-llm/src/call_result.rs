@@ -42,8 +42,9 @@ pub struct ToolCallResult {
     /// Whether the call failed.
     #[serde(default)]
     pub is_error: bool,
-    /// The tool's structured result, when it gave one (`content` is its JSON text);
-    /// `None` for a text result and for a call that failed before giving one.
+    /// The tool's structured result, when it gave one (`content` is its JSON text,
+    /// or the text given beside it, [`ToolOutput::with_value`]); `None` for a text
+    /// result and for a call that failed before giving one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     /// Set while the call has no result yet: it runs on as this child run, and its
@@ -60,10 +61,10 @@ pub struct ToolCallResult {
 impl ToolCallResult {
     /// The result of call `tool_use_id` of tool `name` that gave `output`.
     pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
-        let ToolOutput { content, is_error, pending, images, .. } = output;
+        let ToolOutput { content, is_error, pending, images, value, .. } = output;
         let (content, value) = match content {
-            ToolContent::Text(text) => (text, None),
-            ToolContent::Json(value) => (value.to_string(), Some(value)),
+            ToolContent::Text(text) => (text, value),
+            ToolContent::Json(json) => (json.to_string(), Some(value.unwrap_or(json))),
         };
         Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending, images }
     }

@@ -32,17 +32,28 @@ pub struct ToolOutput {
     /// text; see [`ToolOutput::with_image`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<crate::image::Image>,
+    /// A structured result beside a text result: the model reads the text, a
+    /// program reads this (see [`ToolOutput::with_value`]). `None` for a JSON
+    /// result, whose content is its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
 }
 
 impl ToolOutput {
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(text.into()), is_error: false, pending: None, images: Vec::new() }
+        Self {
+            content: ToolContent::Text(text.into()),
+            is_error: false,
+            pending: None,
+            images: Vec::new(),
+            value: None,
+        }
     }
 
     /// A structured result.
     pub fn json(value: Value) -> Self {
-        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new() }
+        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new(), value: None }
     }
 
     /// A call whose result is not there yet: it comes when child run `child` ends.
@@ -52,6 +63,7 @@ impl ToolOutput {
             is_error: false,
             pending: Some(child),
             images: Vec::new(),
+            value: None,
         }
     }
 
@@ -76,9 +88,45 @@ impl ToolOutput {
         self.pending.is_some()
     }
 
+    /// Adds a structured result to a text result: the model reads the text, and a
+    /// program that called the tool reads [`value`](Self::value). An MCP server's
+    /// file read is both: its text for the model, `{"content": ...}` for a program.
+    /// On a JSON result, the value replaces what a program reads; the model still
+    /// reads the JSON content.
+    ///
+    /// ```
+    /// use loopstack_core::ToolOutput;
+    /// use serde_json::json;
+    ///
+    /// let output = ToolOutput::text("14 °C and sunny").with_value(json!({"temp": 14}));
+    /// assert_eq!(output.to_text(), "14 °C and sunny");
+    /// assert_eq!(output.value(), Some(&json!({"temp": 14})));
+    /// ```
+    #[must_use]
+    pub fn with_value(mut self, value: Value) -> Self {
+        self.value = Some(value);
+        self
+    }
+
+    /// The structured result a program reads: the value given with
+    /// [`with_value`](Self::with_value), else a JSON result's content; `None` for a
+    /// text result without one.
+    pub fn value(&self) -> Option<&Value> {
+        match (&self.value, &self.content) {
+            (Some(value), _) | (None, ToolContent::Json(value)) => Some(value),
+            (None, ToolContent::Text(_)) => None,
+        }
+    }
+
     /// An error result with a message for the model.
     pub fn error(message: impl Into<String>) -> Self {
-        Self { content: ToolContent::Text(message.into()), is_error: true, pending: None, images: Vec::new() }
+        Self {
+            content: ToolContent::Text(message.into()),
+            is_error: true,
+            pending: None,
+            images: Vec::new(),
+            value: None,
+        }
     }
 
     /// The content as the text sent to a model: text as it is, JSON serialized.

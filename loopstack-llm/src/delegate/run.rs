@@ -369,6 +369,9 @@ pub(crate) fn redact_output(secrets: &loopstack_core::secrets::Secrets, output: 
             secrets.redact_value(value);
         }
     }
+    if let Some(value) = &mut output.value {
+        secrets.redact_value(value);
+    }
 }
 
 /// What a JSON value is, as the model would say it.

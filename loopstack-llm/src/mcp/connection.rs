@@ -6,13 +6,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use loopstack_core::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput};
+use rmcp::ClientHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
-    ClientInfo, ClientRequest, Implementation, Meta, PaginatedRequestParams, RawContent, Request, RequestId,
-    ResourceContents, ServerResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ResourceContents,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
-use rmcp::{ClientHandler, ServiceExt as _};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
 use serde_json::Value;
 use tracing::Instrument as _;
 
@@ -66,7 +66,7 @@ pub(super) async fn list_tools(
         let mut cursor = None;
         for _ in 0..MAX_TOOL_PAGES {
             let page = peer
-                .list_tools(Some(PaginatedRequestParams { meta: None, cursor }))
+                .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
                 .await
                 .map_err(|e| McpError::ListTools { server: server.to_owned(), message: e.to_string() })?;
             if tools.len() + page.tools.len() > MAX_TOOLS {
@@ -98,24 +98,25 @@ impl ClientHandler for Handler {
         }
     }
 
-    fn get_info(&self) -> ClientInfo {
-        ClientInfo {
-            meta: None,
-            protocol_version: Default::default(),
-            capabilities: ClientCapabilities::default(),
-            client_info: Implementation {
-                name: "loopstack".into(),
-                title: None,
-                version: env!("CARGO_PKG_VERSION").into(),
-                description: None,
-                icons: None,
-                website_url: None,
-            },
-        }
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("loopstack", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 
 pub(super) type Live = RunningService<RoleClient, Handler>;
+
+/// How a connection starts: it asks the server which revisions it speaks
+/// (`server/discover`, 2026-07-28, where each request then carries its version and
+/// HTTP needs no session), and falls back to the `initialize` handshake of
+/// 2025-11-25 (or the older revision the server answers with) when the server does
+/// not know the question.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
 
 /// One server: its configuration, its live connection (started again when it
 /// died), and the tools it offers now.
@@ -126,6 +127,8 @@ pub(super) struct Connection {
     pub(super) tools: ToolList,
     pub(super) changes: tokio::sync::watch::Sender<Vec<String>>,
     pub(super) starts: std::sync::atomic::AtomicU64,
+    /// The protocol revision the live connection speaks.
+    pub(super) version: RwLock<Option<ProtocolVersion>>,
 }
 
 impl Connection {
@@ -165,7 +168,7 @@ impl Connection {
                         // started) has exited or been ended.
                         tokio::spawn(log_stderr(stderr, self.server.clone(), self.config.secrets.clone()));
                     }
-                    handler.serve(transport).await.map_err(handshake_failed)
+                    handler.serve_with_lifecycle(transport, lifecycle()).await.map_err(handshake_failed)
                 }
                 Transport::Http { url, headers, bearer } => {
                     let read = |value: &HeaderValue| {
@@ -199,12 +202,16 @@ impl Connection {
                     let mut config =
                         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                             url.as_str(),
-                        );
+                        )
+                        // An expired session is this client's to notice: the call that
+                        // met it fails, and the next one connects and lists the tools
+                        // again (a new session may offer other tools).
+                        .reinit_on_expired_session(false);
                     if let Some(token) = bearer {
                         config = config.auth_header(read(token)?);
                     }
                     let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
-                    handler.serve(transport).await.map_err(handshake_failed)
+                    handler.serve_with_lifecycle(transport, lifecycle()).await.map_err(handshake_failed)
                 }
             }
         };
@@ -216,9 +223,15 @@ impl Connection {
         let live = tokio::time::timeout_at(deadline, connect)
             .await
             .map_err(|_| McpError::ConnectTimeout { server: server.clone(), after })??;
+        // The tool list is listed when asked and when the server says it changed,
+        // never answered from rmcp's cache.
+        live.peer().set_response_cache_config(rmcp::service::ClientCacheConfig::disabled()).await;
         // Dropping `live` on an error ends the server it started.
         let list = list_tools(live.peer(), &server, deadline, after).await?;
         store_tools(&self.config, &self.tools, &self.changes, list);
+        let version = live.peer().peer_info().map(|info| info.protocol_version.clone());
+        tracing::debug!(server = %self.server, version = ?version, "MCP server connected");
+        *self.version.write().unwrap_or_else(|e| e.into_inner()) = version;
         self.starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(live)
     }
@@ -279,14 +292,14 @@ impl Connection {
         if !self.current(remote) {
             return Err(ToolError::new(format!("the MCP server `{server}` no longer offers the tool `{remote}`")));
         }
-        let mut meta = Meta::new();
-        meta.0.insert(CALL_ID_META.into(), Value::String(cx.call_id().to_owned()));
+        let mut meta = serde_json::Map::new();
+        meta.insert(CALL_ID_META.into(), Value::String(cx.call_id().to_owned()));
         if let Some(key) = cx.idempotency_key() {
-            meta.0.insert(IDEMPOTENCY_KEY_META.into(), Value::String(key));
+            meta.insert(IDEMPOTENCY_KEY_META.into(), Value::String(key));
         }
-        let params = CallToolRequestParams { meta: None, name: remote.to_owned().into(), arguments, task: None };
-        let request = ClientRequest::CallToolRequest(Request::new(params));
-        let options = PeerRequestOptions { timeout: None, meta: Some(meta) };
+        let mut params = CallToolRequestParams::new(remote.to_owned());
+        params.arguments = arguments;
+        params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let closed = || {
             let again = if matches!(self.config.transport, Transport::Stdio { .. }) { "started" } else { "connected" };
             ToolError::new(format!(
@@ -294,39 +307,31 @@ impl Connection {
                  for the next call"
             ))
         };
-        let handle = match peer.send_cancellable_request(request, options).await {
-            Ok(handle) => handle,
-            Err(_) => {
-                self.discard(start).await;
-                return Err(closed());
-            }
-        };
-        // Dropped before the answer (the call timed out, or its run was cancelled):
-        // the server is told to stop.
-        let mut guard = CancelOnDrop { peer: Some(handle.peer.clone()), id: handle.id.clone() };
-        let mut rx = handle.rx;
+        // Dropped before the answer (the call timed out, or its run was cancelled),
+        // the call tells the server to stop.
         let answer = tokio::select! {
-            answer = &mut rx => answer,
+            answer = peer.call_tool_once(params) => answer,
             () = cx.cancellation().cancelled() => {
                 return Err(ToolError::new(format!("the call to `{remote}` was cancelled")));
             }
         };
-        guard.peer = None;
         match answer {
-            Err(_) | Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 self.discard(start).await;
                 Err(closed())
             }
-            Ok(Err(ServiceError::McpError(e))) => Err(ToolError::new(format!(
+            Err(ServiceError::McpError(e)) => Err(ToolError::new(format!(
                 "the MCP server `{server}` answered the call to `{remote}` with an error: {} (code {})",
                 e.message, e.code.0
             ))),
-            Ok(Err(e)) => {
-                Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}")))
-            }
-            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(to_output(result)),
-            Ok(Ok(_)) => Err(ToolError::new(format!(
+            Err(ServiceError::UnexpectedResponse) => Err(ToolError::new(format!(
                 "the MCP server `{server}` answered the call to `{remote}` with something other than a tool result"
+            ))),
+            Err(e) => Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}"))),
+            Ok(CallToolResponse::Complete(result)) => Ok(to_output(result)),
+            Ok(_) => Err(ToolError::new(format!(
+                "the MCP server `{server}` asked for input or started a task for the call to `{remote}`, which this \
+                 client does not offer"
             ))),
         }
     }
@@ -382,70 +387,52 @@ pub(super) async fn each_line(reader: impl tokio::io::AsyncRead + Unpin, max: us
     }
 }
 
-/// Tells the server a call is cancelled when its future is dropped unanswered.
-pub(super) struct CancelOnDrop {
-    pub(super) peer: Option<Peer<RoleClient>>,
-    pub(super) id: RequestId,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let notification = CancelledNotification {
-            params: CancelledNotificationParam {
-                request_id: self.id.clone(),
-                reason: Some("the caller stopped waiting (timeout or cancellation)".into()),
-            },
-            method: Default::default(),
-            extensions: Default::default(),
-        };
-        runtime.spawn(async move {
-            let _ = peer.send_notification(notification.into()).await;
-        });
-    }
-}
-
-/// A call's result as the tool's output: the structured content as JSON when there
-/// is some, else the text of the content blocks, one a line, with the images among
-/// them (PNG, JPEG, GIF, WebP, not empty, up to the size limit) shown to the model
-/// too, and any other image named in the text with why it is not shown; `isError`
-/// makes it an error result.
+/// A call's result as the tool's output: the text of the content blocks, one a
+/// line, for the model, with the images among them (PNG, JPEG, GIF, WebP, not empty,
+/// up to the size limit) shown to it too, and any other image named in the text with
+/// why it is not shown; the structured content as the value a program reads. A
+/// result whose text is only its structured content as JSON (or that has no text)
+/// is a JSON result. `isError` makes it an error result, without a value.
 pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
-    if let Some(structured) = result.structured_content
-        && !is_error
-    {
-        return ToolOutput::json(structured);
-    }
+    let structured = result.structured_content.filter(|_| !is_error);
     // An image of a type and size a model takes is also shown to the model.
     let mut images = Vec::new();
     let text: Vec<String> = result
         .content
         .iter()
-        .map(|block| match &block.raw {
-            RawContent::Text(t) => t.text.clone(),
+        .map(|block| match block {
+            ContentBlock::Text(t) => t.text.clone(),
             // One a model cannot be sent (empty, say) would have the provider refuse
             // the whole request: the model reads why it is not shown instead.
-            RawContent::Image(i) => match crate::image::Image::base64(&i.mime_type, i.data.clone()) {
+            ContentBlock::Image(i) => match crate::image::Image::base64(&i.mime_type, i.data.clone()) {
                 Ok(image) => {
                     images.push(image);
                     format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len())
                 }
                 Err(e) => format!("[image: {}, not shown: {e}]", i.mime_type),
             },
-            RawContent::Audio(a) => format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len()),
-            RawContent::Resource(r) => match &r.resource {
+            ContentBlock::Audio(a) => format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len()),
+            ContentBlock::Resource(r) => match &r.resource {
                 ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource {uri}]\n{text}"),
                 ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
                     format!("[resource {uri}: {}]", mime_type.as_deref().unwrap_or("binary"))
                 }
+                _ => "[a resource of a kind this client does not know]".to_owned(),
             },
-            RawContent::ResourceLink(link) => format!("[resource link: {} ({})]", link.uri, link.name),
+            ContentBlock::ResourceLink(link) => format!("[resource link: {} ({})]", link.uri, link.name),
+            _ => "[content of a kind this client does not know]".to_owned(),
         })
         .collect();
     let text = text.join("\n");
-    let output = if is_error { ToolOutput::error(text) } else { ToolOutput::text(text) };
+    let output = match structured {
+        None if is_error => ToolOutput::error(text),
+        None => ToolOutput::text(text),
+        Some(value) if text.is_empty() || serde_json::from_str::<Value>(&text).is_ok_and(|t| t == value) => {
+            ToolOutput::json(value)
+        }
+        Some(value) => ToolOutput::text(text).with_value(value),
+    };
     images.into_iter().fold(output, ToolOutput::with_image)
 }
 

@@ -275,6 +275,7 @@ impl McpTools {
             tools: Arc::new(RwLock::new(Arc::from(Vec::new()))),
             changes,
             starts: std::sync::atomic::AtomicU64::new(0),
+            version: RwLock::new(None),
         });
         connection.peer().await?;
         let this = Self { connection };
@@ -332,6 +333,15 @@ impl McpTools {
     /// it died.
     pub fn starts(&self) -> u64 {
         self.connection.starts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The protocol revision spoken with the server as last connected: `2026-07-28`
+    /// with a server that answers `server/discover` (each request carries its
+    /// version; over HTTP, no session), else the one its `initialize` answered
+    /// (`2025-11-25`, or an older one it speaks).
+    pub fn protocol_version(&self) -> Option<String> {
+        let version = self.connection.version.read().unwrap_or_else(|e| e.into_inner());
+        version.as_ref().map(ToString::to_string)
     }
 
     /// The server's tools as [`Tool`]s, one per tool it offers now.
@@ -482,18 +492,34 @@ mod tests {
 
     #[test]
     fn results_become_outputs() {
-        use rmcp::model::Content;
+        use rmcp::model::ContentBlock as Content;
         let text = CallToolResult::success(vec![Content::text("a"), Content::text("b")]);
         assert_eq!(to_output(text), ToolOutput::text("a\nb"));
         let failed = CallToolResult::error(vec![Content::text("no such file")]);
         assert_eq!(to_output(failed), ToolOutput::error("no such file"));
+        // Structured content whose text is its JSON (as the spec asks for): a JSON result.
         let structured = CallToolResult::structured(serde_json::json!({"temperature": 21}));
         assert_eq!(to_output(structured), ToolOutput::json(serde_json::json!({"temperature": 21})));
+        let mut bare = CallToolResult::success(Vec::new());
+        bare.structured_content = Some(serde_json::json!([1, 2]));
+        assert_eq!(to_output(bare), ToolOutput::json(serde_json::json!([1, 2])));
+        // Structured content beside other text (a file server's read): the model reads
+        // the text, a program the value.
+        let mut file = CallToolResult::success(vec![Content::text("line one\nline two")]);
+        file.structured_content = Some(serde_json::json!({"content": "line one\nline two"}));
+        let read = to_output(file);
+        assert_eq!(read.to_text(), "line one\nline two");
+        assert_eq!(read.value(), Some(&serde_json::json!({"content": "line one\nline two"})));
+        // An error's structured content is not a value.
+        let mut failed = CallToolResult::error(vec![Content::text("denied")]);
+        failed.structured_content = Some(serde_json::json!({"code": 403}));
+        let failed = to_output(failed);
+        assert!(failed.is_error && failed.value().is_none() && failed.to_text() == "denied", "{failed:?}");
     }
 
     #[test]
     fn an_image_a_model_cannot_be_sent_is_named_in_the_text_and_not_sent() {
-        use rmcp::model::Content;
+        use rmcp::model::ContentBlock as Content;
         let png = "iVBORw0KGgo=";
         let shown =
             to_output(CallToolResult::success(vec![Content::text("a chart"), Content::image(png, "image/png")]));

@@ -24,9 +24,9 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     #[allow(clippy::disallowed_methods)]
     let builder = reqwest::Client::builder();
     match config() {
-        Some(tls) => builder.use_preconfigured_tls(tls.clone()),
-        // ring speaks TLS 1.2 and 1.3, so this does not happen; reqwest's own rustls
-        // config (ring and the same roots, with reqwest 0.12's features) would serve.
+        Some(tls) => builder.tls_backend_preconfigured(tls.clone()),
+        // ring speaks TLS 1.2 and 1.3, so this does not happen; if it did, reqwest,
+        // built without a provider of its own, would fail the client's build.
         None => builder,
     }
 }

@@ -3,7 +3,7 @@
 
 use loopstack_core::serde_json::{Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunRecord, RunStatus, Runtime, StoreError, ToolContent};
-use rmcp::model::{CallToolResult, Content};
+use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::tools::Calls;
 use super::{DECIDE_TOOL, SIGNAL_TOOL, text_of};
@@ -11,7 +11,7 @@ use crate::views::{Answer, Waits};
 
 /// A tool error that says why the call was not done; nothing changed.
 pub(super) fn refused(runtime: &Runtime, why: &str) -> CallToolResult {
-    CallToolResult::error(vec![Content::text(runtime.secrets().redact(why).into_owned())])
+    CallToolResult::error(vec![ContentBlock::text(runtime.secrets().redact(why).into_owned())])
 }
 
 /// Starts a run of `workflow` and drives it to its end or first wait.
@@ -201,12 +201,10 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
     };
     runtime.secrets().redact_value(&mut structured);
     let text = runtime.secrets().redact(&text).into_owned();
-    CallToolResult {
-        content: vec![Content::text(text)],
-        structured_content: Some(structured),
-        is_error: Some(is_error),
-        meta: None,
-    }
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result.is_error = Some(is_error);
+    result
 }
 
 /// A completed run's output, and whether it is an error (an agent that ended

@@ -1,18 +1,15 @@
-//! MCP over streamable HTTP: rmcp's service, behind a guard of our own for the
-//! transport rules rmcp 0.15 does not keep.
+//! MCP over streamable HTTP: rmcp's service (sessions for 2025-11-25 and older,
+//! stateless for 2026-07-28), behind a guard that answers as the rest of the HTTP
+//! API does (`{"error": reason}`):
 //!
-//! - It reads a body whole, however long: the guard reads it first, under the
-//!   limit the HTTP API's routes have (axum's `DefaultBodyLimit`, 2 MB unless the
-//!   router says otherwise), and answers 413 beyond it.
-//! - It answers 401 to a session id it does not know (one that ended, was deleted,
-//!   or never was), where the transport wants 404, on which a client starts a new
-//!   session.
-//! - It echoes any protocol version a client's `initialize` asks for that sorts
-//!   before its own (it compares them as strings), and does not look at the
-//!   `MCP-Protocol-Version` header. The guard answers 400 to a header naming a
-//!   version the server does not speak, and reads an `initialize` that asks for
-//!   one as asking for the newest it speaks, which is then the one answered (a
-//!   `ServerHandler` cannot fix it: rmcp replaces its answer's version after it).
+//! - A body is read under the limit the HTTP API's routes have (axum's
+//!   `DefaultBodyLimit`, 2 MB unless the router says otherwise): 413 beyond it.
+//! - A session id the server does not know (one that ended, was deleted, or never
+//!   was) gets 404, on which a client starts a new session.
+//! - An `MCP-Protocol-Version` header naming a version the server does not speak
+//!   gets 400.
+//!
+//! rmcp's own Host check is off: the API's (`serve`'s allowed hosts) comes first.
 
 use std::sync::Arc;
 
@@ -21,7 +18,7 @@ use axum::extract::{FromRequest as _, Request, State};
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
-use loopstack_core::serde_json::{self, Value, json};
+use loopstack_core::serde_json::json;
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -42,12 +39,16 @@ const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-versi
 /// was deleted) 404, and one whose `MCP-Protocol-Version` header names a version
 /// it does not speak 400, each with `{"error": reason}`.
 pub fn http_service(handler: McpHandler) -> axum::routing::MethodRouter {
-    let sessions = Arc::new(LocalSessionManager::default());
-    let service = StreamableHttpService::new(
-        move || Ok(handler.clone()),
-        Arc::clone(&sessions),
-        StreamableHttpServerConfig::default(),
-    );
+    let mut sessions = LocalSessionManager::default();
+    // A session ends when its client deletes it or the server stops, never for
+    // being idle: a call that drives a long run sends nothing until it answers,
+    // and an idle timeout would end the session under it.
+    sessions.session_config.keep_alive = None;
+    let sessions = Arc::new(sessions);
+    let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    // The guard has read the body under the router's limit.
+    config.max_request_body_bytes = usize::MAX;
+    let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::clone(&sessions), config);
     axum::routing::any_service(service).layer(middleware::from_fn_with_state(sessions, guard))
 }
 
@@ -83,24 +84,7 @@ async fn guard(State(sessions): State<Arc<LocalSessionManager>>, request: Reques
         Ok(body) => body,
         Err(rejection) => return refuse(rejection.status(), rejection.body_text()),
     };
-    // Without a session the message can only be an `initialize`.
-    let body = if parts.headers.contains_key(SESSION_ID) { body } else { with_spoken_version(body) };
     next.run(Request::from_parts(parts, Body::from(body))).await
-}
-
-/// An `initialize` request's body that asks for a version the server does not
-/// speak, asking for the newest it does instead; any other body as it is.
-fn with_spoken_version(body: Bytes) -> Bytes {
-    let Ok(mut message) = serde_json::from_slice::<Value>(&body) else { return body };
-    if message.get("method").and_then(Value::as_str) != Some("initialize") {
-        return body;
-    }
-    let Some(Value::String(asked)) = message.pointer_mut("/params/protocolVersion") else { return body };
-    if super::speaks(asked) {
-        return body;
-    }
-    *asked = rmcp::model::ProtocolVersion::LATEST.to_string();
-    serde_json::to_vec(&message).map_or(body, Bytes::from)
 }
 
 /// An answer of the guard, in the API's shape: `{"error": reason}`.

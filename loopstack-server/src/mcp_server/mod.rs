@@ -57,8 +57,8 @@ use loopstack_core::Runtime;
 use loopstack_core::serde_json::{self, Value};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientJsonRpcMessage, ClientRequest, Implementation, JsonRpcMessage,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerInfo,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 
@@ -126,19 +126,10 @@ impl McpHandler {
 }
 
 impl rmcp::ServerHandler for McpHandler {
-    fn get_info(&self) -> ServerInfo {
-        let mut implementation = Implementation::from_build_env();
-        implementation.name = self.info.0.clone();
-        implementation.version = self.info.1.clone();
-        implementation.title = None;
-        implementation.website_url = None;
-        implementation.description = None;
-        ServerInfo {
-            capabilities: ServerCapabilities::builder().enable_tools().build(),
-            server_info: implementation,
-            instructions: Some(tools::INSTRUCTIONS.to_owned()),
-            ..ServerInfo::default()
-        }
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(self.info.0.clone(), self.info.1.clone()))
+            .with_instructions(tools::INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -146,17 +137,17 @@ impl rmcp::ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult { tools: tools::list(&self.runtime), next_cursor: None, meta: None })
+        Ok(ListToolsResult::with_all_items(tools::list(&self.runtime)))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
         match tools::Call::parse(&self.runtime, &request.name, arguments) {
-            Some(call) => Ok(call.run(&self.runtime).await),
+            Some(call) => Ok(call.run(&self.runtime).await.into()),
             None => Err(ErrorData::invalid_params(
                 format!(
                     "no tool `{}`: the tools are the workflows {} and {SIGNAL_TOOL}, {DECIDE_TOOL}",
@@ -182,32 +173,15 @@ pub async fn serve_stdio(handler: McpHandler) -> Result<(), McpServeError> {
     }
 }
 
-/// The protocol versions the server speaks, newest first: rmcp 0.15's.
-const SPOKEN_VERSIONS: [ProtocolVersion; 2] = [ProtocolVersion::LATEST, ProtocolVersion::V_2024_11_05];
-
-/// Whether the server speaks protocol `version`.
+/// Whether the server speaks protocol `version`: each revision rmcp knows, from
+/// 2024-11-05 to 2026-07-28 (whose HTTP is stateless).
 fn speaks(version: &str) -> bool {
-    SPOKEN_VERSIONS.iter().any(|spoken| spoken.to_string() == version)
+    rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().any(|known| known.as_str() == version)
 }
 
 #[cfg(feature = "serve")]
-fn spoken_versions() -> Vec<String> {
-    SPOKEN_VERSIONS.iter().map(ToString::to_string).collect()
-}
-
-/// An `initialize` request that asks for a protocol version the server does not
-/// speak, asking for the newest it does instead, so that it is the one answered
-/// (as the lifecycle wants); any other message as it is. rmcp 0.15 answers with
-/// the client's version whenever it sorts before its own, after the handler's
-/// `initialize` has answered, so the request is where it can be set.
-fn with_spoken_version(mut message: ClientJsonRpcMessage) -> ClientJsonRpcMessage {
-    if let JsonRpcMessage::Request(request) = &mut message
-        && let ClientRequest::InitializeRequest(init) = &mut request.request
-        && !speaks(&init.params.protocol_version.to_string())
-    {
-        init.params.protocol_version = ProtocolVersion::LATEST;
-    }
-    message
+fn spoken_versions() -> Vec<&'static str> {
+    rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().rev().map(|known| known.as_str()).collect()
 }
 
 /// A JSON value's text: a string as it is, anything else as compact JSON.

@@ -1,11 +1,15 @@
 //! MCP over stdio: one JSON-RPC message a line, each way.
 //!
-//! rmcp 0.15's stdio transport ends the session at the first line it cannot read
-//! (its `receive` takes a decoding error for the end of the stream), so one
-//! malformed line from a client would end the server. JSON-RPC wants an answer
-//! instead: `-32700` for a line that is not JSON, `-32600` for JSON that is not a
-//! message, and the session goes on. This transport reads the lines itself to
-//! answer them so, and otherwise does what rmcp's does.
+//! rmcp's stdio transport skips a line that is not JSON without a word (as the
+//! other official SDKs do, lest two peers that echo errors answer each other
+//! forever), and answers JSON that is not a message with an error whose id is
+//! lost. JSON-RPC 2.0 wants an answer to each: `-32700` for a line that is not
+//! JSON, `-32600` for JSON that is not a message, with its id when it has one; a
+//! client then learns what went wrong instead of waiting. The answers are valid
+//! messages, which are never answered, so a peer that echoes them back cannot start
+//! a loop. This
+//! transport reads the lines itself to answer them so, and otherwise does what
+//! rmcp's does.
 
 use std::sync::Arc;
 
@@ -43,7 +47,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
                 continue;
             }
             let answer = match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
-                Ok(message) => return Some(super::with_spoken_version(message)),
+                Ok(message) => return Some(message),
                 Err(e) => refusal(line, &e),
             };
             if let Some(answer) = answer
@@ -111,7 +115,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::{ClientRequest, JsonRpcMessage, ProtocolVersion};
+    use rmcp::model::{ClientRequest, JsonRpcMessage};
 
     use super::*;
 
@@ -131,12 +135,12 @@ mod tests {
         client.write_all(input.as_bytes()).await.unwrap();
         drop(client);
         let mut transport = LineTransport::new(server, sink);
-        // The lines before it are answered; the version it asks for, which the server
-        // does not speak, is read as the one it speaks best.
+        // The lines before it are answered, and it is passed on as it is (the
+        // handshake answers the version it asks for).
         let message = transport.next_message().await.expect("the initialize request");
         let JsonRpcMessage::Request(request) = message else { panic!("{message:?}") };
         let ClientRequest::InitializeRequest(init) = request.request else { panic!("{:?}", request.request) };
-        assert_eq!(init.params.protocol_version, ProtocolVersion::LATEST);
+        assert_eq!(init.params.protocol_version.as_str(), "");
         assert!(transport.next_message().await.is_none(), "the input ended");
 
         drop(transport);

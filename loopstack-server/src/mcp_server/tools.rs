@@ -80,6 +80,40 @@ fn input_schema(runtime: &Runtime, workflow: &str) -> (Map<String, Value>, bool)
 }
 
 /// The server's tools: one per offered workflow, then [`SIGNAL_TOOL`] and [`DECIDE_TOOL`].
+/// The schema of every answer's structured content (a workflow's, and
+/// [`SIGNAL_TOOL`]'s and [`DECIDE_TOOL`]'s, which answer in the same shape): the
+/// run, and its output, what it waits for, or its error. A refusal has none: it is
+/// a tool error.
+fn answer_schema() -> Arc<Map<String, Value>> {
+    static SCHEMA: std::sync::OnceLock<Arc<Map<String, Value>>> = std::sync::OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| {
+        Arc::new(object(json!({
+            "type": "object",
+            "properties": {
+                "run_id": { "type": "string", "description": "The run's id." },
+                "workflow": { "type": "string", "description": "The run's workflow (or agent)." },
+                "status": {
+                    "enum": ["completed", "waiting", "failed", "cancelled", "stopped", "running"],
+                    "description": "Where the run stands: `running` when another worker drives it.",
+                },
+                "output": {
+                    "description": "A completed run's output: an agent's answer (text, or the typed answer), a \
+                                    workflow's published result, else its final state.",
+                },
+                "place": { "type": "string", "description": "Where a waiting run waits." },
+                "waits_for": {
+                    "type": "object",
+                    "description": "What a waiting run waits for: signals with their payload's schema, tool calls \
+                                    waiting for a decision, a timer.",
+                },
+                "error": { "description": "Why the run failed, or an agent ended without an answer." },
+            },
+            "required": ["run_id", "workflow", "status"],
+        })))
+    });
+    Arc::clone(schema)
+}
+
 pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
     let mut tools: Vec<Tool> = served(runtime)
         .into_iter()
@@ -151,6 +185,10 @@ pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
             "additionalProperties": false,
         }))),
     ));
+    // Every tool answers in the same shape.
+    for tool in &mut tools {
+        tool.output_schema = Some(answer_schema());
+    }
     tools
 }
 
