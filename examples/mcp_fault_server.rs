@@ -13,7 +13,10 @@
 //! Otherwise it serves these tools:
 //!
 //! - `echo {text}`: the text back;
-//! - `weather {city}`: a structured result (`{"city": .., "temperature": 21}`);
+//! - `weather {city}`: a structured result (`{"city": .., "temperature": 21}`), as
+//!   its output schema declares;
+//! - `mislabeled`: structured content that does not fit its output schema;
+//! - `unstructured`: only text, though it declares an output schema;
 //! - `fail`: a result with `isError`;
 //! - `reject`: a JSON-RPC error instead of a result;
 //! - `sleep`: no answer until the client cancels the call;
@@ -69,9 +72,18 @@ impl Faults {
     fn tools(&self) -> Vec<Tool> {
         let text = schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}));
         let city = schema(json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}));
+        let weather = schema(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "temperature": {"type": "number"}},
+            "required": ["city", "temperature"],
+        }));
         let mut tools = vec![
             Tool::new("echo", "Echoes the text back.", text),
-            Tool::new("weather", "The weather in a city, as structured content.", city),
+            Tool::new("weather", "The weather in a city, as structured content.", city)
+                .with_raw_output_schema(weather.clone()),
+            Tool::new("mislabeled", "Structured content that does not fit its schema.", no_args())
+                .with_raw_output_schema(weather.clone()),
+            Tool::new("unstructured", "Only text, despite its schema.", no_args()).with_raw_output_schema(weather),
             Tool::new("fail", "Always answers with an error result.", no_args()),
             Tool::new("reject", "Always answers with a JSON-RPC error.", no_args()),
             Tool::new("sleep", "Answers only when cancelled.", no_args()),
@@ -142,6 +154,8 @@ impl Faults {
         match &*request.name {
             "echo" => Ok(CallToolResult::success(vec![ContentBlock::text(arg("text"))])),
             "weather" => Ok(CallToolResult::structured(json!({"city": arg("city"), "temperature": 21}))),
+            "mislabeled" => Ok(CallToolResult::structured(json!({"city": "Oslo", "temperature": "cold"}))),
+            "unstructured" => Ok(CallToolResult::success(vec![ContentBlock::text("21 degrees")])),
             "fail" => Ok(CallToolResult::error(vec![ContentBlock::text("the disk is full")])),
             "reject" => Err(ErrorData::invalid_params("the fault server rejects this call", None)),
             "sleep" => {

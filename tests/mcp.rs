@@ -253,6 +253,25 @@ async fn faults_are_error_results_the_model_reads() {
     let failed = patiently("fail", registry.call("fail", json!({}), &cx)).await.unwrap();
     assert!(failed.is_error);
     assert_eq!(text(&failed), "the disk is full");
+    // Results that break the tool's output schema: an error result that says how.
+    let weather = patiently("weather", registry.call("weather", json!({"city": "Oslo"}), &cx)).await.unwrap();
+    assert_eq!(weather.value(), Some(&json!({"city": "Oslo", "temperature": 21})), "{weather:?}");
+    let mislabeled = patiently("mislabeled", registry.call("mislabeled", json!({}), &cx)).await.unwrap();
+    assert!(mislabeled.is_error, "{mislabeled:?}");
+    assert!(
+        text(&mislabeled).starts_with(
+            "the MCP server `faults` answered the call to `mislabeled` wrongly: its structured content does not fit \
+             its output schema: at `/temperature`:"
+        ),
+        "{mislabeled:?}"
+    );
+    let unstructured = patiently("unstructured", registry.call("unstructured", json!({}), &cx)).await.unwrap();
+    assert!(unstructured.is_error, "{unstructured:?}");
+    assert_eq!(
+        text(&unstructured),
+        "the MCP server `faults` answered the call to `unstructured` wrongly: it declares an output schema but \
+         answered without structured content"
+    );
     // A JSON-RPC error.
     let rejected = patiently("reject", registry.call("reject", json!({}), &cx)).await.unwrap_err();
     assert_eq!(
@@ -520,7 +539,8 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         stdout.contains(
-            "MCP server `mcp_fault_server`: echo, weather, fail, reject, sleep, cancelled, die, meta, pid, grow, shrink"
+            "MCP server `mcp_fault_server`: echo, weather, mislabeled, unstructured, fail, reject, sleep, cancelled, die, \
+             meta, pid, grow, shrink"
         ),
         "{stdout}"
     );

@@ -135,84 +135,16 @@ impl Connection {
     /// Starts the server (or opens the HTTP session) and completes the handshake.
     pub(super) async fn start(&self) -> Result<Live, McpError> {
         let server = self.server.to_string();
-        let handler = Handler {
-            server: self.server.clone(),
-            tools: self.tools.clone(),
-            changes: self.changes.clone(),
-            config: self.config.clone(),
-        };
-        let handshake_failed = |e: rmcp::service::ClientInitializeError| McpError::Handshake {
-            server: server.clone(),
-            message: e.to_string(),
-        };
+        // A server that answers `server/discover` wrongly (with an empty result, as
+        // some answer any method they do not know) is spoken to anew with the
+        // `initialize` handshake: a stdio server is started again for it.
         let connect = async {
-            match &self.config.transport {
-                Transport::Stdio { program, args, env, cwd } => {
-                    let mut command = tokio::process::Command::new(program);
-                    command.args(args).envs(env.iter().map(|(k, v)| (k, v))).kill_on_drop(true);
-                    if let Some(cwd) = cwd {
-                        command.current_dir(cwd);
-                    }
-                    let mut command = process_wrap::tokio::CommandWrap::from(command);
-                    // The server leads a process group, so ending it ends what it
-                    // started (`npx` runs the server as its child).
-                    #[cfg(unix)]
-                    command.wrap(process_wrap::tokio::ProcessGroup::leader());
-                    let stderr = if self.config.stderr_to_logs { Stdio::piped() } else { Stdio::inherit() };
-                    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
-                        .stderr(stderr)
-                        .spawn()
-                        .map_err(|source| McpError::Spawn { server: server.clone(), source })?;
-                    if let Some(stderr) = stderr {
-                        // Ends at the end of the pipe: when the server (and what it
-                        // started) has exited or been ended.
-                        tokio::spawn(log_stderr(stderr, self.server.clone(), self.config.secrets.clone()));
-                    }
-                    handler.serve_with_lifecycle(transport, lifecycle()).await.map_err(handshake_failed)
+            match self.open(lifecycle()).await {
+                Err(McpError::Handshake { message, .. }) => {
+                    tracing::debug!(server = %self.server, error = %message, "server/discover failed; trying initialize");
+                    self.open(ClientLifecycleMode::Initialize).await
                 }
-                Transport::Http { url, headers, bearer } => {
-                    let read = |value: &HeaderValue| {
-                        let value = match value {
-                            HeaderValue::Plain(v) => v.clone(),
-                            HeaderValue::Env(var) => std::env::var(var)
-                                .map_err(|_| McpError::MissingEnv { server: server.clone(), var: var.clone() })?,
-                        };
-                        if let Some(secrets) = &self.config.secrets {
-                            secrets.register(&value);
-                        }
-                        Ok::<_, McpError>(value)
-                    };
-                    let mut map = reqwest::header::HeaderMap::new();
-                    for (name, value) in headers {
-                        let invalid = |message: String| McpError::InvalidHeader {
-                            server: server.clone(),
-                            name: name.clone(),
-                            message,
-                        };
-                        let key = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                            .map_err(|e| invalid(e.to_string()))?;
-                        let mut value = reqwest::header::HeaderValue::from_str(&read(value)?)
-                            .map_err(|e| invalid(e.to_string()))?;
-                        value.set_sensitive(true);
-                        map.append(key, value);
-                    }
-                    let client = loopstack_model::http::client_builder().default_headers(map).build().map_err(|e| {
-                        McpError::Handshake { server: server.clone(), message: format!("no HTTP client: {e}") }
-                    })?;
-                    let mut config =
-                        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                            url.as_str(),
-                        )
-                        // An expired session is this client's to notice: the call that
-                        // met it fails, and the next one connects and lists the tools
-                        // again (a new session may offer other tools).
-                        .reinit_on_expired_session(false);
-                    if let Some(token) = bearer {
-                        config = config.auth_header(read(token)?);
-                    }
-                    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
-                    handler.serve_with_lifecycle(transport, lifecycle()).await.map_err(handshake_failed)
-                }
+                opened => opened,
             }
         };
         // One bound for the start, the handshake and the listing: a server that
@@ -234,6 +166,90 @@ impl Connection {
         *self.version.write().unwrap_or_else(|e| e.into_inner()) = version;
         self.starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(live)
+    }
+
+    /// Starts the server (or opens the HTTP connection) and completes the handshake
+    /// of `lifecycle`.
+    async fn open(&self, lifecycle: ClientLifecycleMode) -> Result<Live, McpError> {
+        let server = self.server.to_string();
+        let handler = Handler {
+            server: self.server.clone(),
+            tools: self.tools.clone(),
+            changes: self.changes.clone(),
+            config: self.config.clone(),
+        };
+        let handshake_failed = |e: rmcp::service::ClientInitializeError| McpError::Handshake {
+            server: server.clone(),
+            message: e.to_string(),
+        };
+        match &self.config.transport {
+            Transport::Stdio { program, args, env, cwd } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).envs(env.iter().map(|(k, v)| (k, v))).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    command.current_dir(cwd);
+                }
+                let mut command = process_wrap::tokio::CommandWrap::from(command);
+                // The server leads a process group, so ending it ends what it
+                // started (`npx` runs the server as its child).
+                #[cfg(unix)]
+                command.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let stderr = if self.config.stderr_to_logs { Stdio::piped() } else { Stdio::inherit() };
+                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+                    .stderr(stderr)
+                    .spawn()
+                    .map_err(|source| McpError::Spawn { server: server.clone(), source })?;
+                if let Some(stderr) = stderr {
+                    // Ends at the end of the pipe: when the server (and what it
+                    // started) has exited or been ended.
+                    tokio::spawn(log_stderr(stderr, self.server.clone(), self.config.secrets.clone()));
+                }
+                handler.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)
+            }
+            Transport::Http { url, headers, bearer } => {
+                let read = |value: &HeaderValue| {
+                    let value = match value {
+                        HeaderValue::Plain(v) => v.clone(),
+                        HeaderValue::Env(var) => std::env::var(var)
+                            .map_err(|_| McpError::MissingEnv { server: server.clone(), var: var.clone() })?,
+                    };
+                    if let Some(secrets) = &self.config.secrets {
+                        secrets.register(&value);
+                    }
+                    Ok::<_, McpError>(value)
+                };
+                let mut map = reqwest::header::HeaderMap::new();
+                for (name, value) in headers {
+                    let invalid = |message: String| McpError::InvalidHeader {
+                        server: server.clone(),
+                        name: name.clone(),
+                        message,
+                    };
+                    let key =
+                        reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| invalid(e.to_string()))?;
+                    let mut value =
+                        reqwest::header::HeaderValue::from_str(&read(value)?).map_err(|e| invalid(e.to_string()))?;
+                    value.set_sensitive(true);
+                    map.append(key, value);
+                }
+                let client = loopstack_model::http::client_builder().default_headers(map).build().map_err(|e| {
+                    McpError::Handshake { server: server.clone(), message: format!("no HTTP client: {e}") }
+                })?;
+                let mut config =
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        url.as_str(),
+                    )
+                    // An expired session is this client's to notice: the call that
+                    // met it fails, and the next one connects and lists the tools
+                    // again (a new session may offer other tools).
+                    .reinit_on_expired_session(false);
+                if let Some(token) = bearer {
+                    config = config.auth_header(read(token)?);
+                }
+                let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                handler.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)
+            }
+        }
     }
 
     /// The live connection's peer and which start it is of, starting the server
@@ -444,6 +460,70 @@ pub(super) struct McpTool {
     pub(super) description: String,
     pub(super) schema: Value,
     pub(super) options: ToolOptions,
+    /// The tool's output schema, compiled, when it declares one.
+    pub(super) output: Option<Arc<OutputSchema>>,
+}
+
+/// A tool's declared output schema, against which each of its results' structured
+/// content is checked (as the protocol asks a client to).
+pub(super) struct OutputSchema {
+    schemas: boon::Schemas,
+    index: boon::SchemaIndex,
+}
+
+/// Schemas are never fetched: a `$ref` that leaves the schema finds nothing.
+struct NoLoader;
+
+impl boon::UrlLoader for NoLoader {
+    fn load(&self, url: &str) -> Result<Value, Box<dyn std::error::Error>> {
+        Err(format!("`{url}` is not loaded: an output schema refers only to itself").into())
+    }
+}
+
+impl OutputSchema {
+    /// `schema` compiled; `None`, with a warning, when it does not compile (the
+    /// results are then taken unchecked, as from a tool that declares none).
+    pub(super) fn compile(server: &str, tool: &str, schema: &rmcp::model::JsonObject) -> Option<Arc<Self>> {
+        let mut schemas = boon::Schemas::new();
+        let mut compiler = boon::Compiler::new();
+        compiler.use_loader(Box::new(NoLoader));
+        let url = "loopstack:///mcp/output.json";
+        let compiled = match compiler.add_resource(url, Value::Object(schema.clone())) {
+            Ok(()) => compiler.compile(url, &mut schemas),
+            Err(e) => Err(e),
+        };
+        match compiled {
+            Ok(index) => Some(Arc::new(Self { schemas, index })),
+            Err(e) => {
+                tracing::warn!(server, tool, error = %e, "an MCP tool's output schema does not compile; its results are not checked");
+                None
+            }
+        }
+    }
+
+    /// Why `output`, a result that is not an error, does not keep to the schema.
+    fn check(&self, output: &ToolOutput) -> Result<(), String> {
+        let Some(value) = output.value() else {
+            return Err("it declares an output schema but answered without structured content".to_owned());
+        };
+        self.schemas.validate(value, self.index).map_err(|e| {
+            let mut reasons = Vec::new();
+            collect(&e, &mut reasons);
+            format!("its structured content does not fit its output schema: {}", reasons.join("; "))
+        })
+    }
+}
+
+/// The leaf errors of a validation error: where, and what.
+fn collect(e: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
+    if e.causes.is_empty() {
+        let at = e.instance_location.to_string();
+        let at = if at.is_empty() { "the result".to_owned() } else { format!("at `{at}`") };
+        out.push(format!("{at}: {}", e.kind));
+    }
+    for cause in &e.causes {
+        collect(cause, out);
+    }
 }
 
 #[async_trait::async_trait]
@@ -471,6 +551,18 @@ impl Tool for McpTool {
             tool = %self.remote,
             call_id = %cx.call_id(),
         );
-        self.connection.call(&self.remote, args, cx).instrument(span).await
+        let output = self.connection.call(&self.remote, args, cx).instrument(span).await?;
+        match &self.output {
+            Some(schema) if !output.is_error => match schema.check(&output) {
+                Ok(()) => Ok(output),
+                // The model reads what is wrong instead of a result that is not
+                // what the tool promised.
+                Err(why) => Ok(ToolOutput::error(format!(
+                    "the MCP server `{}` answered the call to `{}` wrongly: {why}",
+                    self.connection.server, self.remote
+                ))),
+            },
+            _ => Ok(output),
+        }
     }
 }

@@ -226,7 +226,7 @@ impl McpError {
 mod connection;
 mod server;
 
-use connection::{Connection, McpTool};
+use connection::{Connection, McpTool, OutputSchema};
 pub use server::McpServer;
 
 /// A connected MCP server: its tools, to register into [`ToolRegistry`]s.
@@ -370,6 +370,10 @@ impl McpTools {
                     description,
                     schema: Value::Object((*t.input_schema).clone()),
                     options: config.options_for(&t.name),
+                    output: t
+                        .output_schema
+                        .as_ref()
+                        .and_then(|schema| OutputSchema::compile(&self.connection.server, &t.name, schema)),
                 }
             })
             .collect()
