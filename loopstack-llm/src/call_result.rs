@@ -61,10 +61,10 @@ pub struct ToolCallResult {
 impl ToolCallResult {
     /// The result of call `tool_use_id` of tool `name` that gave `output`.
     pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
-        let ToolOutput { content, is_error, pending, images, value, .. } = output;
+        let ToolOutput { content, is_error, pending, images, structured, .. } = output;
         let (content, value) = match content {
-            ToolContent::Text(text) => (text, value),
-            ToolContent::Json(json) => (json.to_string(), Some(value.unwrap_or(json))),
+            ToolContent::Text(text) => (text, structured),
+            ToolContent::Json(json) => (json.to_string(), Some(structured.unwrap_or(json))),
         };
         Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending, images }
     }

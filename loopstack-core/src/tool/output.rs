@@ -36,7 +36,7 @@ pub struct ToolOutput {
     /// program reads this (see [`ToolOutput::with_value`]). `None` for a JSON
     /// result, whose content is its value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    pub structured: Option<Value>,
 }
 
 impl ToolOutput {
@@ -47,13 +47,13 @@ impl ToolOutput {
             is_error: false,
             pending: None,
             images: Vec::new(),
-            value: None,
+            structured: None,
         }
     }
 
     /// A structured result.
     pub fn json(value: Value) -> Self {
-        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new(), value: None }
+        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new(), structured: None }
     }
 
     /// A call whose result is not there yet: it comes when child run `child` ends.
@@ -63,7 +63,7 @@ impl ToolOutput {
             is_error: false,
             pending: Some(child),
             images: Vec::new(),
-            value: None,
+            structured: None,
         }
     }
 
@@ -104,7 +104,7 @@ impl ToolOutput {
     /// ```
     #[must_use]
     pub fn with_value(mut self, value: Value) -> Self {
-        self.value = Some(value);
+        self.structured = Some(value);
         self
     }
 
@@ -112,7 +112,7 @@ impl ToolOutput {
     /// [`with_value`](Self::with_value), else a JSON result's content; `None` for a
     /// text result without one.
     pub fn value(&self) -> Option<&Value> {
-        match (&self.value, &self.content) {
+        match (&self.structured, &self.content) {
             (Some(value), _) | (None, ToolContent::Json(value)) => Some(value),
             (None, ToolContent::Text(_)) => None,
         }
@@ -125,7 +125,7 @@ impl ToolOutput {
             is_error: true,
             pending: None,
             images: Vec::new(),
-            value: None,
+            structured: None,
         }
     }
 

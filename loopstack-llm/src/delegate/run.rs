@@ -369,7 +369,7 @@ pub(crate) fn redact_output(secrets: &loopstack_core::secrets::Secrets, output: 
             secrets.redact_value(value);
         }
     }
-    if let Some(value) = &mut output.value {
+    if let Some(value) = &mut output.structured {
         secrets.redact_value(value);
     }
 }
