@@ -62,7 +62,7 @@ pub mod metrics;
 mod registry;
 mod runtime;
 pub mod schedule;
-mod schema;
+pub mod schema;
 pub mod secrets;
 pub mod store;
 #[cfg(feature = "testing")]

@@ -145,26 +145,15 @@ impl Scorer for Matches {
 
 /// Passes when the answer is JSON valid against a JSON Schema: a typed agent's
 /// answer, or else the answer's text read as JSON.
-pub struct FitsSchema {
-    schemas: boon::Schemas,
-    index: boon::SchemaIndex,
-}
-
-impl std::fmt::Debug for FitsSchema {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FitsSchema").finish_non_exhaustive()
-    }
-}
+#[derive(Debug)]
+pub struct FitsSchema(loopstack_core::schema::CompiledSchema);
 
 impl FitsSchema {
     /// A scorer for `schema` (drafts 4 to 2020-12; nothing is fetched).
     pub fn new(schema: Value) -> Result<Self, EvalError> {
-        let mut schemas = boon::Schemas::new();
-        let mut compiler = boon::Compiler::new();
-        let url = "loopstack:///eval/schema.json";
-        compiler.add_resource(url, schema).map_err(|e| EvalError::Scorer(format!("the schema: {e}")))?;
-        let index = compiler.compile(url, &mut schemas).map_err(|e| EvalError::Scorer(format!("the schema: {e}")))?;
-        Ok(Self { schemas, index })
+        loopstack_core::schema::CompiledSchema::compile(schema)
+            .map(Self)
+            .map_err(|e| EvalError::Scorer(format!("the schema: {e}")))
     }
 
     /// A scorer for the JSON Schema of `T`.
@@ -187,9 +176,9 @@ impl Scorer for FitsSchema {
                 Err(e) => return Ok(Score::fail(format!("the answer is not JSON: {e}"))),
             },
         };
-        Ok(match self.schemas.validate(&value, self.index) {
+        Ok(match self.0.check(&value, "the answer") {
             Ok(()) => Score::pass(),
-            Err(e) => Score::fail(format!("it does not fit the schema: {e}")),
+            Err(reasons) => Score::fail(format!("it does not fit the schema: {reasons}")),
         })
     }
 }

@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use loopstack_core::schema::CompiledSchema;
 use loopstack_core::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput};
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -466,34 +467,14 @@ pub(super) struct McpTool {
 
 /// A tool's declared output schema, against which each of its results' structured
 /// content is checked (as the protocol asks a client to).
-pub(super) struct OutputSchema {
-    schemas: boon::Schemas,
-    index: boon::SchemaIndex,
-}
-
-/// Schemas are never fetched: a `$ref` that leaves the schema finds nothing.
-struct NoLoader;
-
-impl boon::UrlLoader for NoLoader {
-    fn load(&self, url: &str) -> Result<Value, Box<dyn std::error::Error>> {
-        Err(format!("`{url}` is not loaded: an output schema refers only to itself").into())
-    }
-}
+pub(super) struct OutputSchema(CompiledSchema);
 
 impl OutputSchema {
     /// `schema` compiled; `None`, with a warning, when it does not compile (the
     /// results are then taken unchecked, as from a tool that declares none).
     pub(super) fn compile(server: &str, tool: &str, schema: &rmcp::model::JsonObject) -> Option<Arc<Self>> {
-        let mut schemas = boon::Schemas::new();
-        let mut compiler = boon::Compiler::new();
-        compiler.use_loader(Box::new(NoLoader));
-        let url = "loopstack:///mcp/output.json";
-        let compiled = match compiler.add_resource(url, Value::Object(schema.clone())) {
-            Ok(()) => compiler.compile(url, &mut schemas),
-            Err(e) => Err(e),
-        };
-        match compiled {
-            Ok(index) => Some(Arc::new(Self { schemas, index })),
+        match CompiledSchema::compile(Value::Object(schema.clone())) {
+            Ok(compiled) => Some(Arc::new(Self(compiled))),
             Err(e) => {
                 tracing::warn!(server, tool, error = %e, "an MCP tool's output schema does not compile; its results are not checked");
                 None
@@ -506,23 +487,9 @@ impl OutputSchema {
         let Some(value) = output.value() else {
             return Err("it declares an output schema but answered without structured content".to_owned());
         };
-        self.schemas.validate(value, self.index).map_err(|e| {
-            let mut reasons = Vec::new();
-            collect(&e, &mut reasons);
-            format!("its structured content does not fit its output schema: {}", reasons.join("; "))
-        })
-    }
-}
-
-/// The leaf errors of a validation error: where, and what.
-fn collect(e: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
-    if e.causes.is_empty() {
-        let at = e.instance_location.to_string();
-        let at = if at.is_empty() { "the result".to_owned() } else { format!("at `{at}`") };
-        out.push(format!("{at}: {}", e.kind));
-    }
-    for cause in &e.causes {
-        collect(cause, out);
+        self.0
+            .check(value, "the result")
+            .map_err(|reasons| format!("its structured content does not fit its output schema: {reasons}"))
     }
 }
 
