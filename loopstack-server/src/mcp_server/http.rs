@@ -53,13 +53,14 @@ pub fn http_service(handler: McpHandler) -> axum::routing::MethodRouter {
 }
 
 async fn guard(State(sessions): State<Arc<LocalSessionManager>>, request: Request, next: Next) -> Response {
+    // The server speaks each revision rmcp knows, 2024-11-05 to 2026-07-28.
+    let known = rmcp::model::ProtocolVersion::KNOWN_VERSIONS;
     if let Some(version) = request.headers().get(PROTOCOL_VERSION)
-        && !version.to_str().is_ok_and(super::speaks)
+        && !version.to_str().is_ok_and(|asked| known.iter().any(|v| v.as_str() == asked))
     {
-        let reason = format!(
-            "MCP-Protocol-Version {version:?} is not a version this server speaks: {}",
-            super::spoken_versions().join(", ")
-        );
+        let spoken: Vec<&str> = known.iter().rev().map(|v| v.as_str()).collect();
+        let reason =
+            format!("MCP-Protocol-Version {version:?} is not a version this server speaks: {}", spoken.join(", "));
         return refuse(StatusCode::BAD_REQUEST, reason);
     }
     let session = request.headers().get(SESSION_ID).map(|id| id.to_str().map(Arc::<str>::from));

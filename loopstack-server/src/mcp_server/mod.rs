@@ -173,17 +173,6 @@ pub async fn serve_stdio(handler: McpHandler) -> Result<(), McpServeError> {
     }
 }
 
-/// Whether the server speaks protocol `version`: each revision rmcp knows, from
-/// 2024-11-05 to 2026-07-28 (whose HTTP is stateless).
-fn speaks(version: &str) -> bool {
-    rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().any(|known| known.as_str() == version)
-}
-
-#[cfg(feature = "serve")]
-fn spoken_versions() -> Vec<&'static str> {
-    rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().rev().map(|known| known.as_str()).collect()
-}
-
 /// A JSON value's text: a string as it is, anything else as compact JSON.
 fn text_of(value: &Value) -> String {
     match value {

@@ -7,9 +7,8 @@
 //! JSON, `-32600` for JSON that is not a message, with its id when it has one; a
 //! client then learns what went wrong instead of waiting. The answers are valid
 //! messages, which are never answered, so a peer that echoes them back cannot start
-//! a loop. This
-//! transport reads the lines itself to answer them so, and otherwise does what
-//! rmcp's does.
+//! a loop. This transport reads the lines itself to answer them so, and otherwise
+//! does what rmcp's does.
 
 use std::sync::Arc;
 

@@ -79,7 +79,6 @@ fn input_schema(runtime: &Runtime, workflow: &str) -> (Map<String, Value>, bool)
     (map, true)
 }
 
-/// The server's tools: one per offered workflow, then [`SIGNAL_TOOL`] and [`DECIDE_TOOL`].
 /// The schema of every answer's structured content (a workflow's, and
 /// [`SIGNAL_TOOL`]'s and [`DECIDE_TOOL`]'s, which answer in the same shape): the
 /// run, and its output, what it waits for, or its error. A refusal has none: it is
@@ -114,6 +113,7 @@ fn answer_schema() -> Arc<Map<String, Value>> {
     Arc::clone(schema)
 }
 
+/// The server's tools: one per offered workflow, then [`SIGNAL_TOOL`] and [`DECIDE_TOOL`].
 pub(super) fn list(runtime: &Runtime) -> Vec<Tool> {
     let mut tools: Vec<Tool> = served(runtime)
         .into_iter()
