@@ -36,6 +36,31 @@ impl RunId {
                 .into_uuid(),
         )
     }
+
+    /// The id a caller's own key names: the same key gives the same id, so a caller
+    /// that names its runs (an AG-UI thread, say) finds the run it started instead
+    /// of starting another. A UUID of version 8 from a 128-bit FNV-1a hash of the
+    /// key, like a child run's ([`child_run_id`](crate::children::child_run_id)): it names runs,
+    /// it does not guard them (keys chosen to collide name one run; access to runs
+    /// is the API's token's to guard), and it does not sort by time as
+    /// [`RunId::new`]'s do.
+    ///
+    /// ```
+    /// use loopstack_core::RunId;
+    ///
+    /// assert_eq!(RunId::from_key("ag-ui/support/thread-1"), RunId::from_key("ag-ui/support/thread-1"));
+    /// assert_ne!(RunId::from_key("ag-ui/support/thread-1"), RunId::from_key("ag-ui/support/thread-2"));
+    /// ```
+    pub fn from_key(key: &str) -> Self {
+        let mut hash = crate::fnv::Fnv1a::<u128>::default();
+        hash.bytes(key.as_bytes());
+        Self(
+            uuid::Builder::from_bytes(hash.finish().to_be_bytes())
+                .with_variant(uuid::Variant::RFC4122)
+                .with_version(uuid::Version::Custom)
+                .into_uuid(),
+        )
+    }
 }
 
 impl Default for RunId {
