@@ -158,6 +158,18 @@ pub struct Agent {
     handoffs: handoff::Handoffs,
 }
 
+/// The name of the signal that gives a chat run ([`Agent::chat`]) the user's next
+/// message ([`UserMessage`]), for callers that send it by name.
+///
+/// ```
+/// use loopstack_core::{ToolRegistry, Workflow};
+/// use loopstack_llm::{Agent, ScriptedModel, agent::USER_MESSAGE};
+///
+/// let agent = Agent::new(ScriptedModel::new(), "m", ToolRegistry::new()).chat(true);
+/// assert!(Workflow::definition(&agent).transitions().iter().any(|t| t.wait && t.name == USER_MESSAGE));
+/// ```
+pub const USER_MESSAGE: &str = "user_message";
+
 /// The payload of the agent's `user_message` signal: the user's next message in a
 /// chat run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
