@@ -314,6 +314,36 @@ pub fn waits_text(out: &mut String, run_id: loopstack_core::RunId, waits: &Waits
     }
 }
 
+/// A completed run's output, and whether it is an error (an agent that ended
+/// without an answer): an agent's answer, or a workflow's published result.
+pub fn output(runtime: &loopstack_core::Runtime, record: &loopstack_core::RunRecord) -> (Value, bool) {
+    let state = raw(&record.state);
+    let agent = runtime.definition_of(&record.workflow).is_some_and(loopstack_llm::agent::takes_decisions);
+    if !agent {
+        return (loopstack_llm::dispatch::select_result(state).0, false);
+    }
+    let answer = loopstack_llm::agent::agent_answer(
+        &record.workflow,
+        record.status,
+        &state,
+        record.error.as_deref(),
+        runtime.secrets(),
+    );
+    let value = match answer.content {
+        loopstack_core::ToolContent::Text(text) => Value::String(text),
+        loopstack_core::ToolContent::Json(value) => value,
+    };
+    (value, answer.is_error)
+}
+
+/// A JSON value's text: a string as it is, anything else as compact JSON.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
 /// A duration as a person says it: `7d`, `1h30m`, `90s`, `500ms`.
 pub fn words(duration: std::time::Duration) -> String {
     let ms = duration.as_millis();

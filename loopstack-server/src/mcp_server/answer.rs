@@ -2,11 +2,11 @@
 //! as it stands after the drive, or why nothing was done.
 
 use loopstack_core::serde_json::{Value, json};
-use loopstack_core::{RunError, RunId, RunOutcome, RunRecord, RunStatus, Runtime, StoreError, ToolContent};
+use loopstack_core::{RunError, RunId, RunOutcome, RunRecord, RunStatus, Runtime, StoreError};
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::tools::Calls;
-use super::{DECIDE_TOOL, SIGNAL_TOOL, text_of};
+use super::{DECIDE_TOOL, SIGNAL_TOOL};
 use crate::views::{Answer, Waits};
 
 /// A tool error that says why the call was not done; nothing changed.
@@ -173,8 +173,8 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
     let mut structured = json!({ "run_id": run_id, "workflow": record.workflow, "status": record.status.as_str() });
     let (text, is_error) = match record.status {
         RunStatus::Completed => {
-            let (output, is_error) = output_of(runtime, &record);
-            let text = text_of(&output);
+            let (output, is_error) = crate::views::output(runtime, &record);
+            let text = crate::views::text(&output);
             structured[if is_error { "error" } else { "output" }] = output;
             (text, is_error)
         }
@@ -205,26 +205,4 @@ async fn stands(runtime: &Runtime, run_id: RunId, driven: Result<RunOutcome, Run
     result.structured_content = Some(structured);
     result.is_error = Some(is_error);
     result
-}
-
-/// A completed run's output, and whether it is an error (an agent that ended
-/// without an answer): an agent's answer, or a workflow's published result.
-fn output_of(runtime: &Runtime, record: &RunRecord) -> (Value, bool) {
-    let state = crate::views::raw(&record.state);
-    let agent = runtime.definition_of(&record.workflow).is_some_and(loopstack_llm::agent::takes_decisions);
-    if !agent {
-        return (loopstack_llm::dispatch::select_result(state).0, false);
-    }
-    let answer = loopstack_llm::agent::agent_answer(
-        &record.workflow,
-        record.status,
-        &state,
-        record.error.as_deref(),
-        runtime.secrets(),
-    );
-    let value = match answer.content {
-        ToolContent::Text(text) => Value::String(text),
-        ToolContent::Json(value) => value,
-    };
-    (value, answer.is_error)
 }

@@ -54,7 +54,6 @@
 use std::sync::Arc;
 
 use loopstack_core::Runtime;
-use loopstack_core::serde_json::{self, Value};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
@@ -170,13 +169,5 @@ pub async fn serve_stdio(handler: McpHandler) -> Result<(), McpServeError> {
     tokio::select! {
         ended = running.waiting() => ended.map(|_| ()).map_err(|e| McpServeError::Session(e.to_string())),
         _ = tokio::signal::ctrl_c() => Ok(()),
-    }
-}
-
-/// A JSON value's text: a string as it is, anything else as compact JSON.
-fn text_of(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        other => serde_json::to_string(other).unwrap_or_default(),
     }
 }
