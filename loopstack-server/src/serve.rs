@@ -31,6 +31,7 @@
 //! | `POST /api/schedules` `{"id", "workflow", "input", "cron" or "every", "timezone", "missed", "grace", "paused"}` | stores a schedule (201); `every` and `grace` as `15m`, `1h30m`; `missed` is `skip` (the default) or `catch_up_once` |
 //! | `POST /api/schedules/{id}/pause`, `/resume` | pauses it, or resumes it next due at its first time from now |
 //! | `DELETE /api/schedules/{id}` | deletes it (its runs stay) |
+//! | `POST /ag-ui/{name}` (a `RunAgentInput`) | the agent or workflow `name` over [AG-UI](https://docs.ag-ui.com) 1.0: its events as Server-Sent Events; a thread is one run, interrupts are its waits (see the book's AG-UI chapter) |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //! | `GET /metrics` | the [metrics](loopstack_core::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
 //! | `GET /healthz` | 200 while the process serves; no token needed |
@@ -69,6 +70,7 @@ use axum::routing::{delete, get, post};
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
 
+mod ag_ui;
 mod events;
 mod probes;
 mod runs;
@@ -148,6 +150,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .route("/api/schedules", get(schedules::list).post(schedules::create))
+        .route("/ag-ui/{name}", post(ag_ui::run))
         .route("/api/schedules/{id}", delete(schedules::delete))
         .route("/api/schedules/{id}/pause", post(schedules::pause))
         .route("/api/schedules/{id}/resume", post(schedules::resume))
@@ -397,6 +400,7 @@ async fn openapi() -> axum::Json<Value> {
             "/api/schedules/{id}": { "delete": op("Delete a schedule; its runs stay") },
             "/api/schedules/{id}/pause": { "post": op("Pause a schedule") },
             "/api/schedules/{id}/resume": { "post": op("Resume a schedule, next due at its first time from now") },
+            "/ag-ui/{name}": { "post": op("Run the agent or workflow `name` over AG-UI 1.0: a RunAgentInput in, its events out (text/event-stream)") },
         },
     }))
 }

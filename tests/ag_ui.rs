@@ -1,0 +1,495 @@
+//! AG-UI at `POST /ag-ui/{name}`, over a real socket: an agent's answer with its tool
+//! call and result, an approval as an interrupt and its resume, a chat thread, a
+//! workflow's signal with its payload schema, a client that reloads, a thread that
+//! survives its server, and bad requests refused with the reason. The official
+//! client checks the same streams in `tests/ag_ui_client.rs`.
+
+use std::sync::Arc;
+
+use loopstack::llm::{Agent, ScriptedModel};
+use loopstack::prelude::*;
+use loopstack::serve::{ServeOptions, serve};
+use loopstack::{MemoryStore, Store};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+mod common;
+use common::stores::on_every_store;
+
+/// Today's weather in a city.
+#[tool]
+async fn weather(city: String) -> Result<String, ToolError> {
+    Ok(format!("Sunny in {city}"))
+}
+
+/// Restarts a service; a person approves each call.
+#[tool(approve)]
+async fn restart_service(service: String) -> Result<String, ToolError> {
+    Ok(format!("{service} restarted"))
+}
+
+/// Calls `tool` first, then answers with the tool's result (or, for a chat, what it
+/// was told last).
+fn model(tool: &'static str, arguments: Value) -> ScriptedModel {
+    ScriptedModel::from_fn(move |req| {
+        let last = req.messages.last().unwrap();
+        Ok(match last.tool_results_iter().next() {
+            Some(result) => ScriptedModel::new().text_response(format!("Done: {}", result.content)),
+            None if req.messages.len() == 1 => ScriptedModel::new().tool_call_response(tool, arguments.clone()),
+            None => ScriptedModel::new().text_response(format!("You said: {}", last.text())),
+        })
+    })
+}
+
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+struct Review {
+    text: String,
+    approved_by: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Approval {
+    reviewer: String,
+}
+
+struct Reviewing;
+
+#[workflow(name = "review", input = Review)]
+impl Reviewing {
+    #[transition(to = Drafted)]
+    async fn draft(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+
+    #[transition(from = Drafted, to = End, wait)]
+    async fn approve(&self, review: &mut Review, _cx: &mut RunContext, approval: Approval) -> Result<()> {
+        review.approved_by = Some(approval.reviewer);
+        Ok(())
+    }
+
+    #[transition(from = Drafted, to = End, wait)]
+    async fn reject(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn runtime(store: Arc<dyn Store>) -> Runtime {
+    let weather =
+        Agent::new(model("weather", json!({"city": "Paris"})), "m", ToolRegistry::new().with(Weather).unwrap())
+            .named("weather")
+            .unwrap();
+    let ops = Agent::new(
+        model("restart_service", json!({"service": "api"})),
+        "m",
+        ToolRegistry::new().with(RestartService).unwrap(),
+    )
+    .named("ops")
+    .unwrap();
+    let chat = Agent::new(model("weather", json!({"city": "Oslo"})), "m", ToolRegistry::new().with(Weather).unwrap())
+        .chat(true)
+        .named("chat")
+        .unwrap();
+    Runtime::with_shared_store(store).register(weather).register(ops).register(chat).register(Reviewing)
+}
+
+/// Serves `runtime`; the task serving it.
+async fn start(runtime: Runtime) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(serve(listener, runtime, ServeOptions::new()));
+    (address, task)
+}
+
+/// One POST; (status, body).
+async fn post(address: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// The events of one AG-UI request, checked to be a well-formed run: it opens with
+/// `RUN_STARTED`, ends with `RUN_FINISHED` or `RUN_ERROR`, and every message, tool
+/// call, reasoning span and step it opens it closes before then.
+async fn run_agent(address: &str, name: &str, input: Value) -> Vec<Value> {
+    let (status, body) = post(address, &format!("/ag-ui/{name}"), &input.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    // The body is chunked: the events are its `data:` lines.
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}")))
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
+    assert!(matches!(kinds.last(), Some(&("RUN_FINISHED" | "RUN_ERROR"))), "{kinds:?}");
+    assert_eq!(events[0]["runId"], input["runId"]);
+    let mut open: Vec<String> = Vec::new();
+    for event in &events[..events.len() - 1] {
+        let kind = event["type"].as_str().unwrap();
+        let id = ["messageId", "toolCallId", "stepName"].iter().find_map(|k| event[k].as_str()).unwrap_or_default();
+        let key = |family: &str| format!("{family}:{id}");
+        match kind {
+            "TEXT_MESSAGE_START" => open.push(key("text")),
+            "TOOL_CALL_START" => open.push(key("tool")),
+            "STEP_STARTED" => open.push(key("step")),
+            "REASONING_MESSAGE_START" => open.push(key("reasoning")),
+            "TEXT_MESSAGE_CONTENT" => assert!(open.contains(&key("text")), "{kind} of a closed message: {kinds:?}"),
+            "TOOL_CALL_ARGS" => assert!(open.contains(&key("tool")), "{kind} of a closed call: {kinds:?}"),
+            "TEXT_MESSAGE_END" | "TOOL_CALL_END" | "STEP_FINISHED" | "REASONING_MESSAGE_END" => {
+                let family = match kind {
+                    "TEXT_MESSAGE_END" => "text",
+                    "TOOL_CALL_END" => "tool",
+                    "STEP_FINISHED" => "step",
+                    _ => "reasoning",
+                };
+                let at = open.iter().position(|o| *o == key(family));
+                open.remove(at.unwrap_or_else(|| panic!("{kind} of {id}, never opened: {kinds:?}")));
+            }
+            "RUN_STARTED" | "RUN_FINISHED" | "RUN_ERROR" => {
+                assert!(std::ptr::eq(event, &events[0]), "a second {kind}: {kinds:?}")
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "left open: {open:?} in {kinds:?}");
+    events
+}
+
+fn input(thread: &str, run: &str, messages: Value) -> Value {
+    json!({"threadId": thread, "runId": run, "state": {}, "messages": messages, "tools": [], "context": [],
+           "forwardedProps": {}})
+}
+
+fn user(text: &str) -> Value {
+    json!([{"id": "u1", "role": "user", "content": text}])
+}
+
+fn of<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// The text of the streamed messages, joined.
+fn text(events: &[Value]) -> String {
+    of(events, "TEXT_MESSAGE_CONTENT").iter().map(|e| e["delta"].as_str().unwrap()).collect()
+}
+
+async fn an_agent_answers_with_its_tool_call_and_result(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store.clone())).await;
+    let events = run_agent(&address, "weather", input("t-1", "r-1", user("Weather in Paris?"))).await;
+
+    let started = &events[0];
+    assert_eq!((started["threadId"].as_str(), started["protocolVersion"].as_str()), (Some("t-1"), Some("1.0")));
+    let run_id: RunId = started["metadata"]["loopstackRunId"].as_str().unwrap().parse().unwrap();
+    assert_eq!(store.load_run(run_id).await.unwrap().workflow.as_ref(), "weather");
+
+    let call = of(&events, "TOOL_CALL_START");
+    assert_eq!((call.len(), call[0]["toolCallName"].as_str()), (1, Some("weather")));
+    let id = call[0]["toolCallId"].as_str().unwrap();
+    let args: String = of(&events, "TOOL_CALL_ARGS")
+        .iter()
+        .filter(|e| e["toolCallId"] == id)
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"city": "Paris"}));
+    let result = of(&events, "TOOL_CALL_RESULT");
+    assert_eq!((result.len(), result[0]["toolCallId"].as_str()), (1, Some(id)));
+    assert_eq!((result[0]["content"].as_str(), result[0]["role"].as_str()), (Some("Sunny in Paris"), Some("tool")));
+    // The answer streamed, after the result.
+    assert_eq!(text(&events), "Done: Sunny in Paris");
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap();
+    assert!(at("TOOL_CALL_RESULT") < at("TEXT_MESSAGE_START"));
+
+    // A step per transition; the state as a snapshot (read when the first step
+    // commits: the drive may be further by then), then deltas.
+    let steps: Vec<&str> = of(&events, "STEP_STARTED").iter().map(|e| e["stepName"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["llm_turn", "run_tool_calls", "llm_turn", "respond"]);
+    assert_eq!(of(&events, "STATE_SNAPSHOT").len(), 1);
+
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED");
+    assert_eq!(
+        (finished["outcome"]["type"].as_str(), finished["result"].as_str()),
+        (Some("success"), Some("Done: Sunny in Paris"))
+    );
+    assert_eq!(finished["usage"][0]["provider"], "scripted");
+    assert!(finished["usage"][0]["totalTokens"].as_u64().unwrap() > 0);
+
+    // The thread's run ended: a new message on it says so, and changes nothing.
+    let again = run_agent(&address, "weather", input("t-1", "r-2", user("And tomorrow?"))).await;
+    let last = again.last().unwrap();
+    assert_eq!((last["type"].as_str(), last["code"].as_str()), (Some("RUN_ERROR"), Some("invalid")));
+    assert!(last["message"].as_str().unwrap().contains("start a new thread"), "{last}");
+    // A reload (no new message) says how it ended.
+    let reload = run_agent(&address, "weather", input("t-1", "r-3", json!([]))).await;
+    assert_eq!(reload.last().unwrap()["result"], "Done: Sunny in Paris");
+    assert_eq!(store.list_runs(&loopstack::RunQuery::new()).await.unwrap().runs.len(), 1);
+}
+
+async fn an_approval_is_an_interrupt_and_the_resume_decides_it(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store.clone())).await;
+    let events = run_agent(&address, "ops", input("t-ops", "r-1", user("Restart the api"))).await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    let interrupts = finished["outcome"]["interrupts"].as_array().unwrap();
+    assert_eq!(interrupts.len(), 1);
+    let interrupt = &interrupts[0];
+    let call = of(&events, "TOOL_CALL_START")[0]["toolCallId"].as_str().unwrap().to_owned();
+    assert_eq!(interrupt["id"].as_str().unwrap(), format!("decide_tools:{call}"));
+    assert_eq!(
+        (interrupt["reason"].as_str(), interrupt["toolCallId"].as_str()),
+        (Some("tool_approval"), Some(call.as_str()))
+    );
+    assert!(interrupt["message"].as_str().unwrap().contains("restart_service"));
+    assert_eq!(interrupt["responseSchema"]["required"], json!(["approved"]));
+    // Nothing ran before the decision.
+    assert!(of(&events, "TOOL_CALL_RESULT").is_empty());
+
+    // A reload shows the same interrupt again; a resume that misses it, or names
+    // one that is not open, is refused and changes nothing.
+    let reload = run_agent(&address, "ops", input("t-ops", "r-2", json!([]))).await;
+    assert_eq!(reload.last().unwrap()["outcome"]["interrupts"][0]["id"], interrupt["id"]);
+    let mut wrong = input("t-ops", "r-3", json!([]));
+    wrong["resume"] =
+        json!([{"interruptId": "decide_tools:nope", "status": "resolved", "payload": {"approved": true}}]);
+    let (status, body) = post(&address, "/ag-ui/ops", &wrong.to_string()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("not open") && body.contains(&call), "{body}");
+    let mut bad = input("t-ops", "r-3", json!([]));
+    bad["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approve": "yes"}}]);
+    let (status, body) = post(&address, "/ag-ui/ops", &bad.to_string()).await;
+    assert_eq!(status, 422, "{body}");
+
+    let mut resume = input("t-ops", "r-4", json!([]));
+    resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": true}}]);
+    let events = run_agent(&address, "ops", resume).await;
+    let result = of(&events, "TOOL_CALL_RESULT");
+    assert_eq!((result.len(), result[0]["content"].as_str()), (1, Some("api restarted")));
+    assert_eq!(result[0]["toolCallId"].as_str(), Some(call.as_str()));
+    assert_eq!(text(&events), "Done: api restarted");
+    assert_eq!(events.last().unwrap()["outcome"]["type"], "success");
+}
+
+async fn a_cancelled_interrupt_denies_the_call(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store)).await;
+    let events = run_agent(&address, "ops", input("t-deny", "r-1", user("Restart the api"))).await;
+    let id = events.last().unwrap()["outcome"]["interrupts"][0]["id"].clone();
+    let mut resume = input("t-deny", "r-2", json!([]));
+    resume["resume"] = json!([{"interruptId": id, "status": "cancelled"}]);
+    let events = run_agent(&address, "ops", resume).await;
+    let result = of(&events, "TOOL_CALL_RESULT");
+    assert!(result[0]["content"].as_str().unwrap().contains("the user cancelled the call"), "{}", result[0]);
+    assert!(text(&events).starts_with("Done: "));
+}
+
+async fn a_chat_thread_goes_on_with_each_message(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store.clone())).await;
+    let first = run_agent(&address, "chat", input("t-chat", "r-1", user("Weather in Oslo?"))).await;
+    assert_eq!(text(&first), "Done: Sunny in Oslo");
+    assert_eq!(first.last().unwrap()["outcome"]["type"], "success");
+    let run_id: RunId = first[0]["metadata"]["loopstackRunId"].as_str().unwrap().parse().unwrap();
+
+    // The client sends the whole conversation; its last user message is the new one.
+    let messages = json!([
+        {"id": "u1", "role": "user", "content": "Weather in Oslo?"},
+        {"id": "a1", "role": "assistant", "content": "Done: Sunny in Oslo"},
+        {"id": "u2", "role": "user", "content": [{"type": "text", "text": "Thanks!"}]},
+    ]);
+    let second = run_agent(&address, "chat", input("t-chat", "r-2", messages)).await;
+    assert_eq!(text(&second), "You said: Thanks!");
+    // Only what is new is sent: not the first answer again, not the first call.
+    assert!(of(&second, "TOOL_CALL_START").is_empty());
+    assert_eq!(second[0]["metadata"]["loopstackRunId"], first[0]["metadata"]["loopstackRunId"]);
+    assert_eq!(store.load_run(run_id).await.unwrap().place.as_ref(), "awaiting_user");
+}
+
+async fn a_workflow_signal_is_an_interrupt_with_its_schema(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store.clone())).await;
+    let mut start = input("t-review", "r-1", json!([]));
+    start["forwardedProps"] = json!({"input": {"text": "Ship it"}});
+    let events = run_agent(&address, "review", start).await;
+    let finished = events.last().unwrap();
+    let interrupts = finished["outcome"]["interrupts"].as_array().unwrap();
+    let ids: Vec<&str> = interrupts.iter().map(|i| i["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["approve", "reject"]);
+    assert_eq!(interrupts[0]["reason"], "signal");
+    assert_eq!(interrupts[0]["responseSchema"]["required"], json!(["reviewer"]));
+    assert_eq!(of(&events, "STATE_SNAPSHOT")[0]["snapshot"]["text"], "Ship it");
+
+    // One signal resolved, the other cancelled; a payload that does not fit the
+    // schema is refused first.
+    let resume = |payload: Value| {
+        let mut resume = input("t-review", "r-2", json!([]));
+        resume["resume"] = json!([
+            {"interruptId": "approve", "status": "resolved", "payload": payload},
+            {"interruptId": "reject", "status": "cancelled"},
+        ]);
+        resume
+    };
+    let (status, body) = post(&address, "/ag-ui/review", &resume(json!({"reviewer": 7})).to_string()).await;
+    assert_eq!(status, 422, "{body}");
+    let events = run_agent(&address, "review", resume(json!({"reviewer": "ada"}))).await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "success", "{finished}");
+    let delta = &of(&events, "STATE_DELTA")[0]["delta"];
+    assert_eq!(delta, &json!([{"op": "replace", "path": "/approved_by", "value": "ada"}]));
+}
+
+async fn cancelling_every_signal_cancels_the_run(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store)).await;
+    let mut start = input("t-cancel", "r-1", json!([]));
+    start["forwardedProps"] = json!({"input": {"text": "Ship it"}});
+    run_agent(&address, "review", start).await;
+    let mut resume = input("t-cancel", "r-2", json!([]));
+    resume["resume"] = json!([
+        {"interruptId": "approve", "status": "cancelled"},
+        {"interruptId": "reject", "status": "cancelled"},
+    ]);
+    let events = run_agent(&address, "review", resume).await;
+    assert_eq!(events.last().unwrap()["outcome"]["type"], "cancelled");
+}
+
+on_every_store!(an_agent_answers_with_its_tool_call_and_result);
+on_every_store!(an_approval_is_an_interrupt_and_the_resume_decides_it);
+on_every_store!(a_cancelled_interrupt_denies_the_call);
+on_every_store!(a_chat_thread_goes_on_with_each_message);
+on_every_store!(a_workflow_signal_is_an_interrupt_with_its_schema);
+on_every_store!(cancelling_every_signal_cancels_the_run);
+
+/// A thread outlives its server: a second server over the same database (nothing
+/// of the first in memory) shows the open interrupt, and its resume finishes the
+/// run the first one started.
+#[tokio::test]
+async fn a_waiting_thread_survives_its_server() {
+    let path = std::env::temp_dir().join(format!("loopstack-ag-ui-{}.db", RunId::new()));
+    let open = || async { Arc::new(loopstack::SqliteStore::open(&path).await.unwrap()) as Arc<dyn Store> };
+    let (address, server) = start(runtime(open().await)).await;
+    let events = run_agent(&address, "ops", input("t-restart", "r-1", user("Restart the api"))).await;
+    let interrupt = events.last().unwrap()["outcome"]["interrupts"][0].clone();
+    server.abort();
+    let _ = server.await;
+
+    let (address, _server) = start(runtime(open().await)).await;
+    let reload = run_agent(&address, "ops", input("t-restart", "r-2", json!([]))).await;
+    assert_eq!(reload.last().unwrap()["outcome"]["interrupts"][0], interrupt);
+    let mut resume = input("t-restart", "r-3", json!([]));
+    resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": true}}]);
+    let events = run_agent(&address, "ops", resume).await;
+    assert_eq!(text(&events), "Done: api restarted");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_the_reason() {
+    let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
+    let (status, body) = post(&address, "/ag-ui/weather", "{not json").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(&address, "/ag-ui/nobody", &input("t", "r", user("hi")).to_string()).await;
+    assert_eq!((status, body.contains("no agent or workflow named `nobody`")), (404, true), "{body}");
+    let (status, body) = post(&address, "/ag-ui/weather", &input("", "r", user("hi")).to_string()).await;
+    assert_eq!(status, 400, "{body}");
+    // An agent starts with a user message.
+    let (status, body) = post(&address, "/ag-ui/weather", &input("t", "r", json!([])).to_string()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("user message"), "{body}");
+}
+
+/// The pinned version `.ci/protocol-clients` installs.
+const AG_UI_VERSION: &str = "1.0.4";
+
+/// The folder with Node.js 22 and the AG-UI client in its `node_modules`, or `None`
+/// (the test is skipped, saying so) when it is missing outside CI.
+fn clients() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("LOOPSTACK_PROTOCOL_CLIENTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/protocol-clients"));
+    if dir.join("node_modules/.bin/node").exists() && dir.join("node_modules/@ag-ui/client/package.json").exists() {
+        return Some(dir);
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !ci,
+        "the AG-UI client test needs {} where CI is set: run `.ci/protocol-clients` (as .ci/run does), or set \
+         LOOPSTACK_PROTOCOL_CLIENTS to a folder whose node_modules has `node` 22 and @ag-ui/client",
+        dir.display()
+    );
+    use std::io::Write as _;
+    // Straight to the terminal: the harness hides the output of tests that pass.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: the AG-UI client test needs {}; run `.ci/protocol-clients` (npm installs node@22 and \
+         @ag-ui/client@{AG_UI_VERSION} under target/protocol-clients), then `cargo test --test ag_ui --features serve`",
+        dir.display()
+    );
+    None
+}
+
+/// The official client (`@ag-ui/client`'s HttpAgent, which checks every event
+/// against the protocol's schemas and order) runs an agent with a tool, an approval
+/// and its resume, and a chat; every event is also checked to carry only the fields
+/// its schema names.
+#[tokio::test]
+async fn the_official_client_runs_an_agent_an_approval_and_a_chat() {
+    let Some(dir) = clients() else { return };
+    let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
+    // Node resolves the script's imports from where the script is: next to the client.
+    let script = dir.join("ag_ui_client.mjs");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ag_ui_client.mjs"), &script).unwrap();
+    let output = tokio::process::Command::new(dir.join("node_modules/.bin/node"))
+        .arg(&script)
+        .arg(format!("http://{address}"))
+        .kill_on_drop(true)
+        .output();
+    let output =
+        tokio::time::timeout(std::time::Duration::from_secs(120), output).await.expect("the client hangs").unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed: {stderr}");
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(seen["objections"], json!([]), "the client stripped what its schemas do not name");
+
+    // The client assembled the conversation: the call, its result, the answer.
+    let weather = &seen["weather"];
+    assert_eq!(weather["result"], "Done: Sunny in Paris");
+    let messages = weather["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"], "{messages:?}");
+    assert_eq!(messages[1]["toolCalls"][0]["function"]["name"], "weather");
+    assert_eq!(messages[1]["toolCalls"][0]["function"]["arguments"], r#"{"city":"Paris"}"#);
+    assert_eq!(messages[2]["content"], "Sunny in Paris");
+    assert_eq!(messages[2]["toolCallId"], messages[1]["toolCalls"][0]["id"]);
+    assert_eq!(messages[3]["content"], "Done: Sunny in Paris");
+    assert_eq!(weather["state"]["status"], "completed");
+
+    // The approval: an interrupt the client holds, refuses to pass unanswered, and
+    // resumes with the call's result and the answer.
+    let approval = &seen["approval"];
+    assert_eq!(approval["finished"]["outcome"]["type"], "interrupt");
+    assert_eq!(approval["pending"][0]["reason"], "tool_approval");
+    assert!(approval["unanswered"].as_str().unwrap().contains("not addressed by resume"), "{approval}");
+    let resumed = &seen["resumed"];
+    assert_eq!(resumed["finished"]["outcome"]["type"], "success");
+    assert_eq!(resumed["pending"], json!([]));
+    let messages = resumed["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], "Done: api restarted");
+    assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"] == "api restarted"), "{messages:?}");
+
+    // The chat's second run added only the new answer.
+    let chat = &seen["chat"];
+    let contents: Vec<&str> =
+        chat["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(contents.last(), Some(&"You said: Thanks!"));
+    assert_eq!(chat["newMessages"].as_array().unwrap().len(), 1, "{chat}");
+}
