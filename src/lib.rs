@@ -510,6 +510,11 @@ struct BookAgentsTogetherDoctests;
 #[doc = include_str!("../docs/src/mcp.md")]
 struct BookMcpDoctests;
 
+/// docs/src/frontends.md: serving agents to frontends over AG-UI.
+#[cfg(all(doctest, feature = "macros", feature = "cli", feature = "serve"))]
+#[doc = include_str!("../docs/src/frontends.md")]
+struct BookFrontendsDoctests;
+
 /// docs/src/providers.md; its examples name every provider.
 #[cfg(all(doctest, feature = "anthropic", feature = "openai", feature = "gemini", feature = "bedrock"))]
 #[doc = include_str!("../docs/src/providers.md")]
