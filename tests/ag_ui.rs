@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use loopstack::llm::{Agent, ScriptedModel};
+use loopstack::llm::{Agent, ContentBlock, Reasoning, ScriptedModel};
 use loopstack::prelude::*;
 use loopstack::serve::{ServeOptions, serve};
 use loopstack::{MemoryStore, Store};
@@ -29,13 +29,18 @@ async fn restart_service(service: String) -> Result<String, ToolError> {
     Ok(format!("{service} restarted"))
 }
 
-/// Calls `tool` first, then answers with the tool's result (or, for a chat, what it
-/// was told last).
+/// Calls `tool` first, then answers with the tool's result, having reasoned (or,
+/// for a chat, with what it was told last).
 fn model(tool: &'static str, arguments: Value) -> ScriptedModel {
     ScriptedModel::from_fn(move |req| {
         let last = req.messages.last().unwrap();
         Ok(match last.tool_results_iter().next() {
-            Some(result) => ScriptedModel::new().text_response(format!("Done: {}", result.content)),
+            Some(result) => {
+                let mut answer = ScriptedModel::new().text_response(format!("Done: {}", result.content));
+                let reasoning = Reasoning::new("scripted", "The tool answered.", Value::Null);
+                answer.message.content.insert(0, ContentBlock::Reasoning(reasoning));
+                answer
+            }
             None if req.messages.len() == 1 => ScriptedModel::new().tool_call_response(tool, arguments.clone()),
             None => ScriptedModel::new().text_response(format!("You said: {}", last.text())),
         })
@@ -124,6 +129,11 @@ async fn post(address: &str, path: &str, body: &str) -> (u16, String) {
 /// call, reasoning span and step it opens it closes before then.
 async fn run_agent(address: &str, name: &str, input: Value) -> Vec<Value> {
     let (status, body) = post(address, &format!("/ag-ui/{name}"), &input.to_string()).await;
+    checked(&input, status, &body)
+}
+
+/// The events of a response, checked as [`run_agent`] says.
+fn checked(input: &Value, status: u16, body: &str) -> Vec<Value> {
     assert_eq!(status, 200, "{body}");
     // The body is chunked: the events are its `data:` lines.
     let events: Vec<Value> = body
@@ -206,10 +216,26 @@ async fn an_agent_answers_with_its_tool_call_and_result(store: Arc<dyn Store>) {
     let result = of(&events, "TOOL_CALL_RESULT");
     assert_eq!((result.len(), result[0]["toolCallId"].as_str()), (1, Some(id)));
     assert_eq!((result[0]["content"].as_str(), result[0]["role"].as_str()), (Some("Sunny in Paris"), Some("tool")));
-    // The answer streamed, after the result.
+    // The answer streamed, after the result, and the reasoning before it.
     assert_eq!(text(&events), "Done: Sunny in Paris");
+    let reasoning: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"].as_str().unwrap().starts_with("REASONING"))
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasoning,
+        [
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END"
+        ]
+    );
+    assert_eq!(of(&events, "REASONING_MESSAGE_CONTENT")[0]["delta"], "The tool answered.");
     let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap();
-    assert!(at("TOOL_CALL_RESULT") < at("TEXT_MESSAGE_START"));
+    assert!(at("TOOL_CALL_RESULT") < at("REASONING_START") && at("REASONING_END") < at("TEXT_MESSAGE_START"));
 
     // A step per transition; the state as a snapshot (read when the first step
     // commits: the drive may be further by then), then deltas.
@@ -392,6 +418,81 @@ async fn a_waiting_thread_survives_its_server() {
     }
 }
 
+/// A workflow whose one step holds until the test opens its gate.
+struct Held {
+    entered: Arc<tokio::sync::Notify>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+struct Count {
+    n: u32,
+}
+
+#[workflow(name = "held", input = Count)]
+impl Held {
+    #[transition(to = End)]
+    async fn work(&self, count: &mut Count, _cx: &mut RunContext) -> Result<()> {
+        self.entered.notify_one();
+        self.gate.notified().await;
+        count.n += 1;
+        Ok(())
+    }
+}
+
+/// A request on a thread whose run is being driven (by another request here, by a
+/// worker elsewhere) follows that drive to its end instead of starting anything.
+async fn a_thread_being_driven_is_followed(store: Arc<dyn Store>) {
+    let (entered, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let held = Held { entered: entered.clone(), gate: gate.clone() };
+    let (address, _server) = start(runtime(store.clone()).register(held)).await;
+    let mut first = input("t-held", "r-1", json!([]));
+    first["forwardedProps"] = json!({"input": {"n": 1}});
+    let driving = tokio::spawn({
+        let address = address.clone();
+        async move { run_agent(&address, "held", first).await }
+    });
+    entered.notified().await;
+    let run_id = RunId::from_key("ag-ui/held/t-held");
+    assert_eq!(store.load_run(run_id).await.unwrap().status, loopstack::RunStatus::Running);
+    // A second request while the step holds: once its stream has begun, it has
+    // found the run running and follows it; then the step is let go.
+    let follow = input("t-held", "r-2", json!([]));
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let body = follow.to_string();
+    let request = format!(
+        "POST /ag-ui/held HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    while !String::from_utf8_lossy(&response).contains("RUN_STARTED") {
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the stream ended before it began: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&chunk[..n]);
+    }
+    gate.notify_one();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let followed = checked(&follow, head[9..12].parse().unwrap(), body);
+    let driven = driving.await.unwrap();
+    for events in [&driven, &followed] {
+        let finished = events.last().unwrap();
+        assert_eq!(
+            (finished["type"].as_str(), &finished["result"]),
+            (Some("RUN_FINISHED"), &json!({"n": 2})),
+            "{events:?}"
+        );
+    }
+    assert_eq!(followed[0]["runId"], "r-2");
+    assert_eq!(store.list_runs(&loopstack::RunQuery::new()).await.unwrap().runs.len(), 1);
+}
+
+on_every_store!(a_thread_being_driven_is_followed);
+
 #[tokio::test]
 async fn bad_requests_are_refused_with_the_reason() {
     let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
@@ -465,12 +566,13 @@ async fn the_official_client_runs_an_agent_an_approval_and_a_chat() {
     assert_eq!(weather["result"], "Done: Sunny in Paris");
     let messages = weather["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "assistant"], "{messages:?}");
+    assert_eq!(roles, ["user", "assistant", "tool", "reasoning", "assistant"], "{messages:?}");
     assert_eq!(messages[1]["toolCalls"][0]["function"]["name"], "weather");
     assert_eq!(messages[1]["toolCalls"][0]["function"]["arguments"], r#"{"city":"Paris"}"#);
     assert_eq!(messages[2]["content"], "Sunny in Paris");
     assert_eq!(messages[2]["toolCallId"], messages[1]["toolCalls"][0]["id"]);
-    assert_eq!(messages[3]["content"], "Done: Sunny in Paris");
+    assert_eq!(messages[3]["content"], "The tool answered.");
+    assert_eq!(messages[4]["content"], "Done: Sunny in Paris");
     assert_eq!(weather["state"]["status"], "completed");
 
     // The approval: an interrupt the client holds, refuses to pass unanswered, and
