@@ -139,7 +139,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
     let agent = agent(args.latency)?;
     for _ in 0..args.submit {
-        println!("submitted {}", runtime.submit(&agent, QUESTION.to_owned()).await?);
+        println!("submitted {}", runtime.submit(&agent, QUESTION.into()).await?);
     }
     // Cancelled on SIGTERM or Ctrl-C: the worker then lets its steps in flight
     // finish, gives their runs back to the other workers, and returns.

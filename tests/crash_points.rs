@@ -163,7 +163,7 @@ async fn child() {
     let run_id: RunId = std::env::var(RUN).unwrap().parse().unwrap();
     match point.as_str() {
         "model" | "tool" => {
-            runtime.start(&agent(), QUESTION.to_owned()).run_id(run_id).await.unwrap();
+            runtime.start(&agent(), QUESTION.into()).run_id(run_id).await.unwrap();
         }
         "between" => {
             runtime.start(&Steps, ()).run_id(run_id).await.unwrap();

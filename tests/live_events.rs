@@ -48,7 +48,7 @@ async fn until_the_other_process_publishes(runtime: &Runtime) {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         assert!(tokio::time::Instant::now() < deadline, "the worker never published an event");
-        let id = runtime.submit(&agent(), QUESTION.to_owned()).await.unwrap();
+        let id = runtime.submit(&agent(), QUESTION.into()).await.unwrap();
         let done = runtime.wait_for(id, Duration::from_millis(20)).await.unwrap();
         assert_eq!(done.status, RunStatus::Completed);
         // It publishes from then on, while this runtime listens.
@@ -120,7 +120,7 @@ async fn subscribers_see_another_process(store: Arc<dyn Store>, store_args: &[St
     assert_eq!(own.text, ANSWER);
 
     // A run the other process drives, from its start, in order.
-    let id = runtime.submit(&agent(), QUESTION.to_owned()).await.unwrap();
+    let id = runtime.submit(&agent(), QUESTION.into()).await.unwrap();
     let mut seen = Vec::new();
     loop {
         let event = next(&mut events).await;
@@ -220,7 +220,7 @@ async fn the_event_stream_resumes_from_last_event_id_without_gaps_or_repeats() {
     // whole, from its first transition to its end.
     let mut events = runtime.subscribe();
     until_the_other_process_publishes(&runtime).await;
-    let id = runtime.submit(&agent(), QUESTION.to_owned()).await.unwrap();
+    let id = runtime.submit(&agent(), QUESTION.into()).await.unwrap();
     let live = events_of(&mut events, id).await;
     check_run_events(&live);
 
@@ -241,7 +241,7 @@ async fn the_event_stream_resumes_from_last_event_id_without_gaps_or_repeats() {
     // Live: a stream that resumes from the log's newest id before a run was
     // submitted gets all of that run's events as the worker drives it.
     let mark = runtime.store().last_event_id().await.unwrap();
-    let id = runtime.submit(&agent(), QUESTION.to_owned()).await.unwrap();
+    let id = runtime.submit(&agent(), QUESTION.into()).await.unwrap();
     let streamed = sse(&address, id, Some(mark), usize::MAX).await;
     let streamed: Vec<Arc<RunEvent>> =
         streamed.into_iter().map(|(_, e)| Arc::new(serde_json::from_value(e).unwrap())).collect();

@@ -73,7 +73,7 @@ async fn stop_one_worker_and_finish_with_another(
     let runtime = Runtime::with_shared_store(store.clone());
     let mut ids = Vec::new();
     for _ in 0..RUNS {
-        ids.push(runtime.submit(&agent(), QUESTION.to_owned()).await.unwrap());
+        ids.push(runtime.submit(&agent(), QUESTION.into()).await.unwrap());
     }
     let mut a = worker(args, "a", first_latency_ms, drain_ms);
     until("worker a to hold every run", async || {

@@ -123,7 +123,7 @@ async fn child() {
     let Ok(tool) = std::env::var(TOOL) else { return };
     let runtime = Runtime::with_shared_store(open(&std::env::var(STORE).unwrap()).await);
     let run_id: RunId = std::env::var(RUN).unwrap().parse().unwrap();
-    runtime.start(&agent(&tool), "Refund A-17".to_owned()).run_id(run_id).await.unwrap();
+    runtime.start(&agent(&tool), "Refund A-17".into()).run_id(run_id).await.unwrap();
     panic!("the child came out of `{tool}`");
 }
 
@@ -295,7 +295,7 @@ async fn idempotent_keeps_its_key_across_a_retry(store: &str) {
     let runtime = Runtime::with_shared_store(open(store).await);
     let agent = agent("charge_flaky");
     let run_id = RunId::new();
-    let failed = runtime.start(&agent, "Charge".to_owned()).run_id(run_id).await;
+    let failed = runtime.start(&agent, "Charge".into()).run_id(run_id).await;
     assert!(failed.is_err(), "the failed call fails the run");
     assert_eq!(runtime.store().load_run(run_id).await.unwrap().status, RunStatus::Failed);
     let report = runtime.retry(&agent, run_id).await.unwrap();

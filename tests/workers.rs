@@ -84,7 +84,7 @@ async fn submit_all(store: Arc<dyn Store>) -> Vec<RunId> {
     let agent = agent();
     let mut ids = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
-        ids.push(runtime.submit(&agent, QUESTION.to_owned()).await.unwrap());
+        ids.push(runtime.submit(&agent, QUESTION.into()).await.unwrap());
     }
     ids
 }

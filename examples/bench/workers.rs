@@ -394,7 +394,7 @@ async fn submit_all(runtime: &Runtime, fw: &Framework, n: usize) -> Result<(), S
     let mut submitted = futures::stream::iter(0..n)
         .map(|_| {
             let agent = agent.clone();
-            async move { runtime.submit(&*agent, QUESTION.to_owned()).await.map_err(|e| e.to_string()) }
+            async move { runtime.submit(&*agent, QUESTION.into()).await.map_err(|e| e.to_string()) }
         })
         .buffer_unordered(16);
     while let Some(result) = submitted.next().await {

@@ -45,7 +45,7 @@ impl Desk {
     #[transition(from = Reviewed, to = Asking)]
     async fn ask_all(&self, batch: &mut Batch, cx: &mut RunContext) -> Result<(), AgentError> {
         for question in batch.questions.clone() {
-            let child = cx.start_child(&self.agent, question, "answered").await?;
+            let child = cx.start_child(&self.agent, question.into(), "answered").await?;
             batch.children.push(child);
         }
         Ok(())

@@ -183,7 +183,12 @@ async fn a_call_that_needs_approval_waits_and_a_denial_is_what_the_model_reads()
     let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
     assert_eq!(
         calls,
-        &[PendingCall { call_id: "r1".into(), name: "issue_refund".into(), arguments: json!({"order": "A-1"}) }]
+        &[PendingCall {
+            call_id: "r1".into(),
+            name: "issue_refund".into(),
+            arguments: json!({"order": "A-1"}),
+            client: false
+        }]
     );
     assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Waiting);
     assert_eq!(weather.calls.load(Ordering::SeqCst), 0, "nothing of the batch runs before the decision");

@@ -135,6 +135,10 @@ pub struct PendingCall {
     pub name: String,
     /// The arguments the model gave.
     pub arguments: Value,
+    /// Whether the tool is the client's ([`ClientTool`](super::ClientTool)): the call
+    /// is answered with the client's result ([`ToolDecision::result`]), never run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client: bool,
 }
 
 /// A person's decision on one tool call.

@@ -16,7 +16,7 @@ use crate::message::{Message, StopReason, ToolUse};
 
 use super::steps::{check_decisions, final_status, last_message, shared_conversation};
 
-#[workflow(crate = ::loopstack_core, name = "agent", input = String, definition = Self::table, fork_check = Self::check_fork_settings, on_create = Self::save_prompt)]
+#[workflow(crate = ::loopstack_core, name = "agent", input = super::AgentInput, definition = Self::table, fork_check = Self::check_fork_settings, on_create = Self::save_prompt)]
 impl Agent {
     /// Stops the run before a turn that a limit forbids.
     #[transition(from = [Start, Ready], to = End, priority = 10)]
@@ -177,10 +177,18 @@ impl Agent {
             return Ok(());
         }
         let tools = agent.generate.tools();
+        // The client's tools wait for the client's results as calls to approve wait for
+        // a person's decision; a tool of the agent's own takes a clashing name.
+        let client = |name: &str| tools.spec(name).is_none() && state.client_tools.iter().any(|t| t.name == name);
         state.pending_approval = calls
             .iter()
-            .filter(|c| tools.spec(&c.name).is_some_and(|s| s.options.approve))
-            .map(|c| PendingCall { call_id: c.id.clone(), name: c.name.clone(), arguments: c.input.clone() })
+            .filter(|c| client(&c.name) || tools.spec(&c.name).is_some_and(|s| s.options.approve))
+            .map(|c| PendingCall {
+                call_id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.input.clone(),
+                client: client(&c.name),
+            })
             .collect();
         Ok(())
     }
@@ -456,6 +464,9 @@ impl Agent {
         message: UserMessage,
     ) -> Result<(), AgentError> {
         self.save(cx, &Message::user(message.text))?;
+        if let Some(tools) = message.client_tools {
+            state.client_tools = tools;
+        }
         self.count_new_input(state, cx)?;
         state.status = None;
         state.output = None;

@@ -23,6 +23,7 @@ mod approval;
 mod error;
 mod fork;
 mod handoff;
+mod input;
 mod limits;
 mod machine;
 mod run;
@@ -39,6 +40,7 @@ pub use approval::{
 };
 pub use error::AskError;
 pub use handoff::TRANSFER_PREFIX;
+pub use input::{AgentInput, ClientTool};
 pub use limits::{DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS, Limit, Limits, Price, Prices, RaiseLimit};
 pub use machine::{AgentPlace, AgentSignal};
 pub use state::{AgentState, Repeats, ToolsCompleted};
@@ -100,6 +102,9 @@ pub use tool::{AgentQuestion, AgentTool, AgentToolError, DEFAULT_AGENT_TOOL_TIME
 ///   ([`ToolDecision::result`]) or an approval to run it again.
 /// - **Chat**: with [`Agent::chat`] the run waits for the user's next message
 ///   ([`Agent::say`]) after each answer instead of ending.
+/// - **Client tools**: a run started with [`AgentInput::client_tools`] offers the
+///   model tools a client (a frontend) answers itself; their calls wait, like calls
+///   to approve, for the client's [`ToolDecision::result`].
 /// - **Typed answers**: [`Agent::answer`] gives a [`TypedAgent`] whose answer
 ///   deserializes into a Rust type.
 /// - **Handoffs**: [`Agent::handoff`] lets the model hand the conversation to
@@ -173,9 +178,21 @@ pub const USER_MESSAGE: &str = "user_message";
 /// The payload of the agent's `user_message` signal: the user's next message in a
 /// chat run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct UserMessage {
     /// What the user says.
     pub text: String,
+    /// The tools the client answers itself from now on ([`ClientTool`]), in place of
+    /// those the run had; `None` keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_tools: Option<Vec<ClientTool>>,
+}
+
+impl UserMessage {
+    /// The user's next message, `text`.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self { text: text.into(), client_tools: None }
+    }
 }
 
 /// What an agent run answered, or where it waits.

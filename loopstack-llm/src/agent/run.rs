@@ -7,7 +7,7 @@ impl Agent {
     /// approval, or in a chat for the user). The run and its documents stay in the
     /// runtime's store.
     pub async fn ask(&self, runtime: &Runtime, prompt: impl Into<String>) -> Result<AgentReply, AskError> {
-        Ok(self.reply_of(runtime.start(self, prompt.into()).await?))
+        Ok(self.reply_of(runtime.start(self, super::AgentInput::new(prompt)).await?))
     }
 
     /// The calls run `run_id` waits to have decided ([`Agent::decide`]), each with
@@ -114,7 +114,7 @@ impl Agent {
     /// Sends the user's next message to a chat run that waits for it, and drives it
     /// to its next answer.
     pub async fn say(&self, runtime: &Runtime, run_id: RunId, text: impl Into<String>) -> Result<AgentReply, AskError> {
-        let message = UserMessage { text: text.into() };
+        let message = UserMessage::new(text);
         Ok(self.reply_of(runtime.signal(self, run_id, AgentSignal::UserMessage(message)).await?))
     }
 
@@ -204,7 +204,7 @@ impl Agent {
     /// agent's handoffs; `None` for a plain turn.
     pub(super) fn extras(&self, state: &AgentState, agent: &Self) -> Option<TurnExtras> {
         let team = self.has_team();
-        if self.answer.is_none() && state.context.is_none() && !team {
+        if self.answer.is_none() && state.context.is_none() && !team && state.client_tools.is_empty() {
             return None;
         }
         let mut extras = TurnExtras::default();
@@ -216,6 +216,8 @@ impl Agent {
             }
         }
         extras.tools.extend(agent.handoffs.offered.iter().map(|t| t.spec.clone()));
+        let own = agent.generate.tools();
+        extras.tools.extend(state.client_tools.iter().filter(|t| own.spec(&t.name).is_none()).map(|t| t.definition()));
         extras.context.clone_from(&state.context);
         if team {
             extras.agent = Some(agent.name());

@@ -168,6 +168,10 @@ pub struct AgentState {
     /// restart keeps them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork_settings: Option<loopstack_core::ForkSettings>,
+    /// The tools the client answers itself ([`AgentInput::client_tools`](crate::agent::AgentInput)),
+    /// offered to the model besides the agent's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<crate::agent::ClientTool>,
 }
 
 fn is_zero(n: &f64) -> bool {
@@ -190,9 +194,9 @@ fn is_default<T: Default + PartialEq>(t: &T) -> bool {
     *t == T::default()
 }
 
-impl From<String> for AgentState {
-    fn from(prompt: String) -> Self {
-        Self { prompt, ..Self::default() }
+impl From<crate::agent::AgentInput> for AgentState {
+    fn from(input: crate::agent::AgentInput) -> Self {
+        Self { prompt: input.prompt, client_tools: input.client_tools, ..Self::default() }
     }
 }
 

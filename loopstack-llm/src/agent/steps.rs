@@ -180,6 +180,11 @@ impl ToolDecision {
     pub(super) fn apply(self, call: PendingCall, state: &mut AgentState) {
         if let Some(result) = self.result {
             state.answered.push(ToolCallResult::new(call.call_id, call.name, ToolOutput::text(result)));
+        } else if call.client && self.approved {
+            // The agent cannot run the client's tool: without the client's result the
+            // model reads that it got none.
+            let error = format!("the client gave no result for its tool `{}`", call.name);
+            state.answered.push(ToolCallResult::new(call.call_id, call.name, ToolOutput::error(error)));
         } else if !self.approved {
             state.denied.push(ToolDenial::new(call.call_id, self.reason));
         }

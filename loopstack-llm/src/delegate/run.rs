@@ -138,6 +138,7 @@ impl LlmDelegateToolCalls {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.input.clone(),
+                client: false,
             })
             .collect()
     }

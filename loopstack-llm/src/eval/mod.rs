@@ -312,7 +312,7 @@ impl Eval {
             },
             (Ok(_), _) => {}
             (Err(StoreError::RunNotFound(_)), Subject::Agent(agent)) => {
-                let started = runtime.start(&**agent, case.input.clone()).run_id(run_id).await;
+                let started = runtime.start(&**agent, case.input.clone().into()).run_id(run_id).await;
                 run_failure(started.map(|r| agent.reply_of(r)).map_err(AskError::from))?;
             }
             (Err(StoreError::RunNotFound(_)), Subject::Named(name)) => {
