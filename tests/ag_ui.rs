@@ -96,7 +96,16 @@ fn runtime(store: Arc<dyn Store>) -> Runtime {
         .chat(true)
         .named("chat")
         .unwrap();
-    Runtime::with_shared_store(store).register(weather).register(ops).register(chat).register(Reviewing)
+    // No tool of its own: it calls the client's `confirm`.
+    let booking = Agent::new(model("confirm", json!({"what": "a table for two"})), "m", ToolRegistry::new())
+        .named("booking")
+        .unwrap();
+    Runtime::with_shared_store(store)
+        .register(weather)
+        .register(ops)
+        .register(chat)
+        .register(booking)
+        .register(Reviewing)
 }
 
 /// Serves `runtime`; the task serving it.
@@ -340,6 +349,46 @@ async fn a_chat_thread_goes_on_with_each_message(store: Arc<dyn Store>) {
     assert_eq!(store.load_run(run_id).await.unwrap().place.as_ref(), "awaiting_user");
 }
 
+/// The tool the booking page answers itself.
+fn confirm_tool() -> Value {
+    json!([{"name": "confirm", "description": "Asks the user to confirm a booking.",
+            "parameters": {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]}}])
+}
+
+async fn a_frontend_tool_is_called_and_answered_by_the_client(store: Arc<dyn Store>) {
+    let (address, _server) = start(runtime(store)).await;
+    let mut first = input("t-book", "r-1", user("Book a table"));
+    first["tools"] = confirm_tool();
+    let events = run_agent(&address, "booking", first).await;
+    let call = of(&events, "TOOL_CALL_START");
+    assert_eq!(call[0]["toolCallName"], "confirm");
+    let id = call[0]["toolCallId"].as_str().unwrap().to_owned();
+    // The run did its part: the call is the client's to answer.
+    assert!(of(&events, "TOOL_CALL_RESULT").is_empty());
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"], json!({"type": "success", "pendingToolCallIds": [id]}), "{finished}");
+
+    // A reload without the answer shows the same; the client's tool message answers it.
+    let reload = run_agent(&address, "booking", input("t-book", "r-2", json!([]))).await;
+    assert_eq!(reload.last().unwrap()["outcome"]["pendingToolCallIds"], json!([id]));
+    let mut answered = input(
+        "t-book",
+        "r-3",
+        json!([
+            {"id": "u1", "role": "user", "content": "Book a table"},
+            {"id": "a1", "role": "assistant", "toolCalls": [{"id": id, "type": "function",
+                "function": {"name": "confirm", "arguments": "{\"what\":\"a table for two\"}"}}]},
+            {"id": "t1", "role": "tool", "toolCallId": id, "content": "yes"},
+        ]),
+    );
+    answered["tools"] = confirm_tool();
+    let events = run_agent(&address, "booking", answered).await;
+    // The client has the result: it is not sent back.
+    assert!(of(&events, "TOOL_CALL_RESULT").is_empty());
+    assert_eq!(text(&events), "Done: yes");
+    assert_eq!(events.last().unwrap()["outcome"], json!({"type": "success"}));
+}
+
 async fn a_workflow_signal_is_an_interrupt_with_its_schema(store: Arc<dyn Store>) {
     let (address, _server) = start(runtime(store.clone())).await;
     let mut start = input("t-review", "r-1", json!([]));
@@ -391,6 +440,7 @@ on_every_store!(an_approval_is_an_interrupt_and_the_resume_decides_it);
 on_every_store!(a_cancelled_interrupt_denies_the_call);
 on_every_store!(a_chat_thread_goes_on_with_each_message);
 on_every_store!(a_workflow_signal_is_an_interrupt_with_its_schema);
+on_every_store!(a_frontend_tool_is_called_and_answered_by_the_client);
 on_every_store!(cancelling_every_signal_cancels_the_run);
 
 /// A thread outlives its server: a second server over the same database (nothing
@@ -587,6 +637,16 @@ async fn the_official_client_runs_an_agent_an_approval_and_a_chat() {
     let messages = resumed["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"], "Done: api restarted");
     assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"] == "api restarted"), "{messages:?}");
+
+    // The frontend tool: called, left for the page, answered, and read by the model.
+    let frontend = &seen["frontend"];
+    assert_eq!(frontend["call"]["function"]["arguments"], r#"{"what":"a table for two"}"#);
+    assert_eq!(frontend["finished"]["outcome"]["pendingToolCallIds"], json!([frontend["call"]["id"]]));
+    let done = &seen["frontendDone"];
+    assert_eq!(done["finished"]["outcome"]["type"], "success");
+    let messages = done["messages"].as_array().unwrap();
+    assert_eq!(messages.iter().filter(|m| m["role"] == "tool").count(), 1, "{messages:?}");
+    assert_eq!(messages.last().unwrap()["content"], "Done: yes");
 
     // The chat's second run added only the new answer.
     let chat = &seen["chat"];

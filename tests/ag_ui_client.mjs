@@ -85,5 +85,25 @@ const out = {};
   out.chat.messages = agent.messages;
 }
 
+// A frontend tool: the agent calls the page's `confirm`, the page answers it, and
+// the run goes on with the answer.
+{
+  const tools = [
+    {
+      name: "confirm",
+      description: "Asks the user to confirm a booking.",
+      parameters: { type: "object", properties: { what: { type: "string" } }, required: ["what"] },
+    },
+  ];
+  const agent = new HttpAgent({ url: `${base}/ag-ui/booking`, threadId: "js-booking" });
+  agent.addMessage({ id: "u1", role: "user", content: "Book a table" });
+  out.frontend = await run(agent, { tools });
+  const call = agent.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "confirm");
+  out.frontend.call = call;
+  agent.addMessage({ id: "t1", role: "tool", toolCallId: call.id, content: "yes" });
+  out.frontendDone = await run(agent, { tools });
+  out.frontendDone.messages = agent.messages;
+}
+
 out.objections = objections;
 process.stdout.write(JSON.stringify(out));

@@ -124,7 +124,10 @@ pub(super) async fn run(
         Err(e) => return store_error(&e),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel::<String>(64);
-    let request = Request { app, def, name, thread_id: input.thread_id, client_run: input.run_id, run_id };
+    let known_results: Vec<String> =
+        input.messages.iter().filter(|m| m.role == "tool").filter_map(|m| m.tool_call_id.clone()).collect();
+    let request =
+        Request { app, def, name, thread_id: input.thread_id, client_run: input.run_id, run_id, known_results };
     tokio::spawn(request.stream(action, record, next, source, sender));
     let events = futures::stream::unfold(receiver, |mut receiver| async move {
         let data = receiver.recv().await?;
@@ -139,6 +142,16 @@ fn start_input(runtime: &Runtime, def: &Definition, input: &RunAgentInput) -> Re
         return Ok(value.clone());
     }
     let last_user = last_user_message(input);
+    if loopstack_llm::agent::takes_decisions(def) {
+        let prompt = last_user
+            .ok_or_else(|| format!("`{}` starts with a user message, and the request has none", def.name()))?;
+        let tools = client_tools(input)?;
+        return Ok(if tools.is_empty() {
+            Value::String(prompt)
+        } else {
+            json!({ "prompt": prompt, "client_tools": tools })
+        });
+    }
     let takes_text = runtime
         .input_schema_of(def.name())
         .is_some_and(|schema| schema.get("type").and_then(Value::as_str) == Some("string"));
@@ -153,6 +166,37 @@ fn start_input(runtime: &Runtime, def: &Definition, input: &RunAgentInput) -> Re
         (None, Some(text)) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
         (None, None) => Value::Null,
     })
+}
+
+/// The request's tools, as an agent's client tools.
+fn client_tools(input: &RunAgentInput) -> Result<Vec<loopstack_llm::agent::ClientTool>, String> {
+    input
+        .tools
+        .iter()
+        .map(|tool| {
+            if !loopstack_core::is_valid_tool_name(&tool.name) {
+                return Err(format!(
+                    "tool `{}`: a tool's name is 1 to 64 ASCII letters, digits, `_` or `-`",
+                    tool.name
+                ));
+            }
+            let parameters = tool.parameters.clone().unwrap_or_else(|| json!({ "type": "object" }));
+            Ok(loopstack_llm::agent::ClientTool::new(&tool.name, &tool.description, parameters))
+        })
+        .collect()
+}
+
+/// The results the request's tool messages give calls of the client's tools that
+/// `waits` has pending: call id and text.
+fn client_results(input: &RunAgentInput, waits: &Waits) -> Vec<(String, String)> {
+    let pending = waits.pending.as_deref().unwrap_or_default();
+    input
+        .messages
+        .iter()
+        .filter(|m| m.role == "tool")
+        .filter_map(|m| Some((m.tool_call_id.clone()?, m.text())))
+        .filter(|(id, _)| pending.iter().any(|p| p.client && p.call_id == *id))
+        .collect()
 }
 
 /// The text of the request's last message, when the user wrote it.
@@ -178,17 +222,23 @@ fn plan(runtime: &Runtime, def: &Definition, record: &RunRecord, input: &RunAgen
     match record.status {
         RunStatus::Queued | RunStatus::Running => Ok(Action::Follow),
         RunStatus::Waiting if awaits_user(def, &record.place) => Ok(match last_user_message(input) {
-            Some(text) => Action::Signal(loopstack_llm::agent::USER_MESSAGE.to_owned(), json!({ "text": text })),
+            Some(text) => Action::Signal(
+                loopstack_llm::agent::USER_MESSAGE.to_owned(),
+                json!({ "text": text, "client_tools": client_tools(input)? }),
+            ),
             None => Action::Show,
         }),
         RunStatus::Waiting if waits_on_itself(def, &record.place) => Ok(Action::Follow),
-        RunStatus::Waiting if resume.is_empty() => Ok(Action::Show),
         RunStatus::Waiting => {
             let waits = Waits::of(runtime, record).map_err(|e| e.to_string())?;
             let Some(waits) = waits else {
                 return Err(format!("run {} waits for nothing this build knows", record.run_id));
             };
-            answer(record, &waits, resume)
+            let results = client_results(input, &waits);
+            if resume.is_empty() && results.is_empty() {
+                return Ok(Action::Show);
+            }
+            answer(record, &waits, resume, &results)
         }
         _ if last_user_message(input).is_some() && resume.is_empty() => Ok(Action::Refuse(format!(
             "the thread's run {} ended ({}); a thread is one run of `{}`: start a new thread{}",
@@ -206,7 +256,12 @@ fn plan(runtime: &Runtime, def: &Definition, record: &RunRecord, input: &RunAgen
 }
 
 /// The action a request's resume entries ask of a run that waits.
-fn answer(record: &RunRecord, waits: &Waits, resume: &[wire::ResumeEntry]) -> Result<Action, String> {
+fn answer(
+    record: &RunRecord,
+    waits: &Waits,
+    resume: &[wire::ResumeEntry],
+    results: &[(String, String)],
+) -> Result<Action, String> {
     let open = interrupts(record, waits);
     let ids: Vec<&str> = open.iter().map(|i| i.id.as_str()).collect();
     for entry in resume {
@@ -226,6 +281,13 @@ fn answer(record: &RunRecord, waits: &Waits, resume: &[wire::ResumeEntry]) -> Re
         let signal = if waits.outcome_unknown { RESOLVE_TOOLS } else { DECIDE_TOOLS };
         let mut decisions = Vec::with_capacity(pending.len());
         for call in pending {
+            if call.client {
+                // Answered by the client's tool message, or still waiting for it.
+                if let Some((_, text)) = results.iter().find(|(id, _)| *id == call.call_id) {
+                    decisions.push(json!({ "call_id": call.call_id, "approved": true, "result": text }));
+                }
+                continue;
+            }
             let id = format!("{signal}:{}", call.call_id);
             let entry = resume.iter().find(|e| e.interrupt_id == id).expect("every interrupt is answered");
             decisions.push(decision(&call.call_id, entry)?);
@@ -290,6 +352,7 @@ fn interrupts(record: &RunRecord, waits: &Waits) -> Vec<Interrupt> {
         };
         return pending
             .iter()
+            .filter(|call| !call.client)
             .map(|call| Interrupt {
                 id: format!("{signal}:{}", call.call_id),
                 reason,
@@ -380,6 +443,8 @@ struct Request {
     thread_id: String,
     client_run: String,
     run_id: RunId,
+    /// The calls whose results the client sent.
+    known_results: Vec<String>,
 }
 
 impl Request {
@@ -392,6 +457,7 @@ impl Request {
         sender: tokio::sync::mpsc::Sender<String>,
     ) {
         let mut translator = Translator::new(self.run_id, next);
+        translator.known_results(self.known_results.clone());
         let mut out = vec![Event::RunStarted {
             thread_id: self.thread_id.clone(),
             run_id: self.client_run.clone(),
@@ -534,14 +600,27 @@ impl Request {
                 if is_error {
                     Event::RunError { message: crate::views::text(&output), code: "failed" }
                 } else {
-                    finished(Some(output), Outcome::Success)
+                    finished(Some(output), Outcome::Success { pending_tool_call_ids: Vec::new() })
                 }
             }
-            RunStatus::Waiting if awaits_user(self.def, &record.place) => finished(None, Outcome::Success),
+            RunStatus::Waiting if awaits_user(self.def, &record.place) => {
+                finished(None, Outcome::Success { pending_tool_call_ids: Vec::new() })
+            }
             RunStatus::Waiting => match Waits::of(&self.app.runtime, &record) {
                 Ok(Some(waits)) => {
                     let interrupts = interrupts(&record, &waits);
-                    if interrupts.is_empty() {
+                    // Calls of the client's tools, for the client to answer: the run
+                    // has done its part.
+                    let client: Vec<String> = waits
+                        .pending
+                        .iter()
+                        .flatten()
+                        .filter(|call| call.client)
+                        .map(|call| call.call_id.clone())
+                        .collect();
+                    if interrupts.is_empty() && !client.is_empty() {
+                        finished(None, Outcome::Success { pending_tool_call_ids: client })
+                    } else if interrupts.is_empty() {
                         let due = record.wake_at.map_or_else(|| "no time".to_owned(), |t| t.to_string());
                         Event::RunError {
                             message: format!(

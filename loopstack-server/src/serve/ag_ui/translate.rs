@@ -30,6 +30,9 @@ pub(super) struct Translator {
     streamed: HashSet<u64>,
     /// Tool calls already announced (streamed, or read from a message).
     announced: HashSet<String>,
+    /// Tool calls whose result the client has (it sent their tool messages, answering
+    /// its own tools): not sent back.
+    known_results: HashSet<String>,
     /// The first message document not sent yet (by its position in the run).
     next: u64,
     /// The state as the client last got it.
@@ -48,6 +51,7 @@ impl Translator {
             calls: Vec::new(),
             streamed: HashSet::new(),
             announced: HashSet::new(),
+            known_results: HashSet::new(),
             next,
             state: None,
             usage: Vec::new(),
@@ -58,6 +62,11 @@ impl Translator {
     /// the conversation so far has not seen begins there.
     pub(super) fn next_of(documents: &[Arc<Document>]) -> u64 {
         documents.iter().filter(|d| is_message(d)).map(|d| d.seq + 1).max().unwrap_or(0)
+    }
+
+    /// Says that the client has the results of `calls`.
+    pub(super) fn known_results(&mut self, calls: impl IntoIterator<Item = String>) {
+        self.known_results.extend(calls);
     }
 
     /// The token usage counted so far, per provider and model.
@@ -258,6 +267,9 @@ impl Translator {
     fn results(&mut self, doc: &Document, message: &Message, out: &mut Vec<Event>) {
         for block in &message.content {
             let ContentBlock::ToolResult(result) = block else { continue };
+            if self.known_results.contains(&result.tool_use_id) {
+                continue;
+            }
             out.push(Event::ToolCallResult {
                 message_id: format!("{}-m{}-{}", self.run, doc.seq, result.tool_use_id),
                 tool_call_id: result.tool_use_id.clone(),

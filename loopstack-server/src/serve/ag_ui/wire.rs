@@ -24,9 +24,13 @@ pub(super) struct RunAgentInput {
     /// `forwardedProps.input` gives one.
     #[serde(default)]
     pub state: Option<Value>,
-    /// The conversation as the client holds it; its last user message is what is new.
+    /// The conversation as the client holds it; its last user message is what is new,
+    /// and its tool messages answer the calls of the client's tools.
     #[serde(default)]
     pub messages: Vec<InputMessage>,
+    /// The tools the client answers itself (frontend tools), offered to an agent's model.
+    #[serde(default)]
+    pub tools: Vec<InputTool>,
     /// Values for the agent: `input` starts a workflow with that input.
     #[serde(default)]
     pub forwarded_props: Option<Value>,
@@ -35,10 +39,14 @@ pub(super) struct RunAgentInput {
     pub resume: Option<Vec<ResumeEntry>>,
 }
 
-/// One message of [`RunAgentInput::messages`]: only its role and text are read.
+/// One message of [`RunAgentInput::messages`]: only its role, text and (a tool
+/// message's) call are read.
 #[derive(Debug, Deserialize)]
 pub(super) struct InputMessage {
     pub role: String,
+    /// The call a tool message answers.
+    #[serde(default, rename = "toolCallId")]
+    pub tool_call_id: Option<String>,
     /// A string, or a list of parts of which the `text` ones are read.
     #[serde(default)]
     pub content: Option<Value>,
@@ -58,6 +66,16 @@ impl InputMessage {
             _ => String::new(),
         }
     }
+}
+
+/// A tool the client declares.
+#[derive(Debug, Deserialize)]
+pub(super) struct InputTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Option<Value>,
 }
 
 /// An answer to one interrupt.
@@ -166,8 +184,14 @@ pub(super) enum Event {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase", rename_all_fields = "camelCase")]
 pub(super) enum Outcome {
-    Success,
-    Interrupt { interrupts: Vec<Interrupt> },
+    Success {
+        /// The calls of the client's tools the run waits to have answered.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pending_tool_call_ids: Vec<String>,
+    },
+    Interrupt {
+        interrupts: Vec<Interrupt>,
+    },
     Cancelled,
 }
 
