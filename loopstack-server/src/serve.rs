@@ -70,11 +70,11 @@ use axum::routing::{delete, get, post};
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{RunError, RunId, RunOutcome, RunQuery, RunStatus, Runtime, StoreError};
 
-mod ag_ui;
 mod events;
 mod probes;
 mod runs;
 mod schedules;
+mod threads;
 
 pub use probes::router as metrics_router;
 
@@ -150,7 +150,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/checkpoints/{step}", get(show_checkpoint))
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .route("/api/schedules", get(schedules::list).post(schedules::create))
-        .route("/ag-ui/{name}", post(ag_ui::run))
+        .route("/ag-ui/{name}", post(threads::ag_ui::run))
         .route("/api/schedules/{id}", delete(schedules::delete))
         .route("/api/schedules/{id}/pause", post(schedules::pause))
         .route("/api/schedules/{id}/resume", post(schedules::resume))
