@@ -1,5 +1,5 @@
 // The official AG-UI client (`@ag-ui/client`'s HttpAgent) against `serve`'s
-// `/ag-ui/{name}`: run by tests/ag_ui.rs with the server's address as its argument.
+// `/ag-ui/{name}`: run by tests/frontends.rs with the server's address as its argument.
 //
 // HttpAgent checks every event against the protocol's schemas and the order the
 // protocol requires (it fails the run otherwise), assembles the messages, and keeps

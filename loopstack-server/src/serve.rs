@@ -31,7 +31,9 @@
 //! | `POST /api/schedules` `{"id", "workflow", "input", "cron" or "every", "timezone", "missed", "grace", "paused"}` | stores a schedule (201); `every` and `grace` as `15m`, `1h30m`; `missed` is `skip` (the default) or `catch_up_once` |
 //! | `POST /api/schedules/{id}/pause`, `/resume` | pauses it, or resumes it next due at its first time from now |
 //! | `DELETE /api/schedules/{id}` | deletes it (its runs stay) |
-//! | `POST /ag-ui/{name}` (a `RunAgentInput`) | the agent or workflow `name` over [AG-UI](https://docs.ag-ui.com) 1.0: its events as Server-Sent Events; a thread is one run, interrupts are its waits (see the book's AG-UI chapter) |
+//! | `POST /ag-ui/{name}` (a `RunAgentInput`) | the agent or workflow `name` over [AG-UI](https://docs.ag-ui.com) 1.0: its events as Server-Sent Events; a thread is one run, interrupts are its waits (see the book's chapter on frontends) |
+//! | `POST /ai-sdk/{name}` (`useChat`'s body) | the agent `name` over the AI SDK's UI message stream: a chat is one run, approvals are tool approval requests |
+//! | `GET /ai-sdk/{name}/{chat}/stream` | the chat's turn under way, from its beginning, after a reconnect; 204 when none is |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //! | `GET /metrics` | the [metrics](loopstack_core::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
 //! | `GET /healthz` | 200 while the process serves; no token needed |
@@ -151,6 +153,8 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         .route("/api/runs/{id}/documents/{doc_type}/{key}", get(document_versions))
         .route("/api/schedules", get(schedules::list).post(schedules::create))
         .route("/ag-ui/{name}", post(threads::ag_ui::run))
+        .route("/ai-sdk/{name}", post(threads::ai_sdk::chat))
+        .route("/ai-sdk/{name}/{chat}/stream", get(threads::ai_sdk::resume))
         .route("/api/schedules/{id}", delete(schedules::delete))
         .route("/api/schedules/{id}/pause", post(schedules::pause))
         .route("/api/schedules/{id}/resume", post(schedules::resume))
@@ -401,6 +405,8 @@ async fn openapi() -> axum::Json<Value> {
             "/api/schedules/{id}/pause": { "post": op("Pause a schedule") },
             "/api/schedules/{id}/resume": { "post": op("Resume a schedule, next due at its first time from now") },
             "/ag-ui/{name}": { "post": op("Run the agent or workflow `name` over AG-UI 1.0: a RunAgentInput in, its events out (text/event-stream)") },
+            "/ai-sdk/{name}": { "post": op("Chat with the agent `name` over the AI SDK's UI message stream (useChat's transport)") },
+            "/ai-sdk/{name}/{chat}/stream": { "get": op("Resume the chat's turn under way; 204 when none is") },
         },
     }))
 }

@@ -19,6 +19,7 @@ use super::*;
 use crate::views::Waits;
 
 pub(super) mod ag_ui;
+pub(super) mod ai_sdk;
 mod translate;
 mod wire;
 
@@ -261,7 +262,18 @@ impl Request {
                 }
                 return self.finish(&mut sender, &mut translator).await;
             }
-            Action::Follow => None,
+            Action::Follow => {
+                // What the turn stored before the stream joined it, at once.
+                translator.joined();
+                if let (Some(record), Ok(documents)) = (&record, self.app.runtime.store().documents(run_id).await) {
+                    let mut out = Vec::new();
+                    translator.messages(record.step, &documents, &mut out);
+                    if !self.send(&mut sender, &mut out).await {
+                        return;
+                    }
+                }
+                None
+            }
             Action::Show => return self.finish(&mut sender, &mut translator).await,
             Action::Refuse(why) => return self.fail(&mut sender, &mut translator, why, "invalid").await,
         };

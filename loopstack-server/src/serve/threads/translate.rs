@@ -20,6 +20,9 @@ pub(super) struct Translator {
     run: RunId,
     /// The transition under way: its name and the step it commits as.
     step: Option<(String, u64)>,
+    /// Whether the stream joined a drive in the middle of a step: what that step
+    /// streams is not sent (its beginning was missed), its stored message is.
+    mid_step: bool,
     /// The text message streaming now: its id, step and text so far.
     text: Option<(String, u64, String)>,
     /// The reasoning streaming now.
@@ -46,6 +49,7 @@ impl Translator {
         Self {
             run,
             step: None,
+            mid_step: false,
             text: None,
             reasoning: None,
             calls: Vec::new(),
@@ -58,10 +62,33 @@ impl Translator {
         }
     }
 
+    /// Says that the stream joins a drive under way: the step in progress is sent
+    /// as stored once it commits, not as it streams.
+    pub(super) fn joined(&mut self) {
+        self.mid_step = true;
+    }
+
     /// The position after the run's last message document: what a client that has
     /// the conversation so far has not seen begins there.
     pub(super) fn next_of(documents: &[Arc<Document>]) -> u64 {
         documents.iter().filter(|d| is_message(d)).map(|d| d.seq + 1).max().unwrap_or(0)
+    }
+
+    /// The position of the current turn's first message: after the last message the
+    /// user wrote (not one carrying tool results). A client that reconnects to a turn
+    /// gets it whole from there.
+    pub(super) fn turn_of(documents: &[Arc<Document>]) -> u64 {
+        documents
+            .iter()
+            .filter(|d| is_message(d))
+            .filter(|d| {
+                d.read::<Message>().is_ok_and(|m| {
+                    m.role == Role::User && m.content.iter().any(|b| matches!(b, ContentBlock::Text { .. }))
+                })
+            })
+            .map(|d| d.seq + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Says that the client has the results of `calls`.
@@ -78,10 +105,13 @@ impl Translator {
     pub(super) fn event(&mut self, kind: &EventKind, out: &mut Vec<Event>) {
         match kind {
             EventKind::TransitionStarted { transition, step, .. } => {
+                self.mid_step = false;
                 self.end_step(out);
                 self.step = Some((transition.to_string(), *step));
                 out.push(Event::StepStarted { step_name: transition.to_string() });
             }
+            EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } | EventKind::ToolCallDelta { .. }
+                if self.mid_step => {}
             EventKind::TextDelta { text } => {
                 self.end_reasoning(out);
                 self.end_calls(out);
@@ -209,7 +239,8 @@ impl Translator {
         }
     }
 
-    fn messages(&mut self, upto: u64, documents: &[Arc<Document>], out: &mut Vec<Event>) {
+    /// The messages saved up to step `upto` that the stream has not sent.
+    pub(super) fn messages(&mut self, upto: u64, documents: &[Arc<Document>], out: &mut Vec<Event>) {
         let next = self.next;
         let new = documents.iter().filter(|d| is_message(d) && d.seq >= next && d.step <= upto);
         for doc in new {
@@ -275,6 +306,7 @@ impl Translator {
                 tool_call_id: result.tool_use_id.clone(),
                 content: result.content.clone(),
                 role: "tool",
+                is_error: result.is_error,
             });
         }
     }

@@ -171,6 +171,10 @@ pub(super) enum Event {
         tool_call_id: String,
         content: String,
         role: &'static str,
+        /// Whether the result is the tool's error (AG-UI's event has no field for it;
+        /// other protocols write it).
+        #[serde(skip)]
+        is_error: bool,
     },
     StateSnapshot {
         snapshot: Value,

@@ -558,8 +558,9 @@ async fn bad_requests_are_refused_with_the_reason() {
     assert!(body.contains("user message"), "{body}");
 }
 
-/// The pinned version `.ci/protocol-clients` installs.
+/// The pinned versions `.ci/protocol-clients` installs.
 const AG_UI_VERSION: &str = "1.0.4";
+const AI_SDK_VERSION: &str = "7.0.185";
 
 /// The folder with Node.js 22 and the AG-UI client in its `node_modules`, or `None`
 /// (the test is skipped, saying so) when it is missing outside CI.
@@ -567,25 +568,47 @@ fn clients() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("LOOPSTACK_PROTOCOL_CLIENTS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/protocol-clients"));
-    if dir.join("node_modules/.bin/node").exists() && dir.join("node_modules/@ag-ui/client/package.json").exists() {
+    let installed =
+        ["node_modules/.bin/node", "node_modules/@ag-ui/client/package.json", "node_modules/ai/package.json"];
+    if installed.iter().all(|path| dir.join(path).exists()) {
         return Some(dir);
     }
     let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
     assert!(
         !ci,
         "the AG-UI client test needs {} where CI is set: run `.ci/protocol-clients` (as .ci/run does), or set \
-         LOOPSTACK_PROTOCOL_CLIENTS to a folder whose node_modules has `node` 22 and @ag-ui/client",
+         LOOPSTACK_PROTOCOL_CLIENTS to a folder whose node_modules has `node` 22, @ag-ui/client and ai",
         dir.display()
     );
     use std::io::Write as _;
     // Straight to the terminal: the harness hides the output of tests that pass.
     let _ = writeln!(
         std::io::stderr(),
-        "skipped: the AG-UI client test needs {}; run `.ci/protocol-clients` (npm installs node@22 and \
-         @ag-ui/client@{AG_UI_VERSION} under target/protocol-clients), then `cargo test --test ag_ui --features serve`",
+        "skipped: the AG-UI and AI SDK client tests need {}; run `.ci/protocol-clients` (npm installs node@22, \
+         @ag-ui/client@{AG_UI_VERSION} and ai@{AI_SDK_VERSION} under target/protocol-clients), then `cargo test --test \
+         frontends --features serve`",
         dir.display()
     );
     None
+}
+
+/// Runs `script` (of tests/) with the official clients in `dir`, against a server of
+/// [`runtime`]; what it printed.
+async fn client(dir: &std::path::Path, script: &str) -> Value {
+    let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
+    // Node resolves the script's imports from where the script is: next to the client.
+    let copy = dir.join(script);
+    std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script), &copy).unwrap();
+    let output = tokio::process::Command::new(dir.join("node_modules/.bin/node"))
+        .arg(&copy)
+        .arg(format!("http://{address}"))
+        .kill_on_drop(true)
+        .output();
+    let output =
+        tokio::time::timeout(std::time::Duration::from_secs(120), output).await.expect("the client hangs").unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed: {stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
 }
 
 /// The official client (`@ag-ui/client`'s HttpAgent, which checks every event
@@ -595,20 +618,7 @@ fn clients() -> Option<std::path::PathBuf> {
 #[tokio::test]
 async fn the_official_client_runs_an_agent_an_approval_and_a_chat() {
     let Some(dir) = clients() else { return };
-    let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
-    // Node resolves the script's imports from where the script is: next to the client.
-    let script = dir.join("ag_ui_client.mjs");
-    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ag_ui_client.mjs"), &script).unwrap();
-    let output = tokio::process::Command::new(dir.join("node_modules/.bin/node"))
-        .arg(&script)
-        .arg(format!("http://{address}"))
-        .kill_on_drop(true)
-        .output();
-    let output =
-        tokio::time::timeout(std::time::Duration::from_secs(120), output).await.expect("the client hangs").unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the client failed: {stderr}");
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let seen = client(&dir, "ag_ui_client.mjs").await;
     assert_eq!(seen["objections"], json!([]), "the client stripped what its schemas do not name");
 
     // The client assembled the conversation: the call, its result, the answer.
@@ -654,4 +664,184 @@ async fn the_official_client_runs_an_agent_an_approval_and_a_chat() {
         chat["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(contents.last(), Some(&"You said: Thanks!"));
     assert_eq!(chat["newMessages"].as_array().unwrap().len(), 1, "{chat}");
+}
+
+/// The AI SDK's chat (`ai`'s AbstractChat, what `useChat` runs, over its
+/// DefaultChatTransport) runs an agent with a tool, an approval granted and one
+/// denied, a tool the page runs itself, and a chat; every chunk is checked to be
+/// one the protocol names, with only its fields.
+#[tokio::test]
+async fn the_ai_sdks_chat_runs_tools_approvals_page_tools_and_a_chat() {
+    let Some(dir) = clients() else { return };
+    let seen = client(&dir, "ai_sdk_client.mjs").await;
+    assert_eq!(seen["objections"], json!([]));
+    assert_eq!(seen["chunks"].as_array().unwrap().iter().filter(|c| *c == "[DONE]").count(), 9, "{}", seen["chunks"]);
+
+    // The assistant's message: a step with the tool's call and output, a step with
+    // the reasoning and the answer.
+    let weather = &seen["weather"];
+    assert_eq!((&weather["status"], &weather["errors"]), (&json!("ready"), &json!([])), "{weather}");
+    let parts = weather["messages"][1]["parts"].as_array().unwrap();
+    let kinds: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["step-start", "dynamic-tool", "step-start", "reasoning", "text"], "{parts:?}");
+    let tool = &parts[1];
+    assert_eq!((tool["toolName"].as_str(), tool["state"].as_str()), (Some("weather"), Some("output-available")));
+    assert_eq!((&tool["input"], &tool["output"]), (&json!({"city": "Paris"}), &json!("Sunny in Paris")));
+    assert_eq!(tool["providerExecuted"], true);
+    assert_eq!(parts[3]["text"], "The tool answered.");
+    assert_eq!(parts[4]["text"], "Done: Sunny in Paris");
+
+    // The approval: requested, then granted: the call ran and the model answered.
+    let part = |chat: &Value| {
+        chat["messages"].as_array().unwrap().last().unwrap()["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["type"] == "dynamic-tool")
+            .cloned()
+            .unwrap()
+    };
+    let requested = part(&seen["approval"]);
+    assert_eq!(requested["state"], "approval-requested");
+    assert!(requested["approval"]["id"].as_str().unwrap().starts_with("decide_tools:"));
+    let approved = &seen["approved"];
+    assert_eq!(approved["errors"], json!([]), "{approved}");
+    let ran = part(approved);
+    assert_eq!((ran["state"].as_str(), &ran["output"]), (Some("output-available"), &json!("api restarted")));
+    let text = |chat: &Value| -> String {
+        chat["messages"].as_array().unwrap().last().unwrap()["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .map(|p| p["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(text(approved), "Done: api restarted");
+    // Denied: not run, and the model read why.
+    let denied = &seen["denied"];
+    assert_eq!(part(denied)["state"], "output-denied", "{denied}");
+    assert!(text(denied).contains("not now"), "{denied}");
+
+    // The page's own tool: called once, answered by the page, read by the model.
+    let booking = &seen["booking"];
+    assert_eq!(booking["errors"], json!([]), "{booking}");
+    assert_eq!(booking["calls"].as_array().unwrap().len(), 1);
+    assert_eq!(booking["calls"][0]["input"], json!({"what": "a table for two"}));
+    assert_eq!(text(booking), "Done: yes");
+
+    // The chat: two exchanges, and nothing under way to resume.
+    let chat = &seen["chat"];
+    assert_eq!((&chat["status"], &chat["errors"]), (&json!("ready"), &json!([])), "{chat}");
+    let messages = chat["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4);
+    assert_eq!(text(chat), "You said: Thanks!");
+}
+
+/// A tool that holds until the test opens its gate.
+#[derive(Clone)]
+struct Gate {
+    entered: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl loopstack::Tool for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn description(&self) -> &str {
+        "Waits for the gate."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, _: Value, _: &loopstack::ToolContext) -> Result<loopstack::ToolOutput, ToolError> {
+        self.entered.notify_one();
+        self.open.notified().await;
+        Ok(loopstack::ToolOutput::text("opened"))
+    }
+}
+
+/// The `data:` of each Server-Sent Event of a body read so far.
+fn chunks(body: &str) -> Vec<String> {
+    body.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_owned).collect()
+}
+
+/// A page that reloads while its chat's turn is under way resumes the turn's stream
+/// from its beginning: what the turn stored, then its events as they come; once the
+/// turn is over there is nothing to resume (204).
+async fn a_chat_stream_resumes_after_a_reconnect(store: Arc<dyn Store>) {
+    let gate = Gate { entered: Arc::default(), open: Arc::default() };
+    let slow = Agent::new(model("gate", json!({})), "m", ToolRegistry::new().with(gate.clone()).unwrap())
+        .named("slow")
+        .unwrap();
+    let (address, _server) = start(runtime(store).register(slow)).await;
+    let body = json!({"id": "c-1", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go"}]}],
+                      "trigger": "submit-message"});
+    let first = tokio::spawn({
+        let address = address.clone();
+        async move { post(&address, "/ai-sdk/slow", &body.to_string()).await }
+    });
+    gate.entered.notified().await;
+
+    // The page reloaded: it asks for the chat's stream.
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!("GET /ai-sdk/slow/c-1/stream HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    // The turn so far, stored before the reconnect: the call, whole.
+    while !String::from_utf8_lossy(&response).contains("tool-input-available") {
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the stream ended early: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&chunk[..n]);
+    }
+    gate.open.notify_one();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8(response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("x-vercel-ai-ui-message-stream: v1"), "{response}");
+    let resumed: Vec<Value> =
+        chunks(&response).iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap()).collect();
+    let kinds: Vec<&str> = resumed.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"start"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"finish"), "{kinds:?}");
+    assert!(kinds.contains(&"tool-input-start") && kinds.contains(&"tool-output-available"), "{kinds:?}");
+    let text: String =
+        resumed.iter().filter(|c| c["type"] == "text-delta").map(|c| c["delta"].as_str().unwrap()).collect();
+    assert_eq!(text, "Done: opened");
+    assert_eq!(chunks(&response).last().map(String::as_str), Some("[DONE]"));
+
+    // The first request's stream saw the same turn end.
+    let (status, first) = first.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(first.contains("Done: ") && first.contains("[DONE]"), "{first}");
+    // Nothing under way now.
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 204"), "{response}");
+}
+
+on_every_store!(a_chat_stream_resumes_after_a_reconnect);
+
+#[tokio::test]
+async fn ai_sdk_requests_it_cannot_take_are_refused_with_the_reason() {
+    let (address, _server) = start(runtime(Arc::new(MemoryStore::new()))).await;
+    let chat = |id: &str, trigger: &str| {
+        json!({"id": id, "trigger": trigger,
+               "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}]})
+        .to_string()
+    };
+    let (status, body) = post(&address, "/ai-sdk/review", &chat("c", "submit-message")).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("not an agent"), "{body}");
+    let (status, body) = post(&address, "/ai-sdk/weather", &chat("c", "regenerate-message")).await;
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = post(&address, "/ai-sdk/nobody", &chat("c", "submit-message")).await;
+    assert_eq!(status, 404);
+    let (status, body) = post(&address, "/ai-sdk/weather", "{\"messages\": 3}").await;
+    assert_eq!(status, 400, "{body}");
 }
