@@ -845,3 +845,118 @@ async fn ai_sdk_requests_it_cannot_take_are_refused_with_the_reason() {
     let (status, body) = post(&address, "/ai-sdk/weather", "{\"messages\": 3}").await;
     assert_eq!(status, 400, "{body}");
 }
+
+/// Restarts a service once a person approves, and then holds until the test opens
+/// its gate (a long call, under way while the page reloads).
+#[derive(Clone)]
+struct GatedRestart {
+    entered: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl loopstack::Tool for GatedRestart {
+    fn name(&self) -> &str {
+        "restart_service"
+    }
+    fn description(&self) -> &str {
+        "Restarts a service."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"service": {"type": "string"}}})
+    }
+    fn options(&self) -> loopstack::ToolOptions {
+        loopstack::ToolOptions::default().approve(true)
+    }
+    async fn call(&self, args: Value, _: &loopstack::ToolContext) -> Result<loopstack::ToolOutput, ToolError> {
+        self.entered.notify_one();
+        self.open.notified().await;
+        Ok(loopstack::ToolOutput::text(format!("{} restarted", args["service"].as_str().unwrap_or("?"))))
+    }
+}
+
+/// A chat page on the AI SDK's chat in Chromium: it chats, approves the agent's
+/// call with its button, reloads while the approved call runs, and picks the turn
+/// up where it is, to its answer.
+#[tokio::test]
+async fn a_chat_page_chats_approves_a_call_and_resumes_after_a_reload() {
+    use common::browser::{PATIENCE, click, fill, session, until};
+
+    let Some((chromium, driver)) = common::browser::browser() else { return };
+    let Some(dir) = clients() else { return };
+    // The page, bundled from tests/chat_page.mjs next to the `ai` it imports.
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/chat_page.mjs"), dir.join("chat_page.mjs")).unwrap();
+    let bundled = std::process::Command::new(dir.join("node_modules/.bin/esbuild"))
+        .current_dir(&dir)
+        .args(["chat_page.mjs", "--bundle", "--format=iife", "--platform=browser", "--outfile=chat_page.js"])
+        .output()
+        .unwrap();
+    assert!(bundled.status.success(), "{}", String::from_utf8_lossy(&bundled.stderr));
+    let script = std::fs::read_to_string(dir.join("chat_page.js")).unwrap();
+
+    let gate = GatedRestart { entered: Arc::default(), open: Arc::default() };
+    let desk = Agent::new(
+        model("restart_service", json!({"service": "api"})),
+        "m",
+        ToolRegistry::new().with(gate.clone()).unwrap(),
+    )
+    .named("desk")
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runtime = runtime(store.clone()).register(desk);
+    let page = axum::Router::new()
+        .route(
+            "/chat",
+            axum::routing::get(|| async {
+                axum::response::Html(
+                    r#"<!doctype html><html><body><div id="app"></div><script src="/chat.js"></script></body></html>"#,
+                )
+            }),
+        )
+        .route(
+            "/chat.js",
+            axum::routing::get(move || async move { ([("content-type", "text/javascript")], script.clone()) }),
+        );
+    let app = loopstack::serve::router(runtime, ServeOptions::new()).merge(page);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let _server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let profile = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chat-page-profile");
+    let _ = std::fs::remove_dir_all(&profile);
+    let (_browser, client) = session(&chromium, &driver, &profile).await;
+
+    client.goto(&format!("{base}/chat")).await.unwrap();
+    fill(&client, "#prompt", "Restart the api").await;
+    click(&client, "#send").await;
+    until(
+        &client,
+        "the call to approve",
+        "document.querySelector('.tool[data-state=\"approval-requested\"] .approve')",
+    )
+    .await;
+    click(&client, ".approve").await;
+    // The approved call runs, and holds: the page reloads meanwhile.
+    tokio::time::timeout(PATIENCE, gate.entered.notified()).await.expect("the approved call runs");
+    client.refresh().await.unwrap();
+    until(&client, "the turn under way, resumed", "document.querySelector('.message[data-role=\"assistant\"] .tool')")
+        .await;
+    gate.open.notify_one();
+    until(
+        &client,
+        "the answer",
+        "[...document.querySelectorAll('.text')].some((t) => t.textContent === 'Done: api restarted')",
+    )
+    .await;
+    until(&client, "the chat ready", "window.chat.status === 'ready'").await;
+    let errors: Value = client.execute("return document.getElementById('errors').innerText;", vec![]).await.unwrap();
+    assert_eq!(errors, "", "the page's chat failed");
+    let tool: Value = client
+        .execute("return document.querySelector('.message[data-role=\"assistant\"] .tool').dataset.state;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(tool, "output-available");
+    // One run: the page's chat.
+    let runs = store.list_runs(&loopstack::RunQuery::new()).await.unwrap().runs;
+    assert_eq!((runs.len(), runs[0].status), (1, loopstack::RunStatus::Completed));
+    client.close().await.unwrap();
+}

@@ -1,9 +1,12 @@
-//! Helpers shared by the integration tests: the examples as processes, and a
+//! Helpers shared by the integration tests: the examples as processes, a browser
+//! ([`browser`]), and a
 //! PostgreSQL schema per test ([`postgres`]), one store of each kind ([`stores`]), the worker example ([`worker`]).
 
 use std::path::PathBuf;
 use std::process::Command;
 
+#[allow(dead_code)] // (not every test crate drives a browser)
+pub(crate) mod browser;
 #[allow(dead_code)] // (not every test crate uses PostgreSQL)
 pub(crate) mod postgres;
 #[allow(dead_code, unused_macros, unused_imports)] // (nor every store)
