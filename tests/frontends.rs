@@ -960,3 +960,83 @@ async fn a_chat_page_chats_approves_a_call_and_resumes_after_a_reload() {
     assert_eq!((runs.len(), runs[0].status), (1, loopstack::RunStatus::Completed));
     client.close().await.unwrap();
 }
+
+/// Refunds an order, at most once: a call whose drive died mid-call is not run again
+/// without a person saying so. Holds until its gate opens (it never does here: the
+/// drive dies first).
+#[derive(Clone)]
+struct HeldRefund {
+    entered: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl loopstack::Tool for HeldRefund {
+    fn name(&self) -> &str {
+        "refund"
+    }
+    fn description(&self) -> &str {
+        "Refunds an order."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"order": {"type": "string"}}})
+    }
+    fn options(&self) -> loopstack::ToolOptions {
+        loopstack::ToolOptions::new().effect(loopstack::Effect::AtMostOnce)
+    }
+    async fn call(&self, _: Value, _: &loopstack::ToolContext) -> Result<loopstack::ToolOutput, ToolError> {
+        self.entered.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// A call whose drive died mid-call, at most once: the thread shows it as an
+/// interrupt that asks what happened, and the answer with the call's result is what
+/// the model reads; the call is never run again.
+async fn an_outcome_a_crash_left_unknown_is_an_interrupt(store: Arc<dyn Store>) {
+    let tool = HeldRefund { entered: Arc::default() };
+    let refunds =
+        Agent::new(model("refund", json!({"order": "A-17"})), "m", ToolRegistry::new().with(tool.clone()).unwrap())
+            .named("refunds")
+            .unwrap();
+    let runtime = runtime(store).register(refunds);
+    let (address, _server) = start(runtime.clone()).await;
+    // The thread's run is driven into the call, and its drive dies there.
+    let run_id = RunId::from_key("ag-ui/refunds/t-crash");
+    let drive = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.start_by_name("refunds", json!("Refund A-17"), run_id).await }
+    });
+    tool.entered.notified().await;
+    drive.abort();
+    let _ = drive.await;
+    // Recovered (as a worker does once the lease runs out): it waits to be told.
+    runtime.resume_by_name(run_id).await.unwrap();
+
+    let events = run_agent(&address, "refunds", input("t-crash", "r-1", json!([]))).await;
+    let finished = events.last().unwrap();
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert!(interrupt["id"].as_str().unwrap().starts_with("resolve_tools:"), "{finished}");
+    assert_eq!(interrupt["reason"], "tool_outcome_unknown");
+    assert!(interrupt["responseSchema"]["properties"]["result"].is_object());
+    let mut resume = input("t-crash", "r-2", json!([]));
+    resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved",
+                               "payload": {"approved": true, "result": "refunded A-17 (checked)"}}]);
+    let events = run_agent(&address, "refunds", resume).await;
+    assert_eq!(text(&events), "Done: refunded A-17 (checked)");
+}
+
+on_every_store!(an_outcome_a_crash_left_unknown_is_an_interrupt);
+
+/// A secret registered with the runtime never reaches a client: not in a tool's
+/// result, not in the answer, not in the state, over either protocol.
+#[tokio::test]
+async fn secrets_never_reach_a_frontend() {
+    let runtime = runtime(Arc::new(MemoryStore::new()));
+    runtime.secrets().register("Sunny in Paris");
+    let (address, _server) = start(runtime).await;
+    let (_, body) = post(&address, "/ag-ui/weather", &input("t-secret", "r-1", user("Weather?")).to_string()).await;
+    assert!(!body.contains("Sunny in Paris") && body.contains("TOOL_CALL_RESULT"), "{body}");
+    let chat = json!({"id": "c-secret", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Weather?"}]}]});
+    let (_, body) = post(&address, "/ai-sdk/weather", &chat.to_string()).await;
+    assert!(!body.contains("Sunny in Paris") && body.contains("tool-output-available"), "{body}");
+}
