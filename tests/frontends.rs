@@ -78,6 +78,12 @@ impl Reviewing {
     async fn reject(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
         Ok(())
     }
+
+    /// A review nobody answers in a week lapses.
+    #[transition(from = Drafted, to = End, after = "7d")]
+    async fn lapse(&self, _review: &mut Review, _cx: &mut RunContext) -> Result<()> {
+        Ok(())
+    }
 }
 
 fn runtime(store: Arc<dyn Store>) -> Runtime {
@@ -400,6 +406,10 @@ async fn a_workflow_signal_is_an_interrupt_with_its_schema(store: Arc<dyn Store>
     assert_eq!(ids, ["approve", "reject"]);
     assert_eq!(interrupts[0]["reason"], "signal");
     assert_eq!(interrupts[0]["responseSchema"]["required"], json!(["reviewer"]));
+    // Answerable until the timer that leaves the place is due: the run's stored due time.
+    let run_id: RunId = events[0]["metadata"]["loopstackRunId"].as_str().unwrap().parse().unwrap();
+    let due = store.load_run(run_id).await.unwrap().wake_at.expect("a due time").to_string();
+    assert_eq!((interrupts[0]["expiresAt"].as_str(), interrupts[1]["expiresAt"].as_str()), (Some(&*due), Some(&*due)));
     assert_eq!(of(&events, "STATE_SNAPSHOT")[0]["snapshot"]["text"], "Ship it");
 
     // One signal resolved, the other cancelled; a payload that does not fit the
