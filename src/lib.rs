@@ -506,7 +506,15 @@ struct BookApprovalsDoctests;
 struct BookAgentsTogetherDoctests;
 
 /// docs/src/mcp.md: the MCP client, and command lines that use or serve it.
-#[cfg(all(doctest, feature = "macros", feature = "mcp", feature = "cli", feature = "anthropic", feature = "openai"))]
+#[cfg(all(
+    doctest,
+    feature = "macros",
+    feature = "mcp",
+    feature = "mcp-oauth",
+    feature = "cli",
+    feature = "anthropic",
+    feature = "openai"
+))]
 #[doc = include_str!("../docs/src/mcp.md")]
 struct BookMcpDoctests;
 

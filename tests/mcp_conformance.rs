@@ -122,13 +122,44 @@ async fn the_server_passes_the_conformance_suite() {
     assert!(passed, "{out}");
 }
 
+/// The client scenarios run: the protocol's, and its authorization's (OAuth 2.1, with
+/// feature `mcp-oauth`), the drafts and extensions among them.
+const CLIENT_SCENARIOS: [&str; 26] = [
+    "initialize",
+    "tools_call",
+    "elicitation-sep1034-client-defaults",
+    "sse-retry",
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/client-credentials-jwt",
+    "auth/client-credentials-basic",
+    "auth/cross-app-access-complete-flow",
+];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_client_passes_the_conformance_suite() {
     if suite().is_none() {
         return;
     }
-    let client = common::example_with("mcp_conformance_client", &["mcp"]);
-    for scenario in ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"] {
+    let client = common::example_with("mcp_conformance_client", &["mcp", "mcp-oauth"]);
+    for scenario in CLIENT_SCENARIOS {
         let args = [
             "client",
             "--command",

@@ -25,7 +25,7 @@ pub(crate) fn example(name: &str) -> PathBuf {
 
 /// The crate's features this test was built with. A feature missing here is left
 /// out of the examples the tests build (which then build again, without it).
-const FEATURES: [(&str, bool); 14] = [
+const FEATURES: [(&str, bool); 15] = [
     ("macros", cfg!(feature = "macros")),
     ("anthropic", cfg!(feature = "anthropic")),
     ("openai", cfg!(feature = "openai")),
@@ -37,6 +37,7 @@ const FEATURES: [(&str, bool); 14] = [
     ("serve", cfg!(feature = "serve")),
     ("metrics", cfg!(feature = "metrics")),
     ("mcp", cfg!(feature = "mcp")),
+    ("mcp-oauth", cfg!(feature = "mcp-oauth")),
     ("mcp-server", cfg!(feature = "mcp-server")),
     ("otel", cfg!(feature = "otel")),
     ("testing", cfg!(feature = "testing")),

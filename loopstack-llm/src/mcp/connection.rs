@@ -207,7 +207,13 @@ impl Connection {
                 }
                 handler.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)
             }
-            Transport::Http { url, headers, bearer } => {
+            Transport::Http {
+                url,
+                headers,
+                bearer,
+                #[cfg(feature = "mcp-oauth")]
+                oauth,
+            } => {
                 let read = |value: &HeaderValue| {
                     let value = match value {
                         HeaderValue::Plain(v) => v.clone(),
@@ -246,6 +252,14 @@ impl Connection {
                     .reinit_on_expired_session(false);
                 if let Some(token) = bearer {
                     config = config.auth_header(read(token)?);
+                }
+                #[cfg(feature = "mcp-oauth")]
+                if let Some(oauth) = oauth {
+                    // The token rides on each request, refreshed by the manager.
+                    let manager = oauth.authorize(&server, url, read, self.config.secrets.as_ref()).await?;
+                    let client = rmcp::transport::auth::AuthClient::new(client, manager);
+                    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+                    return handler.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed);
                 }
                 let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
                 handler.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)

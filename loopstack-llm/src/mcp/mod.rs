@@ -102,6 +102,16 @@ pub enum McpError {
         #[source]
         source: std::io::Error,
     },
+    /// The server's authorization (OAuth 2.1, `McpServer::oauth` with feature
+    /// `mcp-oauth`) failed: its metadata, the client's registration, the person's
+    /// consent, or the token.
+    #[error("the MCP server `{server}` did not authorize this client: {message}")]
+    Auth {
+        /// The server.
+        server: String,
+        /// What failed.
+        message: String,
+    },
     /// The server did not complete the MCP handshake: it exited, spoke something
     /// else, refused, or could not be reached.
     #[error("the MCP server `{server}` did not complete the handshake: {message}")]
@@ -224,9 +234,13 @@ impl McpError {
 }
 
 mod connection;
+#[cfg(feature = "mcp-oauth")]
+mod oauth;
 mod server;
 
 use connection::{Connection, McpTool, OutputSchema};
+#[cfg(feature = "mcp-oauth")]
+pub use oauth::{AuthorizeFuture, McpOAuth};
 pub use server::McpServer;
 
 /// A connected MCP server: its tools, to register into [`ToolRegistry`]s.

@@ -29,8 +29,19 @@ impl fmt::Debug for HeaderValue {
 
 #[derive(Clone)]
 pub(super) enum Transport {
-    Stdio { program: OsString, args: Vec<OsString>, env: Vec<(OsString, OsString)>, cwd: Option<PathBuf> },
-    Http { url: String, headers: Vec<(String, HeaderValue)>, bearer: Option<HeaderValue> },
+    Stdio {
+        program: OsString,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        headers: Vec<(String, HeaderValue)>,
+        bearer: Option<HeaderValue>,
+        #[cfg(feature = "mcp-oauth")]
+        oauth: Option<super::McpOAuth>,
+    },
 }
 
 impl fmt::Debug for Transport {
@@ -44,7 +55,7 @@ impl fmt::Debug for Transport {
                 .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
                 .field("cwd", cwd)
                 .finish(),
-            Self::Http { url, headers, bearer } => {
+            Self::Http { url, headers, bearer, .. } => {
                 f.debug_struct("Http").field("url", url).field("headers", headers).field("bearer", bearer).finish()
             }
         }
@@ -134,7 +145,13 @@ impl McpServer {
     /// A server spoken to over streamable HTTP at `url` (for instance
     /// `http://127.0.0.1:3001/mcp`).
     pub fn http(url: impl Into<String>) -> Self {
-        Self::with_transport(Transport::Http { url: url.into(), headers: Vec::new(), bearer: None })
+        Self::with_transport(Transport::Http {
+            url: url.into(),
+            headers: Vec::new(),
+            bearer: None,
+            #[cfg(feature = "mcp-oauth")]
+            oauth: None,
+        })
     }
 
     /// Names the server in errors, logs and spans (the program's file name, or the
@@ -195,6 +212,24 @@ impl McpServer {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         if let Transport::Http { headers, .. } = &mut self.transport {
             headers.push((name.into(), HeaderValue::Plain(value.into())));
+        }
+        self
+    }
+
+    /// Gets the token of a server behind OAuth 2.1 (feature `mcp-oauth`): by the
+    /// authorization code flow with PKCE or by client credentials ([`McpOAuth`]), the
+    /// server's metadata discovered from its `401`, the client registered
+    /// dynamically unless pre-registered, the token refreshed when it expires or is
+    /// rejected, and registered with the runtime's secrets
+    /// ([`redact_with`](Self::redact_with)). Later connections of this server (a
+    /// clone of it shares them) use the token got. Ignored for a stdio server.
+    ///
+    /// [`McpOAuth`]: super::McpOAuth
+    #[cfg(feature = "mcp-oauth")]
+    #[must_use]
+    pub fn oauth(mut self, auth: super::McpOAuth) -> Self {
+        if let Transport::Http { oauth, .. } = &mut self.transport {
+            *oauth = Some(auth);
         }
         self
     }
