@@ -566,6 +566,23 @@ async fn bad_requests_are_refused_with_the_reason() {
     let (status, body) = post(&address, "/ag-ui/weather", &input("t", "r", json!([])).to_string()).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("user message"), "{body}");
+    // Fields of the wrong type, a tool the model could not call, a resume that is
+    // not a list: refused with the reason, nothing started.
+    let (status, body) = post(&address, "/ag-ui/weather", r#"{"threadId": 5, "runId": "r", "messages": []}"#).await;
+    assert_eq!(status, 400, "{body}");
+    let mut bad_tool = input("t-bad", "r", user("hi"));
+    bad_tool["tools"] = json!([{"name": "no spaces allowed", "description": ""}]);
+    let (status, body) = post(&address, "/ag-ui/weather", &bad_tool.to_string()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("no spaces allowed"), "{body}");
+    let mut bad_resume = input("t-bad", "r", user("hi"));
+    bad_resume["resume"] = json!({"interruptId": "x"});
+    let (status, body) = post(&address, "/ag-ui/weather", &bad_resume.to_string()).await;
+    assert_eq!(status, 400, "{body}");
+    // A body over the API's limit (2 MB) is refused before it is read whole.
+    let huge = input("t-big", "r", user(&"x".repeat(3 << 20)));
+    let (status, _) = post(&address, "/ag-ui/weather", &huge.to_string()).await;
+    assert_eq!(status, 413);
 }
 
 /// The pinned versions `.ci/protocol-clients` installs.

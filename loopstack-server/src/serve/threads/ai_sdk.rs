@@ -428,3 +428,96 @@ impl Encoder for UiStream {
         Some("[DONE]")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::threads::wire::Interrupt;
+
+    fn encode(stream: &mut UiStream, events: Vec<Event>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for event in events {
+            stream.encode(event, &mut out);
+        }
+        out
+    }
+
+    fn start(id: &str, tool: &str) -> Event {
+        Event::ToolCallStart { tool_call_id: id.into(), tool_call_name: tool.into(), parent_message_id: None }
+    }
+
+    #[test]
+    fn arguments_that_are_not_json_are_an_input_error_and_the_pages_tools_are_not_provider_executed() {
+        let mut stream = UiStream::new(HashSet::from(["confirm".to_owned()]), HashSet::new());
+        let out = encode(
+            &mut stream,
+            vec![
+                start("c1", "weather"),
+                Event::ToolCallArgs { tool_call_id: "c1".into(), delta: "{\"city\": ".into() },
+                Event::ToolCallEnd { tool_call_id: "c1".into() },
+                start("c2", "confirm"),
+                Event::ToolCallEnd { tool_call_id: "c2".into() },
+            ],
+        );
+        assert_eq!(out[2]["type"], "tool-input-error");
+        assert_eq!((&out[2]["input"], out[2]["providerExecuted"].as_bool()), (&json!("{\"city\": "), Some(true)));
+        assert!(out[2]["errorText"].as_str().unwrap().starts_with("the arguments are not JSON"));
+        // The page's own tool: an empty input is `{}`, and the page runs it.
+        assert_eq!((&out[4]["type"], &out[4]["input"]), (&json!("tool-input-available"), &json!({})));
+        assert!(out[3].get("providerExecuted").is_none() && out[4].get("providerExecuted").is_none());
+    }
+
+    #[test]
+    fn results_are_outputs_errors_or_denials_and_a_run_ends_with_its_reason() {
+        let mut stream = UiStream::new(HashSet::new(), HashSet::from(["c3".to_owned()]));
+        let result = |id: &str, is_error: bool| Event::ToolCallResult {
+            message_id: "m".into(),
+            tool_call_id: id.into(),
+            content: "text".into(),
+            role: "tool",
+            is_error,
+        };
+        let interrupt = Interrupt {
+            id: "decide_tools:c4".into(),
+            reason: "tool_approval",
+            message: "Approve?".into(),
+            tool_call_id: Some("c4".into()),
+            response_schema: None,
+            expires_at: None,
+        };
+        let out = encode(
+            &mut stream,
+            vec![
+                Event::StepStarted { step_name: "llm_turn".into() },
+                result("c1", false),
+                result("c2", true),
+                result("c3", true),
+                Event::RunFinished {
+                    thread_id: String::new(),
+                    run_id: String::new(),
+                    result: None,
+                    outcome: Outcome::Interrupt { interrupts: vec![interrupt] },
+                    usage: Vec::new(),
+                },
+            ],
+        );
+        let kinds: Vec<&str> = out.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "start-step",
+                "tool-output-available",
+                "tool-output-error",
+                "tool-output-denied",
+                "tool-approval-request",
+                "finish-step",
+                "finish"
+            ]
+        );
+        assert_eq!((&out[4]["approvalId"], &out[4]["toolCallId"]), (&json!("decide_tools:c4"), &json!("c4")));
+        assert_eq!(out[6]["finishReason"], "tool-calls");
+        let failed = encode(&mut stream, vec![Event::RunError { message: "down".into(), code: "failed" }]);
+        assert_eq!(failed, [json!({"type": "error", "errorText": "down"})]);
+        assert_eq!(stream.end(), Some("[DONE]"));
+    }
+}
