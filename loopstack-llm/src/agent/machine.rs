@@ -179,7 +179,11 @@ impl Agent {
         let tools = agent.generate.tools();
         // The client's tools wait for the client's results as calls to approve wait for
         // a person's decision; a tool of the agent's own takes a clashing name.
-        let client = |name: &str| tools.spec(name).is_none() && state.client_tools.iter().any(|t| t.name == name);
+        let client = |name: &str| {
+            !state.client_tools.is_empty()
+                && tools.spec(name).is_none()
+                && state.client_tools.iter().any(|t| t.name == name)
+        };
         state.pending_approval = calls
             .iter()
             .filter(|c| client(&c.name) || tools.spec(&c.name).is_some_and(|s| s.options.approve))
