@@ -1067,3 +1067,33 @@ async fn secrets_never_reach_a_frontend() {
     let (_, body) = post(&address, "/ai-sdk/weather", &chat.to_string()).await;
     assert!(!body.contains("Sunny in Paris") && body.contains("tool-output-available"), "{body}");
 }
+
+/// A real small model (`../shared/localmodel/`, opt-in: `LOOPSTACK_LOCAL_MODEL_URL`)
+/// answers a weather question over AG-UI and over the AI SDK's stream, its tool call
+/// and result among the events.
+#[tokio::test]
+#[ignore = "needs a served model: LOOPSTACK_LOCAL_MODEL_URL=http://127.0.0.1:8080/v1 cargo test --test frontends --features serve -- --ignored real_small_model"]
+async fn a_real_small_model_answers_over_ag_ui_and_the_ai_sdk() {
+    let url = std::env::var("LOOPSTACK_LOCAL_MODEL_URL").expect("LOOPSTACK_LOCAL_MODEL_URL names the served model");
+    let model = loopstack::llm::openai::OpenAi::new().base_url(url).text_tool_calls(true);
+    let agent = Agent::new(model, "qwen2.5-coder-1.5b", ToolRegistry::new().with(Weather).unwrap())
+        .system("You answer weather questions. Call weather once for each city, then answer in one sentence.")
+        .temperature(0.0)
+        .named("local")
+        .unwrap();
+    let (address, _server) = start(runtime(Arc::new(MemoryStore::new())).register(agent)).await;
+
+    let events = run_agent(&address, "local", input("t-local", "r-1", user("How is the weather in Berlin?"))).await;
+    let call = of(&events, "TOOL_CALL_START");
+    assert_eq!(call.first().map(|c| &c["toolCallName"]), Some(&json!("weather")), "{events:?}");
+    assert_eq!(of(&events, "TOOL_CALL_RESULT")[0]["content"], "Sunny in Berlin");
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "success", "{finished}");
+    assert!(finished["result"].as_str().unwrap().contains("Berlin"), "{finished}");
+
+    let chat = json!({"id": "c-local", "messages": [{"id": "u1", "role": "user",
+                      "parts": [{"type": "text", "text": "How is the weather in Oslo?"}]}]});
+    let (status, body) = post(&address, "/ai-sdk/local", &chat.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""output":"Sunny in Oslo""#) && body.contains("[DONE]"), "{body}");
+}
