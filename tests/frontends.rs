@@ -871,6 +871,16 @@ async fn ai_sdk_requests_it_cannot_take_are_refused_with_the_reason() {
     assert_eq!(status, 404);
     let (status, body) = post(&address, "/ai-sdk/weather", "{\"messages\": 3}").await;
     assert_eq!(status, 400, "{body}");
+    // A new message while a call waits for approval is refused in the stream, and the
+    // call still waits.
+    let (status, first) = post(&address, "/ai-sdk/ops", &chat("c-wait", "submit-message")).await;
+    assert_eq!(status, 200);
+    assert!(first.contains("tool-approval-request"), "{first}");
+    let (status, again) = post(&address, "/ai-sdk/ops", &chat("c-wait", "submit-message")).await;
+    assert_eq!(status, 200);
+    assert!(again.contains(r#""type":"error""#) && again.contains("waits at `awaiting_approval`"), "{again}");
+    let (_, reload) = post(&address, "/ai-sdk/ops", &json!({"id": "c-wait", "messages": []}).to_string()).await;
+    assert!(reload.contains("tool-approval-request"), "{reload}");
 }
 
 /// Restarts a service once a person approves, and then holds until the test opens

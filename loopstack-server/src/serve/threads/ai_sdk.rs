@@ -293,6 +293,13 @@ fn plan(
         RunStatus::Waiting if waits_on_itself(def, &record.place) => Action::Follow,
         RunStatus::Waiting => match &answers.decisions {
             Some((signal, decisions)) => Action::Signal((*signal).to_owned(), json!({ "decisions": decisions })),
+            // A new message while calls wait for their answers is not taken: it would
+            // be lost, as the run reads none until they are answered.
+            None if last_user.is_some() => Action::Refuse(format!(
+                "the chat's run {} waits at `{}` for its tool calls to be answered (approve or deny them, or give \
+                 the page's tools their output) before it takes another message",
+                record.run_id, record.place
+            )),
             None => Action::Show,
         },
         _ if last_user.is_some() => Action::Refuse(format!(
