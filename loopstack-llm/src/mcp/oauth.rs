@@ -166,14 +166,19 @@ impl McpOAuth {
         let failed = |e: AuthError| McpError::Auth { server: server.to_owned(), message: e.to_string() };
         let store = Registered { inner: self.credentials.clone(), secrets: secrets.cloned() };
         let oauth_http = OAuthHttp::new().map_err(|message| McpError::Auth { server: server.to_owned(), message })?;
-        // What the server says when asked without a token: where its metadata is, and
-        // the scope it wants.
-        let challenge = oauth_http.challenge(url).await;
+        let stored = self.credentials.load().await.map_err(failed)?.is_some();
+        // What the server says when asked without a token (where its metadata is, the
+        // scope it wants), for a new authorization by a person; client credentials
+        // discover the metadata themselves.
+        let challenge = match &self.flow {
+            Flow::AuthorizationCode { .. } if !stored => oauth_http.challenge(url).await,
+            _ => None,
+        };
         let http: Arc<dyn OAuthHttpClient> = Arc::new(oauth_http);
         let mut manager = AuthorizationManager::new_with_oauth_http_client(url, http).await.map_err(failed)?;
         // Tokens are saved (and registered as secrets) by the manager as it gets them.
         manager.set_credential_store(store);
-        if self.credentials.load().await.map_err(failed)?.is_some() {
+        if stored {
             // Got before (an earlier connection): refreshed by the manager when due.
             if manager.initialize_from_store().await.map_err(failed)? {
                 return Ok(manager);

@@ -61,11 +61,9 @@ pub(crate) async fn run(
         return error(StatusCode::NOT_FOUND, format!("no agent or workflow named `{name}` is registered"));
     };
     let run_id = RunId::from_key(&format!("ag-ui/{name}/{}", input.thread_id));
-    let store = app.runtime.store();
-    let record = match store.load_run(run_id).await {
-        Ok(record) => Some(record),
-        Err(StoreError::RunNotFound(_)) => None,
-        Err(e) => return store_error(&e),
+    let record = match conversation(&app.runtime, run_id).await {
+        Ok(record) => record,
+        Err(response) => return *response,
     };
     let action = match &record {
         None => match start_input(&app.runtime, def, &input) {

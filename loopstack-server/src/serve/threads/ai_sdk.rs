@@ -111,10 +111,9 @@ pub(crate) async fn chat(
         Err(response) => return *response,
     };
     let run_id = chat_run(&name, &request.id);
-    let record = match app.runtime.store().load_run(run_id).await {
-        Ok(record) => Some(record),
-        Err(StoreError::RunNotFound(_)) => None,
-        Err(e) => return store_error(&e),
+    let record = match conversation(&app.runtime, run_id).await {
+        Ok(record) => record,
+        Err(response) => return *response,
     };
     let tools =
         match request.tools.iter().map(|t| client_tool(&t.name, &t.description, t.parameters.as_ref())).collect() {
@@ -156,10 +155,10 @@ pub(crate) async fn resume(State(app): State<App>, PathJson((name, chat)): PathJ
         Err(response) => return *response,
     };
     let run_id = chat_run(&name, &chat);
-    let record = match app.runtime.store().load_run(run_id).await {
-        Ok(record) => record,
-        Err(StoreError::RunNotFound(_)) => return StatusCode::NO_CONTENT.into_response(),
-        Err(e) => return store_error(&e),
+    let record = match conversation(&app.runtime, run_id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return StatusCode::NO_CONTENT.into_response(),
+        Err(response) => return *response,
     };
     let under_way = matches!(record.status, RunStatus::Queued | RunStatus::Running)
         || record.status == RunStatus::Waiting && waits_on_itself(def, &record.place);

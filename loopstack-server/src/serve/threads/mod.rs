@@ -64,6 +64,16 @@ trait Encoder: Send + 'static {
     }
 }
 
+/// The conversation's run, `None` when it has not started; a store that fails is
+/// answered with its error.
+async fn conversation(runtime: &Runtime, run_id: RunId) -> Result<Option<RunRecord>, Box<Response>> {
+    match runtime.store().load_run(run_id).await {
+        Ok(record) => Ok(Some(record)),
+        Err(StoreError::RunNotFound(_)) => Ok(None),
+        Err(e) => Err(Box::new(store_error(&e))),
+    }
+}
+
 /// Where the conversation of run `run_id` starts for the client (after what it has:
 /// the messages stored so far, when the run exists), and its events from now on.
 async fn follow(runtime: &Runtime, run_id: RunId, exists: bool) -> Result<(u64, Source), StoreError> {
