@@ -96,9 +96,9 @@ pub use runtime::{
 };
 pub use schedule::{Missed, Overlap, Schedule, ScheduleError, ScheduleRecord};
 pub use store::{
-    Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Lease, MemoryStore, Migrated, NewRun, Park, RunCount,
-    RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus, StepRecord,
-    Store, Takeover, Timestamp, WorkflowVersions,
+    Checkpoint, CheckpointRecord, Claim, Fence, ForkStep, Inbox, Labels, Lease, MemoryStore, Migrated, NewRun, Park,
+    RunCount, RunId, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, SignalReceipt, SignalRecord, SignalStatus,
+    StepRecord, Store, Takeover, Timestamp, WorkflowVersions,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (9, "schedule overlap", include_str!("../migrations/postgres/0009_schedule_overlap.sql")),
     (11, "takeovers", include_str!("../migrations/postgres/0011_takeovers.sql")),
     (12, "holder", include_str!("../migrations/postgres/0012_holder.sql")),
+    (13, "labels", include_str!("../migrations/postgres/0013_labels.sql")),
 ];
 
 /// A [`Store`](loopstack_core::Store) in PostgreSQL: for many workers and processes
@@ -180,8 +181,8 @@ const COMMIT_ONE: &str = "WITH r AS (UPDATE runs SET step = $4, place = $5, stat
 /// one statement.
 const CREATE_ONE: &str = "WITH r AS (INSERT INTO runs (run_id, workflow, status, place, step, error, \
     definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
-    place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
-    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $12, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $13) \
+    place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent, labels) \
+    VALUES ($1, $2, $3, 'start', 0, NULL, $4, $12, $5, $11, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $13, $22) \
     ON CONFLICT (run_id) DO NOTHING RETURNING id), \
     d AS (INSERT INTO documents (run, seq, version, doc_type, doc_key, tags, metadata, content, step) \
     SELECT r.id, x.seq, x.version, x.doc_type, x.doc_key, x.tags, x.metadata, x.content, x.step FROM r, \
@@ -320,7 +321,11 @@ impl Dialect for Postgres {
             .bind(run.parent_signal.as_deref())
             .bind(i64::from(run.version))
             .bind(run.trace_parent.as_deref());
-        let done = columns.bind(query).execute(&store.pool).await;
+        let labels = match crate::sql::labels_column(&run.labels) {
+            Ok(labels) => labels,
+            Err(e) => return Some(Err(e)),
+        };
+        let done = columns.bind(query).bind(labels).execute(&store.pool).await;
         Some(done.map(|d| d.rows_affected() == 1).map_err(crate::sql::backend))
     }
 

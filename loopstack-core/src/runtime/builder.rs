@@ -3,7 +3,8 @@
 use super::*;
 
 pub(crate) enum Mode<I> {
-    Start(I),
+    /// A new run, with its labels.
+    Start(I, crate::Labels),
     Resume(RunId),
     /// Like `Resume`, but only a queued or waiting run: a child its parent drives,
     /// a parent its child wakes.
@@ -56,6 +57,15 @@ impl<'a, W: Workflow> Drive<'a, W> {
     /// Gives a new run (started or forked) this id; ignored otherwise.
     pub fn run_id(mut self, run_id: RunId) -> Self {
         self.run_id = Some(run_id);
+        self
+    }
+
+    /// Labels a new run (started by [`Runtime::start`]) with `name` = `value`
+    /// ([`RunRecord::labels`](crate::RunRecord::labels)); ignored otherwise.
+    pub fn label(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Mode::Start(_, labels) = &mut self.mode {
+            labels.insert(name.into(), value.into());
+        }
         self
     }
 

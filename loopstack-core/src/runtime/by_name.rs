@@ -28,7 +28,20 @@ impl Runtime {
     /// type: for evals of agents known by name. A run of that id that exists is
     /// refused ([`StoreError::RunExists`]).
     pub async fn start_by_name(&self, workflow: &str, input: Value, run_id: RunId) -> Result<RunOutcome, RunError> {
-        self.registered(workflow)?.start_json(self, input, run_id).await
+        self.registered(workflow)?.start_json(self, input, run_id, crate::Labels::new()).await
+    }
+
+    /// Starts run `run_id` as [`Runtime::start_by_name`] does, with `labels`
+    /// ([`RunRecord::labels`](crate::RunRecord::labels)): for protocols that keep a
+    /// conversation's id with its runs, and for tenants.
+    pub async fn start_labeled_by_name(
+        &self,
+        workflow: &str,
+        input: Value,
+        run_id: RunId,
+        labels: crate::Labels,
+    ) -> Result<RunOutcome, RunError> {
+        self.registered(workflow)?.start_json(self, input, run_id, labels).await
     }
 
     /// Continues run `run_id` of a registered workflow from its last checkpoint,

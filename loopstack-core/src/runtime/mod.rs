@@ -395,7 +395,7 @@ impl Runtime {
     /// Starts a run of `workflow` with `input`; await the returned builder to drive it
     /// until `end`, a wait, or a failure.
     pub fn start<'a, W: Workflow>(&'a self, workflow: &'a W, input: W::Input) -> Drive<'a, W> {
-        Drive::new(self, workflow, Mode::Start(input))
+        Drive::new(self, workflow, Mode::Start(input, crate::Labels::new()))
     }
 
     /// Continues a run from its last checkpoint: one whose process died while it

@@ -190,7 +190,7 @@ pub(super) async fn prepare<W: Workflow>(
     lease: Option<&LeaseCfg>,
 ) -> Result<Prepared<W::State>, RunError> {
     let ready = match mode {
-        Mode::Start(input) => start(runtime, wf, input, run_id, lease).await?,
+        Mode::Start(input, labels) => start(runtime, wf, input, labels, run_id, lease).await?,
         Mode::Resume(id) => Box::pin(take_over(runtime, wf, id, Takeover::Resume, lease)).await?,
         Mode::Retry(id) => Box::pin(take_over(runtime, wf, id, Takeover::Retry, lease)).await?,
         Mode::Wake(id) => Box::pin(take_over(runtime, wf, id, Takeover::Wake, lease)).await?,
@@ -221,6 +221,7 @@ async fn start<W: Workflow>(
     runtime: &Runtime,
     wf: &W,
     input: W::Input,
+    labels: crate::Labels,
     run_id: Option<RunId>,
     lease: Option<&LeaseCfg>,
 ) -> Result<Ready<W::State>, RunError> {
@@ -228,7 +229,7 @@ async fn start<W: Workflow>(
     let run_id = run_id.unwrap_or_default();
     let super::state::Created { state, new, shared } = super::state::create(runtime, wf, input, run_id)?;
     let documents = new.documents.clone();
-    let mut new = crate::trace::traced(new);
+    let mut new = crate::trace::traced(new.labels(labels));
     if let Some(l) = new_lease(runtime, lease) {
         new = new.lease(l);
     }

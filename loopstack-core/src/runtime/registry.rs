@@ -80,6 +80,7 @@ pub(crate) trait Drivable: Send + Sync {
         runtime: &'a Runtime,
         input: Value,
         run_id: RunId,
+        labels: crate::Labels,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>>;
 
     /// Creates a queued run from JSON input, if the workflow's input reads from JSON.
@@ -212,10 +213,15 @@ impl<W: Workflow> Drivable for Registered<W> {
         runtime: &'a Runtime,
         input: Value,
         run_id: RunId,
+        labels: crate::Labels,
     ) -> BoxFuture<'a, Result<RunOutcome, RunError>> {
         Box::pin(async move {
             let input = self.input(run_id, input)?;
-            runtime.start(&*self.workflow, input).run_id(run_id).await.map(|r| r.outcome)
+            let mut drive = runtime.start(&*self.workflow, input).run_id(run_id);
+            for (name, value) in labels {
+                drive = drive.label(name, value);
+            }
+            drive.await.map(|r| r.outcome)
         })
     }
 

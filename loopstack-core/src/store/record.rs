@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// A run's labels: names and values its starter gave it ([`NewRun::labels`]), kept
+/// with the run for filters and accounting (a tenant; the conversation a protocol
+/// started it in). Empty for most runs, which then pay nothing for them.
+pub type Labels = std::collections::BTreeMap<String, String>;
+
 /// The id of a run: a UUID (version 7, so ids sort by creation time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -266,6 +271,11 @@ pub struct RunRecord {
     /// claim's, for the worker that made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_from: Option<String>,
+    /// What the run's starter labelled it with ([`NewRun::labels`]): a tenant, the
+    /// conversation of a protocol that started it. Set at creation, never changed;
+    /// a fork keeps its source's.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 impl RunRecord {
@@ -300,6 +310,7 @@ impl RunRecord {
             trace_parent: self.trace_parent.clone(),
             held_since: self.held_since,
             taken_from: self.taken_from.clone(),
+            labels: self.labels.clone(),
         }
     }
 }
@@ -371,6 +382,11 @@ pub struct RunSummary {
     /// claim's, for the worker that made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_from: Option<String>,
+    /// What the run's starter labelled it with ([`NewRun::labels`]): a tenant, the
+    /// conversation of a protocol that started it. Set at creation, never changed;
+    /// a fork keeps its source's.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 impl RunSummary {
@@ -407,6 +423,7 @@ impl RunSummary {
             trace_parent: self.trace_parent,
             held_since: self.held_since,
             taken_from: self.taken_from,
+            labels: self.labels,
         }
     }
 }
@@ -472,6 +489,8 @@ pub struct NewRun {
     /// it ([`Workflow::on_create`](crate::Workflow::on_create)): each with its `seq`
     /// from 0 in order, and `step` 0.
     pub documents: Vec<Arc<Document>>,
+    /// Its labels ([`RunRecord::labels`]).
+    pub labels: Labels,
 }
 
 impl NewRun {
@@ -494,6 +513,7 @@ impl NewRun {
             lease: None,
             trace_parent: None,
             documents: Vec::new(),
+            labels: Labels::new(),
         }
     }
 
@@ -541,6 +561,13 @@ impl NewRun {
         self
     }
 
+    /// Labels it ([`RunRecord::labels`]).
+    #[must_use]
+    pub fn labels(mut self, labels: Labels) -> Self {
+        self.labels = labels;
+        self
+    }
+
     /// Records the W3C `traceparent` its drives continue.
     #[must_use]
     pub fn trace_parent(mut self, traceparent: Option<String>) -> Self {
@@ -579,6 +606,7 @@ impl NewRun {
             trace_parent: self.trace_parent,
             held_since: None,
             taken_from: None,
+            labels: self.labels,
         }
     }
 }

@@ -26,6 +26,28 @@ pub(super) async fn a_run_keeps_the_trace_context_it_was_created_with(store: &Ar
     assert_eq!(store.load_run(fork.run_id).await.unwrap().trace_parent, None);
 }
 
+pub(super) async fn a_run_keeps_its_labels_and_a_fork_inherits_them(store: &Arc<dyn Store>) {
+    let labels: Labels =
+        [("tenant".to_owned(), "acme \"eu\"".to_owned()), ("a2a.context".to_owned(), "ctx-1".to_owned())].into();
+    let new = || NewRun::new(RunId::new(), "labelled", "h", json_raw(json!({})));
+    let labelled = store.create_run(new().labels(labels.clone())).await.unwrap();
+    assert_eq!(labelled.labels, labels);
+    assert_eq!(store.load_run(labelled.run_id).await.unwrap().labels, labels);
+    let claimed = store.claim(labelled.run_id, &Claim::new([RunStatus::Running])).await.unwrap();
+    assert_eq!(claimed.labels, labels);
+    let queued = store.create_run(new().labels(labels.clone()).queued()).await.unwrap();
+    let lease = Lease { owner: "w".into(), until: Timestamp::now() + std::time::Duration::from_secs(30) };
+    let claimed = store.claim_runnable(&v1(&["labelled"]), &lease, Timestamp::now(), 10).await.unwrap();
+    assert_eq!(claimed.iter().map(|r| (r.run_id, &r.labels)).collect::<Vec<_>>(), [(queued.run_id, &labels)]);
+    let listed = store.list_runs(&RunQuery::new().workflow("labelled")).await.unwrap();
+    assert!(listed.runs.iter().all(|r| r.labels == labels), "{listed:?}");
+    // None unless given; a fork is its source's tenant's, in its conversation.
+    let plain = store.create_run(new()).await.unwrap();
+    assert!(store.load_run(plain.run_id).await.unwrap().labels.is_empty());
+    let fork = store.fork(labelled.run_id, 0, RunId::new(), None).await.unwrap();
+    assert_eq!(store.load_run(fork.run_id).await.unwrap().labels, labels);
+}
+
 pub(super) async fn a_child_records_its_parent_and_the_signal_it_sends(store: &Arc<dyn Store>) {
     let parent = waiting_parent(store, "parenting").await;
     let state = json_raw(json!({}));

@@ -236,6 +236,7 @@ async fn suite(store: Arc<dyn Store>, spoil: Option<Spoil>) {
     a_notification_for_a_finished_or_missing_run_is_dropped(&store).await;
     racing_commits_of_one_child_notify_its_parent_once(&store).await;
     a_run_keeps_the_trace_context_it_was_created_with(&store).await;
+    a_run_keeps_its_labels_and_a_fork_inherits_them(&store).await;
     schedules_start_each_due_time_once(&store).await;
     overlapping_due_times_follow_the_schedules_policy(&store).await;
     a_clock_far_ahead_moves_a_schedule_one_period_at_most(&store).await;

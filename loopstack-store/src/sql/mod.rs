@@ -200,6 +200,14 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
 }
 
 /// Steps, epochs and ids are `u64` in Rust and `BIGINT` in SQL.
+/// A run's labels as their column holds them: a JSON object, or NULL for none.
+pub(crate) fn labels_column(labels: &loopstack_core::Labels) -> Result<Option<String>, StoreError> {
+    if labels.is_empty() {
+        return Ok(None);
+    }
+    loopstack_core::serde_json::to_string(labels).map(Some).map_err(|e| StoreError::Backend(e.to_string().into()))
+}
+
 pub(crate) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -31,7 +31,7 @@ macro_rules! run_columns {
     () => {
         "run_id, workflow, status, place, step, error, definition_hash, version, \
      parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, wake_at, lease_owner, \
-     lease_until, created_at, updated_at, trace_parent, held_since, taken_from"
+     lease_until, created_at, updated_at, trace_parent, held_since, taken_from, labels"
     };
 }
 
@@ -174,8 +174,8 @@ pub(crate) const CLAIM: &str = concat!(
 
 pub(crate) const INSERT_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
             definition_hash, version, parent, parent_signal, forked_from, forked_step, epoch, signal_seq, waiting_for, \
-            place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent) \
-            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12) \
+            place_since, wake_at, lease_owner, lease_until, created_at, updated_at, trace_parent, labels) \
+            VALUES ($1, $2, $3, 'start', 0, NULL, $4, $11, $5, $10, NULL, NULL, $6, 0, '[]', $9, NULL, $7, $8, $9, $9, $12, $13) \
             ON CONFLICT (run_id) DO NOTHING";
 
 pub(crate) const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE run_id = $1";
@@ -367,9 +367,9 @@ pub(crate) const HAS_PENDING: &str =
 /// A fork is nobody's child: `parent` and `parent_signal` stay NULL.
 pub(crate) const FORK_RUN: &str = "INSERT INTO runs (run_id, workflow, status, place, step, error, \
             definition_hash, version, parent, forked_from, forked_step, epoch, signal_seq, waiting_for, place_since, \
-            wake_at, lease_owner, lease_until, created_at, updated_at) \
+            wake_at, lease_owner, lease_until, created_at, updated_at, labels) \
             SELECT $2, workflow, 'running', $3, $4, NULL, definition_hash, version, NULL, run_id, $4, 1, 0, '[]', $5, \
-            NULL, NULL, NULL, $5, $5 FROM runs WHERE run_id = $1";
+            NULL, NULL, NULL, $5, $5, labels FROM runs WHERE run_id = $1";
 
 pub(crate) const FORK_CHECKPOINTS: &str = concat!(
     "INSERT INTO checkpoints (run, step, transition, to_place, state, \

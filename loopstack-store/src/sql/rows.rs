@@ -154,6 +154,10 @@ pub(crate) fn summary(row: &impl Cols) -> Result<RunSummary, StoreError> {
         trace_parent: row.text_opt("trace_parent")?,
         held_since: row.int_opt("held_since")?.map(Timestamp::from_millis),
         taken_from: row.text_opt("taken_from")?,
+        labels: match row.text_opt("labels")? {
+            Some(labels) => serde_json::from_str(&labels).map_err(corrupt)?,
+            None => loopstack_core::Labels::new(),
+        },
     };
     if let (Some(id), Some(step)) = (forked_from, forked_step) {
         record.forked_from = Some((RunId(id), to_u64(step)?));

@@ -77,6 +77,7 @@ where
             .bind(run.parent_signal.as_deref())
             .bind(i64::from(run.version))
             .bind(run.trace_parent.as_deref())
+            .bind(super::labels_column(&run.labels)?)
             .execute(&mut **tx)
             .await
             .map_err(backend)?;

@@ -42,6 +42,7 @@ const MIGRATIONS: &[conn::Migration] = &[
     (9, "schedule overlap", include_str!("../../migrations/sqlite/0009_schedule_overlap.sql")),
     (11, "takeovers", include_str!("../../migrations/sqlite/0011_takeovers.sql")),
     (12, "holder", include_str!("../../migrations/sqlite/0012_holder.sql")),
+    (13, "labels", include_str!("../../migrations/sqlite/0013_labels.sql")),
 ];
 
 /// The worker's claim in SQLite's words: no row locks (one writer at a time), the

@@ -53,6 +53,7 @@ pub(super) fn insert_run(conn: &Conn<'_>, run: &NewRun, epoch: i64, now: i64) ->
     let until = run.lease.as_ref().map(|l| l.until.as_millis());
     let parent = run.parent.map(|p| p.0);
     let version = i64::from(run.version);
+    let labels = crate::sql::labels_column(&run.labels)?;
     let done = exec(
         conn,
         INSERT_RUN,
@@ -69,6 +70,7 @@ pub(super) fn insert_run(conn: &Conn<'_>, run: &NewRun, epoch: i64, now: i64) ->
             &run.parent_signal,
             &version,
             &run.trace_parent,
+            &labels,
         ],
     )?;
     if done == 0 {

@@ -350,6 +350,8 @@ impl Store for MemoryStore {
             trace_parent: None,
             held_since: None,
             taken_from: None,
+            // A fork is the same tenant's, in the same conversation.
+            labels: src.record.labels.clone(),
         };
         let mut run = MemRun {
             record,
