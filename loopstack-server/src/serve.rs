@@ -78,6 +78,10 @@ mod runs;
 mod schedules;
 mod threads;
 
+/// The label that keeps an A2A task's context id with its run (feature `a2a`).
+#[cfg(feature = "a2a")]
+pub use threads::a2a::CONTEXT_LABEL as A2A_CONTEXT_LABEL;
+
 pub use probes::router as metrics_router;
 
 use runs::*;
@@ -136,6 +140,13 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
         "/mcp",
         crate::mcp_server::http_service(crate::mcp_server::McpHandler::new(app.runtime.clone())),
     );
+    // A2A at `/a2a` and `/a2a/{name}`, each with its agent card.
+    #[cfg(feature = "a2a")]
+    let router = router
+        .route("/.well-known/agent-card.json", get(threads::a2a::root_card))
+        .route("/a2a", post(threads::a2a::root_rpc))
+        .route("/a2a/{name}", post(threads::a2a::agent_rpc))
+        .route("/a2a/{name}/.well-known/agent-card.json", get(threads::a2a::agent_card));
     router
         .route("/metrics", get(probes::metrics))
         .route("/api/openapi.json", get(openapi))

@@ -25,7 +25,7 @@ pub(crate) fn example(name: &str) -> PathBuf {
 
 /// The crate's features this test was built with. A feature missing here is left
 /// out of the examples the tests build (which then build again, without it).
-const FEATURES: [(&str, bool); 15] = [
+const FEATURES: [(&str, bool); 16] = [
     ("macros", cfg!(feature = "macros")),
     ("anthropic", cfg!(feature = "anthropic")),
     ("openai", cfg!(feature = "openai")),
@@ -35,6 +35,7 @@ const FEATURES: [(&str, bool); 15] = [
     ("postgres", cfg!(feature = "postgres")),
     ("cli", cfg!(feature = "cli")),
     ("serve", cfg!(feature = "serve")),
+    ("a2a", cfg!(feature = "a2a")),
     ("metrics", cfg!(feature = "metrics")),
     ("mcp", cfg!(feature = "mcp")),
     ("mcp-oauth", cfg!(feature = "mcp-oauth")),

@@ -81,8 +81,9 @@ pub(crate) async fn run(
     };
     let known_results: Vec<String> =
         input.messages.iter().filter(|m| m.role == "tool").filter_map(|m| m.tool_call_id.clone()).collect();
+    let labels = [("ag-ui.thread".to_owned(), input.thread_id.clone())].into();
     let request =
-        Request { app, def, name, thread_id: input.thread_id, client_run: input.run_id, run_id, known_results };
+        Request { app, def, name, thread_id: input.thread_id, client_run: input.run_id, run_id, known_results, labels };
     request.respond(action, record, next, source, AgUi).into_response()
 }
 

@@ -134,6 +134,7 @@ pub(crate) async fn chat(
         Err(e) => return store_error(&e),
     };
     let encoder = UiStream::new(request.tools.iter().map(|t| t.name.clone()).collect(), answers.denied);
+    let labels = [("ai-sdk.chat".to_owned(), request.id.clone())].into();
     let request = Request {
         app,
         def,
@@ -142,6 +143,7 @@ pub(crate) async fn chat(
         client_run: String::new(),
         run_id,
         known_results: answers.outputs,
+        labels,
     };
     with_header(request.respond(action, record, next, source, encoder).into_response())
 }
@@ -173,8 +175,16 @@ pub(crate) async fn resume(State(app): State<App>, PathJson((name, chat)): PathJ
         Ok(documents) => Translator::turn_of(&documents),
         Err(e) => return store_error(&e),
     };
-    let request =
-        Request { app, def, name, thread_id: chat, client_run: String::new(), run_id, known_results: Vec::new() };
+    let request = Request {
+        app,
+        def,
+        name,
+        thread_id: chat,
+        client_run: String::new(),
+        run_id,
+        known_results: Vec::new(),
+        labels: loopstack_core::Labels::new(),
+    };
     let encoder = UiStream::new(HashSet::new(), HashSet::new());
     with_header(request.respond(Action::Follow, Some(record), turn, source, encoder).into_response())
 }

@@ -18,6 +18,8 @@ use loopstack_llm::agent::{DECIDE_TOOLS, RESOLVE_TOOLS};
 use super::*;
 use crate::views::Waits;
 
+#[cfg(feature = "a2a")]
+pub(super) mod a2a;
 pub(super) mod ag_ui;
 pub(super) mod ai_sdk;
 mod translate;
@@ -211,6 +213,8 @@ struct Request {
     run_id: RunId,
     /// The calls whose results the client sent.
     known_results: Vec<String>,
+    /// The labels a run this request starts carries: the protocol's conversation.
+    labels: loopstack_core::Labels,
 }
 
 impl Request {
@@ -224,14 +228,29 @@ impl Request {
         source: Source,
         encoder: impl Encoder,
     ) -> Sse<impl futures::Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
-        let (sender, receiver) = tokio::sync::mpsc::channel::<String>(64);
-        let sender = Sender { sender, encoder: Box::new(encoder) };
-        tokio::spawn(self.stream(action, record, next, source, sender));
+        let receiver = self.spawn(action, record, next, source, encoder);
         let events = futures::stream::unfold(receiver, |mut receiver| async move {
             let data = receiver.recv().await?;
             Some((Ok(SseEvent::default().data(data)), receiver))
         });
         Sse::new(events).keep_alive(KeepAlive::default())
+    }
+
+    /// Acts on the run in a task of its own, which sends the encoded events to the
+    /// receiver until the run settles or the receiver is dropped (the run's drive
+    /// goes on without it).
+    fn spawn(
+        self,
+        action: Action,
+        record: Option<RunRecord>,
+        next: u64,
+        source: Source,
+        encoder: impl Encoder,
+    ) -> tokio::sync::mpsc::Receiver<String> {
+        let (sender, receiver) = tokio::sync::mpsc::channel::<String>(64);
+        let sender = Sender { sender, encoder: Box::new(encoder) };
+        tokio::spawn(self.stream(action, record, next, source, sender));
+        receiver
     }
 
     async fn stream(
@@ -261,7 +280,8 @@ impl Request {
         let mut drive = match action {
             Action::Start(value) => {
                 let name = self.name.clone();
-                Some(tokio::spawn(async move { runtime.start_by_name(&name, value, run_id).await }))
+                let labels = self.labels.clone();
+                Some(tokio::spawn(async move { runtime.start_labeled_by_name(&name, value, run_id, labels).await }))
             }
             Action::Signal(signal, payload) => {
                 Some(tokio::spawn(async move { runtime.signal_by_name(run_id, &signal, payload).await }))

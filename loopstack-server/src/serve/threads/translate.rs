@@ -345,7 +345,7 @@ impl Translator {
 }
 
 /// Whether `doc` is a message of a conversation of the run.
-fn is_message(doc: &Document) -> bool {
+pub(super) fn is_message(doc: &Document) -> bool {
     use loopstack_llm::generate::{CONVERSATION_TAG, MESSAGE_DOCUMENT};
     doc.doc_type == MESSAGE_DOCUMENT && doc.tags.iter().any(|t| t == CONVERSATION_TAG)
 }

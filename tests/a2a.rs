@@ -1,0 +1,378 @@
+//! A2A 1.0 at `/a2a`, over a real socket: agent cards, a task that completes with
+//! its answer, a call approved through `input-required` (and across a restart of
+//! the server), a chat's turns on one task, the stream of a task, a message sent
+//! twice, and every bad request answered with the protocol's error. The official
+//! SDKs check the same over the wire in `a2a_sdk_*` below.
+
+use std::sync::Arc;
+
+use loopstack::llm::{Agent, ScriptedModel};
+use loopstack::prelude::*;
+use loopstack::serve::{A2A_CONTEXT_LABEL, ServeOptions, serve};
+use loopstack::{MemoryStore, RunQuery, Store};
+use serde_json::{Value, json};
+
+mod common;
+use common::stores::on_every_store;
+
+/// Today's weather in a city.
+#[tool]
+async fn weather(city: String) -> Result<String, ToolError> {
+    Ok(format!("Sunny in {city}"))
+}
+
+/// Restarts a service; a person approves each call.
+#[tool(approve)]
+async fn restart_service(service: String) -> Result<String, ToolError> {
+    Ok(format!("{service} restarted"))
+}
+
+/// Calls `tool` first, then answers with the tool's result (or, for a chat's later
+/// turns, with what it was told last).
+fn model(tool: &'static str, arguments: Value) -> ScriptedModel {
+    ScriptedModel::from_fn(move |req| {
+        let last = req.messages.last().unwrap();
+        Ok(match last.tool_results_iter().next() {
+            Some(result) => ScriptedModel::new().text_response(format!("Done: {}", result.content)),
+            None if req.messages.len() == 1 => ScriptedModel::new().tool_call_response(tool, arguments.clone()),
+            None => ScriptedModel::new().text_response(format!("You said: {}", last.text())),
+        })
+    })
+}
+
+fn runtime(store: Arc<dyn Store>) -> Runtime {
+    let weather =
+        Agent::new(model("weather", json!({"city": "Paris"})), "m", ToolRegistry::new().with(Weather).unwrap())
+            .named("weather")
+            .unwrap();
+    let ops = Agent::new(
+        model("restart_service", json!({"service": "api"})),
+        "m",
+        ToolRegistry::new().with(RestartService).unwrap(),
+    )
+    .named("ops")
+    .unwrap();
+    let chat = Agent::new(model("weather", json!({"city": "Oslo"})), "m", ToolRegistry::new().with(Weather).unwrap())
+        .chat(true)
+        .named("chat")
+        .unwrap();
+    Runtime::with_shared_store(store).register(weather).register(ops).register(chat)
+}
+
+/// Serves `runtime`; its address and the task serving it.
+async fn start(runtime: Runtime, options: ServeOptions) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(serve(listener, runtime, options));
+    (address, task)
+}
+
+fn client() -> reqwest::Client {
+    loopstack_model::http::client_builder().timeout(std::time::Duration::from_secs(30)).build().unwrap()
+}
+
+/// One JSON-RPC call of `method` on `path`; the response's body.
+async fn call(address: &str, path: &str, method: &str, params: Value) -> Value {
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
+    let response =
+        client().post(format!("http://{address}{path}")).header("A2A-Version", "1.0").json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let value: Value = response.json().await.unwrap();
+    assert_eq!((&value["jsonrpc"], &value["id"]), (&json!("2.0"), &json!(7)), "{value}");
+    value
+}
+
+/// A streaming call: the results of its events, in order.
+async fn stream(address: &str, path: &str, method: &str, params: Value) -> Vec<Value> {
+    let body = json!({ "jsonrpc": "2.0", "id": "s", "method": method, "params": params });
+    let response = client()
+        .post(format!("http://{address}{path}"))
+        .header("A2A-Version", "1.0")
+        .header("Accept", "text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|data| {
+            let value: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(value["id"], "s", "{value}");
+            value
+        })
+        .collect()
+}
+
+fn message(text: &str, id: &str) -> Value {
+    json!({ "messageId": id, "role": "ROLE_USER", "parts": [{ "text": text }] })
+}
+
+fn result(value: &Value) -> &Value {
+    assert!(value.get("error").is_none(), "an error: {value}");
+    &value["result"]
+}
+
+fn error_code(value: &Value) -> i64 {
+    value["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {value}"))
+}
+
+async fn an_agent_answers_a_message_as_a_completed_task(store: Arc<dyn Store>) {
+    let (address, server) = start(runtime(store.clone()), ServeOptions::new()).await;
+    let sent =
+        call(&address, "/a2a/weather", "SendMessage", json!({ "message": message("Weather in Paris?", "m-1") })).await;
+    let task = &result(&sent)["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(
+        task["artifacts"],
+        json!([{
+            "artifactId": "result", "name": "result", "description": "The agent's answer.",
+            "parts": [{ "text": "Done: Sunny in Paris" }],
+        }])
+    );
+    let history: Vec<(&str, &str)> = task["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["parts"][0]["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(history, [("ROLE_USER", "Weather in Paris?"), ("ROLE_AGENT", "Done: Sunny in Paris")]);
+    // The task is the run, its context kept with it.
+    let id = task["id"].as_str().unwrap();
+    let context = task["contextId"].as_str().unwrap();
+    let record = store.load_run(id.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        (record.workflow.as_ref(), record.labels.get(A2A_CONTEXT_LABEL).map(String::as_str)),
+        ("weather", Some(context))
+    );
+    let got = call(&address, "/a2a/weather", "GetTask", json!({ "id": id, "historyLength": 1 })).await;
+    let got = result(&got);
+    assert_eq!(
+        (&got["id"], &got["contextId"], &got["status"]["state"]),
+        (&json!(id), &json!(context), &json!("TASK_STATE_COMPLETED"))
+    );
+    assert_eq!(got["history"].as_array().unwrap().len(), 1, "{got}");
+    // Sent again (the answer was lost): the same task, no second run.
+    let again =
+        call(&address, "/a2a/weather", "SendMessage", json!({ "message": message("Weather in Paris?", "m-1") })).await;
+    assert_eq!(result(&again)["task"]["id"], json!(id));
+    let runs = store.list_runs(&RunQuery::new().workflow("weather")).await.unwrap();
+    assert_eq!(runs.runs.len(), 1);
+    // A client's context is kept.
+    let mut given = message("And in Oslo?", "m-2");
+    given["contextId"] = json!("ctx-42");
+    let sent = call(&address, "/a2a/weather", "SendMessage", json!({ "message": given })).await;
+    assert_eq!(result(&sent)["task"]["contextId"], "ctx-42");
+    server.abort();
+}
+
+async fn an_approval_is_input_required_and_the_next_message_decides_it(store: Arc<dyn Store>) {
+    let (address, server) = start(runtime(store.clone()), ServeOptions::new()).await;
+    let sent =
+        call(&address, "/a2a/ops", "SendMessage", json!({ "message": message("Restart the api", "m-ops") })).await;
+    let task = &result(&sent)["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{task}");
+    let parts = task["status"]["message"]["parts"].as_array().unwrap();
+    assert!(parts[0]["text"].as_str().unwrap().contains("Approve the call of `restart_service`"), "{parts:?}");
+    let interrupt = &parts[1]["data"]["interrupts"][0];
+    assert_eq!(interrupt["reason"], "tool_approval");
+    assert_eq!(interrupt["responseSchema"]["required"], json!(["approved"]));
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    // The server goes; the run waits in the store.
+    server.abort();
+    let _ = server.await;
+    let (address, server) = start(runtime(store.clone()), ServeOptions::new()).await;
+    // An answer that says nothing is refused, and the run still waits.
+    let mut vague = message("maybe later", "m-vague");
+    vague["taskId"] = json!(task_id);
+    let refused = call(&address, "/a2a/ops", "SendMessage", json!({ "message": vague })).await;
+    assert_eq!(error_code(&refused), -32602);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("`approve` or `deny`"), "{refused}");
+    let mut answer = json!({ "messageId": "m-yes", "role": "ROLE_USER", "parts": [{ "data": { "approved": true } }] });
+    answer["taskId"] = json!(task_id);
+    let done = call(&address, "/a2a/ops", "SendMessage", json!({ "message": answer })).await;
+    let task = &result(&done)["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "Done: api restarted");
+    // An ended task takes no message.
+    let mut late = message("again", "m-late");
+    late["taskId"] = json!(task_id);
+    let refused = call(&address, "/a2a/ops", "SendMessage", json!({ "message": late })).await;
+    assert_eq!(error_code(&refused), -32004);
+    // A denial reaches the model as the call's result.
+    let sent =
+        call(&address, "/a2a/ops", "SendMessage", json!({ "message": message("Restart the api", "m-ops-2") })).await;
+    let mut deny = message("deny", "m-no");
+    deny["taskId"] = result(&sent)["task"]["id"].clone();
+    let done = call(&address, "/a2a/ops", "SendMessage", json!({ "message": deny })).await;
+    let answer = result(&done)["task"]["artifacts"][0]["parts"][0]["text"].as_str().unwrap().to_owned();
+    assert!(answer.contains("denied"), "{answer}");
+    server.abort();
+}
+
+async fn a_chat_takes_its_turns_on_one_task(store: Arc<dyn Store>) {
+    let (address, server) = start(runtime(store), ServeOptions::new()).await;
+    let sent =
+        call(&address, "/a2a/chat", "SendMessage", json!({ "message": message("Weather in Oslo?", "c-1") })).await;
+    let task = &result(&sent)["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{task}");
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "Done: Sunny in Oslo");
+    let mut next = message("Thanks", "c-2");
+    next["taskId"] = task["id"].clone();
+    let sent = call(&address, "/a2a/chat", "SendMessage", json!({ "message": next })).await;
+    let task = &result(&sent)["task"];
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "You said: Thanks");
+    assert_eq!(task["history"].as_array().unwrap().len(), 4, "{task}");
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_streamed_task_says_each_step_and_ends_with_its_answer() {
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    let events =
+        stream(&address, "/a2a/weather", "SendStreamingMessage", json!({ "message": message("Paris?", "s-1") })).await;
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let result = result(e).as_object().unwrap();
+            let (kind, value) = result.iter().next().unwrap();
+            match kind.as_str() {
+                "statusUpdate" => {
+                    let data = &value["status"]["message"]["parts"][0]["data"];
+                    let what = data.as_object().and_then(|d| d.keys().next().cloned()).unwrap_or_default();
+                    format!("status {} {what}", value["status"]["state"].as_str().unwrap())
+                }
+                kind => kind.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "task",
+            "status TASK_STATE_WORKING ",
+            "status TASK_STATE_WORKING toolCall",
+            "status TASK_STATE_WORKING toolResult",
+            "status TASK_STATE_WORKING ",
+            "artifactUpdate",
+            "status TASK_STATE_COMPLETED ",
+        ]
+    );
+    let task = &result(&events[0])["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED");
+    assert_eq!(result(&events[4])["statusUpdate"]["status"]["message"]["parts"][0]["text"], "Done: Sunny in Paris");
+    assert_eq!(result(&events[5])["artifactUpdate"]["artifact"]["parts"][0]["text"], "Done: Sunny in Paris");
+    // A task that ended is read, not followed: an error, not a stream.
+    let id = task["id"].clone();
+    let refused = call(&address, "/a2a/weather", "SubscribeToTask", json!({ "id": id })).await;
+    assert_eq!(error_code(&refused), -32004);
+    server.abort();
+}
+
+#[tokio::test]
+async fn cards_describe_the_agents_and_their_endpoints() {
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    let card: Value = client()
+        .get(format!("http://{address}/a2a/ops/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["name"], "ops");
+    assert_eq!(
+        card["supportedInterfaces"],
+        json!([{ "url": format!("http://{address}/a2a/ops"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }])
+    );
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["skills"][0]["id"], "ops");
+    assert!(card.get("securitySchemes").is_none());
+    let root: Value = client()
+        .get(format!("http://{address}/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let skills: Vec<&str> = root["skills"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(skills, ["chat", "ops", "weather"]);
+    assert_eq!(root["supportedInterfaces"][0]["url"], format!("http://{address}/a2a"));
+    // The root endpoint takes the agent as `tenant`, and needs one here.
+    let sent =
+        call(&address, "/a2a", "SendMessage", json!({ "message": message("Paris?", "r-1"), "tenant": "weather" }))
+            .await;
+    assert_eq!(result(&sent)["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    let refused = call(&address, "/a2a", "SendMessage", json!({ "message": message("Paris?", "r-2") })).await;
+    assert_eq!(error_code(&refused), -32602);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("chat, ops, weather"), "{refused}");
+    server.abort();
+    // With a token, the card says how to send it, and is behind it.
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new().token("s3cret")).await;
+    let url = format!("http://{address}/a2a/ops/.well-known/agent-card.json");
+    assert_eq!(client().get(&url).send().await.unwrap().status(), 401);
+    let card: Value = client().get(&url).bearer_auth("s3cret").send().await.unwrap().json().await.unwrap();
+    assert_eq!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer");
+    assert_eq!(card["securityRequirements"], json!([{ "schemes": { "bearer": { "list": [] } } }]));
+    server.abort();
+}
+
+#[tokio::test]
+async fn bad_requests_get_the_protocols_errors_and_change_nothing() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (address, server) = start(runtime(store.clone()), ServeOptions::new()).await;
+    let post = |body: String, version: Option<&'static str>| {
+        let address = address.clone();
+        async move {
+            let mut request = client()
+                .post(format!("http://{address}/a2a/weather"))
+                .header("Content-Type", "application/json")
+                .body(body);
+            if let Some(version) = version {
+                request = request.header("A2A-Version", version);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    assert_eq!(error_code(&post("{not json".into(), None).await), -32700);
+    assert_eq!(error_code(&post(json!({ "id": 1 }).to_string(), None).await), -32600);
+    let rpc = |method: &str, params: Value| json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let version = post(rpc("GetTask", json!({ "id": "x" })).to_string(), Some("2.0")).await;
+    assert_eq!(error_code(&version), -32009);
+    assert_eq!(error_code(&post(rpc("tasks/frobnicate", json!({})).to_string(), None).await), -32601);
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "GetTask", json!({ "id": "nope" })).await), -32001);
+    let unknown = RunId::new().to_string();
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "CancelTask", json!({ "id": unknown })).await), -32001);
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "GetTask", json!({ "task": 1 })).await), -32602);
+    let file = json!({ "messageId": "f", "role": "ROLE_USER", "parts": [{ "url": "https://example.com/a.pdf" }] });
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "SendMessage", json!({ "message": file })).await), -32005);
+    let agent = json!({ "messageId": "a", "role": "ROLE_AGENT", "parts": [{ "text": "hi" }] });
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "SendMessage", json!({ "message": agent })).await), -32602);
+    let push = call(&address, "/a2a/weather", "CreateTaskPushNotificationConfig", json!({})).await;
+    assert_eq!(error_code(&push), -32003);
+    assert!(store.list_runs(&RunQuery::new()).await.unwrap().runs.is_empty());
+    // A task of another agent is not this endpoint's; an ended one cannot be cancelled.
+    let sent = call(&address, "/a2a/weather", "SendMessage", json!({ "message": message("Paris?", "b-1") })).await;
+    let id = result(&sent)["task"]["id"].clone();
+    assert_eq!(error_code(&call(&address, "/a2a/ops", "GetTask", json!({ "id": id })).await), -32001);
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "CancelTask", json!({ "id": id })).await), -32002);
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_task_that_needs_input_is_cancelled() {
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    let sent = call(&address, "/a2a/ops", "SendMessage", json!({ "message": message("Restart", "x-1") })).await;
+    let id = result(&sent)["task"]["id"].clone();
+    let cancelled = call(&address, "/a2a/ops", "CancelTask", json!({ "id": id })).await;
+    assert_eq!(result(&cancelled)["status"]["state"], "TASK_STATE_CANCELED");
+    server.abort();
+}
+
+on_every_store!(an_agent_answers_a_message_as_a_completed_task);
+on_every_store!(an_approval_is_input_required_and_the_next_message_decides_it);
+on_every_store!(a_chat_takes_its_turns_on_one_task);
