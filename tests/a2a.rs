@@ -282,9 +282,18 @@ async fn cards_describe_the_agents_and_their_endpoints() {
         .await
         .unwrap();
     assert_eq!(card["name"], "ops");
+    let url = format!("http://{address}/a2a/ops");
     assert_eq!(
         card["supportedInterfaces"],
-        json!([{ "url": format!("http://{address}/a2a/ops"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }])
+        json!([
+            { "url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0" },
+            { "url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3" },
+        ])
+    );
+    // What a 0.3 client reads.
+    assert_eq!(
+        (&card["url"], &card["protocolVersion"], &card["preferredTransport"]),
+        (&json!(url), &json!("0.3.0"), &json!("JSONRPC"))
     );
     assert_eq!(card["capabilities"]["streaming"], true);
     assert_eq!(card["skills"][0]["id"], "ops");
@@ -376,3 +385,147 @@ async fn a_task_that_needs_input_is_cancelled() {
 on_every_store!(an_agent_answers_a_message_as_a_completed_task);
 on_every_store!(an_approval_is_input_required_and_the_next_message_decides_it);
 on_every_store!(a_chat_takes_its_turns_on_one_task);
+
+/// The pinned version `.ci/protocol-clients` installs of the official Python SDK.
+const A2A_PYTHON_VERSION: &str = "1.3.0";
+
+/// A Python with the official A2A SDK, or `None` (the test is skipped, saying so)
+/// when there is none outside CI.
+fn python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("LOOPSTACK_A2A_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/a2a-python/bin/python"));
+    let has_sdk = std::process::Command::new(&python)
+        .args(["-c", "import a2a.client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_sdk {
+        return Some(python);
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !ci,
+        "the A2A SDK tests need the official Python SDK at {} where CI is set: run `.ci/protocol-clients` (as \
+         .ci/run does), or set LOOPSTACK_A2A_PYTHON to a Python that has `a2a-sdk`",
+        python.display()
+    );
+    use std::io::Write as _;
+    // Straight to the terminal: the harness hides the output of tests that pass.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: the A2A SDK test needs the official Python SDK at {}; run `.ci/protocol-clients` (python3 -m venv \
+         and pip install a2a-sdk=={A2A_PYTHON_VERSION} under target/a2a-python), then `cargo test --test a2a \
+         --features a2a,macros,sqlite,postgres`",
+        python.display()
+    );
+    None
+}
+
+/// Runs `script` with `program` and `args`; the JSON object it printed.
+async fn script(program: &std::path::Path, script: &std::path::Path, args: &[&str]) -> Value {
+    let output = tokio::process::Command::new(program).arg(script).args(args).kill_on_drop(true).output();
+    let output =
+        tokio::time::timeout(std::time::Duration::from_secs(120), output).await.expect("the client hangs").unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed: {stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// The first key of an object: a `StreamResponse`'s kind.
+fn kind(event: &Value) -> &str {
+    event.as_object().and_then(|o| o.keys().next()).map_or("", String::as_str)
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_streams_approves_cancels_and_chats() {
+    let Some(python) = python() else { return };
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_sdk_client.py");
+    let seen = script(&python, &path, &[&format!("http://{address}")]).await;
+    let stream = seen["stream"].as_array().unwrap();
+    let kinds: Vec<&str> = stream.iter().map(kind).collect();
+    assert_eq!(kinds.first(), Some(&"task"), "{seen}");
+    assert_eq!(kinds[kinds.len() - 2..], ["artifactUpdate", "statusUpdate"], "{seen}");
+    assert_eq!(stream.last().unwrap()["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED");
+    let task = &seen["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "Done: Sunny in Paris");
+    assert_eq!(task["history"].as_array().unwrap().len(), 2);
+    assert_eq!(seen["needs_input"][0]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    let approved = &seen["approved"][0]["task"];
+    assert_eq!(approved["status"]["state"], "TASK_STATE_COMPLETED", "{seen}");
+    assert_eq!(approved["artifacts"][0]["parts"][0]["text"], "Done: api restarted");
+    assert_eq!(seen["cancelled"]["status"]["state"], "TASK_STATE_CANCELED");
+    assert_eq!(seen["unknown"], "TaskNotFoundError");
+    let first = &seen["chat_first"]["statusUpdate"]["status"];
+    assert_eq!(
+        (&first["state"], &first["message"]["parts"][0]["text"]),
+        (&json!("TASK_STATE_INPUT_REQUIRED"), &json!("Done: Sunny in Oslo"))
+    );
+    let second = &seen["chat_second"]["statusUpdate"]["status"];
+    assert_eq!(second["message"]["parts"][0]["text"], "You said: Thanks", "{seen}");
+    // Subscribing to a task that waits for input: the task as it stands, then its state again.
+    let subscribed = seen["subscribe"].as_array().unwrap();
+    assert_eq!(subscribed[0]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{seen}");
+    // The SDK's 0.3 client: the same task, in 0.3's words, read back as 1.0's by the SDK.
+    assert_eq!(seen["legacy_transport"], "CompatJsonRpcTransport");
+    let legacy = seen["legacy_stream"].as_array().unwrap();
+    assert_eq!(legacy[0]["task"]["status"]["state"], "TASK_STATE_SUBMITTED", "{seen}");
+    assert_eq!(legacy.last().unwrap()["statusUpdate"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{seen}");
+    let approved = seen["legacy_approved"].as_array().unwrap();
+    assert_eq!(approved.last().unwrap()["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED", "{seen}");
+    assert_eq!(seen["legacy_task"]["artifacts"][0]["parts"][0]["text"], "Done: api restarted", "{seen}");
+    server.abort();
+}
+
+/// The pinned version `.ci/protocol-clients` installs of the official JavaScript SDK.
+const A2A_JS_VERSION: &str = "1.3.0";
+
+/// The folder with Node.js 22 and `@a2a-js/sdk` in its `node_modules`, or `None`
+/// (the test is skipped, saying so) when it is missing outside CI.
+fn node_clients() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("LOOPSTACK_PROTOCOL_CLIENTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/protocol-clients"));
+    if ["node_modules/.bin/node", "node_modules/@a2a-js/sdk/package.json"].iter().all(|p| dir.join(p).exists()) {
+        return Some(dir);
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !ci,
+        "the A2A JavaScript SDK test needs {} where CI is set: run `.ci/protocol-clients` (as .ci/run does)",
+        dir.display()
+    );
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: the A2A JavaScript SDK test needs {}; run `.ci/protocol-clients` (npm installs node@22 and \
+         @a2a-js/sdk@{A2A_JS_VERSION} under target/protocol-clients), then `cargo test --test a2a --features \
+         a2a,macros,sqlite,postgres`",
+        dir.display()
+    );
+    None
+}
+
+#[tokio::test]
+async fn the_official_javascript_sdk_streams_and_approves() {
+    let Some(dir) = node_clients() else { return };
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    // Node resolves the script's imports from where the script is: next to the SDK.
+    let copy = dir.join("a2a_js_client.mjs");
+    std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_js_client.mjs"), &copy).unwrap();
+    let seen = script(&dir.join("node_modules/.bin/node"), &copy, &[&format!("http://{address}")]).await;
+    let stream: Vec<&str> = seen["stream"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!(stream.first(), Some(&"task"), "{seen}");
+    assert_eq!(stream[stream.len() - 2..], ["artifactUpdate", "statusUpdate TASK_STATE_COMPLETED"], "{seen}");
+    assert_eq!(seen["answer"], "Done: Sunny in Paris");
+    assert_eq!(
+        seen["task"],
+        json!({ "state": "TASK_STATE_COMPLETED", "history": 2, "artifact": "Done: Sunny in Paris" })
+    );
+    assert_eq!(seen["waiting"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert!(seen["waiting"]["asks"].as_str().unwrap().contains("restart_service"), "{seen}");
+    assert_eq!(seen["approved"], json!({ "state": "TASK_STATE_COMPLETED", "artifact": "Done: api restarted" }));
+    assert_eq!(seen["unknown"], "JsonRpcTaskNotFoundError");
+    server.abort();
+}

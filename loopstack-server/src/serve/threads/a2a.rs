@@ -49,6 +49,8 @@ use super::wire::{Event, Interrupt, Outcome};
 use super::*;
 use crate::views::Waits;
 
+mod v03;
+
 /// The label that keeps a task's context id with its run.
 pub const CONTEXT_LABEL: &str = "a2a.context";
 
@@ -135,13 +137,16 @@ fn card_of(app: &App, headers: &HeaderMap, name: &str, description: &str, path: 
     // The Host the request named: the API answers only to names it accepts.
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     let url = format!("{}://{host}{path}", app.scheme);
-    let mut interface = AgentInterface::new(url, ::a2a::TRANSPORT_PROTOCOL_JSONRPC);
+    let mut interface = AgentInterface::new(url.clone(), ::a2a::TRANSPORT_PROTOCOL_JSONRPC);
     interface.protocol_version = VERSION.to_owned();
+    // The same endpoint answers 0.3's methods.
+    let mut legacy = AgentInterface::new(url, ::a2a::TRANSPORT_PROTOCOL_JSONRPC);
+    legacy.protocol_version = "0.3".to_owned();
     AgentCard {
         name: name.to_owned(),
         description: description.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        supported_interfaces: vec![interface],
+        supported_interfaces: vec![interface, legacy],
         capabilities: AgentCapabilities {
             streaming: Some(true),
             push_notifications: Some(false),
@@ -171,6 +176,12 @@ fn card_of(app: &App, headers: &HeaderMap, name: &str, description: &str, path: 
 
 fn card_response(app: &App, card: AgentCard) -> Response {
     let mut value = serde_json::to_value(&card).unwrap_or(Value::Null);
+    // What a 0.3 client reads of a card (a 1.0 client ignores it).
+    if let Some(url) = card.supported_interfaces.first().map(|i| i.url.clone()) {
+        value["url"] = json!(url);
+        value["protocolVersion"] = json!("0.3.0");
+        value["preferredTransport"] = json!(::a2a::TRANSPORT_PROTOCOL_JSONRPC);
+    }
     if app.token.is_some() {
         // As the protocol's JSON has it (a map of scheme to a list of scopes):
         // the SDK's type writes the map bare.
@@ -200,12 +211,18 @@ async fn rpc(app: App, name: Option<String>, headers: &HeaderMap, body: &[u8]) -
     if let Some(version) = headers.get(::a2a::SVC_PARAM_VERSION).and_then(|v| v.to_str().ok())
         && !version.trim().is_empty()
         && version.trim().split('.').next() != Some("1")
+        && !(version.trim() == "0.3" || version.trim().starts_with("0.3."))
     {
         return rpc_error(id, A2AError::version_not_supported(version));
     }
-    let params = request.params.unwrap_or(Value::Null);
-    let call = Call { app, id: id.clone() };
-    let answer = match request.method.as_str() {
+    let (method, legacy) = match v03::method(&request.method) {
+        Some(method) => (method, true),
+        None => (request.method.as_str(), false),
+    };
+    let params = request.params.clone().unwrap_or(Value::Null);
+    let params = if legacy { v03::params(params) } else { params };
+    let call = Call { app, id: id.clone(), legacy };
+    let answer = match method {
         ::a2a::methods::SEND_MESSAGE => call.send(name, params, false).await,
         ::a2a::methods::SEND_STREAMING_MESSAGE => call.send(name, params, true).await,
         ::a2a::methods::GET_TASK => call.get(name, params).await,
@@ -229,8 +246,29 @@ async fn rpc(app: App, name: Option<String>, headers: &HeaderMap, body: &[u8]) -
     }
 }
 
+/// A JSON-RPC error answer; an error of the protocol's carries its reason as a
+/// `google.rpc.ErrorInfo` in `data`, as 1.0 has it.
 fn rpc_error(id: JsonRpcId, e: A2AError) -> Response {
-    (StatusCode::OK, axum::Json(JsonRpcResponse::error(id, e.to_jsonrpc_error()))).into_response()
+    let mut error = e.to_jsonrpc_error();
+    let reason = match e.code {
+        error_code::TASK_NOT_FOUND => Some("TASK_NOT_FOUND"),
+        error_code::TASK_NOT_CANCELABLE => Some("TASK_NOT_CANCELABLE"),
+        error_code::PUSH_NOTIFICATION_NOT_SUPPORTED => Some("PUSH_NOTIFICATION_NOT_SUPPORTED"),
+        error_code::UNSUPPORTED_OPERATION => Some("UNSUPPORTED_OPERATION"),
+        error_code::CONTENT_TYPE_NOT_SUPPORTED => Some("CONTENT_TYPE_NOT_SUPPORTED"),
+        error_code::EXTENDED_CARD_NOT_CONFIGURED => Some("EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+        error_code::VERSION_NOT_SUPPORTED => Some("VERSION_NOT_SUPPORTED"),
+        error_code::INVALID_PARAMS => Some("INVALID_PARAMS"),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        error.data = Some(json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "a2a-protocol.org",
+        }]));
+    }
+    (StatusCode::OK, axum::Json(JsonRpcResponse::error(id, error))).into_response()
 }
 
 /// The request's parameters as `T`.
@@ -261,11 +299,16 @@ async fn task_run(app: &App, name: Option<&str>, id: &str) -> Result<(&'static D
 struct Call {
     app: App,
     id: JsonRpcId,
+    /// Whether the request was 0.3's, and is answered in 0.3's shapes.
+    legacy: bool,
 }
 
 impl Call {
     fn result(&self, result: impl serde::Serialize) -> Result<Response, A2AError> {
         let mut value = serde_json::to_value(result).map_err(|e| A2AError::internal(e.to_string()))?;
+        if self.legacy {
+            value = v03::result(value);
+        }
         self.app.runtime.secrets().redact_value(&mut value);
         Ok((StatusCode::OK, axum::Json(JsonRpcResponse::success(self.id.clone(), value))).into_response())
     }
@@ -334,7 +377,7 @@ impl Call {
             }]),
             metadata: None,
         };
-        let encoder = A2aStream::new(self.id.clone(), task_id, context, Some(submitted.clone()));
+        let encoder = A2aStream::new(self.id.clone(), self.legacy, task_id, context, Some(submitted.clone()));
         if streaming {
             return Ok(sse(request.respond(action, record, next, source, encoder)));
         }
@@ -438,7 +481,7 @@ impl Call {
         let task = task(&self.app, def, &record, None).await?;
         let (next, source) = follow(&self.app.runtime, run_id, true).await.map_err(|e| store_failed(&e))?;
         let context = task.context_id.clone();
-        let encoder = A2aStream::new(self.id.clone(), run_id.to_string(), context.clone(), Some(task));
+        let encoder = A2aStream::new(self.id.clone(), self.legacy, run_id.to_string(), context.clone(), Some(task));
         let action = match record.status {
             RunStatus::Queued | RunStatus::Running => Action::Follow,
             RunStatus::Waiting if waits_on_itself(def, &record.place) => Action::Follow,
@@ -757,6 +800,8 @@ fn sse(sse: Sse<impl futures::Stream<Item = Result<SseEvent, std::convert::Infal
 /// is a `StreamResponse`.
 struct A2aStream {
     id: JsonRpcId,
+    /// Whether the events are written in 0.3's shapes.
+    legacy: bool,
     task_id: String,
     context_id: String,
     /// The task as it stood when the stream began, sent first.
@@ -772,12 +817,25 @@ struct A2aStream {
 }
 
 impl A2aStream {
-    fn new(id: JsonRpcId, task_id: String, context_id: String, first: Option<Task>) -> Self {
-        Self { id, task_id, context_id, first, working: false, text: String::new(), last_text: None, calls: Vec::new() }
+    fn new(id: JsonRpcId, legacy: bool, task_id: String, context_id: String, first: Option<Task>) -> Self {
+        Self {
+            id,
+            legacy,
+            task_id,
+            context_id,
+            first,
+            working: false,
+            text: String::new(),
+            last_text: None,
+            calls: Vec::new(),
+        }
     }
 
     fn push(&self, response: StreamResponse, out: &mut Vec<Value>) {
-        let result = serde_json::to_value(response).unwrap_or(Value::Null);
+        let mut result = serde_json::to_value(response).unwrap_or(Value::Null);
+        if self.legacy {
+            result = v03::event(result);
+        }
         out.push(serde_json::to_value(JsonRpcResponse::success(self.id.clone(), result)).unwrap_or(Value::Null));
     }
 
