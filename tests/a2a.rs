@@ -529,3 +529,181 @@ async fn the_official_javascript_sdk_streams_and_approves() {
     assert_eq!(seen["unknown"], "JsonRpcTaskNotFoundError");
     server.abort();
 }
+
+// The client: remote A2A agents as tools.
+
+use loopstack::llm::a2a::{A2aAgent, A2aError};
+use loopstack::{Effect, Tool, ToolContext};
+
+#[tokio::test]
+async fn a_remote_agent_is_a_tool_whose_call_is_one_task_however_often_it_runs() {
+    let remote: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (address, server) = start(runtime(remote.clone()), ServeOptions::new()).await;
+    let weather = A2aAgent::connect(format!("http://{address}/a2a/weather")).await.unwrap();
+    assert_eq!((weather.name(), weather.endpoint()), ("weather", format!("http://{address}/a2a/weather").as_str()));
+    assert!(weather.description().contains("remote agent `weather`"), "{}", weather.description());
+    assert_eq!(weather.options().effect, Effect::Idempotent);
+    let cx = ToolContext::new("call-1", "weather").with_run_id(RunId::new()).with_step(3);
+    let first = weather.call(json!({ "message": "Weather in Paris?" }), &cx).await.unwrap();
+    assert_eq!(first.to_text(), "Done: Sunny in Paris");
+    // The call again (its run resumed after a crash): the same task, no second run.
+    let again = weather.call(json!({ "message": "Weather in Paris?" }), &cx).await.unwrap();
+    assert_eq!(again.value().unwrap()["task_id"], first.value().unwrap()["task_id"]);
+    assert_eq!(remote.list_runs(&RunQuery::new()).await.unwrap().runs.len(), 1);
+    // The calls of one run share a context.
+    let record = remote.list_runs(&RunQuery::new()).await.unwrap().runs.remove(0);
+    assert_eq!(record.labels[A2A_CONTEXT_LABEL], format!("loopstack:{}", cx.run_id().unwrap()));
+    // Input the remote agent asks for: its question and task, then the answer.
+    let ops = A2aAgent::connect(format!("http://{address}/a2a/ops/")).await.unwrap();
+    let asked = ops.call(json!({ "message": "Restart the api" }), &ToolContext::new("c2", "ops")).await.unwrap();
+    let task = asked.value().unwrap()["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(asked.value().unwrap()["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert!(asked.to_text().contains("`ops` needs input") && asked.to_text().contains(&task), "{}", asked.to_text());
+    let done =
+        ops.call(json!({ "message": "approve", "task_id": task }), &ToolContext::new("c3", "ops")).await.unwrap();
+    assert_eq!(done.to_text(), "Done: api restarted");
+    // A message the remote agent refuses is an error the model reads.
+    let refused =
+        ops.call(json!({ "message": "approve", "task_id": task }), &ToolContext::new("c4", "ops")).await.unwrap_err();
+    assert!(refused.to_string().contains("-32004"), "{refused}");
+    let bad = ops.call(json!({ "text": "hi" }), &ToolContext::new("c5", "ops")).await.unwrap_err();
+    assert_eq!(bad.kind(), loopstack::ToolErrorKind::InvalidArguments);
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_local_agent_delegates_to_a_remote_one_over_a2a() {
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new().token("t0k")).await;
+    let url = format!("http://{address}/a2a/weather");
+    let refused = A2aAgent::connect(url.clone()).await.unwrap_err();
+    assert!(matches!(&refused, A2aError::Card { reason, .. } if reason.contains("401")), "{refused}");
+    let remote = A2aAgent::builder(url).bearer("t0k").named("forecaster").connect().await.unwrap();
+    let model = ScriptedModel::from_fn(|req| {
+        let last = req.messages.last().unwrap();
+        Ok(match last.tool_results_iter().next() {
+            Some(result) => ScriptedModel::new().text_response(format!("The forecaster says: {}", result.content)),
+            None => ScriptedModel::new().tool_call_response("forecaster", json!({ "message": "Weather in Paris?" })),
+        })
+    });
+    let desk = Agent::new(model, "m", ToolRegistry::new().with(remote).unwrap()).named("desk").unwrap();
+    let local = Runtime::new().register(desk.clone());
+    let report = local.start(&desk, "How is Paris?".into()).await.unwrap();
+    assert_eq!(desk.reply_of(report).text, "The forecaster says: Done: Sunny in Paris");
+    server.abort();
+}
+
+/// Serves the official Python SDK's agent (tests/a2a_sdk_server.py); its URL and process.
+async fn sdk_server(python: &std::path::Path) -> (String, tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt as _;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_sdk_server.py");
+    let mut child = tokio::process::Command::new(python)
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the SDK's server does not start")
+        .unwrap()
+        .expect("the SDK's server said nothing");
+    let port = line.strip_prefix("PORT ").unwrap_or_else(|| panic!("not a port: {line}"));
+    (format!("http://127.0.0.1:{port}"), child)
+}
+
+#[tokio::test]
+async fn an_agent_on_the_official_python_sdk_is_a_tool() {
+    let Some(python) = python() else { return };
+    let (url, _server) = sdk_server(&python).await;
+    let desk = A2aAgent::connect(url).await.unwrap();
+    assert_eq!(desk.name(), "desk");
+    assert!(desk.description().contains("- book: Books a table."), "{}", desk.description());
+    let echo = desk.call(json!({ "message": "hello" }), &ToolContext::new("p1", "desk")).await.unwrap();
+    assert_eq!(echo.to_text(), "Echo: hello");
+    let asked = desk.call(json!({ "message": "book a table" }), &ToolContext::new("p2", "desk")).await.unwrap();
+    assert!(asked.to_text().contains("For how many people?"), "{}", asked.to_text());
+    let task = asked.value().unwrap()["task_id"].clone();
+    let booked =
+        desk.call(json!({ "message": "four", "task_id": task }), &ToolContext::new("p3", "desk")).await.unwrap();
+    assert_eq!(booked.to_text(), "Booked a table for four");
+    let unknown = desk.task("no-such-task").await.unwrap_err();
+    assert!(matches!(unknown, A2aError::Protocol { code: -32001, .. }), "{unknown}");
+}
+
+/// A server that answers every request with `status` and `body`, or never.
+async fn hostile(answer: Option<(u16, &'static str)>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let card = json!({
+        "name": "hostile", "description": "d", "version": "1",
+        "supportedInterfaces": [{ "url": format!("http://{address}/rpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }],
+        "capabilities": {}, "defaultInputModes": [], "defaultOutputModes": [], "skills": [],
+    })
+    .to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let card = card.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0; 8192];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let is_card = String::from_utf8_lossy(&request[..n]).starts_with("GET");
+                let (status, body) = match (is_card, answer) {
+                    (true, _) => (200, card),
+                    (false, Some((status, body))) => (status, body.to_owned()),
+                    // Holds the call: never answers.
+                    (false, None) => return std::future::pending::<()>().await,
+                };
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_hostile_or_silent_server_is_a_typed_error_within_its_bound() {
+    let cx = ToolContext::new("h", "hostile");
+    let not_json = hostile(Some((200, "<html>"))).await;
+    let e = A2aAgent::connect(format!("http://{not_json}")).await.unwrap().task("t").await.unwrap_err();
+    assert!(matches!(&e, A2aError::Transport { reason, .. } if reason.contains("not a JSON-RPC answer")), "{e}");
+    let wrong_id = hostile(Some((200, r#"{"jsonrpc":"2.0","id":"x","result":{}}"#))).await;
+    let e = A2aAgent::connect(format!("http://{wrong_id}")).await.unwrap().task("t").await.unwrap_err();
+    assert!(matches!(&e, A2aError::Transport { reason, .. } if reason.contains("another request")), "{e}");
+    // A server that holds the call: the tool's timeout ends it.
+    let silent = A2aAgent::builder(format!("http://{}", hostile(None).await))
+        .timeout(std::time::Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let e = silent.call(json!({ "message": "hi" }), &cx).await.unwrap_err();
+    assert!(e.to_string().contains("hostile"), "{e}");
+    // A card that sends calls to an instance-metadata address.
+    let metadata = {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 4096];
+            let _ = socket.read(&mut buf).await;
+            let body = json!({
+                "name": "m", "description": "d", "version": "1",
+                "supportedInterfaces": [{ "url": "http://169.254.169.254/latest", "protocolBinding": "JSONRPC", "protocolVersion": "1.0" }],
+                "capabilities": {}, "defaultInputModes": [], "defaultOutputModes": [], "skills": [],
+            })
+            .to_string();
+            let response =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            let _ = socket.write_all(response.as_bytes()).await;
+        });
+        A2aAgent::connect(format!("http://{address}")).await.unwrap_err()
+    };
+    assert!(matches!(&metadata, A2aError::Card { reason, .. } if reason.contains("instance-metadata")), "{metadata}");
+}

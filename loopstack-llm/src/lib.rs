@@ -98,6 +98,9 @@ pub use loopstack_model::{Gemini, gemini};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "anthropic", feature = "openai"))))]
 pub use loopstack_model::{RetryPolicy, sse};
+#[cfg(feature = "a2a")]
+#[cfg_attr(docsrs, doc(cfg(feature = "a2a")))]
+pub mod a2a;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
