@@ -487,7 +487,9 @@ fn node_clients() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("LOOPSTACK_PROTOCOL_CLIENTS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/protocol-clients"));
-    if ["node_modules/.bin/node", "node_modules/@a2a-js/sdk/package.json"].iter().all(|p| dir.join(p).exists()) {
+    let installed =
+        ["node_modules/.bin/node", "node_modules/@a2a-js/sdk/package.json", "node_modules/express/package.json"];
+    if installed.iter().all(|p| dir.join(p).exists()) {
         return Some(dir);
     }
     let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
@@ -592,11 +594,10 @@ async fn a_local_agent_delegates_to_a_remote_one_over_a2a() {
     server.abort();
 }
 
-/// Serves the official Python SDK's agent (tests/a2a_sdk_server.py); its URL and process.
-async fn sdk_server(python: &std::path::Path) -> (String, tokio::process::Child) {
+/// Serves an official SDK's agent (`script` run by `program`); its URL and process.
+async fn sdk_server(program: &std::path::Path, script: &std::path::Path) -> (String, tokio::process::Child) {
     use tokio::io::AsyncBufReadExt as _;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_sdk_server.py");
-    let mut child = tokio::process::Command::new(python)
+    let mut child = tokio::process::Command::new(program)
         .arg(script)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -615,7 +616,23 @@ async fn sdk_server(python: &std::path::Path) -> (String, tokio::process::Child)
 #[tokio::test]
 async fn an_agent_on_the_official_python_sdk_is_a_tool() {
     let Some(python) = python() else { return };
-    let (url, _server) = sdk_server(&python).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_sdk_server.py");
+    let (url, _server) = sdk_server(&python, &script).await;
+    the_desk_is_a_tool(&url).await;
+}
+
+#[tokio::test]
+async fn an_agent_on_the_official_javascript_sdk_is_a_tool() {
+    let Some(dir) = node_clients() else { return };
+    // Node resolves the script's imports from where the script is: next to the SDK.
+    let copy = dir.join("a2a_js_server.mjs");
+    std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/a2a_js_server.mjs"), &copy).unwrap();
+    let (url, _server) = sdk_server(&dir.join("node_modules/.bin/node"), &copy).await;
+    the_desk_is_a_tool(&url).await;
+}
+
+/// The SDKs' agent (tests/a2a_sdk_server.py, tests/a2a_js_server.mjs) at `url`, as a tool.
+async fn the_desk_is_a_tool(url: &str) {
     let desk = A2aAgent::connect(url).await.unwrap();
     assert_eq!(desk.name(), "desk");
     assert!(desk.description().contains("- book: Books a table."), "{}", desk.description());

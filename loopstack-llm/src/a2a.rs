@@ -134,7 +134,9 @@ impl A2aAgentBuilder {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| card_error(e.to_string()))?;
-        let mut request = http.get(&card_url).timeout(CONNECT_TIMEOUT);
+        // Servers that still speak 0.3 answer a request without the version with
+        // 0.3's card.
+        let mut request = http.get(&card_url).timeout(CONNECT_TIMEOUT).header(::a2a::SVC_PARAM_VERSION, ::a2a::VERSION);
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
