@@ -523,6 +523,11 @@ struct BookMcpDoctests;
 #[doc = include_str!("../docs/src/frontends.md")]
 struct BookFrontendsDoctests;
 
+/// docs/src/a2a.md.
+#[cfg(all(doctest, feature = "macros", feature = "a2a"))]
+#[doc = include_str!("../docs/src/a2a.md")]
+struct BookA2aDoctests;
+
 /// docs/src/providers.md; its examples name every provider.
 #[cfg(all(doctest, feature = "anthropic", feature = "openai", feature = "gemini", feature = "bedrock"))]
 #[doc = include_str!("../docs/src/providers.md")]

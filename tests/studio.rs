@@ -860,8 +860,11 @@ async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
     let store = loopstack::SqliteStore::open(dir.join("studio.db")).await.unwrap();
     let ended = Timestamp::from_millis(Timestamp::now().as_millis() - 60_000);
     let state = serde_json::value::to_raw_value(&serde_json::json!({})).unwrap();
+    // Labelled as a protocol labels the runs it starts: the page shows them.
+    let labels = [("a2a.context".to_owned(), "ctx-7".to_owned())].into();
     let run = NewRun::new(loopstack::RunId::new(), "expense", "h", state)
-        .lease(Lease { owner: "dead-worker".into(), until: ended });
+        .lease(Lease { owner: "dead-worker".into(), until: ended })
+        .labels(labels);
     let run_id = store.create_run(run).await.unwrap().run_id;
 
     client.goto(base).await.unwrap();
@@ -872,6 +875,7 @@ async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
     client.goto(&format!("{base}#/run/{run_id}")).await.unwrap();
     until(client, "who held it", "document.querySelector('.facts .holder')?.textContent.includes('dead-worker')").await;
     until(client, "its status as stalled", "document.querySelector('.facts .badge').textContent === 'stalled'").await;
+    until(client, "its labels", "document.querySelector('.facts .labels')?.textContent === 'a2a.context=ctx-7'").await;
     screenshot(client, dir, "run-stalled.png").await;
 
     // A worker takes it over: the page says from whom, and who holds it now.

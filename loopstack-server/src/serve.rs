@@ -34,6 +34,8 @@
 //! | `POST /ag-ui/{name}` (a `RunAgentInput`) | the agent or workflow `name` over [AG-UI](https://docs.ag-ui.com) 1.0: its events as Server-Sent Events; a thread is one run, interrupts are its waits (see the book's chapter on frontends) |
 //! | `POST /ai-sdk/{name}` (`useChat`'s body) | the agent `name` over the AI SDK's UI message stream: a chat is one run, approvals are tool approval requests |
 //! | `GET /ai-sdk/{name}/{chat}/stream` | the chat's turn under way, from its beginning, after a reconnect; 204 when none is |
+//! | `POST /a2a/{name}`, `GET /a2a/{name}/.well-known/agent-card.json` | the agent `name` over [A2A](https://a2a-protocol.org) 1.0's JSON-RPC binding (feature `a2a`), and its card: a task is a run, approvals and a chat's turns are `input-required` (see the book's chapter on A2A) |
+//! | `GET /.well-known/agent-card.json`, `POST /a2a` | the deployment's card, every agent a skill, and its endpoint, where a request names its agent as `tenant` (feature `a2a`) |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //! | `GET /metrics` | the [metrics](loopstack_core::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
 //! | `GET /healthz` | 200 while the process serves; no token needed |

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use loopstack_core::serde_json::{self, Value, json};
 use loopstack_core::{Document, RunSummary, StepRecord};
 
-/// A run's row: id, workflow and its version, status, place, step, parent, times, error.
+/// A run's row: id, workflow and its version, status, place, step, parent, times,
+/// error, holder, labels.
 pub fn run(run: &RunSummary) -> Value {
     let holder = Holder::of(run, loopstack_core::Timestamp::now());
     json!({
@@ -28,6 +29,7 @@ pub fn run(run: &RunSummary) -> Value {
             "lease_until": h.until.map(|t| t.to_string()),
         })),
         "stalled": holder.is_some_and(|h| h.stalled),
+        "labels": run.labels,
     })
 }
 

@@ -300,6 +300,12 @@ export function renderRun(view) {
       h("a", { class: "compare-link", href: "#/compare/" + encodeURIComponent(run.fork.run_id) + "/" + encodeURIComponent(run.run_id), text: "compare with the original" })));
   }
   if (run.wake_at) facts.append(h("dt", { text: "timer" }), h("dd", {}, time(run.wake_at)));
+  // What its starter labelled it with: a tenant, a protocol's conversation (an A2A context).
+  const labels = Object.entries(run.labels || {});
+  if (labels.length) {
+    facts.append(h("dt", { text: "labels" }), h("dd", { class: "labels" },
+      ...labels.map(([name, value]) => h("code", { class: "label", text: name + "=" + value }))));
+  }
   // An agent run handed to another agent: the one that has the conversation.
   if (run.state && typeof run.state.agent === "string") facts.append(h("dt", { text: "agent" }), h("dd", { class: "agent", text: run.state.agent }));
 
