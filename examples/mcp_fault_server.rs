@@ -25,14 +25,17 @@
 //! - `meta`: the request's `_meta` back, as structured content;
 //! - `pid`: the process id, to tell a restarted server from the first;
 //! - `grow`: offers one more tool, `extra`, and sends `notifications/tools/list_changed`;
-//! - `shrink`: offers `extra` no more, and sends `notifications/tools/list_changed`.
+//! - `shrink`: offers `extra` no more, and sends `notifications/tools/list_changed`;
+//! - `refund {order}`: asks how much to refund (2026-07-28's input-required result,
+//!   with the roots besides), and answers with what it was told on the call made
+//!   again with the answers and its state.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, InputRequiredResult, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt as _};
@@ -93,6 +96,13 @@ impl Faults {
             Tool::new("pid", "Returns the server's process id.", no_args()),
             Tool::new("grow", "Offers the tool `extra` from now on.", no_args()),
             Tool::new("shrink", "Offers the tool `extra` no more.", no_args()),
+            Tool::new(
+                "refund",
+                "Refunds an order, asking how much.",
+                schema(json!({
+                    "type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"],
+                })),
+            ),
         ];
         if self.grown.load(Ordering::SeqCst) {
             tools.push(Tool::new("extra", "Offered after `grow`.", no_args()));
@@ -139,6 +149,9 @@ impl ServerHandler for Faults {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == "refund" {
+            return Ok(refund(request));
+        }
         self.call(request, context).await.map(Into::into)
     }
 }
@@ -186,6 +199,34 @@ impl Faults {
             other => Err(ErrorData::invalid_params(format!("no tool named {other}"), None)),
         }
     }
+}
+
+/// `refund`: a round trip. Asked without answers, it asks (and lists the roots);
+/// asked again, it reads the answer and the state it gave.
+fn refund(request: CallToolRequestParams) -> CallToolResponse {
+    let order = request.arguments.as_ref().and_then(|a| a.get("order")).and_then(Value::as_str).unwrap_or_default();
+    let Some(responses) = request.input_responses else {
+        let requests = serde_json::from_value(json!({
+            "amount": {"method": "elicitation/create", "params": {
+                "mode": "form",
+                "message": format!("How much of order {order} is refunded?"),
+                "requestedSchema": {"type": "object", "properties": {"eur": {"type": "integer", "minimum": 1}}, "required": ["eur"]},
+            }},
+            "roots": {"method": "roots/list"},
+        }))
+        .expect("input requests");
+        return InputRequiredResult::new(Some(requests), Some(format!("order={order}"))).into();
+    };
+    let text = match (&responses["amount"]["action"], request.request_state.as_deref()) {
+        (Value::String(action), Some(state)) if action == "accept" => {
+            format!(
+                "refunded {} EUR ({state}, roots {})",
+                responses["amount"]["content"]["eur"], responses["roots"]["roots"]
+            )
+        }
+        (action, state) => format!("not refunded: {action} ({})", state.unwrap_or("no state")),
+    };
+    CallToolResult::success(vec![ContentBlock::text(text)]).into()
 }
 
 #[tokio::main(flavor = "current_thread")]

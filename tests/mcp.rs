@@ -540,7 +540,7 @@ fn the_weather_example_takes_the_tools_of_an_mcp_server() {
     assert!(
         stdout.contains(
             "MCP server `mcp_fault_server`: echo, weather, mislabeled, unstructured, fail, reject, sleep, cancelled, die, \
-             meta, pid, grow, shrink"
+             meta, pid, grow, shrink, refund"
         ),
         "{stdout}"
     );
@@ -567,6 +567,48 @@ async fn an_mcp_tool_marked_approve_waits_for_a_person_and_carries_the_runs_key(
     let meta: Value = serde_json::from_str(&result).unwrap();
     let key = meta[IDEMPOTENCY_KEY_META].as_str().unwrap();
     assert!(key.starts_with(&format!("{}/", reply.run_id)) && key.ends_with("/call_0"), "{key}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_question_is_a_wait_of_the_run_answered_by_a_person() {
+    use loopstack::llm::{AgentStatus, ToolDecision, ToolDecisions};
+    // 2026-07-28's round trip: the server answers the call with its questions.
+    let mut registry = ToolRegistry::new();
+    registry.add_mcp(faults().allow(["refund"])).await.unwrap();
+    let model = ScriptedModel::new().tool_call("refund", json!({"order": "A-17"})).text("Done.");
+    let agent = Agent::new(model.clone(), "scripted", registry).named("desk").unwrap();
+    let runtime = Runtime::new().register(agent.clone());
+    let reply = patiently("the agent", agent.ask(&runtime, "Refund A-17")).await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
+    let input = calls[0].input.as_ref().expect("the call asks");
+    assert_eq!(input.message, "How much of order A-17 is refunded?");
+    assert_eq!(input.schema["required"], json!(["eur"]));
+    let answer = ToolDecisions::new([ToolDecision::input(&calls[0].call_id, json!({"eur": 80}))]);
+    let done = patiently("the answer", agent.decide(&runtime, reply.run_id, answer)).await.unwrap();
+    assert_eq!(done.text, "Done.");
+    let result = model.requests()[1].messages.last().unwrap().tool_results_iter().next().unwrap().content.clone();
+    assert_eq!(result, "refunded 80 EUR (order=A-17, roots [])");
+
+    // 2025-11-25's live question, from the reference server: cancelled while the
+    // call runs, asked of the person, and answered when the call is made again.
+    let Some(script) = everything() else { return };
+    let server = McpServer::stdio("node", [script.as_os_str(), "stdio".as_ref()]).name("everything");
+    let mut registry = ToolRegistry::new();
+    registry.add_mcp(server.allow(["trigger-elicitation-request"])).await.unwrap();
+    let model = ScriptedModel::new().tool_call("trigger-elicitation-request", json!({})).text("Thanks.");
+    let agent = Agent::new(model.clone(), "scripted", registry).named("forms").unwrap();
+    let runtime = Runtime::new().register(agent.clone());
+    let reply = patiently("the agent", agent.ask(&runtime, "Fill the form")).await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
+    let input = calls[0].input.as_ref().expect("the call asks");
+    assert_eq!(input.message, "Please provide inputs for the following fields:");
+    assert_eq!(input.schema["properties"]["name"]["type"], "string");
+    let form = json!({"name": "Ada Lovelace", "check": true, "integer": 7});
+    let answer = ToolDecisions::new([ToolDecision::input(&calls[0].call_id, form)]);
+    let done = patiently("the answer", agent.decide(&runtime, reply.run_id, answer)).await.unwrap();
+    assert_eq!(done.text, "Thanks.");
+    let result = model.requests()[1].messages.last().unwrap().tool_results_iter().next().unwrap().content.clone();
+    assert!(result.contains("Ada Lovelace") && result.contains("accept"), "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

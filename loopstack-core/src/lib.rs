@@ -102,8 +102,8 @@ pub use store::{
 };
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{
-    Effect, IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError, ToolErrorKind, ToolOptions, ToolOutput,
-    is_valid_tool_name, parse_tool_arguments, tool_input_schema,
+    Effect, InputAnswer, InputRequest, InputResponse, IntoToolOutput, Json, Tool, ToolContent, ToolContext, ToolError,
+    ToolErrorKind, ToolOptions, ToolOutput, is_valid_tool_name, parse_tool_arguments, tool_input_schema,
 };
 pub use workflow::{
     Definition, END, FromPlaceName, IntoMigration, IntoSignal, PayloadCheck, Route, START, TransitionDef,

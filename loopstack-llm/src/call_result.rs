@@ -56,17 +56,21 @@ pub struct ToolCallResult {
     /// its image documents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
+    /// Set while the call waits for a person's input ([`ToolOutput::needs_input`]):
+    /// it runs again with the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Box<loopstack_core::InputRequest>>,
 }
 
 impl ToolCallResult {
     /// The result of call `tool_use_id` of tool `name` that gave `output`.
     pub fn new(tool_use_id: impl Into<String>, name: impl Into<String>, output: ToolOutput) -> Self {
-        let ToolOutput { content, is_error, pending, images, structured, .. } = output;
+        let ToolOutput { content, is_error, pending, images, structured, input, .. } = output;
         let (content, value) = match content {
             ToolContent::Text(text) => (text, structured),
             ToolContent::Json(json) => (json.to_string(), Some(structured.unwrap_or(json))),
         };
-        Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending, images }
+        Self { tool_use_id: tool_use_id.into(), name: name.into(), content, is_error, value, pending, images, input }
     }
 
     /// An error result: the model reads `message`.

@@ -83,6 +83,14 @@ pub enum AgentError {
         /// The calls that wait.
         pending: Vec<String>,
     },
+    /// An answer to a call that asks for input does not fit the request's schema.
+    #[error("the input for call `{call_id}` does not fit what it asks: {reason}")]
+    InvalidInput {
+        /// The call.
+        call_id: String,
+        /// Where and how the answer does not fit.
+        reason: String,
+    },
     /// A tool without [`ToolOptions::needs_run`](loopstack_core::ToolOptions::needs_run)
     /// answered with a pending result ([`ToolOutput::pending`](loopstack_core::ToolOutput::pending)):
     /// only a tool given the run can start the child run that ends it.

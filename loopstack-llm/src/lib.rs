@@ -61,7 +61,7 @@ pub use agent::{
     Answer, AskError, Limit, Limits, PendingCall, PendingTool, Price, Prices, RaiseLimit, Repeats, ToolDecision,
     ToolDecisions, TypedAgent, UserMessage, decide_by_name, pending_calls,
 };
-pub use delegate::{CallOptions, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial};
+pub use delegate::{CallInput, CallOptions, DelegateResult, LlmDelegateToolCalls, ToolCallResult, ToolDenial};
 pub use dispatch::{ChildInput, DispatchEntry, DispatchResults, ErrorPolicy, InputMapping, Secrets};
 pub use error::AgentError;
 pub use generate::{

@@ -187,7 +187,8 @@ async fn a_call_that_needs_approval_waits_and_a_denial_is_what_the_model_reads()
             call_id: "r1".into(),
             name: "issue_refund".into(),
             arguments: json!({"order": "A-1"}),
-            client: false
+            client: false,
+            input: None
         }]
     );
     assert_eq!(runtime.store().load_run(reply.run_id).await.unwrap().status, RunStatus::Waiting);

@@ -258,6 +258,7 @@ pub struct ToolContext {
     runtime: Option<crate::Runtime>,
     parent_state: Option<Arc<Value>>,
     secrets: Option<crate::secrets::Secrets>,
+    input: Option<Arc<InputAnswer>>,
 }
 
 impl ToolContext {
@@ -273,7 +274,23 @@ impl ToolContext {
             runtime: None,
             parent_state: None,
             secrets: None,
+            input: None,
         }
+    }
+
+    /// Gives the call a person's answer to the input it asked for
+    /// ([`ToolOutput::needs_input`]).
+    #[must_use]
+    pub fn with_input(mut self, answer: InputAnswer) -> Self {
+        self.input = Some(Arc::new(answer));
+        self
+    }
+
+    /// The answer to the input this call asked for on its last attempt
+    /// ([`ToolOutput::needs_input`]), with the request and its state: `None` on a
+    /// call's first attempt.
+    pub fn input(&self) -> Option<&InputAnswer> {
+        self.input.as_deref()
     }
 
     /// Sets the zero-based index of the call in its batch.

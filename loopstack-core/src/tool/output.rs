@@ -37,9 +37,99 @@ pub struct ToolOutput {
     /// result, whose content is its value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured: Option<Value>,
+    /// Set when the call cannot finish without a person's input: what to ask them
+    /// (see [`ToolOutput::needs_input`]). The call is run again with the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Box<InputRequest>>,
+}
+
+/// What a tool call asks a person before it can finish: an MCP server's
+/// elicitation, a confirmation a service wants. An agent's run waits for the answer
+/// as it waits for an approval (durably, across restarts), then runs the call again
+/// with the answer in its [`ToolContext::input`].
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct InputRequest {
+    /// What to ask, in words for a person.
+    pub message: String,
+    /// The JSON Schema the answer must fit: an object's, whose properties are the
+    /// form's fields.
+    pub schema: Value,
+    /// What the tool needs to go on when it is called again with the answer: kept
+    /// with the run, given back as it is, never shown to the model.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub state: Value,
+}
+
+impl InputRequest {
+    /// Asks `message`, the answer fitting `schema`.
+    pub fn new(message: impl Into<String>, schema: Value) -> Self {
+        Self { message: message.into(), schema, state: Value::Null }
+    }
+
+    /// Keeps `state` for the call that comes with the answer.
+    #[must_use]
+    pub fn state(mut self, state: Value) -> Self {
+        self.state = state;
+        self
+    }
+}
+
+/// A person's answer to an [`InputRequest`], and the request it answers: what a
+/// call run again after the answer finds in [`ToolContext::input`].
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct InputAnswer {
+    /// The request the answer is to.
+    pub request: InputRequest,
+    /// The answer.
+    pub response: InputResponse,
+}
+
+impl InputAnswer {
+    /// `response` to `request`.
+    pub fn new(request: InputRequest, response: InputResponse) -> Self {
+        Self { request, response }
+    }
+}
+
+/// How a person answered an [`InputRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "action", content = "content", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InputResponse {
+    /// Gave what was asked: a value that fits the request's schema.
+    Accept(Value),
+    /// Said no.
+    Decline,
+    /// Went away without answering.
+    Cancel,
 }
 
 impl ToolOutput {
+    /// A call that cannot finish without a person's input: the agent's run waits
+    /// for the answer (like an approval) and runs the call again with it, in its
+    /// [`ToolContext::input`].
+    ///
+    /// ```
+    /// use loopstack_core::{InputRequest, ToolOutput};
+    /// use serde_json::json;
+    ///
+    /// let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]});
+    /// let output = ToolOutput::needs_input(InputRequest::new("Refund 80 EUR to order A-17?", schema));
+    /// assert_eq!(output.input.as_ref().unwrap().message, "Refund 80 EUR to order A-17?");
+    /// ```
+    pub fn needs_input(request: InputRequest) -> Self {
+        Self {
+            content: ToolContent::Text(format!("needs input: {}", request.message)),
+            is_error: false,
+            pending: None,
+            images: Vec::new(),
+            structured: None,
+            input: Some(Box::new(request)),
+        }
+    }
+
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
         Self {
@@ -48,12 +138,20 @@ impl ToolOutput {
             pending: None,
             images: Vec::new(),
             structured: None,
+            input: None,
         }
     }
 
     /// A structured result.
     pub fn json(value: Value) -> Self {
-        Self { content: ToolContent::Json(value), is_error: false, pending: None, images: Vec::new(), structured: None }
+        Self {
+            content: ToolContent::Json(value),
+            is_error: false,
+            pending: None,
+            images: Vec::new(),
+            structured: None,
+            input: None,
+        }
     }
 
     /// A call whose result is not there yet: it comes when child run `child` ends.
@@ -64,6 +162,7 @@ impl ToolOutput {
             pending: Some(child),
             images: Vec::new(),
             structured: None,
+            input: None,
         }
     }
 
@@ -126,6 +225,7 @@ impl ToolOutput {
             pending: None,
             images: Vec::new(),
             structured: None,
+            input: None,
         }
     }
 

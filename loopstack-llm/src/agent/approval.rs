@@ -139,6 +139,12 @@ pub struct PendingCall {
     /// is answered with the client's result ([`ToolDecision::result`]), never run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub client: bool,
+    /// Set when the call ran and asks a person for input before it can finish
+    /// (an MCP server's elicitation): what to ask, and the schema the answer fits.
+    /// A decision answers it with [`ToolDecision::input`]; a denial declines it. The
+    /// call runs again with the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<loopstack_core::InputRequest>,
 }
 
 /// A person's decision on one tool call.
@@ -158,12 +164,22 @@ pub struct ToolDecision {
     /// then `true` (see [`ToolDecision::result`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// The answer to a call that asks for input ([`PendingCall::input`]): a value
+    /// that fits the request's schema. `approved` with no input answers with `{}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
 }
 
 impl ToolDecision {
+    /// Answers call `call_id`, which asks for input ([`PendingCall::input`]), with
+    /// `input`: the call runs again with it.
+    pub fn input(call_id: impl Into<String>, input: Value) -> Self {
+        Self { call_id: call_id.into(), approved: true, reason: None, result: None, input: Some(input) }
+    }
+
     /// Approves call `call_id`.
     pub fn approve(call_id: impl Into<String>) -> Self {
-        Self { call_id: call_id.into(), approved: true, reason: None, result: None }
+        Self { call_id: call_id.into(), approved: true, reason: None, result: None, input: None }
     }
 
     /// Answers call `call_id` with its result, without running it: what an
@@ -179,12 +195,12 @@ impl ToolDecision {
     /// );
     /// ```
     pub fn result(call_id: impl Into<String>, result: impl Into<String>) -> Self {
-        Self { call_id: call_id.into(), approved: true, reason: None, result: Some(result.into()) }
+        Self { call_id: call_id.into(), approved: true, reason: None, result: Some(result.into()), input: None }
     }
 
     /// Denies call `call_id`, telling the model why.
     pub fn deny(call_id: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { call_id: call_id.into(), approved: false, reason: Some(reason.into()), result: None }
+        Self { call_id: call_id.into(), approved: false, reason: Some(reason.into()), result: None, input: None }
     }
 }
 

@@ -139,6 +139,7 @@ impl Agent {
         state.denied.clear();
         state.answered.clear();
         state.unknown_outcome.clear();
+        state.inputs.clear();
         state.key_step = None;
 
         if let Some(transfer) = agent.transfer_in(&result.message) {
@@ -192,6 +193,7 @@ impl Agent {
                 name: c.name.clone(),
                 arguments: c.input.clone(),
                 client: client(&c.name),
+                input: None,
             })
             .collect();
         Ok(())
@@ -315,6 +317,18 @@ impl Agent {
         Ok(())
     }
 
+    /// Waits for a person's input to calls that asked for it
+    /// ([`ToolOutput::needs_input`](loopstack_core::ToolOutput::needs_input)), once
+    /// the batch's calls pending as child runs have ended; `decide_tools` answers them.
+    #[transition(from = [Ready, AwaitingTools], to = AwaitingApproval, priority = 60)]
+    #[guard(awaits_input)]
+    async fn request_input(&self, state: &mut AgentState, cx: &mut RunContext) -> Result<(), AgentError> {
+        tracing::info!(calls = state.pending_approval.len(), "tool calls wait for a person's input");
+        let calls = &state.pending_approval;
+        cx.emit(|| EventKind::Custom { name: "input_requested".into(), data: serde_json::json!({"calls": calls}) });
+        Ok(())
+    }
+
     /// Takes decisions on waiting calls; the run goes on once all have one.
     #[transition(from = AwaitingApproval, to = PromptExecuted, wait)]
     async fn decide_tools(
@@ -380,6 +394,10 @@ impl Agent {
             // goes back to the model, which would see no result for the call.
             return Err(AgentError::PendingWithoutRun { call_id: pending.call_id.clone(), tool: pending.name.clone() });
         }
+        if !state.pending_approval.is_empty() {
+            // Calls wait for a person's input: no results were saved.
+            return Ok(());
+        }
         self.count_new_input(state, cx)
     }
 
@@ -423,7 +441,12 @@ impl Agent {
         if let Some(slot) = state.tool_results.iter_mut().find(|r| r.tool_use_id == pending.call_id) {
             *slot = ToolCallResult::new(pending.call_id, pending.name, output);
         }
-        if state.pending_tools.is_empty() {
+        if state.pending_tools.is_empty() && !state.pending_approval.is_empty() {
+            // Calls of the batch wait for a person's input: the results so far are
+            // kept, and given (not run again) when the batch runs with the answers.
+            state.answered =
+                std::mem::take(&mut state.tool_results).into_iter().filter(|r| r.input.is_none()).collect();
+        } else if state.pending_tools.is_empty() {
             let results = std::mem::take(&mut state.tool_results);
             self.active(state)?.delegate.save_results(cx, &results, self.conversation_name())?;
             let errors = results.iter().filter(|r| r.is_error).count();
@@ -549,6 +572,12 @@ impl Agent {
     /// Whether calls of the last turn wait for a person's decision.
     pub fn needs_approval(&self, state: &AgentState) -> bool {
         !state.pending_approval.is_empty()
+    }
+
+    /// Whether calls of the last batch wait for a person's input, and no call of it
+    /// waits for a child run.
+    pub fn awaits_input(&self, state: &AgentState) -> bool {
+        !state.pending_approval.is_empty() && state.pending_tools.is_empty()
     }
 
     /// Whether the last turn asked for tools: its message has tool calls, whatever

@@ -145,6 +145,11 @@ pub struct AgentState {
     /// it run again later: its calls keep their first attempt's idempotency keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_step: Option<u64>,
+    /// A person's answers to the input calls of the last batch asked for
+    /// ([`ToolOutput::needs_input`](loopstack_core::ToolOutput::needs_input)): the
+    /// calls run again with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<crate::CallInput>,
     /// The results of the last batch while some are pending, in call order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_results: Vec<ToolCallResult>,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use loopstack_core::{RunContext, ToolOutput};
+use loopstack_core::{InputAnswer, InputResponse, RunContext, ToolOutput};
 
 use super::{
     Agent, AgentState, AgentStatus, Limit, PendingCall, PendingTool, ToolDecision, ToolDecisions, ToolsCompleted,
@@ -40,7 +40,9 @@ impl Agent {
         let answered = std::mem::take(&mut state.answered);
         // The state as JSON only when a tool's input mapping may read it.
         let snapshot = if agent.tools_need_state { Some(Arc::new(serde_json::to_value(&*state)?)) } else { None };
-        let mut options = crate::CallOptions::new().denied(&denied).conversation(self.conversation_name());
+        let inputs = std::mem::take(&mut state.inputs);
+        let mut options =
+            crate::CallOptions::new().denied(&denied).conversation(self.conversation_name()).inputs(&inputs);
         if let Some(snapshot) = &snapshot {
             options = options.state(snapshot);
         }
@@ -59,6 +61,46 @@ impl Agent {
             state.answered = answered;
             state.key_step.get_or_insert(cx.step() + 1);
             state.tools_completed = None;
+            return Ok(());
+        }
+        let asking: Vec<&ToolCallResult> = result.results.iter().filter(|r| r.input.is_some()).collect();
+        if !asking.is_empty() {
+            // Calls that ask a person for input: the run waits for the answers (at
+            // `awaiting_approval`, once calls pending as child runs have ended), then
+            // runs them again; the batch's other results are kept, not run again.
+            let calls: Vec<_> = message.tool_uses().collect();
+            state.pending_approval = asking
+                .iter()
+                .map(|r| PendingCall {
+                    call_id: r.tool_use_id.clone(),
+                    name: r.name.clone(),
+                    arguments: calls
+                        .iter()
+                        .find(|c| c.id == r.tool_use_id)
+                        .map(|c| c.input.clone())
+                        .unwrap_or_default(),
+                    client: false,
+                    input: r.input.as_deref().cloned(),
+                })
+                .collect();
+            tracing::info!(calls = state.pending_approval.len(), "tool calls wait for a person's input");
+            state.key_step.get_or_insert(options.key_step.unwrap_or(cx.step() + 1));
+            let run = result.results.len().saturating_sub(denied.len() + answered.len());
+            state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
+            state.tools_completed = None;
+            state.pending_tools = result
+                .results
+                .iter()
+                .filter_map(|r| {
+                    let child = r.pending?;
+                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
+                })
+                .collect();
+            if state.pending_tools.is_empty() {
+                state.answered = result.results.into_iter().filter(|r| r.input.is_none()).collect();
+            } else {
+                state.tool_results = result.results;
+            }
             return Ok(());
         }
         state.key_step = None;
@@ -171,6 +213,17 @@ pub(super) fn check_decisions(decisions: &ToolDecisions, pending: &[PendingCall]
             pending: pending.iter().map(|p| p.call_id.clone()).collect(),
         });
     }
+    // An answer to a call that asks for input fits what it asks.
+    for decision in decisions.decisions.iter().filter(|d| d.approved && d.result.is_none()) {
+        let Some(request) = pending.iter().find(|p| p.call_id == decision.call_id).and_then(|p| p.input.as_ref())
+        else {
+            continue;
+        };
+        let invalid = |reason: String| AgentError::InvalidInput { call_id: decision.call_id.clone(), reason };
+        let schema = loopstack_core::schema::CompiledSchema::compile(request.schema.clone()).map_err(invalid)?;
+        let answer = decision.input.clone().unwrap_or_else(|| serde_json::json!({}));
+        schema.check(&answer, "the input").map_err(invalid)?;
+    }
     Ok(())
 }
 
@@ -180,6 +233,14 @@ impl ToolDecision {
     pub(super) fn apply(self, call: PendingCall, state: &mut AgentState) {
         if let Some(result) = self.result {
             state.answered.push(ToolCallResult::new(call.call_id, call.name, ToolOutput::text(result)));
+        } else if let Some(request) = call.input {
+            // The call runs again with the answer: what was asked, or a refusal.
+            let response = if self.approved {
+                InputResponse::Accept(self.input.unwrap_or_else(|| serde_json::json!({})))
+            } else {
+                InputResponse::Decline
+            };
+            state.inputs.push(crate::CallInput::new(call.call_id, InputAnswer::new(request, response)));
         } else if call.client && self.approved {
             // The agent cannot run the client's tool: without the client's result the
             // model reads that it got none.

@@ -63,6 +63,27 @@ pub struct CallOptions<'a> {
     /// The step the calls' idempotency keys name, when the batch was first tried at
     /// an earlier step (`None`: the step this transition commits as).
     pub key_step: Option<u64>,
+    /// A person's answers to the input calls asked for on their last attempt
+    /// ([`ToolOutput::needs_input`](loopstack_core::ToolOutput::needs_input)): each
+    /// such call runs again with its answer in its context.
+    pub inputs: &'a [CallInput],
+}
+
+/// A person's answer to the input call `call_id` asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CallInput {
+    /// The call.
+    pub call_id: String,
+    /// The answer, with the request it answers.
+    pub answer: loopstack_core::InputAnswer,
+}
+
+impl CallInput {
+    /// `answer` for call `call_id`.
+    pub fn new(call_id: impl Into<String>, answer: loopstack_core::InputAnswer) -> Self {
+        Self { call_id: call_id.into(), answer }
+    }
 }
 
 impl<'a> CallOptions<'a> {
@@ -96,6 +117,13 @@ impl<'a> CallOptions<'a> {
     #[must_use]
     pub fn answered(mut self, answered: &'a [ToolCallResult]) -> Self {
         self.answered = answered;
+        self
+    }
+
+    /// Sets the answers to the input calls asked for (see [`CallOptions::inputs`]).
+    #[must_use]
+    pub fn inputs(mut self, inputs: &'a [CallInput]) -> Self {
+        self.inputs = inputs;
         self
     }
 

@@ -53,6 +53,9 @@ impl LlmDelegateToolCalls {
             if let Some(token) = &cancellation {
                 tcx = tcx.with_cancellation(token.clone());
             }
+            if let Some(input) = options.inputs.iter().find(|i| i.call_id == call.id) {
+                tcx = tcx.with_input(input.answer.clone());
+            }
             if !cx.runtime().secrets().is_empty() {
                 tcx = tcx.with_secrets(cx.runtime().secrets().clone());
             }
@@ -108,7 +111,8 @@ impl LlmDelegateToolCalls {
     /// How the calls of `message` went: `results`, in call order.
     fn result_of(&self, message: &Message, results: Vec<ToolCallResult>) -> DelegateResult {
         let error_count = results.iter().filter(|r| r.is_error).count();
-        let all_completed = results.len() == message.tool_uses().count() && results.iter().all(|r| r.pending.is_none());
+        let all_completed = results.len() == message.tool_uses().count()
+            && results.iter().all(|r| r.pending.is_none() && r.input.is_none());
         DelegateResult { all_completed, error_count, results, unknown_outcome: Vec::new() }
     }
 
@@ -139,6 +143,7 @@ impl LlmDelegateToolCalls {
                 name: call.name.clone(),
                 arguments: call.input.clone(),
                 client: false,
+                input: None,
             })
             .collect()
     }
@@ -311,7 +316,7 @@ fn record_calls(cx: &RunContext, options: &CallOptions<'_>, results: &[ToolCallR
             options.denied.iter().any(|d| d.call_id == r.tool_use_id)
                 || options.answered.iter().any(|a| a.tool_use_id == r.tool_use_id)
         };
-        for result in results.iter().filter(|r| r.pending.is_none() && !decided(r)) {
+        for result in results.iter().filter(|r| r.pending.is_none() && r.input.is_none() && !decided(r)) {
             metrics.tool_call(&result.name, result.is_error);
         }
     }

@@ -30,6 +30,8 @@ pub(super) struct Handler {
     pub(super) tools: ToolList,
     pub(super) changes: tokio::sync::watch::Sender<Vec<String>>,
     pub(super) config: Arc<McpServer>,
+    /// The server's questions during calls, and the answers to them.
+    pub(super) elicitations: Arc<super::input::Elicitations>,
 }
 
 impl Handler {
@@ -99,8 +101,24 @@ impl ClientHandler for Handler {
         }
     }
 
+    /// A question the server asks during a call: answered from a person's answer
+    /// when the call was made again after one, else cancelled and asked of the
+    /// person by the call (see [`input`](super::input)).
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let params = serde_json::to_value(&request).unwrap_or(Value::Null);
+        Ok(self.elicitations.ask(params))
+    }
+
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("loopstack", env!("CARGO_PKG_VERSION")))
+        // Questions in forms (a person answers them, through the run's wait).
+        // rmcp's builders come with its server side; the capabilities read as JSON.
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(serde_json::json!({ "elicitation": { "form": {} } })).unwrap_or_default();
+        ClientConfig::new(capabilities, Implementation::new("loopstack", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
@@ -130,6 +148,9 @@ pub(super) struct Connection {
     pub(super) starts: std::sync::atomic::AtomicU64,
     /// The protocol revision the live connection speaks.
     pub(super) version: RwLock<Option<ProtocolVersion>>,
+    /// The server's questions during calls, and the answers to them: kept across
+    /// restarts of the connection (a call made again may meet a new one).
+    pub(super) elicitations: Arc<super::input::Elicitations>,
 }
 
 impl Connection {
@@ -178,6 +199,7 @@ impl Connection {
             tools: self.tools.clone(),
             changes: self.changes.clone(),
             config: self.config.clone(),
+            elicitations: self.elicitations.clone(),
         };
         let handshake_failed = |e: rmcp::service::ClientInitializeError| McpError::Handshake {
             server: server.clone(),
@@ -331,6 +353,18 @@ impl Connection {
         let mut params = CallToolRequestParams::new(remote.to_owned());
         params.arguments = arguments;
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        // A call made again with a person's answer: its responses and the server's
+        // state (a round trip), or answers for the questions it will meet (live).
+        if let Some(answer) = cx.input() {
+            match super::input::round_trip_answer(answer) {
+                Some((responses, state)) => {
+                    params.input_responses = Some(responses);
+                    params.request_state = state;
+                }
+                None => self.elicitations.answer(answer),
+            }
+        }
+        let mark = self.elicitations.mark();
         let closed = || {
             let again = if matches!(self.config.transport, Transport::Stdio { .. }) { "started" } else { "connected" };
             ToolError::new(format!(
@@ -340,12 +374,39 @@ impl Connection {
         };
         // Dropped before the answer (the call timed out, or its run was cancelled),
         // the call tells the server to stop.
-        let answer = tokio::select! {
-            answer = peer.call_tool_once(params) => answer,
+        let mut answer = tokio::select! {
+            answer = peer.call_tool_once(params.clone()) => answer,
             () = cx.cancellation().cancelled() => {
                 return Err(ToolError::new(format!("the call to `{remote}` was cancelled")));
             }
         };
+        // Round trips that ask nothing of a person (roots) are made at once, a few.
+        for _ in 0..rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
+            let Ok(CallToolResponse::InputRequired(result)) = &answer else { break };
+            let output = super::input::round_trip_request(server, remote, result.clone());
+            if !super::input::asks_nobody(&output) {
+                break;
+            }
+            let given = loopstack_core::InputAnswer::new(
+                output.input.as_deref().cloned().expect("a request"),
+                loopstack_core::InputResponse::Accept(Value::Null),
+            );
+            let (responses, state) = super::input::round_trip_answer(&given).expect("a round trip's state");
+            params.input_responses = Some(responses);
+            params.request_state = state;
+            answer = tokio::select! {
+                answer = peer.call_tool_once(params.clone()) => answer,
+                () = cx.cancellation().cancelled() => {
+                    return Err(ToolError::new(format!("the call to `{remote}` was cancelled")));
+                }
+            };
+        }
+        // Questions the server asked while the call ran: the person answers them,
+        // whatever the server made of the cancel.
+        let asked = self.elicitations.asked_since(mark);
+        if !asked.is_empty() && !matches!(answer, Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) {
+            return Ok(super::input::live_request(server, asked));
+        }
         match answer {
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 self.discard(start).await;
@@ -360,9 +421,10 @@ impl Connection {
             ))),
             Err(e) => Err(ToolError::new(format!("the call to `{remote}` on the MCP server `{server}` failed: {e}"))),
             Ok(CallToolResponse::Complete(result)) => Ok(to_output(result)),
+            Ok(CallToolResponse::InputRequired(result)) => Ok(super::input::round_trip_request(server, remote, result)),
             Ok(_) => Err(ToolError::new(format!(
-                "the MCP server `{server}` asked for input or started a task for the call to `{remote}`, which this \
-                 client does not offer"
+                "the MCP server `{server}` started a task for the call to `{remote}`, which this client does not \
+                 follow yet"
             ))),
         }
     }

@@ -234,6 +234,7 @@ impl McpError {
 }
 
 mod connection;
+mod input;
 #[cfg(feature = "mcp-oauth")]
 mod oauth;
 mod server;
@@ -290,6 +291,7 @@ impl McpTools {
             changes,
             starts: std::sync::atomic::AtomicU64::new(0),
             version: RwLock::new(None),
+            elicitations: Arc::default(),
         });
         connection.peer().await?;
         let this = Self { connection };
