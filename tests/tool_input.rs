@@ -147,3 +147,98 @@ async fn a_refusal_reaches_the_tool_as_a_decline() {
     let reply = refunds.decide(&runtime, reply.run_id, deny).await.unwrap();
     assert_eq!(reply.text, "order A-17: 80 EUR, paid | not refunded: the person declined (A-17)");
 }
+
+#[tokio::test]
+async fn the_command_line_shows_the_question_and_answers_it() {
+    use clap::Parser as _;
+    use loopstack::cli::{Cli, execute};
+    let counts = Counts { refund: Arc::default(), lookup: Arc::default() };
+    let refunds = agent(&counts);
+    let runtime = Runtime::new().register(refunds.clone());
+    let reply = refunds.ask(&runtime, "Refund order A-17").await.unwrap();
+    let AgentStatus::AwaitingApproval { calls } = &reply.status else { panic!("{:?}", reply.status) };
+    let (run, call) = (reply.run_id.to_string(), calls[0].call_id.clone());
+    let cli = |args: &[&str]| Cli::try_parse_from([&["app"], args].concat()).unwrap();
+    let shown = execute(&runtime, &cli(&["show", &run])).await.unwrap();
+    assert!(
+        shown.contains(&format!(
+            "asks: How much of order A-17 is refunded, in EUR?; answer {{amount: integer}} (`answer {run} {call} JSON`)"
+        )),
+        "{shown}"
+    );
+    let refused = execute(&runtime, &cli(&["answer", &run, &call, r#"{"amount": 0}"#])).await.unwrap_err();
+    assert!(refused.to_string().contains("does not fit"), "{refused}");
+    let answered = execute(&runtime, &cli(&["answer", &run, &call, r#"{"amount": 80}"#, "--json"])).await.unwrap();
+    let answered: Value = serde_json::from_str(&answered).unwrap();
+    assert_eq!(answered["status"], "completed", "{answered}");
+}
+
+#[tokio::test]
+async fn an_ag_ui_client_answers_the_question_as_an_interrupt() {
+    use loopstack::serve::{ServeOptions, serve};
+    let counts = Counts { refund: Arc::default(), lookup: Arc::default() };
+    let runtime = Runtime::new().register(agent(&counts));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(serve(listener, runtime, ServeOptions::new()));
+    let post = |body: Value| {
+        let url = format!("http://{address}/ag-ui/refunds");
+        async move {
+            let client = loopstack_model::http::client_builder().build().unwrap();
+            let text = client.post(url).json(&body).send().await.unwrap().text().await.unwrap();
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .map(|d| serde_json::from_str::<Value>(d).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let user = json!([{ "id": "u1", "role": "user", "content": "Refund order A-17" }]);
+    let events =
+        post(json!({ "threadId": "t-input", "runId": "r1", "messages": user, "tools": [], "context": [] })).await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["reason"], "input_required");
+    assert_eq!(interrupt["message"], "How much of order A-17 is refunded, in EUR?");
+    assert_eq!(interrupt["responseSchema"]["required"], json!(["amount"]));
+    let resume = json!([{ "interruptId": interrupt["id"], "status": "resolved", "payload": { "amount": 80 } }]);
+    let events = post(
+        json!({ "threadId": "t-input", "runId": "r2", "messages": [], "resume": resume, "tools": [], "context": [] }),
+    )
+    .await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED", "{finished}");
+    assert_eq!(finished["result"], "order A-17: 80 EUR, paid | refunded 80 EUR of A-17");
+    server.abort();
+}
+
+#[tokio::test]
+async fn an_a2a_client_answers_the_question_with_a_data_part() {
+    use loopstack::serve::{ServeOptions, serve};
+    let counts = Counts { refund: Arc::default(), lookup: Arc::default() };
+    let runtime = Runtime::new().register(agent(&counts));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(serve(listener, runtime, ServeOptions::new()));
+    let send = |message: Value| {
+        let url = format!("http://{address}/a2a/refunds");
+        async move {
+            let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": { "message": message } });
+            let client = loopstack_model::http::client_builder().build().unwrap();
+            client.post(url).json(&body).send().await.unwrap().json::<Value>().await.unwrap()
+        }
+    };
+    let asked =
+        send(json!({ "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "Refund order A-17" }] })).await;
+    let task = &asked["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    let parts = &task["status"]["message"]["parts"];
+    assert!(parts[0]["text"].as_str().unwrap().contains("How much of order A-17 is refunded"), "{parts}");
+    assert_eq!(parts[1]["data"]["interrupts"][0]["responseSchema"]["required"], json!(["amount"]));
+    let answer = json!({ "messageId": "m2", "taskId": task["id"], "role": "ROLE_USER", "parts": [{ "data": { "amount": 80 } }] });
+    let done = send(answer).await;
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "order A-17: 80 EUR, paid | refunded 80 EUR of A-17");
+    server.abort();
+}

@@ -277,6 +277,18 @@ pub fn pending_lines(
     let _ = writeln!(out, "  {} tool call(s) wait for a decision ({hint}):", pending.len());
     for call in pending {
         let _ = writeln!(out, "    {}  {} {}", call.call_id, call.name, call.arguments);
+        if let Some(input) = &call.input {
+            // A call that ran and asks a person for input: its question and the
+            // answer's shape.
+            let answer = match how {
+                Answer::Cli => format!("`answer {run_id} {} JSON`", call.call_id),
+                Answer::Mcp => {
+                    "not over MCP yet: the command line's `answer`, or the API's `decide_tools` with `input`".to_owned()
+                }
+            };
+            let shape = shape(&input.schema, &input.schema, 0);
+            let _ = writeln!(out, "      asks: {}; answer {shape} ({answer})", input.message);
+        }
     }
 }
 

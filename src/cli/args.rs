@@ -132,6 +132,17 @@ pub enum Command {
         /// What the call did, for the model to read as its result.
         result: String,
     },
+    /// Answers a tool call that asks a person for input (an MCP server's question:
+    /// `show` lists what it asks and the answer's shape) with JSON that fits, and
+    /// drives the run on: the call runs again with the answer. (`deny` declines it.)
+    Answer {
+        /// The run (of any agent, named or not), waiting at `awaiting_approval`.
+        run: RunId,
+        /// The call's id, as `show` lists it.
+        call: String,
+        /// The answer, as JSON that fits what the call asks.
+        input: String,
+    },
     /// Denies tool calls an agent's run waits to have decided (every waiting call
     /// when none is named), and drives the run on: the model reads the reason as
     /// each call's result.

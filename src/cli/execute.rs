@@ -88,6 +88,11 @@ pub async fn execute(runtime: &Runtime, cli: &Cli) -> Result<String, CliError> {
             let calls = std::slice::from_ref(call);
             out = decide(runtime, *run, calls, Verdict::Result(result), json).await?;
         }
+        Command::Answer { run, call, input } => {
+            let input = parse_json(Some(input), "the answer")?;
+            let calls = std::slice::from_ref(call);
+            out = decide(runtime, *run, calls, Verdict::Input(&input), json).await?;
+        }
         Command::Deny { run, calls, reason } => {
             if reason.trim().is_empty() {
                 return Err(CliError::EmptyReason);
@@ -368,6 +373,7 @@ pub(super) enum Verdict<'a> {
     Approve,
     Deny(&'a str),
     Result(&'a str),
+    Input(&'a serde_json::Value),
 }
 
 /// `approve`, `deny` or `resolve`: decides on the named calls of an agent's run,
@@ -402,6 +408,7 @@ pub(super) async fn decide(
         Verdict::Approve => loopstack_llm::ToolDecision::approve(call),
         Verdict::Deny(reason) => loopstack_llm::ToolDecision::deny(call, reason),
         Verdict::Result(result) => loopstack_llm::ToolDecision::result(call, result),
+        Verdict::Input(input) => loopstack_llm::ToolDecision::input(call, input.clone()),
     }));
     let outcome = loopstack_llm::decide_by_name(runtime, run_id, &decisions).await?;
     outcome_text(runtime, run_id, &outcome, json).await

@@ -175,6 +175,7 @@ impl Opening {
             Command::Signal { .. } => Self::Existing("signal"),
             Command::Approve { .. } => Self::Existing("approve"),
             Command::Deny { .. } => Self::Existing("deny"),
+            Command::Answer { .. } => Self::Existing("answer"),
             Command::Resolve { .. } => Self::Existing("resolve"),
             Command::Resume { .. } => Self::Existing("resume"),
             Command::Retry { .. } => Self::Existing("retry"),

@@ -581,6 +581,9 @@ fn decide(waits: &Waits, message: &Message, text: &str) -> Result<Action, String
     if pending.is_empty() {
         return Err("the task waits for nothing a message answers".to_owned());
     }
+    if pending.iter().any(|call| call.input.is_some()) {
+        return answer_questions(waits, &pending, message, text);
+    }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Answer {
@@ -652,6 +655,42 @@ fn decide(waits: &Waits, message: &Message, text: &str) -> Result<Action, String
     {
         return Err(format!("call `{stray}` does not wait for a decision on this task"));
     }
+    let signal = if waits.outcome_unknown { RESOLVE_TOOLS } else { DECIDE_TOOLS };
+    Ok(Action::Signal(signal.to_owned(), json!({ "decisions": decisions })))
+}
+
+/// The answers a message gives calls that ask a person for input: a data part that
+/// fits the question's schema (one question), or an object of them by call id
+/// (several); the text `deny` declines them.
+fn answer_questions(
+    waits: &Waits,
+    pending: &[&loopstack_llm::PendingCall],
+    message: &Message,
+    text: &str,
+) -> Result<Action, String> {
+    let data = message.parts.iter().find_map(|p| match &p.content {
+        PartContent::Data(value) => Some(value.clone()),
+        _ => None,
+    });
+    let declined = data.is_none() && matches!(text.trim().to_ascii_lowercase().as_str(), "deny" | "no" | "decline");
+    if data.is_none() && !declined {
+        return Err(
+            "the task asks questions: answer with a data part that fits the question's schema (an object of answers \
+             by call id when several wait), or the text `deny`"
+                .to_owned(),
+        );
+    }
+    let decisions: Vec<Value> = pending
+        .iter()
+        .map(|call| {
+            let input = match (&data, pending.len()) {
+                (Some(value), 1) => value.clone(),
+                (Some(value), _) => value.get(&call.call_id).cloned().unwrap_or_else(|| json!({})),
+                (None, _) => Value::Null,
+            };
+            json!({ "call_id": call.call_id, "approved": !declined, "input": (!declined).then_some(input) })
+        })
+        .collect();
     let signal = if waits.outcome_unknown { RESOLVE_TOOLS } else { DECIDE_TOOLS };
     Ok(Action::Signal(signal.to_owned(), json!({ "decisions": decisions })))
 }

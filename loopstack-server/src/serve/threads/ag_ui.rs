@@ -225,6 +225,15 @@ fn answer(
             }
             let id = format!("{signal}:{}", call.call_id);
             let entry = resume.iter().find(|e| e.interrupt_id == id).expect("every interrupt is answered");
+            if call.input.is_some() {
+                // The answer to what the call asks is the payload itself; a cancelled
+                // interrupt declines it.
+                let approved = entry.status == ResumeStatus::Resolved;
+                let input = entry.payload.clone().unwrap_or_else(|| json!({}));
+                decisions
+                    .push(json!({ "call_id": call.call_id, "approved": approved, "input": approved.then_some(input) }));
+                continue;
+            }
             decisions.push(decision(&call.call_id, entry)?);
         }
         return Ok(Action::Signal(signal.to_owned(), json!({ "decisions": decisions })));

@@ -121,21 +121,32 @@ fn interrupts(record: &RunRecord, waits: &Waits) -> Vec<Interrupt> {
         return pending
             .iter()
             .filter(|call| !call.client)
-            .map(|call| Interrupt {
-                id: format!("{signal}:{}", call.call_id),
-                reason,
-                message: if waits.outcome_unknown {
-                    format!(
-                        "The call of `{}` with {} stopped mid-call, and it runs at most once: did it happen? \
-                         Give its result, or approve running it again.",
-                        call.name, call.arguments
-                    )
-                } else {
-                    format!("Approve the call of `{}` with {}?", call.name, call.arguments)
+            .map(|call| match &call.input {
+                // A call that ran and asks a person for input: the form is its schema.
+                Some(input) => Interrupt {
+                    id: format!("{signal}:{}", call.call_id),
+                    reason: "input_required",
+                    message: input.message.clone(),
+                    tool_call_id: Some(call.call_id.clone()),
+                    response_schema: Some(input.schema.clone()),
+                    expires_at: expires_at.clone(),
                 },
-                tool_call_id: Some(call.call_id.clone()),
-                response_schema: Some(decision_schema(waits.outcome_unknown)),
-                expires_at: expires_at.clone(),
+                None => Interrupt {
+                    id: format!("{signal}:{}", call.call_id),
+                    reason,
+                    message: if waits.outcome_unknown {
+                        format!(
+                            "The call of `{}` with {} stopped mid-call, and it runs at most once: did it happen? \
+                         Give its result, or approve running it again.",
+                            call.name, call.arguments
+                        )
+                    } else {
+                        format!("Approve the call of `{}` with {}?", call.name, call.arguments)
+                    },
+                    tool_call_id: Some(call.call_id.clone()),
+                    response_schema: Some(decision_schema(waits.outcome_unknown)),
+                    expires_at: expires_at.clone(),
+                },
             })
             .collect();
     }
