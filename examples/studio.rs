@@ -228,6 +228,54 @@ fn refunds_agent() -> Result<Agent, BoxError> {
         .named("refunds")?)
 }
 
+/// Books the return of an order's items, once a person says how many come back: the
+/// call asks (its run waits for the answer), and runs again with it.
+struct ReturnItems;
+
+#[async_trait::async_trait]
+impl Tool for ReturnItems {
+    fn name(&self) -> &str {
+        "return_items"
+    }
+    fn description(&self) -> &str {
+        "Books the return of an order's items, asking a person how many come back."
+    }
+    fn input_schema(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]})
+    }
+    async fn call(&self, args: serde_json::Value, cx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let order = args["order"].as_str().unwrap_or("A-1").to_owned();
+        Ok(match cx.input().map(|answer| &answer.response) {
+            None => ToolOutput::needs_input(loopstack::InputRequest::new(
+                format!("How many items of {order} come back?"),
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"items": {"type": "integer", "minimum": 1, "description": "items returned"}},
+                    "required": ["items"],
+                }),
+            )),
+            Some(loopstack::InputResponse::Accept(answer)) => {
+                ToolOutput::text(format!("the return of {} items of {order} is booked", answer["items"]))
+            }
+            Some(_) => ToolOutput::text(format!("no return of {order} is booked: the person declined")),
+        })
+    }
+}
+
+/// The returns agent, the workflow `returns`: it books the return of the order the
+/// question ends with, asking how many items come back.
+fn returns_agent() -> Result<Agent, BoxError> {
+    let model = ScriptedModel::from_fn(|request: &ChatRequest| {
+        if let Some(result) = request.messages.last().and_then(|m| m.tool_results_iter().next()) {
+            return Ok(ScriptedModel::new().text_response(format!("Done: {}.", result.content)));
+        }
+        let last = request.messages.last().map(|m| m.text()).unwrap_or_default();
+        let order = last.split_whitespace().last().unwrap_or("A-1").trim_end_matches('.').to_owned();
+        Ok(ScriptedModel::new().tool_call_response("return_items", serde_json::json!({ "order": order })))
+    });
+    Ok(Agent::new(model, "scripted-returns", ToolRegistry::new().with(ReturnItems)?).named("returns")?)
+}
+
 const FRONT_DESK: &str = "You greet the caller and hand the question to who can answer it.";
 
 /// The front desk, the workflow `frontdesk`: it hands each question to the helpdesk
@@ -358,7 +406,14 @@ fn register(runtime: Runtime) -> Runtime {
     let helpdesk = helpdesk_agent().expect("the helpdesk's tool and name are valid");
     let front = front_desk_agent(&helpdesk).expect("the front desk's handoff is valid");
     let refunds = refunds_agent().expect("the refund tool and the name are valid");
-    runtime.register(agent).register(helpdesk).register(front).register(refunds).register(ExpenseApproval)
+    let returns = returns_agent().expect("the return tool and the name are valid");
+    runtime
+        .register(agent)
+        .register(helpdesk)
+        .register(front)
+        .register(refunds)
+        .register(returns)
+        .register(ExpenseApproval)
 }
 
 /// Starts the demo runs on an empty store, so a first `serve` shows some.

@@ -898,3 +898,37 @@ async fn a_run_whose_holder_is_gone_shows_as_stalled_with_its_holder() {
     .await;
     studio.close().await;
 }
+
+/// A tool call that asks a person (`ToolOutput::needs_input`): its question and a
+/// form made from the answer's schema; the answer runs the call again and the run
+/// ends with what the tool made of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_a_tool_asks_is_answered_through_its_form() {
+    let Some(studio) = Studio::start("studio-question", &[]).await else { return };
+    let (client, base, dir) = (&studio.client, studio.base.as_str(), studio.dir.as_path());
+    let started = Command::new(common::example("studio"))
+        .arg("--db")
+        .arg(dir.join("studio.db"))
+        .args(["run", "returns", "--wait", "--json", "--input", "\"Return A-17\""])
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{started:?}");
+    let run: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    client.goto(&format!("{base}#/run/{run_id}")).await.unwrap();
+    until(
+        client,
+        "the question",
+        "document.querySelector('.question .question-text')?.textContent === 'How many items of A-17 come back?'",
+    )
+    .await;
+    screenshot(client, dir, "run-question.png").await;
+    fill(client, ".question form input[name=items]", "3").await;
+    click(client, ".question form button[type=submit]").await;
+    until(client, "the run's end", "document.querySelector('.facts .badge')?.textContent === 'completed'").await;
+    let record = api_run(client, &run_id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    let answered = record["documents"].to_string();
+    assert!(answered.contains("the return of 3 items of A-17 is booked"), "{answered}");
+    studio.close().await;
+}

@@ -384,6 +384,7 @@ export function approvalCard(view, call) {
   const key = view.run.step + "/call/" + call.call_id;
   let card = view.forms.get(key);
   if (card) return card;
+  if (call.input) return questionCard(view, call, key);
   const outcome = Boolean(view.run.outcome_unknown);
   const signal = view.run.pending_signal || "decide_tools";
   const reason = h("input", { type: "text", "data-reason": "", placeholder: "why (the model reads it)", "aria-label": "reason for denying " + call.name });
@@ -432,6 +433,38 @@ export function approvalCard(view, call) {
   return card;
 }
 
+// A call that ran and asks a person for input (an MCP server's question): the
+// question, a form made from the answer's schema, and Decline. The call runs
+// again with the answer.
+function questionCard(view, call, key) {
+  const signal = view.run.pending_signal || "decide_tools";
+  const send = async (decision, what) => {
+    const after = await api(view.path + "/signals/" + signal, { decisions: [decision] });
+    if (!view.alive()) return;
+    say(call.name + what + ": the run is " + after.status + (after.queued_signal ? " (queued for its driver)" : ""), "info");
+    await view.refresh();
+  };
+  const form = window.LoopstackForms.build(call.input.schema, { name: call.name, submit: "Answer" });
+  form.onSubmit((input) => send({ call_id: call.call_id, approved: true, input }, " answered"));
+  const decline = h("button", { type: "button", "data-decide": "decline", class: "danger", text: "Decline" });
+  decline.addEventListener("click", async () => {
+    decline.disabled = true;
+    try {
+      await send({ call_id: call.call_id, approved: false }, " declined");
+    } catch (e) {
+      fail(e);
+      decline.disabled = false;
+    }
+  });
+  const card = h("div", { class: "signal-card approval question", "data-call-id": call.call_id },
+    h("h3", {}, h("span", { text: "Question from " }), h("code", { class: "tool-name", text: call.name })),
+    h("p", { class: "question-text", text: call.input.message }),
+    form.element,
+    h("div", { class: "actions" }, decline));
+  view.forms.set(key, card);
+  return card;
+}
+
 export function waitingPanel(view) {
   const { run, wf } = view;
   const panel = section("Waiting for");
@@ -439,6 +472,7 @@ export function waitingPanel(view) {
   if (pending.length) {
     const said = run.outcome_unknown
       ? "The process died during " + (pending.length === 1 ? "an at-most-once tool call" : pending.length + " at-most-once tool calls") + ", which did not run again: say what happened."
+      : pending.some((c) => c.input) ? "A tool call asks you:"
       : pending.length === 1 ? "A tool call waits for your decision:" : pending.length + " tool calls wait for your decision:";
     panel.appendChild(h("p", { text: said }));
     for (const call of pending) panel.appendChild(approvalCard(view, call));
