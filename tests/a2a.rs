@@ -263,10 +263,10 @@ async fn a_streamed_task_says_each_step_and_ends_with_its_answer() {
     assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED");
     assert_eq!(result(&events[4])["statusUpdate"]["status"]["message"]["parts"][0]["text"], "Done: Sunny in Paris");
     assert_eq!(result(&events[5])["artifactUpdate"]["artifact"]["parts"][0]["text"], "Done: Sunny in Paris");
-    // A task that ended is read, not followed: an error, not a stream.
+    // A task that ended is read, not followed: the stream's one event is the error.
     let id = task["id"].clone();
-    let refused = call(&address, "/a2a/weather", "SubscribeToTask", json!({ "id": id })).await;
-    assert_eq!(error_code(&refused), -32004);
+    let refused = stream(&address, "/a2a/weather", "SubscribeToTask", json!({ "id": id })).await;
+    assert_eq!((refused.len(), error_code(&refused[0])), (1, -32004));
     server.abort();
 }
 
@@ -318,11 +318,15 @@ async fn cards_describe_the_agents_and_their_endpoints() {
     assert_eq!(error_code(&refused), -32602);
     assert!(refused["error"]["message"].as_str().unwrap().contains("chat, ops, weather"), "{refused}");
     server.abort();
-    // With a token, the card says how to send it, and is behind it.
+    // With a token, the card says how to send it, and is public; the agent is not.
     let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new().token("s3cret")).await;
     let url = format!("http://{address}/a2a/ops/.well-known/agent-card.json");
-    assert_eq!(client().get(&url).send().await.unwrap().status(), 401);
-    let card: Value = client().get(&url).bearer_auth("s3cret").send().await.unwrap().json().await.unwrap();
+    let card: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
+    let rpc = json!({ "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": { "id": "x" } });
+    let refused = client().post(format!("http://{address}/a2a/ops")).json(&rpc).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let root = client().get(format!("http://{address}/a2a/.well-known/agent-card.json")).send().await.unwrap();
+    assert_eq!(root.status(), 200);
     assert_eq!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer");
     assert_eq!(card["securityRequirements"], json!([{ "schemes": { "bearer": { "list": [] } } }]));
     server.abort();
@@ -369,6 +373,56 @@ async fn bad_requests_get_the_protocols_errors_and_change_nothing() {
     let id = result(&sent)["task"]["id"].clone();
     assert_eq!(error_code(&call(&address, "/a2a/ops", "GetTask", json!({ "id": id })).await), -32001);
     assert_eq!(error_code(&call(&address, "/a2a/weather", "CancelTask", json!({ "id": id })).await), -32002);
+    server.abort();
+}
+
+#[tokio::test]
+async fn tasks_are_listed_by_context_and_state_a_page_at_a_time() {
+    let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new()).await;
+    for (id, context) in [("l-1", "ctx-a"), ("l-2", "ctx-a"), ("l-3", "ctx-b")] {
+        let mut m = message("Paris?", id);
+        m["contextId"] = json!(context);
+        call(&address, "/a2a/weather", "SendMessage", json!({ "message": m })).await;
+    }
+    call(&address, "/a2a/ops", "SendMessage", json!({ "message": message("Restart", "l-4") })).await;
+    let listed = call(&address, "/a2a/weather", "ListTasks", json!({ "contextId": "ctx-a" })).await;
+    let listed = result(&listed);
+    assert_eq!(
+        (&listed["totalSize"], &listed["pageSize"], &listed["nextPageToken"]),
+        (&json!(2), &json!(2), &json!(""))
+    );
+    assert!(
+        listed["tasks"].as_array().unwrap().iter().all(|t| t["contextId"] == "ctx-a" && t.get("artifacts").is_none())
+    );
+    // A page at a time, newest first.
+    let first = call(&address, "/a2a/weather", "ListTasks", json!({ "pageSize": 2 })).await;
+    let first = result(&first);
+    assert_eq!((&first["totalSize"], &first["pageSize"]), (&json!(3), &json!(2)));
+    let token = first["nextPageToken"].as_str().unwrap().to_owned();
+    let second = call(
+        &address,
+        "/a2a/weather",
+        "ListTasks",
+        json!({ "pageSize": 2, "pageToken": token, "includeArtifacts": true }),
+    )
+    .await;
+    let second = result(&second);
+    assert_eq!((&second["pageSize"], &second["nextPageToken"]), (&json!(1), &json!("")));
+    assert_eq!(second["tasks"][0]["artifacts"][0]["parts"][0]["text"], "Done: Sunny in Paris");
+    // By state: the agent that waits for an approval, on the root endpoint.
+    let waiting = call(&address, "/a2a", "ListTasks", json!({ "status": "TASK_STATE_INPUT_REQUIRED" })).await;
+    let waiting = result(&waiting)["tasks"].as_array().unwrap().clone();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    for bad in [
+        json!({ "pageSize": 0 }),
+        json!({ "pageSize": 101 }),
+        json!({ "pageToken": "nope" }),
+        json!({ "historyLength": -1 }),
+        json!({ "status": "BOGUS" }),
+    ] {
+        assert_eq!(error_code(&call(&address, "/a2a/weather", "ListTasks", bad.clone()).await), -32602, "{bad}");
+    }
     server.abort();
 }
 
@@ -577,8 +631,10 @@ async fn a_remote_agent_is_a_tool_whose_call_is_one_task_however_often_it_runs()
 async fn a_local_agent_delegates_to_a_remote_one_over_a2a() {
     let (address, server) = start(runtime(Arc::new(MemoryStore::new())), ServeOptions::new().token("t0k")).await;
     let url = format!("http://{address}/a2a/weather");
-    let refused = A2aAgent::connect(url.clone()).await.unwrap_err();
-    assert!(matches!(&refused, A2aError::Card { reason, .. } if reason.contains("401")), "{refused}");
+    // The card is public; the agent answers only with the token.
+    let anonymous = A2aAgent::connect(url.clone()).await.unwrap();
+    let refused = anonymous.task("x").await.unwrap_err();
+    assert!(matches!(&refused, A2aError::Transport { reason, .. } if reason.contains("401")), "{refused}");
     let remote = A2aAgent::builder(url).bearer("t0k").named("forecaster").connect().await.unwrap();
     let model = ScriptedModel::from_fn(|req| {
         let last = req.messages.last().unwrap();

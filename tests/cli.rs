@@ -271,7 +271,7 @@ fn a_person_answers_an_agents_tool_calls_from_the_shell_knowing_no_call_id_befor
     assert!(
         shown.contains(
             "  signal decide_tools -> prompt_executed, payload {decisions: [{call_id: string, approved: boolean, \
-             reason?: string | null, result?: string | null}]}"
+             input?: any, reason?: string | null, result?: string | null}]}"
         ),
         "{shown}"
     );

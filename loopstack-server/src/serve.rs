@@ -35,7 +35,7 @@
 //! | `POST /ai-sdk/{name}` (`useChat`'s body) | the agent `name` over the AI SDK's UI message stream: a chat is one run, approvals are tool approval requests |
 //! | `GET /ai-sdk/{name}/{chat}/stream` | the chat's turn under way, from its beginning, after a reconnect; 204 when none is |
 //! | `POST /a2a/{name}`, `GET /a2a/{name}/.well-known/agent-card.json` | the agent `name` over [A2A](https://a2a-protocol.org) 1.0's JSON-RPC binding (feature `a2a`), and its card: a task is a run, approvals and a chat's turns are `input-required` (see the book's chapter on A2A) |
-//! | `GET /.well-known/agent-card.json`, `POST /a2a` | the deployment's card, every agent a skill, and its endpoint, where a request names its agent as `tenant` (feature `a2a`) |
+//! | `GET /.well-known/agent-card.json` (also at `/a2a/.well-known/agent-card.json`), `POST /a2a` | the deployment's card, every agent a skill, and its endpoint, where a request names its agent as `tenant` (feature `a2a`); cards are served without the token, which they name |
 //! | `POST`, `GET`, `DELETE /mcp` | MCP over streamable HTTP (feature `mcp-server`): the workflows and agents as tools |
 //! | `GET /metrics` | the [metrics](loopstack_core::metrics) in Prometheus' text format: those the runtime records, and the run counts read from the store now (503 when the store fails) |
 //! | `GET /healthz` | 200 while the process serves; no token needed |
@@ -147,6 +147,7 @@ pub fn router(runtime: Runtime, options: ServeOptions) -> Router {
     let router = router
         .route("/.well-known/agent-card.json", get(threads::a2a::root_card))
         .route("/a2a", post(threads::a2a::root_rpc))
+        .route("/a2a/.well-known/agent-card.json", get(threads::a2a::root_card))
         .route("/a2a/{name}", post(threads::a2a::agent_rpc))
         .route("/a2a/{name}/.well-known/agent-card.json", get(threads::a2a::agent_card));
     router
@@ -222,7 +223,12 @@ pub async fn serve_until(
 }
 
 async fn authorize(State(app): State<App>, headers: HeaderMap, request: Request, next: Next) -> Response {
-    if let Some(token) = &app.token {
+    // An A2A agent card is public, as the protocol has it: a client reads from it how
+    // to authenticate (it names the bearer token) before it has the token.
+    let public_card = cfg!(feature = "a2a")
+        && request.method() == axum::http::Method::GET
+        && request.uri().path().ends_with("/.well-known/agent-card.json");
+    if let Some(token) = app.token.as_ref().filter(|_| !public_card) {
         let given =
             headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|given| same(given.as_bytes(), token.as_bytes())) {

@@ -397,7 +397,7 @@ where
 }
 
 /// A JSON Schema's shape in a line a person reads: `{reviewer: string}`,
-/// `{decisions: [{call_id: string, approved: boolean, reason?: string | null, result?: string | null}]}`.
+/// `{decisions: [{call_id: string, approved: boolean, input?: any, reason?: string | null, result?: string | null}]}`.
 /// Optional properties end in `?`; references are followed (`root` holds the
 /// definitions), to a depth.
 pub fn shape(schema: &Value, root: &Value, depth: usize) -> String {
@@ -514,7 +514,7 @@ mod tests {
         let decisions = (decide.payload_schema.unwrap())();
         assert_eq!(
             shape(&decisions, &decisions, 0),
-            "{decisions: [{call_id: string, approved: boolean, reason?: string | null, result?: string | null}]}"
+            "{decisions: [{call_id: string, approved: boolean, input?: any, reason?: string | null, result?: string | null}]}"
         );
         let schema = json!({"type": "object", "properties": {"mode": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
                             "required": ["mode"]});

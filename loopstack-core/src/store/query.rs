@@ -22,6 +22,8 @@ pub struct RunQuery {
     pub before: Option<RunId>,
     /// The page size, 1 to 1,000 (50 by default).
     pub limit: u32,
+    /// Only runs labelled with this name and value ([`RunRecord::labels`]).
+    pub label: Option<(String, String)>,
 }
 
 impl Default for RunQuery {
@@ -35,6 +37,7 @@ impl Default for RunQuery {
             created_before: None,
             before: None,
             limit: 50,
+            label: None,
         }
     }
 }
@@ -81,6 +84,14 @@ impl RunQuery {
         self
     }
 
+    /// Only runs labelled `name` = `value` ([`RunRecord::labels`]): a tenant's, a
+    /// protocol's conversation's.
+    #[must_use]
+    pub fn label(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.label = Some((name.into(), value.into()));
+        self
+    }
+
     /// The page after the one that returned `next`.
     #[must_use]
     pub fn before(mut self, next: RunId) -> Self {
@@ -109,6 +120,7 @@ impl RunQuery {
             && self.parent.is_none_or(|p| run.parent == Some(p))
             && self.created_after.is_none_or(|t| run.created_at >= t)
             && self.created_before.is_none_or(|t| run.created_at < t)
+            && self.label.as_ref().is_none_or(|(name, value)| run.labels.get(name) == Some(value))
     }
 }
 

@@ -41,6 +41,14 @@ pub(super) async fn a_run_keeps_its_labels_and_a_fork_inherits_them(store: &Arc<
     assert_eq!(claimed.iter().map(|r| (r.run_id, &r.labels)).collect::<Vec<_>>(), [(queued.run_id, &labels)]);
     let listed = store.list_runs(&RunQuery::new().workflow("labelled")).await.unwrap();
     assert!(listed.runs.iter().all(|r| r.labels == labels), "{listed:?}");
+    // Listed by a label: the runs that carry it, not those with another value or none.
+    let other = store.create_run(new().labels([("tenant".to_owned(), "globex".to_owned())].into())).await.unwrap();
+    let acme = RunQuery::new().workflow("labelled").label("tenant", "acme \"eu\"");
+    let found: Vec<RunId> = store.list_runs(&acme).await.unwrap().runs.iter().map(|r| r.run_id).collect();
+    assert_eq!(found, [queued.run_id, labelled.run_id]);
+    let globex = store.list_runs(&RunQuery::new().label("tenant", "globex")).await.unwrap();
+    assert_eq!(globex.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [other.run_id]);
+    assert!(store.list_runs(&RunQuery::new().label("nobody", "x")).await.unwrap().runs.is_empty());
     // None unless given; a fork is its source's tenant's, in its conversation.
     let plain = store.create_run(new()).await.unwrap();
     assert!(store.load_run(plain.run_id).await.unwrap().labels.is_empty());

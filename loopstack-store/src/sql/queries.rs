@@ -203,6 +203,7 @@ pub(crate) const LIST_RUNS: &str = concat!(
             AND ($2 = ',' OR $2 LIKE ('%,' || status || ',%')) AND ($3 IS NULL OR place = $3) \
             AND ($4 IS NULL OR parent = $4) AND ($5 IS NULL OR created_at >= $5) \
             AND ($6 IS NULL OR created_at < $6) AND ($7 IS NULL OR run_id < $7) \
+            AND ($9 IS NULL OR EXISTS (SELECT 1 FROM json_each(labels) WHERE key = $9 AND value = $10)) \
             ORDER BY run_id DESC LIMIT $8"
 );
 

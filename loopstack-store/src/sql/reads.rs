@@ -217,6 +217,11 @@ where
                 sql += &next();
             }
         }
+        if query.label.is_some() {
+            // The labels are a JSON object's text (NULL for none).
+            let (name, value) = (next(), next());
+            sql += &format!(" AND labels IS NOT NULL AND (labels::jsonb ->> {name}) = {value}");
+        }
         sql += " ORDER BY run_id DESC LIMIT ";
         sql += &next();
         // Only placeholders were written into `sql`; the values are bound.
@@ -241,6 +246,9 @@ where
         }
         if let Some(cursor) = query.before {
             select = select.bind(cursor.0);
+        }
+        if let Some((name, value)) = &query.label {
+            select = select.bind(name.as_str()).bind(value.as_str());
         }
         let rows = select.bind(i64::from(size) + 1).fetch_all(&self.pool).await.map_err(backend)?;
         // The rows alone: a listing never reads a state.

@@ -151,8 +151,19 @@ pub(super) fn list_runs(conn: &Conn<'_>, q: &RunQuery) -> Result<RunPage, StoreE
     let (statuses, parent) = (status_set(&q.status), q.parent.map(|p| p.0));
     let (after, before) = (q.created_after.map(Timestamp::as_millis), q.created_before.map(Timestamp::as_millis));
     let (cursor, limit) = (q.before.map(|b| b.0), i64::from(size) + 1);
-    let args: [&dyn rusqlite::ToSql; 8] =
-        [&q.workflow.as_deref(), &statuses, &q.place.as_deref(), &parent, &after, &before, &cursor, &limit];
+    let (label, value) = (q.label.as_ref().map(|l| l.0.as_str()), q.label.as_ref().map(|l| l.1.as_str()));
+    let args: [&dyn rusqlite::ToSql; 10] = [
+        &q.workflow.as_deref(),
+        &statuses,
+        &q.place.as_deref(),
+        &parent,
+        &after,
+        &before,
+        &cursor,
+        &limit,
+        &label,
+        &value,
+    ];
     // The rows alone: a listing never reads a state.
     let mut runs = query(conn, LIST_RUNS, &args, |r| rows::summary(r))?;
     let next = if runs.len() > size as usize {

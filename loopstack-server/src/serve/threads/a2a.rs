@@ -41,7 +41,7 @@ use ::a2a::{
     StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent, error_code,
 };
 use axum::http::HeaderMap;
-use loopstack_core::{Definition, Document, RunRecord};
+use loopstack_core::{Definition, Document, RunQuery, RunRecord};
 use loopstack_llm::agent::{DECIDE_TOOLS, RESOLVE_TOOLS, USER_MESSAGE};
 use loopstack_llm::{Message as LlmMessage, Role as LlmRole};
 
@@ -56,6 +56,9 @@ pub const CONTEXT_LABEL: &str = "a2a.context";
 
 /// The protocol version this server speaks.
 const VERSION: &str = "1.0";
+
+/// The most runs of an agent `ListTasks` reads for its count and pages.
+const MAX_LISTED: usize = 10_000;
 
 /// The id of a completed task's artifact: the run's answer.
 const RESULT_ARTIFACT: &str = "result";
@@ -221,6 +224,7 @@ async fn rpc(app: App, name: Option<String>, headers: &HeaderMap, body: &[u8]) -
     };
     let params = request.params.clone().unwrap_or(Value::Null);
     let params = if legacy { v03::params(params) } else { params };
+    let streaming = [::a2a::methods::SEND_STREAMING_MESSAGE, ::a2a::methods::SUBSCRIBE_TO_TASK].contains(&method);
     let call = Call { app, id: id.clone(), legacy };
     let answer = match method {
         ::a2a::methods::SEND_MESSAGE => call.send(name, params, false).await,
@@ -228,9 +232,7 @@ async fn rpc(app: App, name: Option<String>, headers: &HeaderMap, body: &[u8]) -
         ::a2a::methods::GET_TASK => call.get(name, params).await,
         ::a2a::methods::CANCEL_TASK => call.cancel(name, params).await,
         ::a2a::methods::SUBSCRIBE_TO_TASK => call.subscribe(name, params).await,
-        ::a2a::methods::LIST_TASKS => Err(A2AError::unsupported_operation(
-            "tasks are listed by the HTTP API (`GET /api/runs?workflow=<agent>`), not over A2A yet",
-        )),
+        ::a2a::methods::LIST_TASKS => call.list(name, params).await,
         ::a2a::methods::CREATE_PUSH_CONFIG
         | ::a2a::methods::GET_PUSH_CONFIG
         | ::a2a::methods::LIST_PUSH_CONFIGS
@@ -242,13 +244,27 @@ async fn rpc(app: App, name: Option<String>, headers: &HeaderMap, body: &[u8]) -
     };
     match answer {
         Ok(response) => response,
+        // A client that asked for a stream reads the error as the stream's one event.
+        Err(e) if streaming => sse_error(id, e),
         Err(e) => rpc_error(id, e),
     }
+}
+
+/// An error as the one event of a stream.
+fn sse_error(id: JsonRpcId, e: A2AError) -> Response {
+    let body = rpc_error_value(id, e);
+    let event = SseEvent::default().data(body.to_string());
+    Sse::new(futures::stream::iter([Ok::<_, std::convert::Infallible>(event)])).into_response()
 }
 
 /// A JSON-RPC error answer; an error of the protocol's carries its reason as a
 /// `google.rpc.ErrorInfo` in `data`, as 1.0 has it.
 fn rpc_error(id: JsonRpcId, e: A2AError) -> Response {
+    (StatusCode::OK, axum::Json(rpc_error_value(id, e))).into_response()
+}
+
+/// A JSON-RPC error answer, as JSON.
+fn rpc_error_value(id: JsonRpcId, e: A2AError) -> Value {
     let mut error = e.to_jsonrpc_error();
     let reason = match e.code {
         error_code::TASK_NOT_FOUND => Some("TASK_NOT_FOUND"),
@@ -268,7 +284,7 @@ fn rpc_error(id: JsonRpcId, e: A2AError) -> Response {
             "domain": "a2a-protocol.org",
         }]));
     }
-    (StatusCode::OK, axum::Json(JsonRpcResponse::error(id, error))).into_response()
+    serde_json::to_value(JsonRpcResponse::error(id, error)).unwrap_or(Value::Null)
 }
 
 /// The request's parameters as `T`.
@@ -317,6 +333,10 @@ impl Call {
     async fn send(self, name: Option<String>, params: Value, streaming: bool) -> Result<Response, A2AError> {
         let request: SendMessageRequest = self::params(params)?;
         let immediately = request.configuration.as_ref().and_then(|c| c.return_immediately).unwrap_or(false);
+        let history = match request.configuration.as_ref().and_then(|c| c.history_length) {
+            Some(n) if n < 0 => return Err(A2AError::invalid_params("`historyLength` must not be negative")),
+            n => n.map(|n| n as usize),
+        };
         let message = request.message;
         if message.message_id.is_empty() {
             return Err(A2AError::invalid_params("the message has no `messageId`"));
@@ -391,7 +411,7 @@ impl Call {
         // ends then.
         while receiver.recv().await.is_some() {}
         let record = self.app.runtime.store().load_run(run_id).await.map_err(|e| store_failed(&e))?;
-        let task = task(&self.app, def, &record, None).await?;
+        let task = task(&self.app, def, &record, history).await?;
         self.result(json!({ "task": task }))
     }
 
@@ -461,6 +481,92 @@ impl Call {
         self.result(task)
     }
 
+    /// `ListTasks`: the agent's tasks (every served agent's on the root endpoint),
+    /// newest first, filtered by context, state and the time of their last change,
+    /// a page at a time. The count and the pages come from reading up to
+    /// [`MAX_LISTED`] of the agent's runs.
+    async fn list(self, name: Option<String>, params: Value) -> Result<Response, A2AError> {
+        let request: ::a2a::ListTasksRequest = self::params(params)?;
+        let size = match request.page_size {
+            None => 50,
+            Some(n @ 1..=100) => n as usize,
+            Some(n) => return Err(A2AError::invalid_params(format!("`pageSize` is 1 to 100, not {n}"))),
+        };
+        let history = match request.history_length {
+            Some(n) if n < 0 => return Err(A2AError::invalid_params("`historyLength` must not be negative")),
+            n => n.map(|n| n as usize),
+        };
+        let after =
+            match request.page_token.as_deref().filter(|t| !t.is_empty()) {
+                Some(token) => Some(token.parse::<RunId>().map_err(|_| {
+                    A2AError::invalid_params(format!("`pageToken` `{token}` is not one this server gave"))
+                })?),
+                None => None,
+            };
+        let agents: Vec<&'static Definition> = match name.as_deref() {
+            Some(name) => agent(&self.app.runtime, name).into_iter().collect(),
+            None => agents(&self.app.runtime),
+        };
+        let mut query = RunQuery::new().limit(1000);
+        if let [only] = agents.as_slice() {
+            query = query.workflow(only.name());
+        }
+        if let Some(context) = &request.context_id {
+            query = query.label(CONTEXT_LABEL, context.clone());
+        }
+        // The runs that match, newest first.
+        let mut matched: Vec<(&'static Definition, RunRecord)> = Vec::new();
+        let mut read = 0;
+        loop {
+            let page = self.app.runtime.store().list_runs(&query).await.map_err(|e| store_failed(&e))?;
+            read += page.runs.len();
+            for summary in page.runs {
+                let Some(def) = agents.iter().find(|d| d.name() == summary.workflow).copied() else { continue };
+                if request.status_timestamp_after.is_some_and(|t| {
+                    chrono::DateTime::from_timestamp_millis(summary.updated_at.as_millis()).is_none_or(|at| at <= t)
+                }) {
+                    continue;
+                }
+                let record = match self.app.runtime.store().load_run(summary.run_id).await {
+                    Ok(record) => record,
+                    Err(StoreError::RunNotFound(_)) => continue,
+                    Err(e) => return Err(store_failed(&e)),
+                };
+                if let Some(state) = &request.status
+                    && state_of(&self.app, def, &record) != *state
+                {
+                    continue;
+                }
+                matched.push((def, record));
+            }
+            match page.next {
+                Some(next) if read < MAX_LISTED => query = query.before(next),
+                _ => break,
+            }
+        }
+        let start = match after {
+            Some(after) => matched.iter().position(|(_, r)| r.run_id == after).map_or(matched.len(), |i| i + 1),
+            None => 0,
+        };
+        let total = matched.len();
+        let page: Vec<_> = matched.into_iter().skip(start).take(size).collect();
+        let next = if start + page.len() < total { page.last().map(|(_, r)| r.run_id.to_string()) } else { None };
+        let mut tasks = Vec::with_capacity(page.len());
+        for (def, record) in &page {
+            let mut task = task(&self.app, def, record, history).await?;
+            if !request.include_artifacts.unwrap_or(false) {
+                task.artifacts = None;
+            }
+            tasks.push(task);
+        }
+        self.result(json!({
+            "tasks": tasks,
+            "nextPageToken": next.unwrap_or_default(),
+            "pageSize": tasks.len(),
+            "totalSize": total,
+        }))
+    }
+
     /// `SubscribeToTask`.
     async fn subscribe(self, name: Option<String>, params: Value) -> Result<Response, A2AError> {
         let request: ::a2a::SubscribeToTaskRequest = self::params(params)?;
@@ -518,7 +624,8 @@ fn message_text(message: &Message) -> Result<String, A2AError> {
             PartContent::Raw(_) | PartContent::Url(_) => {
                 return Err(A2AError::new(
                     error_code::CONTENT_TYPE_NOT_SUPPORTED,
-                    "this agent reads text and data parts; files are not accepted",
+                    "content type not supported (incompatible content types): this agent reads text and data parts, \
+                     not files",
                 ));
             }
         }
@@ -695,6 +802,25 @@ fn answer_questions(
     Ok(Action::Signal(signal.to_owned(), json!({ "decisions": decisions })))
 }
 
+/// The state of the task that run `record` of agent `def` is (as [`task`] says it).
+fn state_of(app: &App, def: &Definition, record: &RunRecord) -> TaskState {
+    match record.status {
+        RunStatus::Queued => TaskState::Submitted,
+        RunStatus::Running => TaskState::Working,
+        RunStatus::Waiting if waits_on_itself(def, &record.place) => TaskState::Working,
+        RunStatus::Waiting if awaits_user(def, &record.place) => TaskState::InputRequired,
+        RunStatus::Waiting => match Waits::of(&app.runtime, record) {
+            Ok(Some(waits)) if !interrupts(record, &waits).is_empty() => TaskState::InputRequired,
+            _ => TaskState::Working,
+        },
+        RunStatus::Completed if crate::views::output(&app.runtime, record).1 => TaskState::Failed,
+        RunStatus::Completed => TaskState::Completed,
+        RunStatus::Failed | RunStatus::Stopped => TaskState::Failed,
+        RunStatus::Cancelled => TaskState::Canceled,
+        _ => TaskState::Working,
+    }
+}
+
 /// The task that run `record` of agent `def` is, with the last `history` messages
 /// of its conversation (all when `None`).
 async fn task(app: &App, def: &Definition, record: &RunRecord, history: Option<usize>) -> Result<Task, A2AError> {
@@ -760,7 +886,7 @@ async fn task(app: &App, def: &Definition, record: &RunRecord, history: Option<u
         context_id: context,
         status: TaskStatus { state, message, timestamp: timestamp(record.updated_at) },
         artifacts,
-        history: (!messages.is_empty()).then_some(messages),
+        history: Some(messages),
         metadata: None,
     })
 }
