@@ -17,7 +17,10 @@
 //!   the same question again, and this client answers it from the person's answer,
 //!   matched by the question's text and schema. What the server did before it asked
 //!   happens twice: a server's tool that elicits must be safe to run again up to its
-//!   question (as it must be anyway: a person may cancel).
+//!   question (as it must be anyway: a person may cancel). The questions a server
+//!   asks are taken by the call of the connection that ends first after them: with
+//!   several calls at once on one connection, one may carry another's question
+//!   (2026-07-28's round trips have no such ambiguity).
 //!
 //! Roots asked for are answered at once (none are offered); a request to sample the
 //! client's model fails the call, which says so.
