@@ -25,6 +25,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("0009_schedule_overlap.sql", include_str!("../migrations/sqlite/0009_schedule_overlap.sql")),
     ("0011_takeovers.sql", include_str!("../migrations/sqlite/0011_takeovers.sql")),
     ("0012_holder.sql", include_str!("../migrations/sqlite/0012_holder.sql")),
+    ("0013_labels.sql", include_str!("../migrations/sqlite/0013_labels.sql")),
 ];
 
 fn tempdir(name: &str) -> std::path::PathBuf {
