@@ -363,6 +363,9 @@ async fn bad_requests_get_the_protocols_errors_and_change_nothing() {
     assert_eq!(error_code(&call(&address, "/a2a/weather", "GetTask", json!({ "task": 1 })).await), -32602);
     let file = json!({ "messageId": "f", "role": "ROLE_USER", "parts": [{ "url": "https://example.com/a.pdf" }] });
     assert_eq!(error_code(&call(&address, "/a2a/weather", "SendMessage", json!({ "message": file })).await), -32005);
+    let long =
+        json!({ "messageId": "m", "contextId": "c".repeat(257), "role": "ROLE_USER", "parts": [{ "text": "hi" }] });
+    assert_eq!(error_code(&call(&address, "/a2a/weather", "SendMessage", json!({ "message": long })).await), -32602);
     let agent = json!({ "messageId": "a", "role": "ROLE_AGENT", "parts": [{ "text": "hi" }] });
     assert_eq!(error_code(&call(&address, "/a2a/weather", "SendMessage", json!({ "message": agent })).await), -32602);
     let push = call(&address, "/a2a/weather", "CreateTaskPushNotificationConfig", json!({})).await;

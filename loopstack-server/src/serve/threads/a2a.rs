@@ -57,6 +57,9 @@ pub const CONTEXT_LABEL: &str = "a2a.context";
 /// The protocol version this server speaks.
 const VERSION: &str = "1.0";
 
+/// The longest `messageId` and `contextId` a client may give.
+const MAX_ID: usize = 256;
+
 /// The most runs of an agent `ListTasks` reads for its count and pages.
 const MAX_LISTED: usize = 10_000;
 
@@ -340,6 +343,13 @@ impl Call {
         let message = request.message;
         if message.message_id.is_empty() {
             return Err(A2AError::invalid_params("the message has no `messageId`"));
+        }
+        // Ids are kept with the run (the context as a label, the message in its id's
+        // key): a client's are ids, not documents.
+        for (what, id) in [("messageId", Some(&message.message_id)), ("contextId", message.context_id.as_ref())] {
+            if id.is_some_and(|id| id.len() > MAX_ID) {
+                return Err(A2AError::invalid_params(format!("`{what}` is longer than {MAX_ID} bytes")));
+            }
         }
         let text = message_text(&message)?;
         let (def, record, action, run_id, context) = match &message.task_id {
