@@ -63,6 +63,18 @@ impl Agent {
             state.tools_completed = None;
             return Ok(());
         }
+        let run = result.results.len().saturating_sub(denied.len() + answered.len());
+        state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
+        // Calls that run on as child runs: their results come with the children's ends.
+        let pending_tools = |results: &[ToolCallResult]| -> Vec<PendingTool> {
+            results
+                .iter()
+                .filter_map(|r| {
+                    let child = r.pending?;
+                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
+                })
+                .collect()
+        };
         let asking: Vec<&ToolCallResult> = result.results.iter().filter(|r| r.input.is_some()).collect();
         if !asking.is_empty() {
             // Calls that ask a person for input: the run waits for the answers (at
@@ -85,17 +97,8 @@ impl Agent {
                 .collect();
             tracing::info!(calls = state.pending_approval.len(), "tool calls wait for a person's input");
             state.key_step.get_or_insert(options.key_step.unwrap_or(cx.step() + 1));
-            let run = result.results.len().saturating_sub(denied.len() + answered.len());
-            state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
             state.tools_completed = None;
-            state.pending_tools = result
-                .results
-                .iter()
-                .filter_map(|r| {
-                    let child = r.pending?;
-                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
-                })
-                .collect();
+            state.pending_tools = pending_tools(&result.results);
             if state.pending_tools.is_empty() {
                 state.answered = result.results.into_iter().filter(|r| r.input.is_none()).collect();
             } else {
@@ -104,19 +107,10 @@ impl Agent {
             return Ok(());
         }
         state.key_step = None;
-        let run = result.results.len().saturating_sub(denied.len() + answered.len());
-        state.tool_calls = state.tool_calls.saturating_add(u32::try_from(run).unwrap_or(u32::MAX));
         state.tools_completed =
             Some(ToolsCompleted { all_completed: result.all_completed, errors: result.error_count });
         if !result.all_completed {
-            state.pending_tools = result
-                .results
-                .iter()
-                .filter_map(|r| {
-                    let child = r.pending?;
-                    Some(PendingTool { call_id: r.tool_use_id.clone(), name: r.name.clone(), child })
-                })
-                .collect();
+            state.pending_tools = pending_tools(&result.results);
             state.tool_results = result.results;
             tracing::info!(pending = state.pending_tools.len(), "tool calls wait for their child runs");
         }
